@@ -1,0 +1,320 @@
+// Package control is the ordering layer's replicated state: the committed
+// cuts, the shard table, the trim point. Every ordering replica applies the
+// same commands in Raft log order and so holds the same state. It is pure:
+// commands in, events out, no I/O, clocks or goroutines.
+package control
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/augur-log/augur/internal/cut"
+)
+
+// ShardState is a shard's place in its lifecycle.
+type ShardState int
+
+const (
+	// Live shards take appends and appear in cuts.
+	Live ShardState = iota
+	// Finalizing shards still appear in cuts up to FinalCut.
+	Finalizing
+	// Finalized shards never grow again; their records stay readable.
+	Finalized
+)
+
+func (s ShardState) String() string {
+	switch s {
+	case Live:
+		return "live"
+	case Finalizing:
+		return "finalizing"
+	case Finalized:
+		return "finalized"
+	}
+	return fmt.Sprintf("ShardState(%d)", int(s))
+}
+
+// Replica is one storage server of a shard.
+type Replica struct {
+	ID          string `json:"id"`
+	Addr        string `json:"addr"`
+	Incarnation uint64 `json:"inc"`
+}
+
+// Shard is one row of the shard table. Replicas[0] is the primary.
+type Shard struct {
+	ID       cut.ShardID `json:"id"`
+	Group    string      `json:"group"`
+	Replicas []Replica   `json:"replicas"`
+	State    ShardState  `json:"state"`
+	// AddedCut is the first cut that may order the shard's records.
+	AddedCut uint64 `json:"added"`
+	// FinalCut is the last cut that may order them, once not Live.
+	FinalCut uint64 `json:"finalCut,omitempty"`
+	// FinalLength is the shard's length in FinalCut, once Finalized.
+	FinalLength uint64 `json:"finalLen,omitempty"`
+	// Failed is set when a replica failure finalized the shard.
+	Failed bool `json:"failed,omitempty"`
+}
+
+// State is the replicated control state.
+type State struct {
+	ClusterID string `json:"cluster"`
+	// EventSeq numbers applied state changes densely from 1.
+	EventSeq uint64  `json:"seq"`
+	LastCut  cut.Cut `json:"cut"`
+	// Shards is sorted by id.
+	Shards            []Shard     `json:"shards"`
+	NextShardID       cut.ShardID `json:"nextShard"`
+	MembershipVersion uint64      `json:"mv"`
+	Trim              uint64      `json:"trim"`
+}
+
+// New returns the state of a fresh cluster.
+func New(clusterID string) *State {
+	return &State{ClusterID: clusterID}
+}
+
+// Command is one proposal to the ordering layer. Exactly one field is set.
+type Command struct {
+	// ID lets the proposing replica match the applied command to its waiter.
+	ID       string           `json:"id,omitempty"`
+	Cut      *CutCommand      `json:"cut,omitempty"`
+	Register *RegisterCommand `json:"reg,omitempty"`
+	Finalize *FinalizeCommand `json:"fin,omitempty"`
+	Trim     *TrimCommand     `json:"trim,omitempty"`
+}
+
+// CutCommand proposes the next cut from reported lengths. Force asks for a
+// cut even when nothing grew, so finalizing shards reach their final cut.
+type CutCommand struct {
+	Lengths []cut.Length `json:"l"`
+	Force   bool         `json:"f,omitempty"`
+}
+
+// RegisterCommand adds a shard served by Replicas (the first is primary).
+// Every live shard that names one of the replicas with another incarnation
+// is finalized first as failed: that server restarted and lost its state.
+type RegisterCommand struct {
+	Group    string    `json:"group"`
+	Replicas []Replica `json:"replicas"`
+}
+
+// FinalizeCommand stops a shard. With Failed, the shard ends at its length in
+// the last committed cut; otherwise GraceCuts more cuts may still order its
+// records.
+type FinalizeCommand struct {
+	Shard     cut.ShardID `json:"shard"`
+	GraceCuts uint64      `json:"grace"`
+	Failed    bool        `json:"failed,omitempty"`
+}
+
+// TrimCommand moves the trim point up to Position.
+type TrimCommand struct {
+	Position uint64 `json:"pos"`
+}
+
+// Encode serializes a command for the Raft log.
+func (c Command) Encode() []byte {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(fmt.Sprintf("control: encode command: %v", err))
+	}
+	return b
+}
+
+// DecodeCommand parses a Raft log entry.
+func DecodeCommand(b []byte) (Command, error) {
+	var c Command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("decode command: %w", err)
+	}
+	return c, nil
+}
+
+// Event describes one applied change. Cut is set when a cut was committed;
+// MembershipChanged when the shard table changed; Registered names the shard a
+// RegisterCommand created.
+type Event struct {
+	Seq               uint64
+	Cut               *cut.Cut
+	MembershipChanged bool
+	Registered        cut.ShardID
+	Trim              uint64
+}
+
+// Apply applies one committed command. It returns the event and whether the
+// state changed at all; a command that changes nothing (a stale cut, a
+// repeated finalize) yields no event and no sequence number.
+func (s *State) Apply(c Command) (Event, bool) {
+	var ev Event
+	switch {
+	case c.Cut != nil:
+		ev = s.applyCut(*c.Cut)
+	case c.Register != nil:
+		ev = s.applyRegister(*c.Register)
+	case c.Finalize != nil:
+		if s.finalize(c.Finalize.Shard, c.Finalize.GraceCuts, c.Finalize.Failed) {
+			ev.MembershipChanged = true
+		}
+	case c.Trim != nil:
+		if c.Trim.Position > s.Trim && c.Trim.Position <= s.LastCut.End {
+			s.Trim = c.Trim.Position
+			ev.Trim = s.Trim
+		}
+	}
+	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 {
+		return Event{}, false
+	}
+	if ev.MembershipChanged {
+		s.MembershipVersion++
+	}
+	s.EventSeq++
+	ev.Seq = s.EventSeq
+	ev.Trim = s.Trim
+	return ev, true
+}
+
+func (s *State) applyCut(c CutCommand) Event {
+	proposed := make([]cut.Length, 0, len(c.Lengths))
+	for _, l := range c.Lengths {
+		sh := s.Shard(l.Shard)
+		// Only shards the table admits to the next cut may grow.
+		if sh == nil || sh.State == Finalized || sh.AddedCut > s.LastCut.Index+1 {
+			continue
+		}
+		proposed = append(proposed, l)
+	}
+	next, grew := cut.Next(s.LastCut, proposed, func(id cut.ShardID) (uint64, bool) {
+		sh := s.Shard(id)
+		if sh != nil && sh.State == Finalized {
+			return sh.FinalLength, true
+		}
+		return 0, false
+	})
+	finalizing := false
+	for _, sh := range s.Shards {
+		if sh.State == Finalizing {
+			finalizing = true
+		}
+	}
+	if !grew && !(c.Force && finalizing) {
+		return Event{}
+	}
+	assert(cut.CheckSuccessor(s.LastCut, next) == nil, "cut.Next built an invalid successor")
+	s.LastCut = next
+	ev := Event{Cut: &next}
+	for i := range s.Shards {
+		sh := &s.Shards[i]
+		if sh.State == Finalizing && sh.FinalCut <= next.Index {
+			sh.State = Finalized
+			sh.FinalLength = next.Len(sh.ID)
+			ev.MembershipChanged = true
+		}
+	}
+	return ev
+}
+
+func (s *State) applyRegister(r RegisterCommand) Event {
+	ev := Event{MembershipChanged: true}
+	for _, rep := range r.Replicas {
+		for i := range s.Shards {
+			sh := s.Shards[i]
+			if sh.State == Finalized {
+				continue
+			}
+			for _, old := range sh.Replicas {
+				if old.ID == rep.ID && old.Incarnation != rep.Incarnation {
+					s.finalize(sh.ID, 0, true)
+				}
+			}
+		}
+	}
+	id := s.NextShardID
+	s.NextShardID++
+	s.Shards = append(s.Shards, Shard{
+		ID:       id,
+		Group:    r.Group,
+		Replicas: slices.Clone(r.Replicas),
+		State:    Live,
+		AddedCut: s.LastCut.Index + 1,
+	})
+	ev.Registered = id
+	return ev
+}
+
+// finalize reports whether it changed the shard.
+func (s *State) finalize(id cut.ShardID, grace uint64, failed bool) bool {
+	sh := s.Shard(id)
+	if sh == nil || sh.State == Finalized {
+		return false
+	}
+	if failed || grace == 0 {
+		// The last committed cut already decided what is ordered; nothing
+		// after it ever will be.
+		sh.State = Finalized
+		sh.FinalCut = s.LastCut.Index
+		sh.FinalLength = s.LastCut.Len(id)
+		sh.Failed = failed
+		return true
+	}
+	if sh.State == Finalizing {
+		return false
+	}
+	sh.State = Finalizing
+	sh.FinalCut = s.LastCut.Index + grace
+	return true
+}
+
+// Shard returns the table row for id, or nil.
+func (s *State) Shard(id cut.ShardID) *Shard {
+	i, ok := slices.BinarySearchFunc(s.Shards, id, func(sh Shard, id cut.ShardID) int {
+		return int(int64(sh.ID) - int64(id))
+	})
+	if !ok {
+		return nil
+	}
+	return &s.Shards[i]
+}
+
+// Tail is the number of ordered records: the next position to be assigned.
+func (s *State) Tail() uint64 { return s.LastCut.End }
+
+// Snapshot serializes the state.
+func (s *State) Snapshot() []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("control: snapshot: %v", err))
+	}
+	return b
+}
+
+// Restore replaces the state with a snapshot.
+func (s *State) Restore(b []byte) error {
+	var n State
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("restore control state: %w", err)
+	}
+	*s = n
+	return nil
+}
+
+// Clone returns a deep copy, for readers outside the applying goroutine.
+func (s *State) Clone() *State {
+	n := *s
+	n.LastCut.Lengths = slices.Clone(s.LastCut.Lengths)
+	n.Shards = make([]Shard, len(s.Shards))
+	for i, sh := range s.Shards {
+		sh.Replicas = slices.Clone(sh.Replicas)
+		n.Shards[i] = sh
+	}
+	return &n
+}
+
+func assert(ok bool, msg string) {
+	if !ok {
+		panic("control: invariant violated: " + msg)
+	}
+}

@@ -1,0 +1,187 @@
+package control
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/augur-log/augur/internal/cut"
+)
+
+func reg(group string, reps ...Replica) Command {
+	return Command{Register: &RegisterCommand{Group: group, Replicas: reps}}
+}
+
+func cutCmd(force bool, ls ...cut.Length) Command {
+	return Command{Cut: &CutCommand{Lengths: ls, Force: force}}
+}
+
+func mustApply(t *testing.T, s *State, c Command) Event {
+	t.Helper()
+	ev, ok := s.Apply(c)
+	if !ok {
+		t.Fatalf("command %+v changed nothing", c)
+	}
+	return ev
+}
+
+func twoShards(t *testing.T) *State {
+	s := New("test")
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}))
+	mustApply(t, s, reg("b", Replica{ID: "b1", Incarnation: 1}, Replica{ID: "b2", Incarnation: 1}))
+	return s
+}
+
+func TestRegisterAndCut(t *testing.T) {
+	s := twoShards(t)
+	if len(s.Shards) != 2 || s.Shards[0].ID != 0 || s.Shards[1].ID != 1 {
+		t.Fatalf("shards %+v", s.Shards)
+	}
+	ev := mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 3}, cut.Length{Shard: 1, Length: 2}))
+	if ev.Cut == nil || ev.Cut.Index != 1 || ev.Cut.Start != 0 || ev.Cut.End != 5 {
+		t.Fatalf("cut %+v", ev.Cut)
+	}
+	if s.Tail() != 5 || s.EventSeq != 3 {
+		t.Fatalf("tail %d seq %d", s.Tail(), s.EventSeq)
+	}
+	// A proposal that grows nothing yields no event and no sequence number.
+	if _, ok := s.Apply(cutCmd(false, cut.Length{Shard: 0, Length: 2})); ok {
+		t.Fatal("stale cut applied")
+	}
+	// Unknown shards cannot sneak into a cut.
+	if _, ok := s.Apply(cutCmd(false, cut.Length{Shard: 9, Length: 5})); ok {
+		t.Fatal("unknown shard cut applied")
+	}
+}
+
+func TestFailedFinalizeFixesLengthAndCapsLaterCuts(t *testing.T) {
+	s := twoShards(t)
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 3}, cut.Length{Shard: 1, Length: 2}))
+	ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}})
+	if !ev.MembershipChanged {
+		t.Fatal("finalize must change membership")
+	}
+	sh := s.Shard(0)
+	if sh.State != Finalized || sh.FinalLength != 3 || !sh.Failed || sh.FinalCut != 1 {
+		t.Fatalf("shard %+v", sh)
+	}
+	// An in-flight proposal from before the failure cannot grow it.
+	ev = mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 9}, cut.Length{Shard: 1, Length: 4}))
+	if ev.Cut.Len(0) != 3 || ev.Cut.Len(1) != 4 || ev.Cut.End != 7 {
+		t.Fatalf("cut %+v", ev.Cut)
+	}
+	if _, ok := s.Apply(Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}}); ok {
+		t.Fatal("finalizing twice changed state")
+	}
+}
+
+func TestGracefulFinalizeWaitsGraceCuts(t *testing.T) {
+	s := twoShards(t)
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 1}))
+	mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, GraceCuts: 2}})
+	if sh := s.Shard(0); sh.State != Finalizing || sh.FinalCut != 3 {
+		t.Fatalf("shard %+v", sh)
+	}
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 4}))
+	if s.Shard(0).State != Finalizing {
+		t.Fatal("finalized before its grace ended")
+	}
+	// Forced cuts let a finalizing shard reach its final cut with no traffic.
+	ev := mustApply(t, s, cutCmd(true))
+	if ev.Cut.Index != 3 || !ev.MembershipChanged {
+		t.Fatalf("event %+v", ev)
+	}
+	if sh := s.Shard(0); sh.State != Finalized || sh.FinalLength != 4 || sh.Failed {
+		t.Fatalf("shard %+v", sh)
+	}
+	// With nothing finalizing, a forced cut is not needed and not made.
+	if _, ok := s.Apply(cutCmd(true)); ok {
+		t.Fatal("empty forced cut applied with nothing finalizing")
+	}
+}
+
+func TestRegisterAfterRestartFinalizesStaleShard(t *testing.T) {
+	s := twoShards(t)
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 2}))
+	// a2 restarted (new incarnation): the group forms a new shard, and the
+	// old one, whose replica lost its volatile state, ends at its cut length.
+	ev := mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 2}))
+	if ev.Registered != 2 {
+		t.Fatalf("registered %d", ev.Registered)
+	}
+	if sh := s.Shard(0); sh.State != Finalized || sh.FinalLength != 2 || !sh.Failed {
+		t.Fatalf("old shard %+v", sh)
+	}
+	if s.Shard(1).State != Live {
+		t.Fatal("other group's shard must stay live")
+	}
+	// The new shard may appear from the next cut on.
+	if sh := s.Shard(2); sh.AddedCut != 2 {
+		t.Fatalf("new shard %+v", sh)
+	}
+}
+
+func TestTrim(t *testing.T) {
+	s := twoShards(t)
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 5}))
+	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 6}}); ok {
+		t.Fatal("trim beyond the tail applied")
+	}
+	ev := mustApply(t, s, Command{Trim: &TrimCommand{Position: 3}})
+	if ev.Trim != 3 || s.Trim != 3 {
+		t.Fatalf("trim %d", s.Trim)
+	}
+	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 2}}); ok {
+		t.Fatal("trim moved backwards")
+	}
+}
+
+// TestReplicasAgree applies one random command sequence on two states, one of
+// which is snapshotted and restored midway, and checks they end identical and
+// that cuts never shrink.
+func TestReplicasAgree(t *testing.T) {
+	for seed := uint64(0); seed < 50; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		a, b := New("x"), New("x")
+		lens := map[cut.ShardID]uint64{}
+		for i := 0; i < 300; i++ {
+			var c Command
+			switch k := rng.IntN(20); {
+			case k == 0:
+				c = reg("g", Replica{ID: "s" + string(rune('a'+rng.IntN(4))), Incarnation: uint64(rng.IntN(3))})
+			case k == 1 && len(a.Shards) > 0:
+				c = Command{Finalize: &FinalizeCommand{Shard: cut.ShardID(rng.IntN(len(a.Shards))), GraceCuts: uint64(rng.IntN(3)), Failed: rng.IntN(2) == 0}}
+			case k == 2:
+				c = Command{Trim: &TrimCommand{Position: uint64(rng.IntN(int(a.Tail()) + 1))}}
+			default:
+				var ls []cut.Length
+				for _, sh := range a.Shards {
+					lens[sh.ID] += uint64(rng.IntN(4))
+					ls = append(ls, cut.Length{Shard: sh.ID, Length: lens[sh.ID]})
+				}
+				c = cutCmd(rng.IntN(4) == 0, ls...)
+			}
+			enc := c.Encode()
+			dc, err := DecodeCommand(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev := a.LastCut
+			a.Apply(dc)
+			b.Apply(dc)
+			if a.LastCut.Index != prev.Index {
+				if err := cut.CheckSuccessor(prev, a.LastCut); err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
+			}
+			if i == 150 {
+				if err := b.Restore(b.Snapshot()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if !bytes.Equal(a.Snapshot(), b.Snapshot()) {
+			t.Fatalf("seed %d: replicas diverged", seed)
+		}
+	}
+}
