@@ -1,0 +1,92 @@
+// Package client is augur's Go SDK: append records to a shared log, read
+// them back by position, and subscribe to the totally ordered stream.
+//
+//	c, err := client.Dial(ctx, client.Config{ClusterID: "dev", Ordering: []string{"127.0.0.1:7101"}})
+//	pos, err := c.Append(ctx, client.Record{Key: "k", Payload: []byte("hello")})
+//	sub, err := c.Subscribe(ctx, 0, client.Filter{})
+//	for { e, err := sub.Next(ctx); ... }
+package client
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Record is what an application appends.
+type Record struct {
+	Key     string
+	Tags    []string
+	Payload []byte
+}
+
+// Entry is a record at its global position.
+type Entry struct {
+	Position uint64
+	Shard    uint32
+	Record   Record
+}
+
+// Ack is the outcome of an append: the record's global position and the
+// shard that stores it.
+type Ack struct {
+	Position uint64
+	Shard    uint32
+}
+
+// Filter selects records in a subscription; the zero Filter selects all. A
+// record matches when its key is one of Keys (if any) and it carries at
+// least one of Tags (if any).
+type Filter struct {
+	Keys []string
+	Tags []string
+}
+
+// Placement chooses the shard of an append that does not name one.
+type Placement int
+
+const (
+	// RoundRobin spreads appends over the live shards in turn.
+	RoundRobin Placement = iota
+	// ByKey sends records with the same key to the same shard while the set
+	// of live shards stays the same.
+	ByKey
+)
+
+// Config configures a client.
+type Config struct {
+	ClusterID string
+	// Ordering lists ordering replicas' addresses; any one that answers will do.
+	Ordering  []string
+	Placement Placement
+	// InflightMax bounds the appends in flight at once (default 4096);
+	// AppendAsync blocks when it is reached.
+	InflightMax int
+	// RecordBytesMax rejects larger payloads before sending (default 1 MiB;
+	// the servers enforce their own limit too).
+	RecordBytesMax int
+	// ClientID identifies this client for idempotent retries; zero picks a
+	// random one.
+	ClientID uint64
+	// RetryInterval paces reconnection attempts (default 50ms).
+	RetryInterval time.Duration
+}
+
+// Errors a caller can test for with errors.Is.
+var (
+	ErrTrimmed        = errors.New("augur: position is trimmed")
+	ErrInvalidRecord  = errors.New("augur: invalid record")
+	ErrUnknownShard   = errors.New("augur: unknown shard")
+	ErrWrongCluster   = errors.New("augur: wrong cluster id")
+	ErrNoLiveShard    = errors.New("augur: no live shard")
+	ErrClosed         = errors.New("augur: client closed")
+	ErrNegativeOffset = errors.New("augur: negative position")
+)
+
+// ServerError carries a server's refusal.
+type ServerError struct {
+	Code    string
+	Message string
+}
+
+func (e *ServerError) Error() string { return fmt.Sprintf("augur: %s: %s", e.Code, e.Message) }

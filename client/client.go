@@ -1,0 +1,360 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+)
+
+// Defaults.
+const (
+	defaultInflightMax    = 4096
+	defaultRecordBytesMax = 1 << 20
+	defaultRetryInterval  = 50 * time.Millisecond
+	// appendBatchMax and appendBatchBytesMax bound one Append message.
+	appendBatchMax      = 1024
+	appendBatchBytesMax = 1 << 20
+	// rpcTimeout bounds control-plane calls.
+	rpcTimeout = 5 * time.Second
+)
+
+// Client is safe for concurrent use.
+type Client struct {
+	cfg      Config
+	clientID uint64
+	seq      atomic.Uint64
+	inflight chan struct{}
+	rr       atomic.Uint64
+
+	mu       sync.Mutex
+	status   *pb.StatusResponse
+	conns    map[string]*grpc.ClientConn
+	shards   map[uint32]*shardConn
+	leader   string
+	closed   bool
+	closedCh chan struct{}
+	wg       sync.WaitGroup
+}
+
+// Dial connects to a cluster through its ordering replicas.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.ClusterID == "" {
+		return nil, errors.New("augur: cluster id is empty")
+	}
+	if len(cfg.Ordering) == 0 {
+		return nil, errors.New("augur: no ordering replica addresses")
+	}
+	if cfg.InflightMax <= 0 {
+		cfg.InflightMax = defaultInflightMax
+	}
+	if cfg.RecordBytesMax <= 0 {
+		cfg.RecordBytesMax = defaultRecordBytesMax
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = defaultRetryInterval
+	}
+	c := &Client{
+		cfg:      cfg,
+		clientID: cfg.ClientID,
+		inflight: make(chan struct{}, cfg.InflightMax),
+		conns:    map[string]*grpc.ClientConn{},
+		shards:   map[uint32]*shardConn{},
+		closedCh: make(chan struct{}),
+	}
+	for c.clientID == 0 {
+		c.clientID = rand.Uint64()
+	}
+	if _, err := c.refresh(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ID is the client id that makes this client's retries idempotent.
+func (c *Client) ID() uint64 { return c.clientID }
+
+// Close releases the client's connections; appends in flight fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.closedCh)
+	shards := c.shards
+	c.shards = map[uint32]*shardConn{}
+	c.mu.Unlock()
+	for _, sc := range shards {
+		sc.shutdown()
+	}
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	return nil
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("augur: dial %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// orderingAddrs lists the ordering replicas, the known leader first.
+func (c *Client) orderingAddrs() []string {
+	c.mu.Lock()
+	leader := c.leader
+	c.mu.Unlock()
+	out := []string{}
+	if leader != "" {
+		out = append(out, leader)
+	}
+	for _, a := range c.cfg.Ordering {
+		if a != leader {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// onOrdering calls fn on ordering replicas, the leader first, until one
+// answers without a transport error.
+func (c *Client) onOrdering(ctx context.Context, fn func(context.Context, pb.OrderingClient) error) error {
+	var last error
+	for _, addr := range c.orderingAddrs() {
+		cc, err := c.conn(addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		err = fn(cctx, pb.NewOrderingClient(cc))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable && st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled {
+			return translate(err)
+		}
+		last = err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("augur: no ordering replica answered: %w", last)
+}
+
+// refresh fetches the shard table, preferring the leader's view.
+func (c *Client) refresh(ctx context.Context) (*pb.StatusResponse, error) {
+	var st *pb.StatusResponse
+	err := c.onOrdering(ctx, func(ctx context.Context, oc pb.OrderingClient) error {
+		var err error
+		st, err = oc.Status(ctx, &pb.StatusRequest{ClusterId: c.cfg.ClusterID})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if st.LeaderAddr != "" {
+		c.leader = st.LeaderAddr
+	}
+	if c.status == nil || st.EventSeq >= c.status.EventSeq {
+		c.status = st
+	}
+	st = c.status
+	c.mu.Unlock()
+	return st, nil
+}
+
+func (c *Client) cachedStatus() *pb.StatusResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+func (c *Client) shardInfo(id uint32) *pb.ShardInfo {
+	for _, sh := range c.cachedStatus().GetShards() {
+		if sh.Id == id {
+			return sh
+		}
+	}
+	return nil
+}
+
+// Status describes the cluster.
+func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
+	return c.refresh(ctx)
+}
+
+// CheckTail returns the next position to be assigned.
+func (c *Client) CheckTail(ctx context.Context) (uint64, error) {
+	st, err := c.refresh(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return st.Tail, nil
+}
+
+// Trim discards the records below pos on every server.
+func (c *Client) Trim(ctx context.Context, pos uint64) error {
+	return c.leaderCall(ctx, func(ctx context.Context, oc pb.OrderingClient) (string, error) {
+		resp, err := oc.Trim(ctx, &pb.TrimRequest{ClusterId: c.cfg.ClusterID, Position: pos})
+		if err != nil {
+			return "", err
+		}
+		if resp.NotLeader {
+			return resp.LeaderAddr, nil
+		}
+		return "", nil
+	})
+}
+
+// FinalizeShard stops shard after graceCuts more cuts; it stays readable.
+func (c *Client) FinalizeShard(ctx context.Context, shard uint32, graceCuts uint64) error {
+	err := c.leaderCall(ctx, func(ctx context.Context, oc pb.OrderingClient) (string, error) {
+		resp, err := oc.FinalizeShard(ctx, &pb.FinalizeShardRequest{ClusterId: c.cfg.ClusterID, Shard: shard, GraceCuts: graceCuts})
+		if err != nil {
+			return "", err
+		}
+		if resp.NotLeader {
+			return resp.LeaderAddr, nil
+		}
+		return "", nil
+	})
+	if err == nil {
+		c.refresh(ctx)
+	}
+	return err
+}
+
+// leaderCall retries fn until a replica that is the leader handles it; fn
+// returns the leader's address when it reached a follower.
+func (c *Client) leaderCall(ctx context.Context, fn func(context.Context, pb.OrderingClient) (string, error)) error {
+	for {
+		var redirect string
+		err := c.onOrdering(ctx, func(ctx context.Context, oc pb.OrderingClient) error {
+			var err error
+			redirect, err = fn(ctx, oc)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if redirect == "" {
+			return nil
+		}
+		c.mu.Lock()
+		c.leader = redirect
+		c.mu.Unlock()
+		if err := c.pause(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *Client) pause(ctx context.Context) error {
+	t := time.NewTimer(c.cfg.RetryInterval)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closedCh:
+		return ErrClosed
+	}
+}
+
+// AddShard asks group's primary to open another live shard.
+func (c *Client) AddShard(ctx context.Context, group string) (uint32, error) {
+	st, err := c.refresh(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var primary string
+	for _, sh := range st.Shards {
+		if sh.Group == group && len(sh.Replicas) > 0 {
+			primary = sh.Replicas[0].Addr
+		}
+	}
+	if primary == "" {
+		return 0, fmt.Errorf("augur: no shard of group %q is known, so its primary is unknown", group)
+	}
+	cc, err := c.conn(primary)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := pb.NewReplicaClient(cc).AddShard(ctx, &pb.AddShardRequest{ClusterId: c.cfg.ClusterID})
+	if err != nil {
+		return 0, translate(err)
+	}
+	c.refresh(ctx)
+	return resp.Shard, nil
+}
+
+// translate turns gRPC status errors into the package's errors.
+func translate(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.PermissionDenied:
+		return fmt.Errorf("%w: %s", ErrWrongCluster, st.Message())
+	case codes.OutOfRange:
+		return fmt.Errorf("%w: %s", ErrTrimmed, st.Message())
+	case codes.FailedPrecondition:
+		return &ServerError{Code: "failed precondition", Message: st.Message()}
+	case codes.InvalidArgument:
+		return &ServerError{Code: "invalid argument", Message: st.Message()}
+	case codes.NotFound:
+		return fmt.Errorf("%w: %s", ErrUnknownShard, st.Message())
+	}
+	return err
+}
+
+// pickShard chooses a live shard for rec.
+func (c *Client) pickShard(rec *pb.Record, skip uint32, haveSkip bool) (uint32, error) {
+	st := c.cachedStatus()
+	var live []uint32
+	for _, sh := range st.GetShards() {
+		if sh.State == pb.ShardState_SHARD_LIVE && !(haveSkip && sh.Id == skip) {
+			live = append(live, sh.Id)
+		}
+	}
+	if len(live) == 0 {
+		return 0, ErrNoLiveShard
+	}
+	if c.cfg.Placement == ByKey && rec.Key != "" {
+		h := fnv.New32a()
+		h.Write([]byte(rec.Key))
+		return live[int(h.Sum32()%uint32(len(live)))], nil
+	}
+	return live[int(c.rr.Add(1)%uint64(len(live)))], nil
+}

@@ -1,0 +1,316 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/devcluster"
+)
+
+// startCluster runs a dev cluster (3 ordering replicas, 2 shards × 2) for one
+// test and returns a connected client.
+func startCluster(t *testing.T) (*devcluster.Cluster, *client.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), RecordBytesMax: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	if err := dc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, client.Config{ClusterID: dc.ClusterID, Ordering: dc.OrderingAddrs(), RecordBytesMax: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return dc, c
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestAppendReadSubscribe(t *testing.T) {
+	_, c := startCluster(t)
+	ctx := testCtx(t)
+	sub, err := c.Subscribe(ctx, 0, client.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	tagged, err := c.Subscribe(ctx, 0, client.Filter{Tags: []string{"odd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tagged.Close()
+	const n = 40
+	acks := map[uint64]string{}
+	for i := 0; i < n; i++ {
+		rec := client.Record{Key: fmt.Sprintf("k%d", i%3), Payload: []byte(fmt.Sprintf("r%d", i))}
+		if i%2 == 1 {
+			rec.Tags = []string{"odd"}
+		}
+		a, err := c.Append(ctx, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := acks[a.Position]; dup {
+			t.Fatalf("position %d acknowledged twice", a.Position)
+		}
+		acks[a.Position] = string(rec.Payload)
+	}
+	for p := uint64(0); p < n; p++ {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Position != p || string(e.Record.Payload) != acks[p] {
+			t.Fatalf("subscriber got %d:%s, want %d:%s", e.Position, e.Record.Payload, p, acks[p])
+		}
+	}
+	for i := 0; i < n/2; i++ {
+		e, err := tagged.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k int
+		fmt.Sscanf(string(e.Record.Payload), "r%d", &k)
+		if k%2 != 1 || acks[e.Position] != string(e.Record.Payload) {
+			t.Fatalf("filtered subscriber got %d:%s", e.Position, e.Record.Payload)
+		}
+	}
+	es, err := c.ReadRange(ctx, 5, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range es {
+		if e.Position != uint64(5+i) || string(e.Record.Payload) != acks[e.Position] {
+			t.Fatalf("read %d: %d:%s", i, e.Position, e.Record.Payload)
+		}
+	}
+	tail, err := c.CheckTail(ctx)
+	if err != nil || tail != n {
+		t.Fatalf("tail %d, %v; want %d", tail, err, n)
+	}
+}
+
+func TestReadBeyondTailWaitsForDeadline(t *testing.T) {
+	_, c := startCluster(t)
+	ctx := testCtx(t)
+	if _, err := c.Append(ctx, client.Record{Payload: []byte("only")}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Read(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read beyond the tail: %v, want deadline exceeded", err)
+	}
+	// A read that waits is answered when the record arrives.
+	got := make(chan client.Entry, 1)
+	go func() {
+		e, err := c.Read(ctx, 1)
+		if err == nil {
+			got <- e
+		}
+		close(got)
+	}()
+	if _, err := c.Append(ctx, client.Record{Payload: []byte("second")}); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := <-got
+	if !ok || string(e.Record.Payload) != "second" {
+		t.Fatalf("waiting read got %+v", e)
+	}
+}
+
+func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
+	dc, c := startCluster(t)
+	ctx := testCtx(t)
+	if _, err := c.Append(ctx, client.Record{}); !errors.Is(err, client.ErrInvalidRecord) {
+		t.Fatalf("empty record: %v", err)
+	}
+	if _, err := c.Append(ctx, client.Record{Payload: make([]byte, 2<<20)}); !errors.Is(err, client.ErrInvalidRecord) {
+		t.Fatalf("record over the client's limit: %v", err)
+	}
+	// The servers enforce their own limit (64 KiB here) for clients that
+	// allow more.
+	_, err := c.Append(ctx, client.Record{Payload: make([]byte, 100<<10)})
+	if !errors.Is(err, client.ErrInvalidRecord) || !strings.Contains(err.Error(), "exceeds") {
+		t.Fatalf("record over the server's limit: %v", err)
+	}
+	if _, err := c.AppendToShard(ctx, client.Record{Payload: []byte("x")}, 99); !errors.Is(err, client.ErrUnknownShard) {
+		t.Fatalf("unknown shard: %v", err)
+	}
+	if _, err := client.Dial(ctx, client.Config{ClusterID: "other", Ordering: dc.OrderingAddrs()}); !errors.Is(err, client.ErrWrongCluster) {
+		t.Fatalf("wrong cluster: %v", err)
+	}
+	if _, err := c.ReadRange(ctx, 0, 0); err == nil {
+		t.Fatal("read of zero records accepted")
+	}
+	if err := c.Trim(ctx, 1000); err == nil {
+		t.Fatal("trim beyond the tail accepted")
+	}
+	if err := c.FinalizeShard(ctx, 42, 0); !errors.Is(err, client.ErrUnknownShard) {
+		t.Fatalf("finalize unknown shard: %v", err)
+	}
+	// Nothing above reached the log.
+	tail, err := c.CheckTail(ctx)
+	if err != nil || tail != 0 {
+		t.Fatalf("tail %d, %v after refused input", tail, err)
+	}
+}
+
+func TestTrim(t *testing.T) {
+	_, c := startCluster(t)
+	ctx := testCtx(t)
+	for i := 0; i < 20; i++ {
+		if _, err := c.Append(ctx, client.Record{Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Trim(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(ctx, 3); !errors.Is(err, client.ErrTrimmed) {
+		t.Fatalf("read below the trim point: %v", err)
+	}
+	e, err := c.Read(ctx, 10)
+	if err != nil || string(e.Record.Payload) != "10" {
+		t.Fatalf("read at the trim point: %+v, %v", e, err)
+	}
+}
+
+// TestRetriedAppendIsStoredOnce sends the same (client id, sequence) twice
+// straight to a primary, as a client retrying after a lost answer would.
+func TestRetriedAppendIsStoredOnce(t *testing.T) {
+	dc, c := startCluster(t)
+	ctx := testCtx(t)
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := st.Shards[0]
+	conn, err := grpc.NewClient(sh.Replicas[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	appendOnce := func() *pb.AppendAck {
+		stream, err := pb.NewLogClient(conn).Append(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stream.CloseSend()
+		err = stream.Send(&pb.AppendRequest{ClusterId: dc.ClusterID, ClientId: 77, Shard: sh.Id,
+			Entries: []*pb.AppendEntry{{Seq: 1, Record: &pb.Record{Payload: []byte("once")}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range resp.Acks {
+				if a.Code != pb.Code_PENDING {
+					return a
+				}
+			}
+		}
+	}
+	first, second := appendOnce(), appendOnce()
+	if first.Code != pb.Code_OK || second.Code != pb.Code_OK || first.Position != second.Position {
+		t.Fatalf("first %v, retry %v", first, second)
+	}
+	tail, err := c.CheckTail(ctx)
+	if err != nil || tail != 1 {
+		t.Fatalf("tail %d, %v; the retry was stored again", tail, err)
+	}
+	e, err := c.Read(ctx, first.Position)
+	if err != nil || !bytes.Equal(e.Record.Payload, []byte("once")) {
+		t.Fatalf("read %+v, %v", e, err)
+	}
+}
+
+// TestStorageFailureFinalizesAndAppendsMove stops a primary mid-stream: its
+// shard is finalized, the group forms a new shard once the server is back,
+// and every append is acknowledged exactly once.
+func TestStorageFailureFinalizesAndAppendsMove(t *testing.T) {
+	dc, c := startCluster(t)
+	ctx := testCtx(t)
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := st.Shards[0].Replicas[0].Id
+	const n = 600
+	type result struct {
+		a   client.Ack
+		err error
+	}
+	results := make(chan result, n)
+	for i := 0; i < n; i++ {
+		if i == n/3 {
+			if err := dc.StopStorage(victim); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.AppendAsync(ctx, client.Record{Payload: []byte(fmt.Sprint(i))}, func(a client.Ack, err error) { results <- result{a, err} })
+	}
+	seen := map[uint64]bool{}
+	for i := 0; i < n; i++ {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if seen[r.a.Position] {
+			t.Fatalf("position %d acknowledged twice", r.a.Position)
+		}
+		seen[r.a.Position] = true
+	}
+	if err := dc.StartStorage(victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Shards[0].State != pb.ShardState_SHARD_FINALIZED || !st.Shards[0].Failed {
+		t.Fatalf("failed shard %v", st.Shards[0])
+	}
+	if st.Tail != n {
+		t.Fatalf("tail %d, want %d: an append was lost or duplicated", st.Tail, n)
+	}
+	// The finalized shard's records stay readable from its survivor.
+	es, err := c.ReadRange(ctx, 0, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFailed := 0
+	for _, e := range es {
+		if e.Shard == st.Shards[0].Id {
+			fromFailed++
+		}
+	}
+	if fromFailed == 0 {
+		t.Fatal("no record of the failed shard was readable")
+	}
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/augur-log/augur/internal/devcluster"
+)
+
+// devReadyTimeout bounds how long a dev cluster may take to start.
+const devReadyTimeout = 30 * time.Second
+
+func newDevCmd() *cobra.Command {
+	var (
+		opts        devcluster.Options
+		metricsAddr string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a whole cluster in this process on loopback until Ctrl-C",
+		Long: `Run a whole cluster — ordering replicas and storage groups — in this process
+on 127.0.0.1 with ports chosen by the OS, print its endpoints and the cluster
+file to use with the other commands, and keep it up until SIGINT or SIGTERM.
+
+Without --data the data lives in a temporary directory removed on exit.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case opts.Shards < 1:
+				return fmt.Errorf("--shards must be at least 1, got %d", opts.Shards)
+			case opts.Replicas < 1:
+				return fmt.Errorf("--replicas must be at least 1, got %d", opts.Replicas)
+			case opts.OrderingReplicas < 1:
+				return fmt.Errorf("--ordering-replicas must be at least 1, got %d", opts.OrderingReplicas)
+			case opts.OrderingInterval < 0:
+				return fmt.Errorf("--ordering-interval must be positive, got %v", opts.OrderingInterval)
+			}
+			ctx := cmd.Context()
+			opts.Logger = slog.Default()
+			var stopMetrics func()
+			if metricsAddr != "" {
+				var err error
+				if stopMetrics, err = serveMetrics(metricsAddr); err != nil {
+					return err
+				}
+				defer stopMetrics()
+			}
+			dc, err := devcluster.Start(ctx, opts)
+			if err != nil {
+				return err
+			}
+			defer dc.Close()
+			readyCtx, cancel := context.WithTimeout(ctx, devReadyTimeout)
+			err = dc.WaitReady(readyCtx)
+			cancel()
+			if err != nil {
+				if interrupted(ctx, err) {
+					return nil
+				}
+				return err
+			}
+			cfg := dc.Config()
+			path := filepath.Join(dc.Dir(), "cluster.yaml")
+			if err := cfg.Save(path); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "augur dev: cluster %q is up (data in %s)\n\n", cfg.ClusterID, dc.Dir())
+			fmt.Fprintf(out, "ordering replicas  %s\n", strings.Join(cfg.OrderingAddrs(), ","))
+			for _, g := range cfg.Groups() {
+				var servers []string
+				for _, s := range cfg.Group(g) {
+					servers = append(servers, s.ID+"@"+s.Addr)
+				}
+				fmt.Fprintf(out, "storage group %-4s %s\n", g, strings.Join(servers, " "))
+			}
+			if metricsAddr != "" {
+				fmt.Fprintf(out, "metrics            http://%s/metrics\n", metricsAddr)
+			}
+			fmt.Fprintf(out, "\ncluster file       %s\n\n", path)
+			fmt.Fprintf(out, "try:\n  echo hello | augur append --config %s\n  augur subscribe --config %s\n  augur status --config %s\n\nCtrl-C stops the cluster.\n", path, path, path)
+			<-ctx.Done()
+			fmt.Fprintln(cmd.ErrOrStderr(), "augur dev: stopping")
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.Dir, "data", "", "data directory (default: a temporary one, removed on exit)")
+	fs.IntVar(&opts.Shards, "shards", devcluster.DefaultShards, "storage groups (one shard each)")
+	fs.IntVar(&opts.Replicas, "replicas", devcluster.DefaultReplicas, "storage servers per group")
+	fs.IntVar(&opts.OrderingReplicas, "ordering-replicas", devcluster.DefaultOrderingReplicas, "ordering replicas")
+	fs.DurationVar(&opts.OrderingInterval, "ordering-interval", 0, "cut interval (default 1ms)")
+	fs.StringVar(&opts.ClusterID, "cluster-id", devcluster.DefaultClusterID, "cluster id")
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics here")
+	return cmd
+}

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+)
+
+// Bounds of the record commands.
+const (
+	// stdinBytesMax bounds what `augur append` reads from stdin before it
+	// appends anything (it checks every line first).
+	stdinBytesMax = 256 << 20
+	// readCountMax bounds `augur read --n`.
+	readCountMax = 100_000
+)
+
+func newAppendCmd() *cobra.Command {
+	var (
+		cf    connFlags
+		key   string
+		tags  []string
+		shard uint32
+	)
+	cmd := &cobra.Command{
+		Use:   "append [DATA]",
+		Short: "Append DATA, or each line of stdin, as a record; prints 'position shard' per record",
+		Long: `Append DATA as one record, or, without DATA, each line of stdin as one record.
+Prints 'position shard' for each record, in input order.
+
+Every record is checked before the first is sent (empty or oversized records,
+unknown or finalized --shard), so bad input appends nothing.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := cf.resolve()
+			if err != nil {
+				return err
+			}
+			var payloads [][]byte
+			if len(args) == 1 {
+				payloads = [][]byte{[]byte(args[0])}
+			} else if payloads, err = readLines(cmd.InOrStdin()); err != nil {
+				return err
+			}
+			if err := checkPayloads(payloads, t.recordBytesMax(), len(args) == 0); err != nil {
+				return err
+			}
+			for _, tag := range tags {
+				if tag == "" {
+					return errors.New("--tag: empty tag")
+				}
+			}
+			if key != "" {
+				// Records with one key go to one shard, in order.
+				cf.placement = client.ByKey
+			}
+			ctx := cmd.Context()
+			cl, _, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			recs := make([]client.Record, len(payloads))
+			for i, p := range payloads {
+				recs[i] = client.Record{Key: key, Tags: tags, Payload: p}
+			}
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			if cmd.Flags().Changed("shard") {
+				return appendToShard(ctx, cl, cf.timeout, shard, recs, out)
+			}
+			return appendPlaced(ctx, cl, cf.timeout, recs, out)
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&key, "key", "", "record key; records with the same key go to the same shard")
+	cmd.Flags().StringArrayVar(&tags, "tag", nil, "record tag; repeat for several")
+	cmd.Flags().Uint32Var(&shard, "shard", 0, "append to this shard instead of letting the client place records")
+	return cmd
+}
+
+// readLines reads all of r, at most stdinBytesMax, as lines.
+func readLines(r io.Reader) ([][]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, stdinBytesMax+1))
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	if len(data) > stdinBytesMax {
+		return nil, fmt.Errorf("stdin holds more than %d MiB; split it over several appends", stdinBytesMax>>20)
+	}
+	if len(data) == 0 {
+		return nil, errors.New("nothing to append: give DATA or records on stdin, one per line")
+	}
+	text := strings.TrimSuffix(string(data), "\n")
+	var lines [][]byte
+	for l := range strings.SplitSeq(text, "\n") {
+		lines = append(lines, []byte(strings.TrimSuffix(l, "\r")))
+	}
+	return lines, nil
+}
+
+func checkPayloads(payloads [][]byte, limit int, fromStdin bool) error {
+	what := func(i int) string {
+		if fromStdin {
+			return fmt.Sprintf("line %d", i+1)
+		}
+		return "DATA"
+	}
+	for i, p := range payloads {
+		switch {
+		case len(p) == 0:
+			return fmt.Errorf("%s is empty: empty records are invalid; nothing was appended", what(i))
+		case len(p) > limit:
+			return fmt.Errorf("%s is %d bytes, over the cluster's record_bytes_max of %d; nothing was appended", what(i), len(p), limit)
+		}
+	}
+	return nil
+}
+
+// appendPlaced pipelines recs through the client's placement and prints
+// their acks in input order.
+func appendPlaced(ctx context.Context, cl *client.Client, timeout time.Duration, recs []client.Record, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		ack client.Ack
+		err error
+	}
+	results := make([]result, len(recs))
+	var wg sync.WaitGroup
+	for i, r := range recs {
+		wg.Add(1)
+		cl.AppendAsync(ctx, r, func(a client.Ack, err error) {
+			results[i] = result{a, err}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	var errs []error
+	for i, r := range results {
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("record %d: %w", i+1, r.err))
+			continue
+		}
+		fmt.Fprintf(out, "%d %d\n", r.ack.Position, r.ack.Shard)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%d of %d appends failed: %w", len(errs), len(recs), errors.Join(errs...))
+	}
+	return nil
+}
+
+// appendToShard appends recs one by one to shard after checking that it is
+// live, stopping at the first failure.
+func appendToShard(ctx context.Context, cl *client.Client, timeout time.Duration, shard uint32, recs []client.Record, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if err := checkLiveShard(st, shard); err != nil {
+		return fmt.Errorf("--shard: %w; nothing was appended", err)
+	}
+	for i, r := range recs {
+		a, err := cl.AppendToShard(ctx, r, shard)
+		if err != nil {
+			return fmt.Errorf("record %d of %d: append to shard %d: %w", i+1, len(recs), shard, err)
+		}
+		fmt.Fprintf(out, "%d %d\n", a.Position, a.Shard)
+	}
+	return nil
+}
+
+// checkLiveShard tells whether shard exists and takes appends.
+func checkLiveShard(st *pb.StatusResponse, shard uint32) error {
+	var ids []string
+	for _, sh := range st.Shards {
+		if sh.Id == shard {
+			if sh.State != pb.ShardState_SHARD_LIVE {
+				return fmt.Errorf("shard %d is %s and takes no appends", shard, shardState(sh.State))
+			}
+			return nil
+		}
+		ids = append(ids, strconv.FormatUint(uint64(sh.Id), 10))
+	}
+	return fmt.Errorf("shard %d does not exist (shards: %s)", shard, strings.Join(ids, " "))
+}
+
+func newReadCmd() *cobra.Command {
+	var (
+		cf   connFlags
+		n    int
+		wait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "read POS",
+		Short: "Print the records from position POS on: 'position shard key payload' per line",
+		Long: `Print N records from position POS on, one per line, tab-separated:
+position, shard, key, payload (as text if it is printable, else Go-quoted).
+
+Without --wait, reading past the tail is an error; with --wait, read waits
+(up to --timeout) for positions not yet ordered.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pos, err := parsePosition(args[0])
+			if err != nil {
+				return err
+			}
+			if n < 1 || n > readCountMax {
+				return fmt.Errorf("--n must be in [1, %d], got %d", readCountMax, n)
+			}
+			ctx := cmd.Context()
+			cl, _, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+			defer cancel()
+			if !wait {
+				tail, err := cl.CheckTail(ctx)
+				if err != nil {
+					return fmt.Errorf("check tail: %w", err)
+				}
+				if pos >= tail {
+					return fmt.Errorf("position %d is not written yet (the tail is %d); --wait waits for it", pos, tail)
+				}
+				n = int(min(uint64(n), tail-pos))
+			}
+			entries, err := cl.ReadRange(ctx, pos, n)
+			if err != nil {
+				return fmt.Errorf("read from position %d: %w", pos, err)
+			}
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			for _, e := range entries {
+				printEntry(out, e)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().IntVar(&n, "n", 1, "number of records to read")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait (up to --timeout) for positions not yet ordered")
+	return cmd
+}
+
+func newSubscribeCmd() *cobra.Command {
+	var (
+		cf   connFlags
+		from uint64
+		keys []string
+		tags []string
+		n    int
+	)
+	cmd := &cobra.Command{
+		Use:   "subscribe",
+		Short: "Follow the log like tail -f: 'position shard key payload' per record",
+		Long: `Follow the log from --from on, printing each record as it is ordered, one per
+line, tab-separated: position, shard, key, payload (as text if printable, else
+Go-quoted). --key and --tag filter (a record matches when its key is one of
+the keys, if any, and it carries one of the tags, if any). Stops on Ctrl-C or
+after --n records.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n < 0 {
+				return fmt.Errorf("--n must not be negative, got %d", n)
+			}
+			ctx := cmd.Context()
+			cl, _, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			sub, err := cl.Subscribe(ctx, from, client.Filter{Keys: keys, Tags: tags})
+			if err != nil {
+				if interrupted(ctx, err) {
+					return nil
+				}
+				return fmt.Errorf("subscribe from %d: %w", from, err)
+			}
+			defer sub.Close()
+			out := cmd.OutOrStdout()
+			for i := 0; n == 0 || i < n; i++ {
+				e, err := sub.Next(ctx)
+				if err != nil {
+					if interrupted(ctx, err) {
+						return nil
+					}
+					return fmt.Errorf("subscription: %w", err)
+				}
+				printEntry(out, e)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().Uint64Var(&from, "from", 0, "first position")
+	cmd.Flags().StringArrayVar(&keys, "key", nil, "only records with this key; repeat for several")
+	cmd.Flags().StringArrayVar(&tags, "tag", nil, "only records with this tag; repeat for several")
+	cmd.Flags().IntVar(&n, "n", 0, "stop after this many records (0: run until interrupted)")
+	return cmd
+}
+
+func newTailCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Print the next position to be assigned (CheckTail)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cl, _, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+			defer cancel()
+			tail, err := cl.CheckTail(ctx)
+			if err != nil {
+				return fmt.Errorf("check tail: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), tail)
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func newTrimCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:   "trim POS",
+		Short: "Discard the records below position POS on every server",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pos, err := parsePosition(args[0])
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			cl, _, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+			defer cancel()
+			tail, err := cl.CheckTail(ctx)
+			if err != nil {
+				return fmt.Errorf("check tail: %w", err)
+			}
+			if pos > tail {
+				return fmt.Errorf("cannot trim to %d: beyond the tail %d; nothing was trimmed", pos, tail)
+			}
+			if err := cl.Trim(ctx, pos); err != nil {
+				return fmt.Errorf("trim to %d: %w", pos, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "trimmed below %d\n", pos)
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+// parsePosition parses a log position.
+func parsePosition(s string) (uint64, error) {
+	p, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		if strings.HasPrefix(s, "-") {
+			return 0, fmt.Errorf("position %q is negative; positions start at 0", s)
+		}
+		return 0, fmt.Errorf("position %q is not a non-negative integer", s)
+	}
+	return p, nil
+}
+
+// printEntry writes one record as position, shard, key and payload,
+// tab-separated.
+func printEntry(w io.Writer, e client.Entry) {
+	fmt.Fprintf(w, "%d\t%d\t%s\t%s\n", e.Position, e.Shard, text(e.Record.Key), text(string(e.Record.Payload)))
+}
+
+// text returns s as is when it is printable UTF-8 without tabs or line
+// breaks, and Go-quoted otherwise, so one record stays on one line.
+func text(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return strconv.Quote(s)
+		}
+	}
+	if strings.HasPrefix(s, `"`) {
+		return strconv.Quote(s)
+	}
+	return s
+}

@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/augur-log/augur/internal/config"
+)
+
+func TestLatencyPercentiles(t *testing.T) {
+	l := NewLatency()
+	// 1..10000 µs, each once: the q-quantile is q*10000 µs.
+	for i := 1; i <= 10000; i++ {
+		l.Record(time.Duration(i) * time.Microsecond)
+	}
+	if n := l.Count(); n != 10000 {
+		t.Fatalf("count %d", n)
+	}
+	s := l.Summary()
+	within := func(name string, got, want float64) {
+		t.Helper()
+		// Three significant digits: at most 0.1% off.
+		if got < want || got > want*1.001 {
+			t.Errorf("%s = %v µs, want %v µs (+0.1%%)", name, got, want)
+		}
+	}
+	within("p50", s.P50, 5000)
+	within("p90", s.P90, 9000)
+	within("p99", s.P99, 9900)
+	within("p999", s.P999, 9990)
+	if s.Max != 10000 {
+		t.Errorf("max = %v, want exactly 10000", s.Max)
+	}
+	if s.Mean != 5000.5 {
+		t.Errorf("mean = %v, want exactly 5000.5", s.Mean)
+	}
+	if q := l.Quantile(0.5); q < 5*time.Millisecond || q > 5005*time.Microsecond {
+		t.Errorf("Quantile(0.5) = %v", q)
+	}
+}
+
+func TestLatencyEdges(t *testing.T) {
+	l := NewLatency()
+	if s := l.Summary(); *s != (LatencySummary{}) {
+		t.Fatalf("empty summary %+v", s)
+	}
+	l.Record(-time.Second)
+	l.Record(2 * time.Hour)
+	if l.Saturated() != 1 {
+		t.Fatalf("saturated %d, want 1", l.Saturated())
+	}
+	s := l.Summary()
+	if s.Max != float64(2*time.Hour/time.Microsecond) {
+		t.Fatalf("max %v: the exact maximum must survive clamping", s.Max)
+	}
+}
+
+func TestLatencyConcurrentAndMerge(t *testing.T) {
+	a, b := NewLatency(), NewLatency()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1000 {
+				a.Record(time.Duration(g*1000+i+1) * time.Microsecond)
+			}
+		}()
+	}
+	wg.Wait()
+	b.Record(time.Second)
+	b.Merge(a)
+	if b.Count() != 4001 {
+		t.Fatalf("merged count %d", b.Count())
+	}
+	if s := b.Summary(); s.Max != 1e6 || s.P50 < 2000 || s.P50 > 2002 {
+		t.Fatalf("merged summary %+v", s)
+	}
+}
+
+func TestResultJSONGolden(t *testing.T) {
+	r := &Result{
+		Workload:      "append",
+		Mode:          "eager",
+		Shards:        2,
+		Replicas:      2,
+		RecordBytes:   4096,
+		Rate:          Ptr(0),
+		Clients:       4,
+		DurationS:     10,
+		ThroughputRPS: Ptr(12345.6),
+		AppendLatencyUS: &LatencySummary{
+			Mean: 1500.25, P50: 1400, P90: 2000, P99: 3100, P999: 5000, Max: 9000.5,
+		},
+		CPUSeconds: Ptr(7.25),
+	}
+	var buf bytes.Buffer
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"workload":"append","mode":"eager","shards":2,"replicas":2,"record_bytes":4096,"rate":0,"clients":4,"duration_s":10,"throughput_rps":12345.6,"append_latency_us":{"mean":1500.25,"p50":1400,"p90":2000,"p99":3100,"p999":5000,"max":9000.5},"cpu_seconds":7.25}` + "\n"
+	if got := buf.String(); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+
+	idle := &Result{Workload: "idle", CPUPercentOfOneCore: Ptr(3.5)}
+	buf.Reset()
+	if err := idle.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := buf.String(), `{"workload":"idle","cpu_percent_of_one_core":3.5}`+"\n"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestScheduleIsExactAndDoesNotDrift(t *testing.T) {
+	start := time.Unix(1000, 0)
+	s := Schedule{Start: start, Rate: 3}
+	for k, want := range []time.Duration{0, 333333333, 666666666, time.Second, time.Second + 333333333} {
+		if got := s.At(int64(k)).Sub(start); got != want {
+			t.Errorf("At(%d) = +%v, want +%v", k, got, want)
+		}
+	}
+	big := Schedule{Start: start, Rate: 7919}
+	// After a year of operations the schedule is still exact.
+	k := int64(7919) * 365 * 24 * 3600
+	if got, want := big.At(k).Sub(start), 365*24*time.Hour; got != want {
+		t.Errorf("At(%d) = +%v, want +%v", k, got, want)
+	}
+	for _, tc := range []struct {
+		after time.Duration
+		want  int64
+	}{{-time.Second, 0}, {0, 1}, {333333332, 1}, {333333333, 2}, {time.Second, 4}, {10 * time.Second, 31}} {
+		if got := s.Due(start.Add(tc.after)); got != tc.want {
+			t.Errorf("Due(+%v) = %d, want %d", tc.after, got, tc.want)
+		}
+	}
+	// Due and At agree: operation k is due exactly from At(k) on.
+	for k := range int64(50) {
+		at := big.At(k)
+		if big.Due(at) != k+1 || big.Due(at.Add(-1)) != k {
+			t.Fatalf("Due around At(%d) = %d, %d", k, big.Due(at.Add(-1)), big.Due(at))
+		}
+	}
+}
+
+func TestPacersInterleaveToTheSchedule(t *testing.T) {
+	start := time.Unix(0, 0)
+	s := Schedule{Start: start, Rate: 1000}
+	const clients = 3
+	pacers := make([]*Pacer, clients)
+	for c := range pacers {
+		pacers[c] = NewPacer(s, c, clients)
+	}
+	// Taking from the pacers in turn replays the whole schedule in order.
+	for k := range int64(300) {
+		got := pacers[k%clients].Next()
+		if want := s.At(k); !got.Equal(want) {
+			t.Fatalf("operation %d at +%v, want +%v", k, got.Sub(start), want.Sub(start))
+		}
+	}
+}
+
+func TestCheckRate(t *testing.T) {
+	ok := []struct {
+		rate, clients int
+		d             time.Duration
+	}{{0, 4, time.Second}, {2000, 4, time.Second}, {4_000_000, 4, time.Second}, {1, 1, time.Second}}
+	for _, tc := range ok {
+		if err := CheckRate(tc.rate, tc.clients, tc.d); err != nil {
+			t.Errorf("CheckRate(%d, %d, %v): %v", tc.rate, tc.clients, tc.d, err)
+		}
+	}
+	bad := []struct {
+		rate, clients int
+		d             time.Duration
+		want          string
+	}{
+		{-1, 4, time.Second, "must be 0 (closed loop) or positive"},
+		{5_000_000, 4, time.Second, "below the pacer's 1µs"},
+		{3, 4, time.Second, "less than one operation per client"},
+		{10, 0, time.Second, "clients must be positive"},
+	}
+	for _, tc := range bad {
+		err := CheckRate(tc.rate, tc.clients, tc.d)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckRate(%d, %d, %v) = %v, want error containing %q", tc.rate, tc.clients, tc.d, err, tc.want)
+		}
+	}
+}
+
+func validAppend() Params {
+	return Params{
+		Shards: 2, Replicas: 2, OrderingInterval: time.Millisecond,
+		RecordBytes: 4096, Rate: 1000, Clients: 4, Inflight: 1,
+		Warmup: time.Second, Duration: 2 * time.Second,
+	}
+}
+
+func TestCheckRejectsBadParams(t *testing.T) {
+	if _, err := Check("append", validAppend()); err != nil {
+		t.Fatalf("valid params: %v", err)
+	}
+	if _, err := Check("idle", Params{Shards: 1, Replicas: 1, OrderingInterval: time.Millisecond, Duration: time.Second}); err != nil {
+		t.Fatalf("valid idle params: %v", err)
+	}
+	cases := []struct {
+		name     string
+		workload string
+		edit     func(*Params)
+		want     string
+	}{
+		{"unknown workload", "scan", func(*Params) {}, `unknown workload "scan" (known: append, idle)`},
+		{"zero duration", "append", func(p *Params) { p.Duration = 0 }, "duration must be positive"},
+		{"negative warmup", "append", func(p *Params) { p.Warmup = -time.Second }, "warmup must not be negative"},
+		{"negative rate", "append", func(p *Params) { p.Rate = -5 }, "rate must be 0"},
+		{"unpaceable rate", "append", func(p *Params) { p.Rate = 1 << 30 }, "below the pacer's"},
+		{"zero clients", "append", func(p *Params) { p.Clients = 0 }, "clients must be in [1, 1024]"},
+		{"zero inflight", "append", func(p *Params) { p.Rate, p.Inflight = 0, 0 }, "inflight must be in"},
+		{"empty records", "append", func(p *Params) { p.RecordBytes = 0 }, "record bytes must be in [1, 1048576]"},
+		{"oversized records", "append", func(p *Params) {
+			p.Cluster = config.Default()
+			p.Cluster.RecordBytesMax = 1000
+		}, "record bytes must be in [1, 1000]"},
+		{"zero shards", "append", func(p *Params) { p.Shards = 0 }, "shards must be in [1, 64]"},
+		{"zero interval", "append", func(p *Params) { p.OrderingInterval = 0 }, "ordering interval must be positive"},
+		{"idle on a running cluster", "idle", func(p *Params) { p.Cluster = config.Default() }, "needs the embedded cluster"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := validAppend()
+			tc.edit(&p)
+			_, err := Check(tc.workload, p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPercentilesNeverExceedMax(t *testing.T) {
+	l := NewLatency()
+	// 38175686ns sits low in its bucket, whose highest equivalent value is
+	// above it.
+	l.Record(38175686)
+	s := l.Summary()
+	if s.P999 > s.Max || s.P50 > s.Max || l.Quantile(0.999) > 38175686 {
+		t.Fatalf("percentiles above the maximum: %+v", s)
+	}
+}

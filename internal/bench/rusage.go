@@ -1,0 +1,18 @@
+//go:build unix
+
+package bench
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// CPUTime returns the user+system CPU time this process has used so far.
+func CPUTime() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}

@@ -1,0 +1,376 @@
+// Package config reads and checks the cluster file: one YAML document that
+// names every ordering replica and storage server of a cluster and the knobs
+// they share, and turns it into the configuration of any one of them.
+//
+//	cluster_id: local
+//	ordering:
+//	  - {id: o1, addr: 127.0.0.1:7101}
+//	storage:
+//	  - {id: a1, group: a, addr: 127.0.0.1:7201}
+//
+// Decoding is strict: an unknown field is an error, and every duration is a
+// Go duration string ("10ms"). Fields left out take the defaults of Default.
+// Validate is the one place that checks every bound.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/augur-log/augur/internal/ordering"
+	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/storage"
+)
+
+// Roles a server id can have.
+const (
+	RoleOrdering = "ordering"
+	RoleStorage  = "storage"
+)
+
+// Defaults of the fields a cluster file may leave out.
+const (
+	DefaultOrderingInterval = time.Millisecond
+	DefaultFailureTimeout   = time.Second
+	DefaultFsync            = "interval"
+	DefaultFsyncInterval    = 10 * time.Millisecond
+	DefaultRaftTick         = 10 * time.Millisecond
+	DefaultRecordBytesMax   = 1 << 20
+	DefaultSegmentBytes     = segment.DefaultSegmentBytes
+	DefaultDataDir          = "./augur-data"
+)
+
+// Bounds checked by Validate.
+const (
+	// recordBytesMaxLimit is the largest record_bytes_max accepted; the
+	// segment store refuses larger record bodies.
+	recordBytesMaxLimit = 64 << 20
+	// segmentBytesMin and segmentBytesMaxLimit bound segment_bytes; the
+	// segment store accepts at most 1 GiB.
+	segmentBytesMin      = 4 << 10
+	segmentBytesMaxLimit = 1 << 30
+	// heartbeatsPerFailureTimeout is how many storage heartbeats fit in one
+	// failure timeout: a server is declared failed only after missing them all.
+	heartbeatsPerFailureTimeout = 5
+	// failureTimeoutMin keeps the heartbeat interval at a millisecond or more.
+	failureTimeoutMin = heartbeatsPerFailureTimeout * time.Millisecond
+	// clusterIDBytesMax and idBytesMax bound names that travel in every
+	// request or name a directory.
+	clusterIDBytesMax = 128
+	idBytesMax        = 64
+)
+
+// Cluster is the content of a cluster file.
+type Cluster struct {
+	ClusterID string `yaml:"cluster_id"`
+	// OrderingInterval is how often the ordering leader may commit a cut.
+	OrderingInterval Duration `yaml:"ordering_interval"`
+	// FailureTimeout is how long a storage server may stay silent before its
+	// shards are finalized; storage servers heartbeat five times per timeout.
+	FailureTimeout Duration `yaml:"failure_timeout"`
+	// Fsync is the storage servers' sync policy: never, interval or always.
+	Fsync          string   `yaml:"fsync"`
+	FsyncInterval  Duration `yaml:"fsync_interval"`
+	RaftFsync      bool     `yaml:"raft_fsync"`
+	RaftTick       Duration `yaml:"raft_tick"`
+	RecordBytesMax int      `yaml:"record_bytes_max"`
+	SegmentBytes   int64    `yaml:"segment_bytes"`
+	// DataDir holds one directory per server, named by its id. A relative
+	// path is relative to the working directory of the server process.
+	DataDir  string         `yaml:"data_dir"`
+	Ordering []OrderingNode `yaml:"ordering"`
+	// Storage lists the storage servers; servers with the same group form
+	// one replica group, and the first of a group in this list is its
+	// primary.
+	Storage []StorageNode `yaml:"storage"`
+	// MetricsAddr, when set, is where each process serves Prometheus
+	// metrics; a node's own metrics_addr overrides it (needed when several
+	// processes share a host).
+	MetricsAddr string `yaml:"metrics_addr,omitempty"`
+}
+
+// OrderingNode is one ordering replica.
+type OrderingNode struct {
+	ID          string `yaml:"id"`
+	Addr        string `yaml:"addr"`
+	MetricsAddr string `yaml:"metrics_addr,omitempty"`
+}
+
+// StorageNode is one storage server.
+type StorageNode struct {
+	ID          string `yaml:"id"`
+	Group       string `yaml:"group"`
+	Addr        string `yaml:"addr"`
+	MetricsAddr string `yaml:"metrics_addr,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalYAML writes d as a duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// UnmarshalYAML reads a duration string such as "10ms".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration such as \"10ms\"", n.Line)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration such as \"10ms\" (%v)", n.Line, n.Value, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default returns a cluster with every default set and no servers.
+func Default() *Cluster {
+	return &Cluster{
+		OrderingInterval: Duration(DefaultOrderingInterval),
+		FailureTimeout:   Duration(DefaultFailureTimeout),
+		Fsync:            DefaultFsync,
+		FsyncInterval:    Duration(DefaultFsyncInterval),
+		RaftTick:         Duration(DefaultRaftTick),
+		RecordBytesMax:   DefaultRecordBytesMax,
+		SegmentBytes:     DefaultSegmentBytes,
+		DataDir:          DefaultDataDir,
+	}
+}
+
+// Load reads, decodes and validates the cluster file at path.
+func Load(path string) (*Cluster, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster file: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("cluster file %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a cluster file's content.
+func Parse(data []byte) (*Cluster, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("empty cluster file")
+		}
+		return nil, err
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one YAML document; a cluster file holds exactly one")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Marshal encodes c as a cluster file.
+func (c *Cluster) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("encode cluster file: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode cluster file: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Save writes c to path as a cluster file.
+func (c *Cluster) Save(path string) error {
+	data, err := c.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("write cluster file: %w", err)
+	}
+	return nil
+}
+
+// Role says whether id is an ordering replica or a storage server.
+func (c *Cluster) Role(id string) (string, error) {
+	if c.orderingIndex(id) >= 0 {
+		return RoleOrdering, nil
+	}
+	if c.storageIndex(id) >= 0 {
+		return RoleStorage, nil
+	}
+	return "", fmt.Errorf("no server %q in the cluster file (known: %v)", id, c.ids())
+}
+
+// OrderingAddrs lists the ordering replicas' addresses in file order.
+func (c *Cluster) OrderingAddrs() []string {
+	addrs := make([]string, len(c.Ordering))
+	for i, o := range c.Ordering {
+		addrs[i] = o.Addr
+	}
+	return addrs
+}
+
+// Groups lists the storage groups in order of first appearance.
+func (c *Cluster) Groups() []string {
+	var groups []string
+	seen := map[string]bool{}
+	for _, s := range c.Storage {
+		if !seen[s.Group] {
+			seen[s.Group] = true
+			groups = append(groups, s.Group)
+		}
+	}
+	return groups
+}
+
+// Group lists the servers of group in file order; the first is its primary.
+func (c *Cluster) Group(group string) []StorageNode {
+	var nodes []StorageNode
+	for _, s := range c.Storage {
+		if s.Group == group {
+			nodes = append(nodes, s)
+		}
+	}
+	return nodes
+}
+
+// Addr returns the listen address of server id.
+func (c *Cluster) Addr(id string) (string, error) {
+	if i := c.orderingIndex(id); i >= 0 {
+		return c.Ordering[i].Addr, nil
+	}
+	if i := c.storageIndex(id); i >= 0 {
+		return c.Storage[i].Addr, nil
+	}
+	return "", fmt.Errorf("no server %q in the cluster file (known: %v)", id, c.ids())
+}
+
+// MetricsAddrOf returns where server id serves metrics, or "" for nowhere.
+func (c *Cluster) MetricsAddrOf(id string) string {
+	if i := c.orderingIndex(id); i >= 0 && c.Ordering[i].MetricsAddr != "" {
+		return c.Ordering[i].MetricsAddr
+	}
+	if i := c.storageIndex(id); i >= 0 && c.Storage[i].MetricsAddr != "" {
+		return c.Storage[i].MetricsAddr
+	}
+	return c.MetricsAddr
+}
+
+// ServerDir is the data directory of server id.
+func (c *Cluster) ServerDir(id string) string { return filepath.Join(c.DataDir, id) }
+
+// HeartbeatInterval is how often storage servers heartbeat: a fifth of the
+// failure timeout.
+func (c *Cluster) HeartbeatInterval() time.Duration {
+	return c.FailureTimeout.D() / heartbeatsPerFailureTimeout
+}
+
+// OrderingConfig returns the configuration of ordering replica id.
+func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Config, error) {
+	if c.orderingIndex(id) < 0 {
+		return ordering.Config{}, fmt.Errorf("%q is not an ordering replica of the cluster file (ordering: %v)", id, c.orderingIDs())
+	}
+	members := make([]ordering.Member, len(c.Ordering))
+	for i, o := range c.Ordering {
+		members[i] = ordering.Member{ID: o.ID, Addr: o.Addr}
+	}
+	return ordering.Config{
+		ClusterID:        c.ClusterID,
+		ID:               id,
+		Members:          members,
+		Dir:              c.ServerDir(id),
+		RaftFsync:        c.RaftFsync,
+		RaftTick:         c.RaftTick.D(),
+		OrderingInterval: c.OrderingInterval.D(),
+		FailureTimeout:   c.FailureTimeout.D(),
+		Logger:           logger,
+	}, nil
+}
+
+// StorageConfig returns the configuration of storage server id.
+func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config, error) {
+	i := c.storageIndex(id)
+	if i < 0 {
+		return storage.Config{}, fmt.Errorf("%q is not a storage server of the cluster file (storage: %v)", id, c.storageIDs())
+	}
+	sync, err := segment.ParseSyncPolicy(c.Fsync)
+	if err != nil {
+		return storage.Config{}, fmt.Errorf("fsync: %w", err)
+	}
+	self := c.Storage[i]
+	var group []storage.Peer
+	for _, s := range c.Group(self.Group) {
+		group = append(group, storage.Peer{ID: s.ID, Addr: s.Addr})
+	}
+	return storage.Config{
+		ClusterID:         c.ClusterID,
+		ID:                id,
+		Group:             group,
+		GroupName:         self.Group,
+		Ordering:          c.OrderingAddrs(),
+		Dir:               c.ServerDir(id),
+		Sync:              sync,
+		SyncInterval:      c.FsyncInterval.D(),
+		SegmentBytes:      c.SegmentBytes,
+		RecordBytesMax:    c.RecordBytesMax,
+		OrderingInterval:  c.OrderingInterval.D(),
+		HeartbeatInterval: c.HeartbeatInterval(),
+		Logger:            logger,
+	}, nil
+}
+
+func (c *Cluster) orderingIndex(id string) int {
+	for i, o := range c.Ordering {
+		if o.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *Cluster) storageIndex(id string) int {
+	for i, s := range c.Storage {
+		if s.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *Cluster) orderingIDs() []string {
+	ids := make([]string, len(c.Ordering))
+	for i, o := range c.Ordering {
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+func (c *Cluster) storageIDs() []string {
+	ids := make([]string, len(c.Storage))
+	for i, s := range c.Storage {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+func (c *Cluster) ids() []string { return append(c.orderingIDs(), c.storageIDs()...) }

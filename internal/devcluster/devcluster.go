@@ -1,0 +1,720 @@
+// Package devcluster runs a whole augur cluster — ordering replicas and
+// storage groups — inside the calling process on 127.0.0.1, each server on its
+// own gRPC server and an OS-chosen port. It backs `augur dev`, `augur demo`,
+// the benchmarks and in-process failure tests (stop and restart any server).
+//
+// Lock order: Cluster.mu is a leaf; it is never held while a server starts,
+// stops or a client call blocks.
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/config"
+	"github.com/augur-log/augur/internal/ordering"
+	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/storage"
+)
+
+// Defaults and bounds of Options.
+const (
+	DefaultClusterID        = "dev"
+	DefaultShards           = 2
+	DefaultReplicas         = 2
+	DefaultOrderingReplicas = 3
+	// shardsMax and replicasMax keep a dev cluster within one machine's
+	// ports and file handles.
+	shardsMax   = 64
+	replicasMax = 9
+	// readyPollInterval paces WaitReady's and AddGroup's Status polls.
+	readyPollInterval = 10 * time.Millisecond
+	// statusCallTimeout bounds one Status call of a poll.
+	statusCallTimeout = time.Second
+)
+
+// Options configure a dev cluster; zero fields take the defaults of a
+// cluster file (package config) or of this package.
+type Options struct {
+	// Dir holds the servers' data, one directory per server id. Empty means
+	// a new temporary directory, removed by Close.
+	Dir       string
+	ClusterID string
+	// Shards is the number of storage groups (each forms one shard).
+	Shards int
+	// Replicas is the number of storage servers per group.
+	Replicas         int
+	OrderingReplicas int
+	OrderingInterval time.Duration
+	FailureTimeout   time.Duration
+	// Fsync is never, interval or always.
+	Fsync          string
+	FsyncInterval  time.Duration
+	RaftFsync      bool
+	RaftTick       time.Duration
+	RecordBytesMax int
+	SegmentBytes   int64
+	// Logger receives the servers' logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// server is one running (or stopped) ordering replica or storage server.
+type server struct {
+	id   string
+	addr string
+	// While running: the gRPC server, the role's Stop, and serveDone,
+	// closed once Serve returned.
+	grpc      *grpc.Server
+	stop      func()
+	serveDone chan struct{}
+}
+
+func (s *server) running() bool { return s.grpc != nil }
+
+// Cluster is a running dev cluster.
+type Cluster struct {
+	ClusterID string
+
+	log     *slog.Logger
+	dir     string
+	tempDir bool
+
+	mu sync.Mutex
+	// cfg is the equivalent cluster file; AddGroup appends to its storage.
+	cfg      *config.Cluster
+	servers  map[string]*server
+	client   *client.Client
+	closed   bool
+	serveErr []error
+}
+
+// Start starts a cluster and returns once every server listens; use
+// WaitReady to wait until it takes appends. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		ClusterID: opts.ClusterID,
+		log:       opts.Logger,
+		servers:   map[string]*server{},
+	}
+	if opts.Dir == "" {
+		dir, err := os.MkdirTemp("", "augur-dev-")
+		if err != nil {
+			return nil, fmt.Errorf("devcluster: %w", err)
+		}
+		c.dir, c.tempDir = dir, true
+	} else {
+		dir, err := filepath.Abs(opts.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("devcluster: data dir: %w", err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("devcluster: %w", err)
+		}
+		c.dir = dir
+	}
+
+	cfg := config.Default()
+	cfg.ClusterID = opts.ClusterID
+	cfg.DataDir = c.dir
+	cfg.RaftFsync = opts.RaftFsync
+	if opts.OrderingInterval != 0 {
+		cfg.OrderingInterval = config.Duration(opts.OrderingInterval)
+	}
+	if opts.FailureTimeout != 0 {
+		cfg.FailureTimeout = config.Duration(opts.FailureTimeout)
+	}
+	if opts.Fsync != "" {
+		cfg.Fsync = opts.Fsync
+	}
+	if opts.FsyncInterval != 0 {
+		cfg.FsyncInterval = config.Duration(opts.FsyncInterval)
+	}
+	if opts.RaftTick != 0 {
+		cfg.RaftTick = config.Duration(opts.RaftTick)
+	}
+	if opts.RecordBytesMax != 0 {
+		cfg.RecordBytesMax = opts.RecordBytesMax
+	}
+	if opts.SegmentBytes != 0 {
+		cfg.SegmentBytes = opts.SegmentBytes
+	}
+
+	// Listen first so the configs name the ports the OS chose.
+	listeners := map[string]net.Listener{}
+	closeListeners := func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}
+	listen := func(id string) (string, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("devcluster: listen for %s: %w", id, err)
+		}
+		listeners[id] = l
+		return l.Addr().String(), nil
+	}
+	for i := range opts.OrderingReplicas {
+		id := "o" + strconv.Itoa(i+1)
+		addr, err := listen(id)
+		if err != nil {
+			closeListeners()
+			c.removeTemp()
+			return nil, err
+		}
+		cfg.Ordering = append(cfg.Ordering, config.OrderingNode{ID: id, Addr: addr})
+	}
+	for g := range opts.Shards {
+		group := groupName(g)
+		for r := range opts.Replicas {
+			id := storageID(group, r)
+			addr, err := listen(id)
+			if err != nil {
+				closeListeners()
+				c.removeTemp()
+				return nil, err
+			}
+			cfg.Storage = append(cfg.Storage, config.StorageNode{ID: id, Group: group, Addr: addr})
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		closeListeners()
+		c.removeTemp()
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	c.cfg = cfg
+
+	// Ordering replicas first: storage servers register with them.
+	for _, o := range cfg.Ordering {
+		if err := c.startServer(o.ID, listeners[o.ID]); err != nil {
+			delete(listeners, o.ID)
+			closeListeners()
+			c.Close()
+			return nil, err
+		}
+		delete(listeners, o.ID)
+	}
+	for _, s := range cfg.Storage {
+		if err := c.startServer(s.ID, listeners[s.ID]); err != nil {
+			delete(listeners, s.ID)
+			closeListeners()
+			c.Close()
+			return nil, err
+		}
+		delete(listeners, s.ID)
+	}
+	return c, nil
+}
+
+func (o *Options) defaults() error {
+	if o.ClusterID == "" {
+		o.ClusterID = DefaultClusterID
+	}
+	if o.Shards == 0 {
+		o.Shards = DefaultShards
+	}
+	if o.Replicas == 0 {
+		o.Replicas = DefaultReplicas
+	}
+	if o.OrderingReplicas == 0 {
+		o.OrderingReplicas = DefaultOrderingReplicas
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.Shards < 0 || o.Shards > shardsMax:
+		return fmt.Errorf("devcluster: shards must be in [1, %d], got %d", shardsMax, o.Shards)
+	case o.Replicas < 0 || o.Replicas > replicasMax:
+		return fmt.Errorf("devcluster: replicas must be in [1, %d], got %d", replicasMax, o.Replicas)
+	case o.OrderingReplicas < 0 || o.OrderingReplicas > replicasMax:
+		return fmt.Errorf("devcluster: ordering replicas must be in [1, %d], got %d", replicasMax, o.OrderingReplicas)
+	}
+	// Every other bound is checked by config.Validate on the cluster file
+	// built from these options.
+	return nil
+}
+
+// groupName names the i-th group: a, b, ..., z, then g26, g27, ...
+func groupName(i int) string {
+	if i < 26 {
+		return string(rune('a' + i))
+	}
+	return "g" + strconv.Itoa(i)
+}
+
+// storageID names replica r of group: a1, a2, ...; g26-1, ... for long names.
+func storageID(group string, r int) string {
+	if len(group) == 1 {
+		return group + strconv.Itoa(r+1)
+	}
+	return group + "-" + strconv.Itoa(r+1)
+}
+
+// startServer starts server id on l, or on a new listener on its address
+// when l is nil (a restart).
+func (c *Cluster) startServer(id string, l net.Listener) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		if l != nil {
+			l.Close()
+		}
+		return errors.New("devcluster: closed")
+	}
+	if s := c.servers[id]; s != nil && s.running() {
+		c.mu.Unlock()
+		if l != nil {
+			l.Close()
+		}
+		return fmt.Errorf("devcluster: %s is already running", id)
+	}
+	cfg := c.cfg
+	role, err := cfg.Role(id)
+	var addr string
+	if err == nil {
+		addr, err = cfg.Addr(id)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		if l != nil {
+			l.Close()
+		}
+		return fmt.Errorf("devcluster: %w", err)
+	}
+	if l == nil {
+		if l, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("devcluster: restart %s: %w", id, err)
+		}
+	}
+
+	g := grpc.NewServer(raftnode.ServerOptions()...)
+	var stop func()
+	switch role {
+	case config.RoleOrdering:
+		oc, err := cfg.OrderingConfig(id, c.log)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("devcluster: %w", err)
+		}
+		srv, err := ordering.New(oc)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("devcluster: start %s: %w", id, err)
+		}
+		srv.Register(g)
+		srv.Start()
+		stop = srv.Stop
+	case config.RoleStorage:
+		sc, err := cfg.StorageConfig(id, c.log)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("devcluster: %w", err)
+		}
+		srv, err := storage.New(sc)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("devcluster: start %s: %w", id, err)
+		}
+		srv.Register(g)
+		srv.Start()
+		stop = srv.Stop
+	}
+	s := &server{id: id, addr: addr, grpc: g, stop: stop, serveDone: make(chan struct{})}
+	go func() {
+		defer close(s.serveDone)
+		if err := g.Serve(l); err != nil {
+			c.log.Error("devcluster: serve", "server", id, "err", err)
+			c.mu.Lock()
+			c.serveErr = append(c.serveErr, fmt.Errorf("%s: %w", id, err))
+			c.mu.Unlock()
+		}
+	}()
+	c.mu.Lock()
+	c.servers[id] = s
+	c.mu.Unlock()
+	return nil
+}
+
+// stopServer stops server id as a crash would look to its peers: its
+// connections close at once, then its role stops. Its data stays.
+func (c *Cluster) stopServer(id, role string) error {
+	c.mu.Lock()
+	s := c.servers[id]
+	r, err := c.cfg.Role(id)
+	if err == nil && r != role {
+		err = fmt.Errorf("%s is a %s server, not %s", id, r, role)
+	}
+	if err == nil && (s == nil || !s.running()) {
+		err = fmt.Errorf("%s is not running", id)
+	}
+	var g *grpc.Server
+	var stop func()
+	var done chan struct{}
+	if err == nil {
+		g, stop, done = s.grpc, s.stop, s.serveDone
+		s.grpc, s.stop, s.serveDone = nil, nil, nil
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("devcluster: stop: %w", err)
+	}
+	g.Stop()
+	stop()
+	<-done
+	return nil
+}
+
+// StopOrdering stops ordering replica id, keeping its data and address.
+func (c *Cluster) StopOrdering(id string) error { return c.stopServer(id, config.RoleOrdering) }
+
+// StartOrdering restarts a stopped ordering replica on its old data and address.
+func (c *Cluster) StartOrdering(id string) error { return c.restart(id, config.RoleOrdering) }
+
+// StopStorage stops storage server id, keeping its data and address.
+func (c *Cluster) StopStorage(id string) error { return c.stopServer(id, config.RoleStorage) }
+
+// StartStorage restarts a stopped storage server on its old data and address.
+func (c *Cluster) StartStorage(id string) error { return c.restart(id, config.RoleStorage) }
+
+func (c *Cluster) restart(id, role string) error {
+	c.mu.Lock()
+	r, err := c.cfg.Role(id)
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("devcluster: start: %w", err)
+	}
+	if r != role {
+		return fmt.Errorf("devcluster: start: %s is a %s server, not %s", id, r, role)
+	}
+	return c.startServer(id, nil)
+}
+
+// AddGroup starts a new storage group of Replicas servers named group and
+// waits until the cluster lists a live shard of it.
+func (c *Cluster) AddGroup(ctx context.Context, group string) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return errors.New("devcluster: closed")
+	}
+	if slices.Contains(c.cfg.Groups(), group) {
+		c.mu.Unlock()
+		return fmt.Errorf("devcluster: group %q already exists", group)
+	}
+	replicas := 0
+	if gs := c.cfg.Groups(); len(gs) > 0 {
+		replicas = len(c.cfg.Group(gs[0]))
+	}
+	c.mu.Unlock()
+	replicas = max(replicas, 1)
+
+	next := c.Config()
+	listeners := map[string]net.Listener{}
+	var ids []string
+	for r := range replicas {
+		id := storageID(group, r)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return fmt.Errorf("devcluster: listen for %s: %w", id, err)
+		}
+		listeners[id] = l
+		ids = append(ids, id)
+		next.Storage = append(next.Storage, config.StorageNode{ID: id, Group: group, Addr: l.Addr().String()})
+	}
+	if err := next.Validate(); err != nil {
+		for _, l := range listeners {
+			l.Close()
+		}
+		return fmt.Errorf("devcluster: add group %q: %w", group, err)
+	}
+	c.mu.Lock()
+	c.cfg = next
+	c.mu.Unlock()
+	for _, id := range ids {
+		l := listeners[id]
+		delete(listeners, id)
+		if err := c.startServer(id, l); err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return err
+		}
+	}
+	return c.waitFor(ctx, func(st *pb.StatusResponse) string {
+		if !hasLiveShard(st, group) {
+			return fmt.Sprintf("no live shard of group %q yet", group)
+		}
+		return ""
+	})
+}
+
+// WaitReady waits until the ordering layer has a leader and every group has
+// a live shard, polling Status through the client SDK and, since a new
+// client may ask any of them first, every running ordering replica.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	return c.waitFor(ctx, func(st *pb.StatusResponse) string {
+		if st.LeaderId == "" {
+			return "no ordering leader yet"
+		}
+		for _, g := range c.Config().Groups() {
+			if !hasLiveShard(st, g) {
+				return fmt.Sprintf("no live shard of group %q yet", g)
+			}
+		}
+		return ""
+	})
+}
+
+func hasLiveShard(st *pb.StatusResponse, group string) bool {
+	for _, sh := range st.Shards {
+		if sh.Group == group && sh.State == pb.ShardState_SHARD_LIVE {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls Status until notYet returns "" for the client's view and
+// for the view of every running ordering replica (a new client may ask any
+// of them first), or until ctx ends.
+func (c *Cluster) waitFor(ctx context.Context, notYet func(*pb.StatusResponse) string) error {
+	cl, err := c.sharedClient(ctx)
+	if err != nil {
+		return err
+	}
+	conns := map[string]*grpc.ClientConn{}
+	defer func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}()
+	tick := time.NewTicker(readyPollInterval)
+	defer tick.Stop()
+	for {
+		why := c.notReady(ctx, cl, conns, notYet)
+		if why == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devcluster: not ready (%s): %w", why, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// notReady says why the cluster is not ready yet, or "" if it is.
+func (c *Cluster) notReady(ctx context.Context, cl *client.Client, conns map[string]*grpc.ClientConn, notYet func(*pb.StatusResponse) string) string {
+	callCtx, cancel := context.WithTimeout(ctx, statusCallTimeout)
+	defer cancel()
+	st, err := cl.Status(callCtx)
+	if err != nil {
+		return fmt.Sprintf("status: %v", err)
+	}
+	if why := notYet(st); why != "" {
+		return why
+	}
+	for _, o := range c.runningOrdering() {
+		cc := conns[o.addr]
+		if cc == nil {
+			if cc, err = grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+				return fmt.Sprintf("dial %s: %v", o.id, err)
+			}
+			conns[o.addr] = cc
+		}
+		st, err := pb.NewOrderingClient(cc).Status(callCtx, &pb.StatusRequest{ClusterId: c.ClusterID})
+		if err != nil {
+			return fmt.Sprintf("status of %s: %v", o.id, err)
+		}
+		if why := notYet(st); why != "" {
+			return o.id + ": " + why
+		}
+	}
+	return ""
+}
+
+// runningOrdering lists the ordering replicas that are running.
+func (c *Cluster) runningOrdering() []server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []server
+	for _, o := range c.cfg.Ordering {
+		if s := c.servers[o.ID]; s != nil && s.running() {
+			out = append(out, server{id: s.id, addr: s.addr})
+		}
+	}
+	return out
+}
+
+// sharedClient returns the cluster's own client, dialling it on first use.
+func (c *Cluster) sharedClient(ctx context.Context) (*client.Client, error) {
+	c.mu.Lock()
+	cl := c.client
+	c.mu.Unlock()
+	if cl != nil {
+		return cl, nil
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.client != nil {
+		other := c.client
+		cl.Close()
+		if other == nil {
+			return nil, errors.New("devcluster: closed")
+		}
+		return other, nil
+	}
+	c.client = cl
+	return cl, nil
+}
+
+// Dial returns a new client of the cluster; the caller closes it.
+func (c *Cluster) Dial(ctx context.Context) (*client.Client, error) {
+	cfg := c.Config()
+	cl, err := client.Dial(ctx, client.Config{
+		ClusterID:      cfg.ClusterID,
+		Ordering:       cfg.OrderingAddrs(),
+		RecordBytesMax: cfg.RecordBytesMax,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("devcluster: dial: %w", err)
+	}
+	return cl, nil
+}
+
+// Config returns the cluster file equivalent to the running cluster, so CLI
+// commands and separate processes can target it.
+func (c *Cluster) Config() *config.Cluster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cp := *c.cfg
+	cp.Ordering = slices.Clone(c.cfg.Ordering)
+	cp.Storage = slices.Clone(c.cfg.Storage)
+	return &cp
+}
+
+// OrderingAddrs lists the ordering replicas' addresses.
+func (c *Cluster) OrderingAddrs() []string { return c.Config().OrderingAddrs() }
+
+// Dir is the directory holding the servers' data.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Close stops every server (storage first), closes the cluster's client and
+// removes the data directory if Start created it. It returns the first error
+// a gRPC server reported while serving.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	cl := c.client
+	c.client = nil
+	var storageIDs, orderingIDs []string
+	for _, s := range c.cfg.Storage {
+		storageIDs = append(storageIDs, s.ID)
+	}
+	for _, o := range c.cfg.Ordering {
+		orderingIDs = append(orderingIDs, o.ID)
+	}
+	c.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
+	for _, id := range storageIDs {
+		c.stopIfRunning(id)
+	}
+	for _, id := range orderingIDs {
+		c.stopIfRunning(id)
+	}
+	c.removeTemp()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return errors.Join(c.serveErr...)
+}
+
+func (c *Cluster) stopIfRunning(id string) {
+	c.mu.Lock()
+	s := c.servers[id]
+	running := s != nil && s.running()
+	c.mu.Unlock()
+	if !running {
+		return
+	}
+	role, _ := c.Config().Role(id)
+	if err := c.stopServer(id, role); err != nil {
+		c.log.Warn("devcluster: close", "server", id, "err", err)
+	}
+}
+
+func (c *Cluster) removeTemp() {
+	if c.tempDir {
+		if err := os.RemoveAll(c.dir); err != nil {
+			c.log.Warn("devcluster: remove data dir", "dir", c.dir, "err", err)
+		}
+	}
+}
+
+// OrderingIDs lists the ordering replicas' ids.
+func (c *Cluster) OrderingIDs() []string {
+	cfg := c.Config()
+	ids := make([]string, len(cfg.Ordering))
+	for i, o := range cfg.Ordering {
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+// StorageIDs lists the storage servers' ids, groups in order, each group's
+// primary first.
+func (c *Cluster) StorageIDs() []string {
+	cfg := c.Config()
+	ids := make([]string, len(cfg.Storage))
+	for i, s := range cfg.Storage {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+// Leader returns the id of the current ordering leader, as a Status call
+// reports it ("" while there is none).
+func (c *Cluster) Leader(ctx context.Context) (string, error) {
+	cl, err := c.sharedClient(ctx)
+	if err != nil {
+		return "", err
+	}
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return "", fmt.Errorf("devcluster: status: %w", err)
+	}
+	return st.LeaderId, nil
+}

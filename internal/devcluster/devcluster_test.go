@@ -1,0 +1,129 @@
+package devcluster
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/config"
+)
+
+// testTimeout bounds each wait of the test; it is a failure bound, never a
+// synchronization device.
+const testTimeout = 30 * time.Second
+
+func TestClusterLifecycle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Shards: 1, Replicas: 2, OrderingReplicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := c.Dir()
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The equivalent cluster file is valid and names the same servers.
+	cfg := c.Config()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Config() is not a valid cluster file: %v", err)
+	}
+	if _, err := config.Parse(mustMarshal(t, cfg)); err != nil {
+		t.Fatalf("Config() does not survive a round trip: %v", err)
+	}
+	if got := c.StorageIDs(); len(got) != 2 || got[0] != "a1" || got[1] != "a2" {
+		t.Fatalf("storage ids %v", got)
+	}
+
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	first, err := cl.Append(ctx, client.Record{Payload: []byte("one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Stop the leader; the others elect a new one and the log goes on.
+	leader, err := c.Leader(ctx)
+	if err != nil || leader == "" {
+		t.Fatalf("leader %q, %v", leader, err)
+	}
+	if err := c.StopOrdering(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StopOrdering(leader); err == nil {
+		t.Fatal("stopping a stopped replica: no error")
+	}
+	if err := c.StopStorage(leader); err == nil {
+		t.Fatal("StopStorage of an ordering replica: no error")
+	}
+	second, err := cl.Append(ctx, client.Record{Payload: []byte("two")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Position <= first.Position {
+		t.Fatalf("positions %d then %d", first.Position, second.Position)
+	}
+	if err := c.StartOrdering(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartOrdering(leader); err == nil {
+		t.Fatal("starting a running replica: no error")
+	}
+
+	// A new group forms a live shard.
+	if err := c.AddGroup(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddGroup(ctx, "b"); err == nil {
+		t.Fatal("adding an existing group: no error")
+	}
+	if got := c.Config().Groups(); len(got) != 2 || got[1] != "b" {
+		t.Fatalf("groups %v", got)
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cl.ReadRange(ctx, first.Position, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got[0].Record.Payload) != "one" || string(got[1].Record.Payload) != "two" {
+		t.Fatalf("read back %q, %q", got[0].Record.Payload, got[1].Record.Payload)
+	}
+
+	cl.Close()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("temporary data dir %s survives Close: %v", dir, err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []Options{{Shards: -1}, {Replicas: 100}, {OrderingReplicas: -3}, {Fsync: "sometimes"}} {
+		if c, err := Start(context.Background(), o); err == nil {
+			c.Close()
+			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, c *config.Cluster) []byte {
+	t.Helper()
+	data, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

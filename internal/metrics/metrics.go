@@ -1,0 +1,53 @@
+// Package metrics declares augur's Prometheus metrics. They live in the
+// default registry, labelled by server id, so one process can run a whole dev
+// cluster; the CLI exposes them on a cluster file's metrics_addr.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	// RecordsStored counts records written to a server's stores, as
+	// primary or backup.
+	RecordsStored = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_records_stored_total",
+		Help: "Records written to this server's segment stores.",
+	}, []string{"server"})
+	// RecordsOrdered counts records that received a global position here.
+	RecordsOrdered = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_records_ordered_total",
+		Help: "Records given a global position by a committed cut.",
+	}, []string{"server"})
+	// AppendsRejected counts appends answered with an error code.
+	AppendsRejected = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_appends_rejected_total",
+		Help: "Appends refused (invalid, finalized shard, expired retry).",
+	}, []string{"server", "code"})
+	// CutsCommitted counts cuts applied by an ordering replica.
+	CutsCommitted = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_cuts_committed_total",
+		Help: "Global cuts applied from the Raft log.",
+	}, []string{"replica"})
+	// CutProposals counts cuts proposed by a leader.
+	CutProposals = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_cut_proposals_total",
+		Help: "Cut proposals submitted to Raft while leading.",
+	}, []string{"replica"})
+	// ShardFailures counts shards this replica proposed to finalize as failed.
+	ShardFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_shard_failures_total",
+		Help: "Shards proposed for finalization after a replica failure.",
+	}, []string{"replica"})
+	// Leader is 1 on the ordering replica that leads.
+	Leader = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "augur_ordering_leader",
+		Help: "1 if this ordering replica is the Raft leader.",
+	}, []string{"replica"})
+	// Tail is the next global position, as this server last saw it.
+	Tail = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "augur_tail_position",
+		Help: "Next global position to be assigned.",
+	}, []string{"server"})
+)

@@ -1,0 +1,693 @@
+// Package ordering runs one ordering replica: the Raft-replicated control
+// state of package control, the leader's cut loop that turns storage reports
+// into proposals, failure detection, and the Ordering gRPC service.
+//
+// Lock order: Server.mu is a leaf; never call into raftnode while holding it.
+package ordering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/wire"
+)
+
+// Bounds.
+const (
+	// eventHistoryMax is how many applied events a replica keeps for Watch
+	// catch-up; a watcher further behind gets a snapshot instead.
+	eventHistoryMax = 1 << 16
+	// cutsInflightMax is how many cut proposals may await commit at once.
+	cutsInflightMax = 2
+	// watchBatchMax is how many events one Watch message carries.
+	watchBatchMax = 256
+	// proposalStaleAfter frees an in-flight slot whose proposal raft dropped.
+	proposalStaleAfter = 200 * time.Millisecond
+)
+
+// Member is one ordering replica.
+type Member struct {
+	ID   string
+	Addr string
+}
+
+// Config configures one ordering replica.
+type Config struct {
+	ClusterID string
+	ID        string
+	// Members lists every ordering replica in a fixed order; the Raft id of
+	// Members[i] is i+1.
+	Members          []Member
+	Dir              string
+	RaftFsync        bool
+	RaftTick         time.Duration
+	OrderingInterval time.Duration
+	// FailureTimeout is how long a storage server may stay silent before its
+	// shards are finalized.
+	FailureTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.ClusterID == "":
+		return errors.New("ordering: cluster id is empty")
+	case len(c.Members) == 0:
+		return errors.New("ordering: no members")
+	case c.OrderingInterval <= 0:
+		return fmt.Errorf("ordering: ordering interval must be positive, got %v", c.OrderingInterval)
+	case c.FailureTimeout <= 0:
+		return fmt.Errorf("ordering: failure timeout must be positive, got %v", c.FailureTimeout)
+	case c.Dir == "":
+		return errors.New("ordering: data directory is empty")
+	}
+	if c.raftID() == 0 {
+		return fmt.Errorf("ordering: id %q is not a member", c.ID)
+	}
+	return nil
+}
+
+func (c *Config) raftID() uint64 {
+	for i, m := range c.Members {
+		if m.ID == c.ID {
+			return uint64(i + 1)
+		}
+	}
+	return 0
+}
+
+type beat struct {
+	at          time.Time
+	incarnation uint64
+}
+
+// Server is one ordering replica.
+type Server struct {
+	pb.UnimplementedOrderingServer
+	cfg  Config
+	log  *slog.Logger
+	node *raftnode.Node
+
+	mu    sync.Mutex
+	state *control.State
+	// events holds the last applied events; events[0] has sequence firstSeq.
+	events   []*pb.Event
+	firstSeq uint64
+	// changed is closed and replaced whenever an event is applied.
+	changed chan struct{}
+	waiters map[string]chan control.Event
+
+	// Leader-side soft state, guarded by mu and reset on leadership change.
+	reports      map[cut.ShardID]uint64
+	beats        map[string]beat
+	broken       map[cut.ShardID]bool
+	leaderSince  time.Time
+	inflight     int
+	inflightAt   time.Time
+	lastProposal time.Time
+	finalizing   map[cut.ShardID]time.Time
+	// seenAt is when each shard first appeared here; a new shard's replicas
+	// get a full failure timeout before silence counts against them.
+	seenAt map[cut.ShardID]time.Time
+
+	wake    chan struct{}
+	nextID  atomic.Uint64
+	stop    chan struct{}
+	stopped sync.WaitGroup
+}
+
+// New opens (or creates) the replica's Raft state in cfg.Dir.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	s := &Server{
+		cfg:        cfg,
+		log:        lg.With("ordering", cfg.ID),
+		state:      control.New(cfg.ClusterID),
+		changed:    make(chan struct{}),
+		waiters:    map[string]chan control.Event{},
+		reports:    map[cut.ShardID]uint64{},
+		beats:      map[string]beat{},
+		broken:     map[cut.ShardID]bool{},
+		finalizing: map[cut.ShardID]time.Time{},
+		seenAt:     map[cut.ShardID]time.Time{},
+		wake:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		firstSeq:   1,
+	}
+	peers := map[uint64]string{}
+	for i, m := range cfg.Members {
+		peers[uint64(i+1)] = m.Addr
+	}
+	node, err := raftnode.New(raftnode.Config{
+		ID:           cfg.raftID(),
+		Peers:        peers,
+		Dir:          cfg.Dir,
+		Fsync:        cfg.RaftFsync,
+		TickInterval: cfg.RaftTick,
+		Logger:       lg,
+	}, (*fsm)(s))
+	if err != nil {
+		return nil, fmt.Errorf("ordering %s: %w", cfg.ID, err)
+	}
+	s.node = node
+	return s, nil
+}
+
+// Register adds the Ordering and Raft transport services to g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterOrderingServer(g, s)
+	s.node.RegisterGRPC(g)
+}
+
+// Start starts Raft and the leader loop.
+func (s *Server) Start() {
+	s.node.Start()
+	s.stopped.Add(1)
+	go s.leaderLoop()
+}
+
+// Stop stops the replica.
+func (s *Server) Stop() {
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	close(s.stop)
+	s.node.Stop()
+	s.stopped.Wait()
+}
+
+// fsm adapts Server to raftnode.FSM.
+type fsm Server
+
+func (f *fsm) Apply(_ uint64, data []byte) {
+	s := (*Server)(f)
+	cmd, err := control.DecodeCommand(data)
+	if err != nil {
+		// Every replica rejects the same bytes the same way, so skipping
+		// keeps them identical; it can only come from a bug.
+		s.log.Error("skipping undecodable command", "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ev, ok := s.state.Apply(cmd)
+	if cmd.Cut != nil && s.ownsLocked(cmd.ID) && s.inflight > 0 {
+		s.inflight--
+	}
+	if ok {
+		s.appendEventLocked(ev)
+		if ev.Cut != nil {
+			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Inc()
+		}
+	}
+	if ev.MembershipChanged {
+		now := time.Now()
+		for _, sh := range s.state.Shards {
+			if _, seen := s.seenAt[sh.ID]; !seen {
+				s.seenAt[sh.ID] = now
+			}
+		}
+	}
+	if w, found := s.waiters[cmd.ID]; found && cmd.ID != "" {
+		delete(s.waiters, cmd.ID)
+		w <- ev
+	}
+	if ok {
+		s.signal()
+	}
+}
+
+func (f *fsm) Snapshot() ([]byte, error) {
+	s := (*Server)(f)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Snapshot(), nil
+}
+
+func (f *fsm) Restore(data []byte) error {
+	s := (*Server)(f)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.state.Restore(data); err != nil {
+		return err
+	}
+	s.events = nil
+	s.firstSeq = s.state.EventSeq + 1
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
+}
+
+func (s *Server) ownsLocked(id string) bool {
+	return len(id) > len(s.cfg.ID) && id[:len(s.cfg.ID)] == s.cfg.ID && id[len(s.cfg.ID)] == '/'
+}
+
+func (s *Server) appendEventLocked(ev control.Event) {
+	pe := &pb.Event{Seq: ev.Seq, MembershipVersion: s.state.MembershipVersion, Trim: ev.Trim}
+	if ev.Cut != nil {
+		pe.Cut = wire.CutToProto(*ev.Cut, s.state.MembershipVersion)
+	}
+	if ev.MembershipChanged {
+		pe.Shards = wire.ShardsToProto(s.state.Shards)
+	}
+	if len(s.events) == eventHistoryMax {
+		s.events[0] = nil
+		s.events = s.events[1:]
+		s.firstSeq++
+	}
+	s.events = append(s.events, pe)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Server) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) newID() string {
+	return s.cfg.ID + "/" + strconv.FormatUint(s.nextID.Add(1), 10)
+}
+
+// propose submits cmd and, with wait, blocks until it is applied here.
+func (s *Server) propose(ctx context.Context, cmd control.Command, wait bool) (control.Event, error) {
+	cmd.ID = s.newID()
+	var w chan control.Event
+	if wait {
+		w = make(chan control.Event, 1)
+		s.mu.Lock()
+		s.waiters[cmd.ID] = w
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.waiters, cmd.ID)
+			s.mu.Unlock()
+		}()
+	}
+	if err := s.node.Propose(ctx, cmd.Encode()); err != nil {
+		return control.Event{}, fmt.Errorf("propose: %w", err)
+	}
+	if !wait {
+		return control.Event{}, nil
+	}
+	select {
+	case ev := <-w:
+		return ev, nil
+	case <-ctx.Done():
+		return control.Event{}, ctx.Err()
+	case <-s.stop:
+		return control.Event{}, errors.New("ordering replica stopped")
+	}
+}
+
+func (s *Server) leaderAddr() (id, addr string) {
+	l := s.node.Leader()
+	if l == 0 || int(l) > len(s.cfg.Members) {
+		return "", ""
+	}
+	m := s.cfg.Members[l-1]
+	return m.ID, m.Addr
+}
+
+// leaderLoop proposes cuts and detects failures while this replica leads.
+func (s *Server) leaderLoop() {
+	defer s.stopped.Done()
+	detect := time.NewTicker(s.cfg.FailureTimeout / 4)
+	defer detect.Stop()
+	cutTimer := time.NewTimer(time.Hour)
+	cutTimer.Stop()
+	timerArmed := false
+	wasLeader := false
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.node.LeaderChanges():
+		case <-s.wake:
+		case <-cutTimer.C:
+			timerArmed = false
+		case <-detect.C:
+			if wasLeader {
+				s.detectFailures()
+			}
+		}
+		leader := s.node.IsLeader()
+		if leader != wasLeader {
+			s.resetLeaderState()
+			wasLeader = leader
+			lg := 0.0
+			if leader {
+				lg = 1
+			}
+			metrics.Leader.WithLabelValues(s.cfg.ID).Set(lg)
+		}
+		if !leader {
+			continue
+		}
+		if wait := s.maybeProposeCut(); wait > 0 && !timerArmed {
+			cutTimer.Reset(wait)
+			timerArmed = true
+		}
+	}
+}
+
+func (s *Server) resetLeaderState() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.reports)
+	clear(s.beats)
+	clear(s.broken)
+	clear(s.finalizing)
+	s.inflight = 0
+	s.leaderSince = time.Now()
+}
+
+// maybeProposeCut proposes the next cut if reports moved past the last cut.
+// It returns how long to wait before trying again, or 0 if nothing is due.
+func (s *Server) maybeProposeCut() time.Duration {
+	now := time.Now()
+	s.mu.Lock()
+	if s.inflight > 0 && now.Sub(s.inflightAt) > proposalStaleAfter {
+		s.inflight = 0
+	}
+	var lengths []cut.Length
+	grew := false
+	force := false
+	for _, sh := range s.state.Shards {
+		if sh.State == control.Finalized {
+			continue
+		}
+		if sh.State == control.Finalizing {
+			force = true
+		}
+		r, ok := s.reports[sh.ID]
+		if !ok {
+			continue
+		}
+		lengths = append(lengths, cut.Length{Shard: sh.ID, Length: r})
+		if r > s.state.LastCut.Len(sh.ID) {
+			grew = true
+		}
+	}
+	if !grew && !force {
+		s.mu.Unlock()
+		return 0
+	}
+	if since := now.Sub(s.lastProposal); since < s.cfg.OrderingInterval {
+		s.mu.Unlock()
+		return s.cfg.OrderingInterval - since
+	}
+	if s.inflight >= cutsInflightMax {
+		s.mu.Unlock()
+		return s.cfg.OrderingInterval
+	}
+	s.inflight++
+	s.inflightAt = now
+	s.lastProposal = now
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
+	defer cancel()
+	metrics.CutProposals.WithLabelValues(s.cfg.ID).Inc()
+	if _, err := s.propose(ctx, control.Command{Cut: &control.CutCommand{Lengths: lengths, Force: force}}, false); err != nil {
+		s.log.Debug("cut proposal failed", "err", err)
+	}
+	// Reports that arrive while this proposal is in flight need another cut;
+	// a finalizing shard needs cuts until its final one.
+	return s.cfg.OrderingInterval
+}
+
+// detectFailures finalizes shards whose replicas went silent, restarted, or
+// were reported broken by their primary.
+func (s *Server) detectFailures() {
+	now := time.Now()
+	var doomed []cut.ShardID
+	s.mu.Lock()
+	for _, sh := range s.state.Shards {
+		if sh.State == control.Finalized {
+			continue
+		}
+		if t, ok := s.finalizing[sh.ID]; ok && now.Sub(t) < s.cfg.FailureTimeout {
+			continue
+		}
+		failed := s.broken[sh.ID]
+		for _, r := range sh.Replicas {
+			b, ok := s.beats[r.ID]
+			last := s.leaderSince
+			if seen := s.seenAt[sh.ID]; seen.After(last) {
+				last = seen
+			}
+			if ok {
+				last = b.at
+				if b.incarnation != r.Incarnation {
+					failed = true
+				}
+			}
+			if now.Sub(last) > s.cfg.FailureTimeout {
+				failed = true
+			}
+		}
+		if failed {
+			s.finalizing[sh.ID] = now
+			doomed = append(doomed, sh.ID)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range doomed {
+		s.log.Info("finalizing failed shard", "shard", id)
+		metrics.ShardFailures.WithLabelValues(s.cfg.ID).Inc()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
+		_, err := s.propose(ctx, control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}}, false)
+		cancel()
+		if err != nil {
+			s.log.Warn("propose finalize", "shard", id, "err", err)
+		}
+	}
+}
+
+func (s *Server) checkCluster(id string) error {
+	if id != s.cfg.ClusterID {
+		return status.Errorf(codes.PermissionDenied, "cluster id %q does not match this cluster (%q)", id, s.cfg.ClusterID)
+	}
+	return nil
+}
+
+// Heartbeat receives liveness and reports from one storage server.
+func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if err := s.checkCluster(req.ClusterId); err != nil {
+			return err
+		}
+		if !s.node.IsLeader() {
+			_, addr := s.leaderAddr()
+			return stream.Send(&pb.HeartbeatResponse{NotLeader: true, LeaderAddr: addr})
+		}
+		s.mu.Lock()
+		s.beats[req.ServerId] = beat{at: time.Now(), incarnation: req.Incarnation}
+		moved := false
+		for _, r := range req.Reports {
+			if r.Length > s.reports[r.Shard] {
+				s.reports[r.Shard] = r.Length
+				moved = true
+			}
+		}
+		for _, b := range req.Broken {
+			s.broken[b] = true
+		}
+		s.mu.Unlock()
+		if moved || len(req.Broken) > 0 {
+			s.signal()
+		}
+		if len(req.Broken) > 0 {
+			s.detectFailures()
+		}
+	}
+}
+
+// Watch streams applied events from req.From on.
+func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) error {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return err
+	}
+	next := max(req.From, 1)
+	for {
+		s.mu.Lock()
+		var resp pb.WatchResponse
+		if next < s.firstSeq {
+			resp.Snapshot = s.statusLocked()
+			next = s.firstSeq
+		}
+		if next <= s.state.EventSeq {
+			i := int(next - s.firstSeq)
+			end := min(len(s.events), i+watchBatchMax)
+			resp.Events = append(resp.Events, s.events[i:end]...)
+			next += uint64(end - i)
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		if resp.Snapshot != nil || len(resp.Events) > 0 {
+			if err := stream.Send(&resp); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-s.stop:
+			return status.Error(codes.Unavailable, "ordering replica stopping")
+		}
+	}
+}
+
+func (s *Server) notLeader() (string, bool) {
+	if s.node.IsLeader() {
+		return "", false
+	}
+	_, addr := s.leaderAddr()
+	return addr, true
+}
+
+// RegisterShard adds a shard served by the given replicas.
+func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest) (*pb.RegisterShardResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	if len(req.Replicas) == 0 || req.Group == "" {
+		return nil, status.Error(codes.InvalidArgument, "register shard: a group and at least one replica are required")
+	}
+	if addr, no := s.notLeader(); no {
+		return &pb.RegisterShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	}
+	reps := make([]control.Replica, len(req.Replicas))
+	for i, r := range req.Replicas {
+		if r.Id == "" || r.Addr == "" {
+			return nil, status.Error(codes.InvalidArgument, "register shard: replica id and address are required")
+		}
+		reps[i] = control.Replica{ID: r.Id, Addr: r.Addr, Incarnation: r.Incarnation}
+	}
+	ev, err := s.propose(ctx, control.Command{Register: &control.RegisterCommand{Group: req.Group, Replicas: reps}}, true)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "register shard: %v", err)
+	}
+	// The new replicas' incarnations are the ones to check from now on.
+	s.mu.Lock()
+	for _, r := range reps {
+		if b, ok := s.beats[r.ID]; ok && b.incarnation != r.Incarnation {
+			delete(s.beats, r.ID)
+		}
+	}
+	s.mu.Unlock()
+	return &pb.RegisterShardResponse{Shard: ev.Registered}, nil
+}
+
+// FinalizeShard stops a shard after a grace of cuts.
+func (s *Server) FinalizeShard(ctx context.Context, req *pb.FinalizeShardRequest) (*pb.FinalizeShardResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	sh := s.state.Shard(req.Shard)
+	var st control.ShardState
+	if sh != nil {
+		st = sh.State
+	}
+	s.mu.Unlock()
+	if sh == nil {
+		return nil, status.Errorf(codes.NotFound, "finalize: unknown shard %d", req.Shard)
+	}
+	if st != control.Live {
+		return nil, status.Errorf(codes.FailedPrecondition, "finalize: shard %d is already %s", req.Shard, st)
+	}
+	if addr, no := s.notLeader(); no {
+		return &pb.FinalizeShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	}
+	if _, err := s.propose(ctx, control.Command{Finalize: &control.FinalizeCommand{Shard: req.Shard, GraceCuts: req.GraceCuts}}, true); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "finalize shard %d: %v", req.Shard, err)
+	}
+	return &pb.FinalizeShardResponse{}, nil
+}
+
+// Trim moves the trim point.
+func (s *Server) Trim(ctx context.Context, req *pb.TrimRequest) (*pb.TrimResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	tail, trim := s.state.Tail(), s.state.Trim
+	s.mu.Unlock()
+	if req.Position > tail {
+		return nil, status.Errorf(codes.OutOfRange, "trim: position %d is beyond the tail %d", req.Position, tail)
+	}
+	if req.Position <= trim {
+		return &pb.TrimResponse{Trim: trim}, nil
+	}
+	if addr, no := s.notLeader(); no {
+		return &pb.TrimResponse{NotLeader: true, LeaderAddr: addr}, nil
+	}
+	if _, err := s.propose(ctx, control.Command{Trim: &control.TrimCommand{Position: req.Position}}, true); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "trim: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &pb.TrimResponse{Trim: s.state.Trim}, nil
+}
+
+// Status describes the cluster as this replica knows it.
+func (s *Server) Status(_ context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.statusLocked(), nil
+}
+
+func (s *Server) statusLocked() *pb.StatusResponse {
+	lid, laddr := s.leaderAddr()
+	resp := &pb.StatusResponse{
+		ClusterId:         s.cfg.ClusterID,
+		LeaderId:          lid,
+		LeaderAddr:        laddr,
+		Shards:            wire.ShardsToProto(s.state.Shards),
+		LastCut:           wire.CutToProto(s.state.LastCut, s.state.MembershipVersion),
+		Tail:              s.state.Tail(),
+		Trim:              s.state.Trim,
+		MembershipVersion: s.state.MembershipVersion,
+		EventSeq:          s.state.EventSeq,
+	}
+	for _, m := range s.cfg.Members {
+		resp.Members = append(resp.Members, &pb.OrderingMember{Id: m.ID, Addr: m.Addr, Leader: m.ID == lid})
+	}
+	return resp
+}

@@ -1,0 +1,201 @@
+package segment
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math/bits"
+)
+
+const (
+	frameHeaderBytes = 8
+	// recordBodyBytesMin is the smallest record body: one byte each for
+	// ClientID, Seq, len(Key) and len(Tags).
+	recordBodyBytesMin = 4
+	// runBodyBytesMin and runBodyBytesMax bound a run body of six uvarints.
+	runBodyBytesMin = 6
+	runBodyBytesMax = 6 * binary.MaxVarintLen64
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// recordBodyLen is the encoded body size of e.
+func recordBodyLen(e *Entry) int {
+	n := uvarintLen(e.ClientID) + uvarintLen(e.Seq) +
+		uvarintLen(uint64(len(e.Key))) + len(e.Key) +
+		uvarintLen(uint64(len(e.Tags)))
+	for _, t := range e.Tags {
+		n += uvarintLen(uint64(len(t))) + len(t)
+	}
+	return n + len(e.Payload)
+}
+
+// appendRecordFrame appends the frame of e, whose body is bodyLen bytes
+// (from recordBodyLen), to dst.
+func appendRecordFrame(dst []byte, e *Entry, bodyLen int) []byte {
+	hdr := len(dst)
+	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	body := len(dst)
+	dst = binary.AppendUvarint(dst, e.ClientID)
+	dst = binary.AppendUvarint(dst, e.Seq)
+	dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
+	dst = append(dst, e.Key...)
+	dst = binary.AppendUvarint(dst, uint64(len(e.Tags)))
+	for _, t := range e.Tags {
+		dst = binary.AppendUvarint(dst, uint64(len(t)))
+		dst = append(dst, t...)
+	}
+	dst = append(dst, e.Payload...)
+	if len(dst)-body != bodyLen {
+		invariantf("record body is %d bytes, sized as %d", len(dst)-body, bodyLen)
+	}
+	sealFrame(dst[hdr:])
+	return dst
+}
+
+// appendRunFrame appends the frame of r to dst.
+func appendRunFrame(dst []byte, r *Run) []byte {
+	hdr := len(dst)
+	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	for _, v := range [...]uint64{r.Cut, r.CutStart, r.CutEnd, r.LocalStart, r.GlobalStart, r.Count} {
+		dst = binary.AppendUvarint(dst, v)
+	}
+	sealFrame(dst[hdr:])
+	return dst
+}
+
+// sealFrame fills in the header of a frame whose body is already in place.
+func sealFrame(frame []byte) {
+	body := frame[frameHeaderBytes:]
+	binary.LittleEndian.PutUint32(frame[0:4], uint32(len(body)))
+	binary.LittleEndian.PutUint32(frame[4:8], crc32.Checksum(body, castagnoli))
+}
+
+// frameHeader decodes a frame header and checks the body length against
+// [bodyMin, bodyMax]. A length out of bounds can only be a torn or corrupt
+// header, so it is reported before anything tries to read that many bytes.
+func frameHeader(h []byte, bodyMin, bodyMax int) (bodyLen int, sum uint32, err error) {
+	n := binary.LittleEndian.Uint32(h[0:4])
+	if uint64(n) < uint64(bodyMin) || uint64(n) > uint64(bodyMax) {
+		return 0, 0, corruptf("frame body length %d outside [%d, %d]", n, bodyMin, bodyMax)
+	}
+	return int(n), binary.LittleEndian.Uint32(h[4:8]), nil
+}
+
+func checkBody(body []byte, sum uint32) error {
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return corruptf("checksum mismatch: stored %#08x, computed %#08x", sum, got)
+	}
+	return nil
+}
+
+// bodyReader walks a body; the first failure sticks and later reads return
+// zero values, so decoders check err once at the end.
+type bodyReader struct {
+	b   []byte
+	err error
+}
+
+func (r *bodyReader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = corruptf("bad uvarint for %s", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *bodyReader) bytes(n uint64, what string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = corruptf("%s of %d bytes overruns the body (%d bytes left)", what, n, len(r.b))
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// parseRecordBody validates a record body and, if e is not nil, decodes it
+// into e. e.Payload aliases body; every other field is copied.
+func parseRecordBody(body []byte, e *Entry) error {
+	r := bodyReader{b: body}
+	clientID := r.uvarint("client id")
+	seq := r.uvarint("seq")
+	key := r.bytes(r.uvarint("key length"), "key")
+	ntags := r.uvarint("tag count")
+	// Each tag takes at least its length byte, which bounds the allocation
+	// below by the body size whatever the count says.
+	if r.err == nil && ntags > uint64(len(r.b)) {
+		return corruptf("tag count %d exceeds the %d bytes left", ntags, len(r.b))
+	}
+	var tags []string
+	if e != nil && ntags > 0 {
+		tags = make([]string, ntags)
+	}
+	for i := uint64(0); i < ntags && r.err == nil; i++ {
+		t := r.bytes(r.uvarint("tag length"), "tag")
+		if e != nil {
+			tags[i] = string(t)
+		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if e != nil {
+		*e = Entry{ClientID: clientID, Seq: seq, Key: string(key), Tags: tags}
+		if len(r.b) > 0 {
+			e.Payload = r.b
+		}
+	}
+	return nil
+}
+
+func parseRunBody(body []byte) (Run, error) {
+	r := bodyReader{b: body}
+	run := Run{
+		Cut:         r.uvarint("cut"),
+		CutStart:    r.uvarint("cut start"),
+		CutEnd:      r.uvarint("cut end"),
+		LocalStart:  r.uvarint("local start"),
+		GlobalStart: r.uvarint("global start"),
+		Count:       r.uvarint("count"),
+	}
+	if r.err != nil {
+		return Run{}, r.err
+	}
+	if len(r.b) != 0 {
+		return Run{}, corruptf("%d trailing bytes after run", len(r.b))
+	}
+	return run, nil
+}
+
+// decodeRecordFrame decodes frame, which must be exactly one record frame.
+func decodeRecordFrame(frame []byte) (Entry, error) {
+	if len(frame) < frameHeaderBytes {
+		return Entry{}, corruptf("frame of %d bytes is shorter than its header", len(frame))
+	}
+	n, sum, err := frameHeader(frame, recordBodyBytesMin, recordBytesMax)
+	if err != nil {
+		return Entry{}, err
+	}
+	body := frame[frameHeaderBytes:]
+	if n != len(body) {
+		return Entry{}, corruptf("frame says body is %d bytes, index says %d", n, len(body))
+	}
+	if err := checkBody(body, sum); err != nil {
+		return Entry{}, err
+	}
+	var e Entry
+	if err := parseRecordBody(body, &e); err != nil {
+		return Entry{}, err
+	}
+	return e, nil
+}

@@ -1,0 +1,354 @@
+// Package segment is the append-only, crash-recoverable record store of one
+// shard on one storage server.
+//
+// # On-disk layout
+//
+// A store owns one directory:
+//
+//	00000000000000000000.seg   segment files, named by the local index of
+//	00000000000000004096.seg   their first record (20 zero-padded digits)
+//	positions                  the global positions assigned to records (runs)
+//	positions.tmp              only while Trim rewrites positions; removed by Open
+//
+// Every record and every run is one frame: a 4-byte little-endian body
+// length, a 4-byte little-endian CRC-32C (Castagnoli) of the body, then the
+// body. A record body is uvarint(ClientID) uvarint(Seq) uvarint(len(Key)) Key
+// uvarint(len(Tags)) { uvarint(len(tag)) tag } Payload — the payload is the
+// rest of the body, so it needs no length of its own. A run body is six
+// uvarints: Cut CutStart CutEnd LocalStart GlobalStart Count.
+//
+// Segments have no header: a frame is self-describing and a segment's first
+// local index is its name, so a segment is valid exactly when all of its
+// frames are. Every retained segment keeps an open file descriptor for
+// reads, and its record offsets in memory (4 bytes per record).
+//
+// # Durability
+//
+// Open truncates a torn or corrupt tail of the last segment and of the
+// positions file, because that is what a crash in the middle of a write
+// leaves behind. Damage anywhere else cannot come from a crash (a segment is
+// fsynced before the next one is created, whatever the SyncPolicy) and is
+// reported as ErrCorrupt rather than silently dropping acknowledged records.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Mutators (Append, Assign, Trim, Sync,
+// Close) are serialized by one mutex and are expected to come from a single
+// owner goroutine; readers (Read, Scan, Len, Start, Ordered, Runs, Locate,
+// GlobalOf) may run concurrently with them. Appends write to the file
+// without blocking readers and take the read/write lock only to publish the
+// new index entries; readers hold the read lock only while they pread, never
+// while a Scan callback runs.
+//
+// Lock order: wmu, then mu. Functions that need wmu held end in Locked.
+//
+// The package starts no goroutines.
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+)
+
+// Named bounds. Offsets inside a segment are kept as uint32 to make the
+// in-memory index 4 bytes per record, so a segment must stay below 4 GiB:
+// it is rolled before an append once it reaches SegmentBytesMax, so it can
+// reach at most segmentBytesMaxLimit + appendBytesMax bytes.
+const (
+	// DefaultSegmentBytes is used when Options.SegmentBytesMax is 0.
+	DefaultSegmentBytes = 64 << 20
+
+	// segmentBytesMaxLimit is the largest SegmentBytesMax accepted.
+	segmentBytesMaxLimit = 1 << 30
+	// segmentFileBytesMax is the largest segment file Open accepts.
+	segmentFileBytesMax = math.MaxUint32
+
+	// recordBytesMax bounds the body of one record; a larger length read
+	// from disk can only be corruption.
+	recordBytesMax = 64 << 20
+	// appendBytesMax bounds the encoded frames of one Append call.
+	appendBytesMax = 256 << 20
+	// appendBufRetainBytesMax bounds the encode buffer kept between appends,
+	// so one huge batch does not pin its buffer forever.
+	appendBufRetainBytesMax = 4 << 20
+
+	// scanChunkBytesMax bounds one pread of Scan (at least one record is
+	// always read, however large).
+	scanChunkBytesMax = 1 << 20
+	// recoverReadBufBytes is the read-ahead buffer of recovery scans.
+	recoverReadBufBytes = 1 << 20
+)
+
+const (
+	segmentSuffix    = ".seg"
+	positionsName    = "positions"
+	positionsTmpName = "positions.tmp"
+	dirPerm          = 0o755
+	filePerm         = 0o644
+)
+
+// Sentinel errors; returned errors wrap them with context.
+var (
+	// ErrTrimmed: the local index is below Start.
+	ErrTrimmed = errors.New("segment: record trimmed")
+	// ErrOutOfRange: the local index is at or after Len.
+	ErrOutOfRange = errors.New("segment: record out of range")
+	// ErrCorrupt: stored bytes fail their checksum or do not decode.
+	ErrCorrupt = errors.New("segment: corrupt data")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("segment: store closed")
+	// ErrInvalid: bad input to Append or Assign (empty batch, oversized
+	// record, run that does not extend the ordered prefix); nothing changed.
+	ErrInvalid = errors.New("segment: invalid argument")
+)
+
+// SyncPolicy says when records and runs are fsynced.
+type SyncPolicy int
+
+const (
+	// SyncNever: never fsync on Append or Assign; only Sync, Trim and
+	// segment rollover fsync.
+	SyncNever SyncPolicy = iota
+	// SyncInterval: like SyncNever; the owner calls Sync on its own ticker.
+	SyncInterval
+	// SyncAlways: Append and Assign fsync before returning (and before the
+	// new records or runs become visible to readers).
+	SyncAlways
+)
+
+// ParseSyncPolicy parses "never", "interval" or "always".
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	switch s {
+	case "never":
+		return SyncNever, nil
+	case "interval":
+		return SyncInterval, nil
+	case "always":
+		return SyncAlways, nil
+	}
+	return 0, fmt.Errorf("segment: unknown sync policy %q (want never, interval or always)", s)
+}
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncNever:
+		return "never"
+	case SyncInterval:
+		return "interval"
+	case SyncAlways:
+		return "always"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
+
+// Options configure Open.
+type Options struct {
+	Dir             string     // created if missing; one store per directory (not locked: the caller must not open it twice)
+	SegmentBytesMax int64      // roll over once the active segment reaches this size; 0 means DefaultSegmentBytes
+	Sync            SyncPolicy // see SyncPolicy
+}
+
+func (o Options) validate() (Options, error) {
+	if o.Dir == "" {
+		return o, fmt.Errorf("segment: options: empty Dir")
+	}
+	if o.SegmentBytesMax == 0 {
+		o.SegmentBytesMax = DefaultSegmentBytes
+	}
+	if o.SegmentBytesMax < 0 || o.SegmentBytesMax > segmentBytesMaxLimit {
+		return o, fmt.Errorf("segment: options: SegmentBytesMax %d outside [1, %d]", o.SegmentBytesMax, segmentBytesMaxLimit)
+	}
+	if o.Sync < SyncNever || o.Sync > SyncAlways {
+		return o, fmt.Errorf("segment: options: unknown sync policy %v", o.Sync)
+	}
+	return o, nil
+}
+
+// Entry is one stored record. Local indexes are dense from 0 in append
+// order. Entries returned by Read and Scan are owned by the caller; empty
+// Tags and Payload come back as nil.
+type Entry struct {
+	ClientID uint64
+	Seq      uint64
+	Key      string
+	Tags     []string
+	Payload  []byte
+}
+
+// Run says that local records [LocalStart, LocalStart+Count) hold global
+// positions [GlobalStart, GlobalStart+Count), assigned by cut number Cut,
+// which as a whole covers global positions [CutStart, CutEnd).
+type Run struct {
+	Cut, CutStart, CutEnd, LocalStart, GlobalStart, Count uint64
+}
+
+// segment is one segment file. base and f never change. offsets and size
+// grow only under Store.mu held for writing; readers read them under
+// Store.mu held for reading.
+type segment struct {
+	base uint64
+	f    *os.File
+	// offsets[i] is the file offset of record base+i; records are packed,
+	// so record i ends where record i+1 starts, or at size.
+	offsets []uint32
+	// size is the number of bytes holding published records. Bytes past it
+	// are being written by an Append and must not be read.
+	size int64
+}
+
+func (g *segment) end() uint64 { return g.base + uint64(len(g.offsets)) }
+
+// Store is the record store of one shard. See the package comment for its
+// concurrency contract.
+type Store struct {
+	opts Options
+
+	// wmu serializes mutators. Fields below it up to mu are touched only
+	// with wmu held.
+	wmu sync.Mutex
+	// failed is sticky: after an I/O error whose effect on disk is unknown
+	// (a failed write or fsync) the store refuses further writes; reopening
+	// recovers from whatever reached the disk.
+	failed      error
+	activeDirty bool // the active segment holds written but unsynced bytes
+	pos         *os.File
+	posSize     int64 // bytes of whole run frames in the positions file
+	posFileRuns int   // run frames in the positions file, >= len(runs)
+	posDirty    bool  // the positions file holds unsynced bytes
+	buf         []byte
+	offBuf      []uint32
+
+	// mu guards the fields below. Mutators write them with wmu and mu held,
+	// so a wmu holder may read them without mu.
+	mu     sync.RWMutex
+	closed bool
+	// segs is ascending and contiguous: segs[i].end() == segs[i+1].base.
+	// The last one is the active segment. Never empty while open.
+	segs   []*segment
+	start  uint64 // == segs[0].base
+	length uint64 // == segs[len(segs)-1].end()
+	// runs is contiguous in local indexes and strictly increasing in Cut
+	// and GlobalStart; it covers [runs[0].LocalStart, ordered) and
+	// runs[0].LocalStart <= start. The last run is never dropped by Trim so
+	// that ordered and the monotonicity checks survive trims and restarts.
+	runs    []Run
+	ordered uint64 // == end of the last run, or 0; start <= ordered <= length once anything is trimmed
+}
+
+// Len returns the next local index, the number of records ever appended.
+func (s *Store) Len() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.length
+}
+
+// Start returns the first local index still stored.
+func (s *Store) Start() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.start
+}
+
+// Ordered returns the number of local records that have a global position.
+func (s *Store) Ordered() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ordered
+}
+
+func (s *Store) active() *segment { return s.segs[len(s.segs)-1] }
+
+// writableLocked says why the store cannot take writes, if it cannot.
+func (s *Store) writableLocked() error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.failed != nil {
+		return fmt.Errorf("segment: store failed earlier, reopen to recover: %w", s.failed)
+	}
+	return nil
+}
+
+// Sync fsyncs whatever is written but not yet synced: the active segment
+// first, then the positions file, so that runs rarely outlive the records
+// they describe. It is a cheap no-op when nothing is dirty.
+func (s *Store) Sync() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writableLocked(); err != nil {
+		return err
+	}
+	return s.syncLocked()
+}
+
+func (s *Store) syncLocked() error {
+	if s.activeDirty {
+		if err := s.active().f.Sync(); err != nil {
+			s.failed = err
+			return fmt.Errorf("segment: sync %s: %w", s.segmentPath(s.active().base), err)
+		}
+		s.activeDirty = false
+	}
+	if s.posDirty {
+		if err := s.pos.Sync(); err != nil {
+			s.failed = err
+			return fmt.Errorf("segment: sync positions: %w", err)
+		}
+		s.posDirty = false
+	}
+	return nil
+}
+
+// Close syncs (unless the policy is SyncNever) and closes the store.
+// Closing a closed store is a no-op.
+func (s *Store) Close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed {
+		return nil
+	}
+	var errs []error
+	if s.failed == nil && s.opts.Sync != SyncNever {
+		errs = append(errs, s.syncLocked())
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	// Readers hold mu while they pread, so no read is in flight on these
+	// files any more.
+	errs = append(errs, s.closeFiles())
+	return errors.Join(errs...)
+}
+
+func (s *Store) closeFiles() error {
+	var errs []error
+	for _, g := range s.segs {
+		if err := g.f.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("segment: close %s: %w", s.segmentPath(g.base), err))
+		}
+	}
+	if s.pos != nil {
+		if err := s.pos.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("segment: close positions: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// invariantf panics: an internal invariant is broken, which is a bug in
+// this package, not an input or disk problem. Callers test the condition
+// themselves so the arguments are only boxed on the failure path.
+func invariantf(format string, args ...any) {
+	panic(fmt.Sprintf("segment: invariant violated: "+format, args...))
+}
+
+func corruptf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

@@ -1,0 +1,189 @@
+// Package shard holds a shard primary's bookkeeping as a pure state machine:
+// which appends wait for a cut, which (client, sequence) pairs are already
+// stored so a retry is not stored twice, and what to answer when a cut
+// orders records or the shard is finalized. No I/O, clocks or goroutines: the
+// storage server's loop feeds it and carries out what it returns.
+package shard
+
+import (
+	"fmt"
+
+	"github.com/augur-log/augur/internal/cut"
+)
+
+// Bounds.
+const (
+	// DedupPerClientMax is how many recent sequence numbers are remembered
+	// per client; a retry older than that is refused, never stored twice.
+	DedupPerClientMax = 1 << 14
+	// DedupClientsMax bounds the clients remembered.
+	DedupClientsMax = 1 << 12
+)
+
+// Verdict is what to do with an incoming append.
+type Verdict int
+
+const (
+	// Store: new; write it, then call Stored.
+	Store Verdict = iota
+	// Ordered: a retry of a record that already has a position.
+	Ordered
+	// Waiting: a retry of a stored record still waiting for its cut; the
+	// new waiter will be answered when it comes.
+	Waiting
+	// Expired: a retry older than the dedup window.
+	Expired
+	// Finalized: the shard takes no more records.
+	Finalized
+)
+
+// Answer is an acknowledgement to send to waiter W.
+type Answer[W comparable] struct {
+	Waiter W
+	Seq    uint64
+	// Position is valid when Final is false.
+	Position uint64
+	// Final reports the record was not ordered because the shard ended first.
+	Final bool
+}
+
+type slot[W comparable] struct {
+	waiter W
+	seq    uint64
+	set    bool
+}
+
+type clientSeqs struct {
+	local      map[uint64]uint64
+	order      []uint64
+	evictedMax uint64
+}
+
+// Primary tracks one shard's appends on its primary. W identifies who
+// waits for an answer (a client stream).
+type Primary[W comparable] struct {
+	// pending[i] waits for local index base+i; every stored record not yet
+	// ordered has a slot.
+	pending []slot[W]
+	base    uint64
+	dedup   map[uint64]*clientSeqs
+	// positions of ordered records: local -> global, consulted for retries.
+	position  func(local uint64) (uint64, bool)
+	finalized bool
+}
+
+// NewPrimary starts with stored records [0, length) all ordered or
+// abandoned; position looks up the global position of an ordered record.
+func NewPrimary[W comparable](length uint64, position func(local uint64) (uint64, bool)) *Primary[W] {
+	return &Primary[W]{base: length, dedup: map[uint64]*clientSeqs{}, position: position}
+}
+
+// Admit decides what to do with append (client, seq); for Ordered it also
+// returns the position.
+func (p *Primary[W]) Admit(client, seq uint64, w W) (Verdict, uint64) {
+	if p.finalized {
+		return Finalized, 0
+	}
+	cs := p.dedup[client]
+	if cs == nil {
+		return Store, 0
+	}
+	local, ok := cs.local[seq]
+	if !ok {
+		if seq <= cs.evictedMax {
+			return Expired, 0
+		}
+		return Store, 0
+	}
+	if pos, ordered := p.position(local); ordered {
+		return Ordered, pos
+	}
+	if local < p.base {
+		// Stored but abandoned by a finalization: it will never be ordered.
+		return Finalized, 0
+	}
+	p.pending[local-p.base].waiter = w
+	return Waiting, 0
+}
+
+// Next is the local index the next stored record gets.
+func (p *Primary[W]) Next() uint64 { return p.base + uint64(len(p.pending)) }
+
+// Stored records that append (client, seq) was written at local.
+func (p *Primary[W]) Stored(client, seq, local uint64, w W) {
+	if local != p.Next() {
+		panic(fmt.Sprintf("shard: stored at local %d, expected %d", local, p.Next()))
+	}
+	p.pending = append(p.pending, slot[W]{waiter: w, seq: seq, set: true})
+	cs := p.dedup[client]
+	if cs == nil {
+		if len(p.dedup) >= DedupClientsMax {
+			// Forget an arbitrary client: its old retries become Expired
+			// only if it reuses sequence numbers at or below what it had.
+			for k := range p.dedup {
+				delete(p.dedup, k)
+				break
+			}
+		}
+		cs = &clientSeqs{local: map[uint64]uint64{}}
+		p.dedup[client] = cs
+	}
+	cs.local[seq] = local
+	cs.order = append(cs.order, seq)
+	if len(cs.order) > DedupPerClientMax {
+		old := cs.order[0]
+		cs.order = cs.order[1:]
+		delete(cs.local, old)
+		cs.evictedMax = max(cs.evictedMax, old)
+	}
+}
+
+// Order applies a committed cut's slice for this shard and returns the
+// answers for the records it orders.
+func (p *Primary[W]) Order(sl cut.Slice) []Answer[W] {
+	var out []Answer[W]
+	end := sl.LocalStart + sl.Count
+	if end > p.Next() {
+		panic(fmt.Sprintf("shard: cut orders up to %d, only %d stored", end, p.Next()))
+	}
+	for local := max(sl.LocalStart, p.base); local < end; local++ {
+		s := p.pending[local-p.base]
+		if s.set {
+			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq, Position: sl.GlobalStart + (local - sl.LocalStart)})
+		}
+	}
+	if end > p.base {
+		drop := end - p.base
+		clear(p.pending[:drop])
+		p.pending = p.pending[drop:]
+		p.base = end
+	}
+	return out
+}
+
+// Finalize ends the shard at length: records stored at or after it are
+// never ordered, and their waiters are told so.
+func (p *Primary[W]) Finalize(length uint64) []Answer[W] {
+	var out []Answer[W]
+	for i, s := range p.pending {
+		if p.base+uint64(i) >= length && s.set {
+			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq, Final: true})
+		}
+	}
+	p.base += uint64(len(p.pending))
+	p.pending = nil
+	p.finalized = true
+	return out
+}
+
+// Waiting returns every pending answer's waiter and sequence, for failing
+// them when the server stops.
+func (p *Primary[W]) Waiting() []Answer[W] {
+	var out []Answer[W]
+	for _, s := range p.pending {
+		if s.set {
+			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq})
+		}
+	}
+	return out
+}

@@ -1,0 +1,80 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/augur-log/augur/internal/segment"
+)
+
+// Peer is one storage server of a group.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// Config configures one storage server.
+type Config struct {
+	ClusterID string
+	ID        string
+	// Group lists the servers of this server's replica group in a fixed
+	// order, this one included; the first is the primary of every shard the
+	// group forms.
+	Group     []Peer
+	GroupName string
+	// Ordering lists the ordering replicas' addresses.
+	Ordering []string
+	Dir      string
+	Sync     segment.SyncPolicy
+	// SyncInterval is how often SyncInterval policy fsyncs.
+	SyncInterval     time.Duration
+	SegmentBytes     int64
+	RecordBytesMax   int
+	OrderingInterval time.Duration
+	// HeartbeatInterval is how often an idle server tells the ordering layer
+	// it is alive; it must be well under the ordering layer's failure timeout.
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.ClusterID == "":
+		return errors.New("storage: cluster id is empty")
+	case c.ID == "":
+		return errors.New("storage: server id is empty")
+	case c.GroupName == "":
+		return errors.New("storage: group name is empty")
+	case len(c.Ordering) == 0:
+		return errors.New("storage: no ordering replicas")
+	case c.Dir == "":
+		return errors.New("storage: data directory is empty")
+	case c.RecordBytesMax <= 0:
+		return fmt.Errorf("storage: record size limit must be positive, got %d", c.RecordBytesMax)
+	case c.OrderingInterval <= 0:
+		return fmt.Errorf("storage: ordering interval must be positive, got %v", c.OrderingInterval)
+	case c.HeartbeatInterval <= 0:
+		return fmt.Errorf("storage: heartbeat interval must be positive, got %v", c.HeartbeatInterval)
+	case c.Sync == segment.SyncInterval && c.SyncInterval <= 0:
+		return fmt.Errorf("storage: fsync interval must be positive, got %v", c.SyncInterval)
+	}
+	if c.self() < 0 {
+		return fmt.Errorf("storage: server %q is not in its group", c.ID)
+	}
+	return nil
+}
+
+func (c *Config) self() int {
+	for i, p := range c.Group {
+		if p.ID == c.ID {
+			return i
+		}
+	}
+	return -1
+}
+
+// isPrimary reports whether this server is its group's primary.
+func (c *Config) isPrimary() bool { return c.self() == 0 }

@@ -1,0 +1,399 @@
+package storage
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/shard"
+)
+
+// Bounds.
+const (
+	// appendQueueMax bounds append batches waiting for a shard's loop.
+	appendQueueMax = 256
+	// appendDrainMax is how many queued batches one write coalesces.
+	appendDrainMax = 64
+)
+
+// role is what a server does for one shard.
+type role int
+
+const (
+	rolePrimary role = iota
+	roleBackup
+	// roleRecovered holds a shard found on disk at start-up: this server
+	// restarted, so the shard is (or is about to be) finalized; it only
+	// serves reads.
+	roleRecovered
+)
+
+type appendReq struct {
+	stream   *appendStream
+	clientID uint64
+	entries  []*pb.AppendEntry
+}
+
+type replBatch struct {
+	first   uint64
+	records []*pb.StoredRecord
+	// done receives the error of a rejected batch.
+	done chan error
+}
+
+// cutMsg carries one committed cut's consequence for one shard.
+type cutMsg struct {
+	cutIndex uint64
+	cutStart uint64
+	cutEnd   uint64
+	slice    cut.Slice
+	// final is set once the shard is finalized at finalLen.
+	final    bool
+	finalLen uint64
+	trim     uint64
+}
+
+type backupAck struct {
+	backup  int
+	durable uint64
+}
+
+// replica is this server's copy of one shard. Its loop goroutine owns the
+// store's writes and every field below "loop state".
+type replica struct {
+	id    cut.ShardID
+	role  role
+	store *segment.Store
+	srv   *Server
+	log   *slog.Logger
+
+	appendCh chan appendReq
+	replCh   chan replBatch
+	cutCh    chan cutMsg
+	ackCh    chan backupAck
+	stop     chan struct{}
+	done     chan struct{}
+
+	// durable is how many records every replica holds: what a primary
+	// reports. On a backup it is what this server holds durably.
+	durable atomic.Uint64
+	// durableCh wakes whoever forwards durable (heartbeats, backup acks).
+	durableCh chan struct{}
+	// finalized and finalLen are published for readers.
+	finalized atomic.Bool
+	finalLen  atomic.Uint64
+	// failed is set once replication to a backup broke.
+	failed atomic.Bool
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced when runs or finality change
+
+	// loop state
+	backups       []Peer
+	backupDurable []uint64
+	// primary is the append bookkeeping, on a primary only.
+	primary *shard.Primary[*appendStream]
+	lastCut uint64
+	lost    bool
+}
+
+func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backups []Peer) *replica {
+	rp := &replica{
+		id:            id,
+		role:          r,
+		store:         store,
+		srv:           srv,
+		log:           srv.log.With("shard", id),
+		appendCh:      make(chan appendReq, appendQueueMax),
+		replCh:        make(chan replBatch, appendQueueMax),
+		cutCh:         make(chan cutMsg, 64),
+		ackCh:         make(chan backupAck, 64),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
+		durableCh:     make(chan struct{}, 1),
+		changed:       make(chan struct{}),
+		backups:       backups,
+		backupDurable: make([]uint64, len(backups)),
+	}
+	if r == rolePrimary {
+		rp.primary = shard.NewPrimary[*appendStream](store.Len(), store.GlobalOf)
+	}
+	if runs := store.Runs(0); len(runs) > 0 {
+		rp.lastCut = runs[len(runs)-1].Cut
+	}
+	if r != rolePrimary {
+		rp.durable.Store(store.Len())
+	}
+	return rp
+}
+
+// changedCh returns a channel closed at the next change of runs or finality.
+func (r *replica) changedCh() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+func (r *replica) broadcast() {
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *replica) notifyDurable() {
+	select {
+	case r.durableCh <- struct{}{}:
+	default:
+	}
+}
+
+func (r *replica) run() {
+	defer close(r.done)
+	var syncC <-chan time.Time
+	if r.srv.cfg.Sync == segment.SyncInterval {
+		t := time.NewTicker(r.srv.cfg.SyncInterval)
+		defer t.Stop()
+		syncC = t.C
+	}
+	for {
+		select {
+		case <-r.stop:
+			r.failPending(pb.Code_UNAVAILABLE, "server stopping")
+			return
+		case req := <-r.appendCh:
+			batch := []appendReq{req}
+		drain:
+			for len(batch) < appendDrainMax {
+				select {
+				case more := <-r.appendCh:
+					batch = append(batch, more)
+				default:
+					break drain
+				}
+			}
+			r.appendLoop(batch)
+		case b := <-r.replCh:
+			b.done <- r.appendReplicated(b)
+		case a := <-r.ackCh:
+			if a.durable > r.backupDurable[a.backup] {
+				r.backupDurable[a.backup] = a.durable
+				r.updateDurable()
+			}
+		case m := <-r.cutCh:
+			r.applyCut(m)
+		case <-syncC:
+			if err := r.store.Sync(); err != nil {
+				r.log.Error("fsync", "err", err)
+			}
+		}
+	}
+}
+
+// appendLoop stores a batch of client appends and sends it to the backups.
+func (r *replica) appendLoop(reqs []appendReq) {
+	var entries []segment.Entry
+	var waiters []*appendStream
+	for _, req := range reqs {
+		var acks []*pb.AppendAck
+		for _, e := range req.entries {
+			if ack := r.admit(req, e); ack != nil {
+				if ack.Code != pb.Code_OK && ack.Code != pb.Code_PENDING {
+					metrics.AppendsRejected.WithLabelValues(r.srv.cfg.ID, ack.Code.String()).Inc()
+				}
+				acks = append(acks, ack)
+				continue
+			}
+			rec := e.GetRecord()
+			entries = append(entries, segment.Entry{
+				ClientID: req.clientID, Seq: e.Seq, Key: rec.GetKey(), Tags: rec.GetTags(), Payload: rec.GetPayload(),
+			})
+			waiters = append(waiters, req.stream)
+		}
+		if len(acks) > 0 {
+			req.stream.push(acks)
+		}
+	}
+	if len(entries) == 0 {
+		return
+	}
+	first, err := r.store.Append(entries)
+	if err != nil {
+		// A store that cannot write loses nothing acknowledged, but this
+		// shard can take no more: fail the batch and let the shard be
+		// finalized.
+		r.log.Error("append to store", "err", err)
+		r.failed.Store(true)
+		r.srv.signalHeartbeat()
+		for i, w := range waiters {
+			w.push([]*pb.AppendAck{{Seq: entries[i].Seq, Code: pb.Code_UNAVAILABLE, Message: err.Error()}})
+		}
+		return
+	}
+	r.srv.stored.Add(float64(len(entries)))
+	for i, e := range entries {
+		r.primary.Stored(e.ClientID, e.Seq, first+uint64(i), waiters[i])
+	}
+	recs := make([]*pb.StoredRecord, len(entries))
+	for i, e := range entries {
+		recs[i] = &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
+	}
+	for _, b := range r.srv.backupLinks(r) {
+		b.send(first, recs)
+	}
+	r.updateDurable()
+}
+
+// admit returns an immediate answer for an entry that must not be stored
+// (invalid, a retry, or the shard is finalized), or nil to store it.
+func (r *replica) admit(req appendReq, e *pb.AppendEntry) *pb.AppendAck {
+	if msg := checkRecord(e.GetRecord(), r.srv.cfg.RecordBytesMax); msg != "" {
+		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_INVALID, Shard: r.id, Message: msg}
+	}
+	verdict, pos := r.primary.Admit(req.clientID, e.Seq, req.stream)
+	switch verdict {
+	case shard.Ordered:
+		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_OK, Shard: r.id, Position: pos}
+	case shard.Waiting:
+		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_PENDING}
+	case shard.Expired:
+		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_DEDUP_EXPIRED, Shard: r.id,
+			Message: fmt.Sprintf("sequence %d is older than the retry window", e.Seq)}
+	case shard.Finalized:
+		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_FINALIZED, Shard: r.id, Message: fmt.Sprintf("shard %d is finalized", r.id)}
+	}
+	return nil
+}
+
+func checkRecord(rec *pb.Record, limit int) string {
+	if rec == nil {
+		return "missing record"
+	}
+	n := len(rec.Payload) + len(rec.Key)
+	for _, t := range rec.Tags {
+		n += len(t)
+	}
+	switch {
+	case len(rec.Payload) == 0:
+		return "empty record payload"
+	case n > limit:
+		return fmt.Sprintf("record of %d bytes exceeds the limit of %d", n, limit)
+	}
+	return ""
+}
+
+// appendReplicated stores a batch from the primary on a backup.
+func (r *replica) appendReplicated(b replBatch) error {
+	if r.role != roleBackup {
+		return fmt.Errorf("shard %d: not a backup here", r.id)
+	}
+	if b.first != r.store.Len() {
+		return fmt.Errorf("shard %d: replicated batch starts at %d, have %d", r.id, b.first, r.store.Len())
+	}
+	entries := make([]segment.Entry, len(b.records))
+	for i, rec := range b.records {
+		entries[i] = segment.Entry{ClientID: rec.ClientId, Seq: rec.Seq, Key: rec.GetRecord().GetKey(),
+			Tags: rec.GetRecord().GetTags(), Payload: rec.GetRecord().GetPayload()}
+	}
+	if _, err := r.store.Append(entries); err != nil {
+		return fmt.Errorf("shard %d: %w", r.id, err)
+	}
+	r.srv.stored.Add(float64(len(entries)))
+	r.durable.Store(r.store.Len())
+	r.notifyDurable()
+	return nil
+}
+
+// updateDurable recomputes what every replica holds and publishes it.
+func (r *replica) updateDurable() {
+	d := r.store.Len()
+	for _, b := range r.backupDurable {
+		d = min(d, b)
+	}
+	if d > r.durable.Load() {
+		r.durable.Store(d)
+		r.srv.signalHeartbeat()
+	}
+}
+
+// applyCut assigns positions from one committed cut and acknowledges the
+// appends it orders.
+func (r *replica) applyCut(m cutMsg) {
+	if m.trim > 0 {
+		if err := r.store.Trim(m.trim); err != nil {
+			r.log.Warn("trim", "err", err)
+		}
+	}
+	if m.cutIndex > r.lastCut && m.slice.Count > 0 && !r.lost {
+		sl := m.slice
+		switch {
+		case sl.LocalStart < r.store.Ordered():
+			// Already assigned before a restart.
+		case sl.LocalStart != r.store.Ordered() || sl.LocalStart+sl.Count > r.store.Len():
+			// This copy lacks records the cut orders (it missed cuts or
+			// lost writes); the other replica serves them.
+			r.log.Error("replica cannot follow cut", "cut", m.cutIndex, "slice", sl, "ordered", r.store.Ordered(), "len", r.store.Len())
+			r.lost = true
+		default:
+			run := segment.Run{Cut: m.cutIndex, CutStart: m.cutStart, CutEnd: m.cutEnd,
+				LocalStart: sl.LocalStart, GlobalStart: sl.GlobalStart, Count: sl.Count}
+			if err := r.store.Assign(run); err != nil {
+				r.log.Error("assign positions", "err", err)
+				r.lost = true
+			} else {
+				r.srv.ordered.Add(float64(sl.Count))
+				if r.primary != nil {
+					r.answer(r.primary.Order(sl))
+				}
+			}
+		}
+	}
+	if m.cutIndex > r.lastCut {
+		r.lastCut = m.cutIndex
+	}
+	if m.final && !r.finalized.Load() {
+		r.finalLen.Store(m.finalLen)
+		r.finalized.Store(true)
+		if r.primary != nil {
+			r.answer(r.primary.Finalize(m.finalLen))
+		}
+	}
+	r.broadcast()
+}
+
+// answer sends the primary's answers, one message per stream.
+func (r *replica) answer(answers []shard.Answer[*appendStream]) {
+	byStream := map[*appendStream][]*pb.AppendAck{}
+	for _, a := range answers {
+		ack := &pb.AppendAck{Seq: a.Seq, Code: pb.Code_OK, Position: a.Position, Shard: r.id}
+		if a.Final {
+			ack = &pb.AppendAck{Seq: a.Seq, Code: pb.Code_FINALIZED, Shard: r.id,
+				Message: fmt.Sprintf("shard %d was finalized before this record was ordered", r.id)}
+		}
+		byStream[a.Waiter] = append(byStream[a.Waiter], ack)
+	}
+	for st, acks := range byStream {
+		st.push(acks)
+	}
+}
+
+func (r *replica) failPending(code pb.Code, msg string) {
+	if r.primary == nil {
+		return
+	}
+	for _, a := range r.primary.Waiting() {
+		a.Waiter.push([]*pb.AppendAck{{Seq: a.Seq, Code: code, Shard: r.id, Message: msg}})
+	}
+}
+
+func assert(ok bool, msg string) {
+	if !ok {
+		panic("storage: invariant violated: " + msg)
+	}
+}

@@ -1,0 +1,487 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/segment"
+)
+
+// Bounds.
+const (
+	// subscribeBatchBytesMax bounds one subscription message.
+	subscribeBatchBytesMax = 1 << 20
+	// replicateQueueMax bounds batches queued for one backup; the primary's
+	// loop waits when a backup falls this far behind.
+	replicateQueueMax = 1024
+	// appendEntriesMax bounds the entries of one Append message.
+	appendEntriesMax = 4096
+)
+
+func (s *Server) checkCluster(id string) error {
+	if id != s.cfg.ClusterID {
+		return status.Errorf(codes.PermissionDenied, "cluster id %q does not match this cluster (%q)", id, s.cfg.ClusterID)
+	}
+	return nil
+}
+
+// appendStream sends acknowledgements back on one client's Append stream.
+// The shard loops push into it without blocking; its own goroutine sends.
+type appendStream struct {
+	mu     sync.Mutex
+	acks   []*pb.AppendAck
+	wake   chan struct{}
+	closed bool
+}
+
+func (a *appendStream) push(acks []*pb.AppendAck) {
+	a.mu.Lock()
+	if !a.closed {
+		a.acks = append(a.acks, acks...)
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *appendStream) take() []*pb.AppendAck {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := a.acks
+	a.acks = nil
+	return out
+}
+
+// Append takes a client's pipelined appends.
+func (s *Server) Append(stream pb.Log_AppendServer) error {
+	as := &appendStream{wake: make(chan struct{}, 1)}
+	ctx := stream.Context()
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-as.wake:
+				if acks := as.take(); len(acks) > 0 {
+					if err := stream.Send(&pb.AppendResponse{Acks: acks}); err != nil {
+						sendErr <- err
+						return
+					}
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		as.mu.Lock()
+		as.closed = true
+		as.mu.Unlock()
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+		if err := s.checkCluster(req.ClusterId); err != nil {
+			return err
+		}
+		if len(req.Entries) > appendEntriesMax {
+			return status.Errorf(codes.InvalidArgument, "append carries %d entries, at most %d allowed", len(req.Entries), appendEntriesMax)
+		}
+		r := s.replica(req.Shard)
+		if r == nil || r.role != rolePrimary {
+			code, msg := pb.Code_UNKNOWN_SHARD, fmt.Sprintf("shard %d is not served here", req.Shard)
+			if r != nil {
+				code, msg = pb.Code_NOT_PRIMARY, fmt.Sprintf("this server is not the primary of shard %d", req.Shard)
+			}
+			acks := make([]*pb.AppendAck, len(req.Entries))
+			for i, e := range req.Entries {
+				acks[i] = &pb.AppendAck{Seq: e.Seq, Code: code, Shard: req.Shard, Message: msg}
+			}
+			as.push(acks)
+			continue
+		}
+		select {
+		case r.appendCh <- appendReq{stream: as, clientID: req.ClientId, entries: req.Entries}:
+		case <-r.done:
+			return status.Error(codes.Unavailable, "shard is shutting down")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// filter is a compiled subscription filter.
+type filter struct {
+	keys map[string]bool
+	tags map[string]bool
+}
+
+func newFilter(f *pb.Filter) filter {
+	var out filter
+	if len(f.GetKeys()) > 0 {
+		out.keys = map[string]bool{}
+		for _, k := range f.Keys {
+			out.keys[k] = true
+		}
+	}
+	if len(f.GetTags()) > 0 {
+		out.tags = map[string]bool{}
+		for _, t := range f.Tags {
+			out.tags[t] = true
+		}
+	}
+	return out
+}
+
+func (f filter) match(e segment.Entry) bool {
+	if f.keys != nil && !f.keys[e.Key] {
+		return false
+	}
+	if f.tags != nil && !slices.ContainsFunc(e.Tags, func(t string) bool { return f.tags[t] }) {
+		return false
+	}
+	return true
+}
+
+// Subscribe streams one shard's share of the global order from req.From on.
+func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServer) error {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return err
+	}
+	r := s.replica(req.Shard)
+	if r == nil {
+		return status.Errorf(codes.NotFound, "shard %d is not stored here", req.Shard)
+	}
+	s.mu.Lock()
+	trim := s.view.trim
+	s.mu.Unlock()
+	if req.From < trim {
+		return status.Errorf(codes.OutOfRange, "position %d is trimmed (trim point %d)", req.From, trim)
+	}
+	f := newFilter(req.Filter)
+	next := req.From
+	var sentMV uint64
+	ctx := stream.Context()
+	for {
+		changed := r.changedCh()
+		s.mu.Lock()
+		viewChanged, mv := s.viewChanged, s.view.mv
+		s.mu.Unlock()
+		var resp pb.SubscribeResponse
+		size := 0
+		for _, run := range r.store.Runs(next) {
+			if size >= subscribeBatchBytesMax {
+				break
+			}
+			b := &pb.CutBatch{Cut: run.Cut, CutStart: max(run.CutStart, next), CutEnd: run.CutEnd, Shard: r.id, MembershipVersion: mv}
+			gs := max(run.GlobalStart, next)
+			if end := run.GlobalStart + run.Count; gs < end {
+				b.RunStart, b.RunCount = gs, end-gs
+				local := run.LocalStart + (gs - run.GlobalStart)
+				pos := gs
+				err := r.store.Scan(local, func(_ uint64, e segment.Entry) bool {
+					if f.match(e) {
+						b.Records = append(b.Records, &pb.LogEntry{Position: pos, Shard: r.id,
+							Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}})
+						size += len(e.Payload) + len(e.Key) + 32
+					}
+					pos++
+					return pos < end
+				})
+				if err != nil {
+					return status.Errorf(codes.Internal, "read shard %d: %v", r.id, err)
+				}
+			}
+			next = run.CutEnd
+			if b.RunCount > 0 {
+				resp.Batches = append(resp.Batches, b)
+			}
+		}
+		if len(resp.Batches) == 0 && mv > sentMV && sentMV != 0 {
+			// Tell the subscriber the shard table changed, so it can look
+			// for shards it does not follow yet.
+			resp.Batches = append(resp.Batches, &pb.CutBatch{Shard: r.id, MembershipVersion: mv})
+		}
+		sentMV = max(sentMV, mv)
+		if r.finalized.Load() && r.store.Ordered() >= r.finalLen.Load() && len(r.store.Runs(next)) == 0 {
+			resp.Done = true
+		}
+		if len(resp.Batches) > 0 || resp.Done {
+			if err := stream.Send(&resp); err != nil {
+				return err
+			}
+			if resp.Done {
+				return nil
+			}
+			if size >= subscribeBatchBytesMax {
+				continue
+			}
+		}
+		select {
+		case <-changed:
+		case <-viewChanged:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ctx.Done():
+			return status.Error(codes.Unavailable, "server stopping")
+		}
+	}
+}
+
+// Resolve tells a client which of its appends to a shard were ordered.
+func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.ResolveResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	r := s.replica(req.Shard)
+	if r == nil {
+		return nil, status.Errorf(codes.NotFound, "shard %d is not stored here", req.Shard)
+	}
+	want := map[uint64]bool{}
+	for _, q := range req.Seqs {
+		want[q] = true
+	}
+	found := map[uint64]uint64{}
+	err := r.store.Scan(0, func(local uint64, e segment.Entry) bool {
+		if e.ClientID == req.ClientId && want[e.Seq] {
+			found[e.Seq] = local
+		}
+		return true
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
+	}
+	final, finalLen := r.finalized.Load(), r.finalLen.Load()
+	resp := &pb.ResolveResponse{}
+	for _, q := range req.Seqs {
+		ack := &pb.AppendAck{Seq: q, Shard: r.id}
+		local, ok := found[q]
+		switch {
+		case ok && local < r.store.Ordered():
+			pos, _ := r.store.GlobalOf(local)
+			ack.Code, ack.Position = pb.Code_OK, pos
+		case final && (!ok || local >= finalLen):
+			ack.Code = pb.Code_NOT_ORDERED
+		default:
+			ack.Code = pb.Code_PENDING
+		}
+		resp.Results = append(resp.Results, ack)
+	}
+	return resp, nil
+}
+
+// Replicate takes one shard's records from its primary.
+func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if err := s.checkCluster(first.ClusterId); err != nil {
+		return err
+	}
+	r, err := s.backupReplica(first.Shard)
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	sendErr := make(chan error, 1)
+	go func() {
+		var sent uint64
+		for {
+			select {
+			case <-r.durableCh:
+				if d := r.durable.Load(); d > sent {
+					if err := stream.Send(&pb.ReplicateResponse{Durable: d}); err != nil {
+						sendErr <- err
+						return
+					}
+					sent = d
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	done := make(chan error, 1)
+	for req := first; ; {
+		if req.Shard != r.id {
+			return status.Errorf(codes.InvalidArgument, "replication stream switched from shard %d to %d", r.id, req.Shard)
+		}
+		if len(req.Records) > 0 {
+			select {
+			case r.replCh <- replBatch{first: req.FirstLocal, records: req.Records, done: done}:
+			case <-r.done:
+				return status.Error(codes.Unavailable, "server stopping")
+			}
+			if err := <-done; err != nil {
+				return status.Errorf(codes.FailedPrecondition, "replicate: %v", err)
+			}
+		}
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+		if req, err = stream.Recv(); err != nil {
+			return err
+		}
+	}
+}
+
+// backupReplica returns the backup copy of shard id, creating it on the
+// first replication message.
+func (s *Server) backupReplica(id cut.ShardID) (*replica, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.replicas[id]; ok {
+		if r.role != roleBackup {
+			return nil, status.Errorf(codes.FailedPrecondition, "shard %d is held here as %v, not as a fresh backup", id, r.role)
+		}
+		return r, nil
+	}
+	st, err := s.openStore(id)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	if st.Len() != 0 {
+		st.Close()
+		return nil, status.Errorf(codes.FailedPrecondition, "shard %d already has records here", id)
+	}
+	r := newReplica(s, id, roleBackup, st, nil)
+	s.replicas[id] = r
+	s.startReplicaLocked(r)
+	return r, nil
+}
+
+// Ping answers who this server is.
+func (s *Server) Ping(_ context.Context, req *pb.PingRequest) (*pb.PingResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	return &pb.PingResponse{ServerId: s.cfg.ID, Group: s.cfg.GroupName, Incarnation: s.incarnation}, nil
+}
+
+// AddShard forms one more live shard in this server's group.
+func (s *Server) AddShard(ctx context.Context, req *pb.AddShardRequest) (*pb.AddShardResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	if !s.cfg.isPrimary() {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is not its group's primary; ask %s", s.cfg.ID, s.cfg.Group[0].ID)
+	}
+	id, err := s.registerShard(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "add shard: %v", err)
+	}
+	return &pb.AddShardResponse{Shard: id}, nil
+}
+
+// backupLink replicates one shard to one backup in order.
+type backupLink struct {
+	srv    *Server
+	r      *replica
+	index  int
+	peer   Peer
+	queue  chan *pb.ReplicateRequest
+	stop   chan struct{}
+	once   sync.Once
+	broken bool
+}
+
+func (s *Server) newBackupLink(r *replica, index int, p Peer) *backupLink {
+	l := &backupLink{srv: s, r: r, index: index, peer: p,
+		queue: make(chan *pb.ReplicateRequest, replicateQueueMax), stop: make(chan struct{})}
+	s.wg.Add(1)
+	go l.run()
+	return l
+}
+
+func (l *backupLink) close() { l.once.Do(func() { close(l.stop) }) }
+
+// send queues a batch; it blocks while the backup is replicateQueueMax
+// batches behind, which slows the primary down rather than losing order.
+func (l *backupLink) send(first uint64, recs []*pb.StoredRecord) {
+	if l.broken {
+		return
+	}
+	select {
+	case l.queue <- &pb.ReplicateRequest{ClusterId: l.srv.cfg.ClusterID, Shard: l.r.id, FirstLocal: first, Records: recs}:
+	case <-l.stop:
+	}
+}
+
+func (l *backupLink) run() {
+	defer l.srv.wg.Done()
+	err := l.stream()
+	if l.srv.ctx.Err() != nil {
+		return
+	}
+	// A broken link cannot be resumed: the shard is finalized and the group
+	// forms a new one.
+	l.srv.log.Warn("replication to backup failed", "shard", l.r.id, "backup", l.peer.ID, "err", err)
+	l.r.failed.Store(true)
+	l.srv.signalHeartbeat()
+	for {
+		select {
+		case <-l.queue:
+		case <-l.stop:
+			return
+		}
+	}
+}
+
+func (l *backupLink) stream() error {
+	c, err := l.srv.conn(l.peer.Addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(l.srv.ctx)
+	defer cancel()
+	st, err := pb.NewReplicaClient(c).Replicate(ctx)
+	if err != nil {
+		return err
+	}
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				cancel()
+				return
+			}
+			select {
+			case l.r.ackCh <- backupAck{backup: l.index, durable: resp.Durable}:
+			case <-l.r.done:
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case req := <-l.queue:
+			if err := st.Send(req); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+		case err := <-recvErr:
+			return err
+		case <-l.stop:
+			return nil
+		}
+	}
+}

@@ -1,0 +1,657 @@
+// Package storage runs one storage server: a replica of the shards its
+// group forms. A group's first server is the primary of its shards; it takes
+// appends, replicates them in order to the other servers, reports the
+// length every replica holds to the ordering layer, and acknowledges appends
+// once a committed cut gives them positions. Every server turns cuts into
+// positions and serves subscriptions.
+//
+// Lock order: Server.mu, then replica.mu. Neither is held across I/O.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/wire"
+)
+
+// retryInterval paces reconnection to the ordering layer and peers.
+const retryInterval = 50 * time.Millisecond
+
+// view is this server's copy of the committed control state.
+type view struct {
+	seq     uint64
+	lastCut cut.Cut
+	shards  map[cut.ShardID]*pb.ShardInfo
+	mv      uint64
+	trim    uint64
+}
+
+// Server is one storage server.
+type Server struct {
+	pb.UnimplementedLogServer
+	pb.UnimplementedReplicaServer
+	cfg         Config
+	log         *slog.Logger
+	incarnation uint64
+
+	mu       sync.Mutex
+	replicas map[cut.ShardID]*replica
+	links    map[cut.ShardID][]*backupLink
+	view     view
+	// viewChanged is closed and replaced whenever the view changes.
+	viewChanged chan struct{}
+	// caughtUp is closed once the view has reached the ordering state seen
+	// at start-up, so registration decisions see every existing shard.
+	caughtUp     chan struct{}
+	caughtUpSeq  uint64
+	leaderAddr   string
+	lastFailed   bool
+	registeredAt time.Time
+
+	conns  map[string]*grpc.ClientConn
+	connMu sync.Mutex
+
+	stored  prometheus.Counter
+	ordered prometheus.Counter
+	tail    prometheus.Gauge
+
+	hbWake   chan struct{}
+	stopOnce sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New opens the server's stores in cfg.Dir, recovering them.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:         cfg,
+		log:         lg.With("storage", cfg.ID),
+		incarnation: uint64(time.Now().UnixNano()),
+		replicas:    map[cut.ShardID]*replica{},
+		links:       map[cut.ShardID][]*backupLink{},
+		view:        view{shards: map[cut.ShardID]*pb.ShardInfo{}},
+		viewChanged: make(chan struct{}),
+		caughtUp:    make(chan struct{}),
+		conns:       map[string]*grpc.ClientConn{},
+		hbWake:      make(chan struct{}, 1),
+		stored:      metrics.RecordsStored.WithLabelValues(cfg.ID),
+		ordered:     metrics.RecordsOrdered.WithLabelValues(cfg.ID),
+		tail:        metrics.Tail.WithLabelValues(cfg.ID),
+		ctx:         ctx,
+		cancel:      cancel,
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		cancel()
+		return nil, fmt.Errorf("storage %s: %w", cfg.ID, err)
+	}
+	dirs, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("storage %s: %w", cfg.ID, err)
+	}
+	for _, d := range dirs {
+		id, ok := shardDirID(d.Name())
+		if !ok || !d.IsDir() {
+			continue
+		}
+		st, err := s.openStore(id)
+		if err != nil {
+			s.closeStores()
+			cancel()
+			return nil, err
+		}
+		s.replicas[id] = newReplica(s, id, roleRecovered, st, nil)
+	}
+	return s, nil
+}
+
+func shardDirID(name string) (cut.ShardID, bool) {
+	rest, ok := strings.CutPrefix(name, "shard-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 32)
+	return cut.ShardID(n), err == nil
+}
+
+func (s *Server) openStore(id cut.ShardID) (*segment.Store, error) {
+	st, err := segment.Open(segment.Options{
+		Dir:             filepath.Join(s.cfg.Dir, fmt.Sprintf("shard-%d", id)),
+		SegmentBytesMax: s.cfg.SegmentBytes,
+		Sync:            s.cfg.Sync,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage %s: open shard %d: %w", s.cfg.ID, id, err)
+	}
+	return st, nil
+}
+
+func (s *Server) closeStores() {
+	for _, r := range s.replicas {
+		r.store.Close()
+	}
+}
+
+// Register adds the Log and Replica services to g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterLogServer(g, s)
+	pb.RegisterReplicaServer(g, s)
+}
+
+// Start connects to the ordering layer and, on a primary, forms a shard.
+func (s *Server) Start() {
+	s.mu.Lock()
+	for _, r := range s.replicas {
+		s.startReplicaLocked(r)
+	}
+	s.mu.Unlock()
+	s.wg.Add(2)
+	go s.watchLoop()
+	go s.heartbeatLoop()
+	if s.cfg.isPrimary() {
+		s.wg.Add(1)
+		go s.registerLoop()
+	}
+}
+
+func (s *Server) startReplicaLocked(r *replica) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		r.run()
+	}()
+}
+
+// Stop stops the server and closes its stores.
+func (s *Server) Stop() {
+	s.stopOnce.Do(s.stop)
+}
+
+func (s *Server) stop() {
+	s.cancel()
+	s.mu.Lock()
+	for _, r := range s.replicas {
+		close(r.stop)
+	}
+	for _, ls := range s.links {
+		for _, l := range ls {
+			l.close()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.mu.Lock()
+	for _, r := range s.replicas {
+		if err := r.store.Close(); err != nil {
+			s.log.Warn("close store", "shard", r.id, "err", err)
+		}
+	}
+	s.mu.Unlock()
+	s.connMu.Lock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+	s.connMu.Unlock()
+}
+
+func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if c, ok := s.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	s.conns[addr] = c
+	return c, nil
+}
+
+func (s *Server) replica(id cut.ShardID) *replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replicas[id]
+}
+
+func (s *Server) signalHeartbeat() {
+	select {
+	case s.hbWake <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d or until the server stops; it reports whether to go on.
+func (s *Server) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// orderingAddrs lists the ordering replicas, the believed leader first.
+func (s *Server) orderingAddrs() []string {
+	s.mu.Lock()
+	leader := s.leaderAddr
+	s.mu.Unlock()
+	out := make([]string, 0, len(s.cfg.Ordering)+1)
+	if leader != "" {
+		out = append(out, leader)
+	}
+	for _, a := range s.cfg.Ordering {
+		if a != leader {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (s *Server) setLeader(addr string) {
+	if addr == "" {
+		return
+	}
+	s.mu.Lock()
+	s.leaderAddr = addr
+	s.mu.Unlock()
+}
+
+// watchLoop follows the ordering layer's committed events and applies them.
+func (s *Server) watchLoop() {
+	defer s.wg.Done()
+	for attempt := 0; ; attempt++ {
+		addrs := s.orderingAddrs()
+		addr := addrs[attempt%len(addrs)]
+		if err := s.watchFrom(addr); err != nil && s.ctx.Err() == nil {
+			s.log.Debug("watch", "addr", addr, "err", err)
+		}
+		if !s.sleep(retryInterval) {
+			return
+		}
+	}
+}
+
+func (s *Server) watchFrom(addr string) error {
+	c, err := s.conn(addr)
+	if err != nil {
+		return err
+	}
+	oc := pb.NewOrderingClient(c)
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	st, err := oc.Status(ctx, &pb.StatusRequest{ClusterId: s.cfg.ClusterID})
+	if err != nil {
+		return err
+	}
+	s.setLeader(st.LeaderAddr)
+	if st.LeaderAddr != "" && st.LeaderAddr != addr {
+		// Followers learn of commits a heartbeat later than the leader.
+		return fmt.Errorf("watching the leader %s instead", st.LeaderAddr)
+	}
+	s.mu.Lock()
+	if s.caughtUpSeq == 0 {
+		s.caughtUpSeq = st.EventSeq
+	}
+	from := s.view.seq + 1
+	s.mu.Unlock()
+	s.checkCaughtUp()
+	stream, err := oc.Watch(ctx, &pb.WatchRequest{ClusterId: s.cfg.ClusterID, From: from})
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if resp.Snapshot != nil {
+			s.applySnapshot(resp.Snapshot)
+		}
+		for _, ev := range resp.Events {
+			s.applyEvent(ev)
+		}
+		s.checkCaughtUp()
+	}
+}
+
+func (s *Server) checkCaughtUp() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.caughtUpSeq == 0 && s.view.seq == 0 {
+		// A fresh cluster has no events to catch up with.
+	} else if s.view.seq < s.caughtUpSeq {
+		return
+	}
+	select {
+	case <-s.caughtUp:
+	default:
+		close(s.caughtUp)
+	}
+}
+
+func (s *Server) applySnapshot(st *pb.StatusResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.EventSeq <= s.view.seq {
+		return
+	}
+	s.log.Warn("cut history before this point is gone; copies here may miss positions", "from", s.view.seq+1, "to", st.EventSeq)
+	s.view.seq = st.EventSeq
+	s.view.lastCut = wire.CutFromProto(st.LastCut)
+	s.view.mv = st.MembershipVersion
+	s.view.trim = st.Trim
+	s.setShardsLocked(st.Shards)
+	s.bumpViewLocked()
+}
+
+func (s *Server) setShardsLocked(shards []*pb.ShardInfo) {
+	s.view.shards = map[cut.ShardID]*pb.ShardInfo{}
+	for _, sh := range shards {
+		s.view.shards[sh.Id] = sh
+	}
+}
+
+func (s *Server) bumpViewLocked() {
+	close(s.viewChanged)
+	s.viewChanged = make(chan struct{})
+}
+
+// applyEvent applies one committed event: positions from a cut, then shard
+// table changes, then the trim point.
+func (s *Server) applyEvent(ev *pb.Event) {
+	s.mu.Lock()
+	if ev.Seq != s.view.seq+1 {
+		s.mu.Unlock()
+		s.log.Warn("skipping out-of-order event", "seq", ev.Seq, "have", s.view.seq)
+		return
+	}
+	s.view.seq = ev.Seq
+	var msgs []cutMsg
+	if ev.Cut != nil {
+		cur := wire.CutFromProto(ev.Cut)
+		prev := s.view.lastCut
+		for id := range s.replicas {
+			msgs = append(msgs, cutMsg{cutIndex: cur.Index, cutStart: cur.Start, cutEnd: cur.End, slice: cut.SliceOf(prev, cur, id)})
+		}
+		s.view.lastCut = cur
+		s.tail.Set(float64(cur.End))
+	}
+	if ev.Shards != nil {
+		s.setShardsLocked(ev.Shards)
+	}
+	s.view.mv = ev.MembershipVersion
+	trimmed := ev.Trim > s.view.trim
+	s.view.trim = ev.Trim
+	// Finality and trim ride on a message of their own when no cut came.
+	if ev.Cut == nil {
+		for id := range s.replicas {
+			msgs = append(msgs, cutMsg{slice: cut.Slice{Shard: id}})
+		}
+	}
+	targets := make([]*replica, len(msgs))
+	for i := range msgs {
+		id := msgs[i].slice.Shard
+		if sh := s.view.shards[id]; sh != nil && sh.State == pb.ShardState_SHARD_FINALIZED {
+			msgs[i].final, msgs[i].finalLen = true, sh.FinalLength
+		}
+		if trimmed {
+			msgs[i].trim = ev.Trim
+		}
+		targets[i] = s.replicas[id]
+	}
+	s.bumpViewLocked()
+	s.mu.Unlock()
+	for i, r := range targets {
+		select {
+		case r.cutCh <- msgs[i]:
+		case <-r.done:
+		}
+	}
+}
+
+// heartbeatLoop keeps a stream to the ordering leader carrying liveness and
+// the primary's reports.
+func (s *Server) heartbeatLoop() {
+	defer s.wg.Done()
+	for attempt := 0; ; attempt++ {
+		addrs := s.orderingAddrs()
+		addr := addrs[attempt%len(addrs)]
+		if err := s.heartbeatTo(addr); err != nil && s.ctx.Err() == nil {
+			s.log.Debug("heartbeat", "addr", addr, "err", err)
+		}
+		if !s.sleep(retryInterval) {
+			return
+		}
+	}
+}
+
+func (s *Server) heartbeatTo(addr string) error {
+	c, err := s.conn(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	stream, err := pb.NewOrderingClient(c).Heartbeat(ctx)
+	if err != nil {
+		return err
+	}
+	redirected := make(chan error, 1)
+	go func() {
+		resp, err := stream.Recv()
+		if err == nil && resp.NotLeader {
+			s.setLeader(resp.LeaderAddr)
+			err = fmt.Errorf("%s is not the leader", addr)
+		}
+		redirected <- err
+		cancel()
+	}()
+	tick := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	// Reports go out as soon as durability moves, but at most a few per
+	// ordering interval: the leader cuts once per interval anyway.
+	minGap := s.cfg.OrderingInterval / 4
+	var last time.Time
+	sent := map[cut.ShardID]uint64{}
+	for {
+		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation}
+		s.mu.Lock()
+		for id, r := range s.replicas {
+			if r.role != rolePrimary || r.finalized.Load() {
+				continue
+			}
+			if r.failed.Load() {
+				req.Broken = append(req.Broken, id)
+			}
+			if d := r.durable.Load(); d > 0 {
+				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: d})
+				sent[id] = d
+			}
+		}
+		s.mu.Unlock()
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+		last = time.Now()
+		select {
+		case err := <-redirected:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		case <-s.hbWake:
+			if gap := time.Since(last); gap < minGap {
+				if !s.sleep(minGap - gap) {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// registerLoop keeps the group's primary serving a live shard: it forms one
+// at start-up and again after a failure finalized the last one.
+func (s *Server) registerLoop() {
+	defer s.wg.Done()
+	select {
+	case <-s.caughtUp:
+	case <-s.ctx.Done():
+		return
+	}
+	for {
+		s.mu.Lock()
+		need := !s.hasLiveShardLocked() && (s.registeredAt.IsZero() || s.lastFailed)
+		changed := s.viewChanged
+		s.mu.Unlock()
+		if need {
+			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			_, err := s.registerShard(ctx)
+			cancel()
+			if err != nil && s.ctx.Err() == nil {
+				s.log.Debug("form shard", "err", err)
+				if !s.sleep(10 * retryInterval) {
+					return
+				}
+				continue
+			}
+		}
+		select {
+		case <-changed:
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) hasLiveShardLocked() bool {
+	live := false
+	for _, r := range s.replicas {
+		if r.role == rolePrimary && !r.finalized.Load() {
+			live = true
+		}
+		if r.role == rolePrimary && r.finalized.Load() {
+			sh := s.view.shards[r.id]
+			if sh != nil && sh.Failed {
+				s.lastFailed = true
+			}
+		}
+	}
+	if live {
+		s.lastFailed = false
+	}
+	return live
+}
+
+// registerShard forms a new shard with every server of the group: it checks
+// they are up, registers the shard, opens its store and replication links.
+func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
+	if !s.cfg.isPrimary() {
+		return 0, errors.New("only the group's primary forms shards")
+	}
+	reps := []*pb.ReplicaAddr{{Id: s.cfg.ID, Addr: s.cfg.Group[0].Addr, Incarnation: s.incarnation}}
+	for _, p := range s.cfg.Group[1:] {
+		c, err := s.conn(p.Addr)
+		if err != nil {
+			return 0, err
+		}
+		pr, err := pb.NewReplicaClient(c).Ping(ctx, &pb.PingRequest{ClusterId: s.cfg.ClusterID})
+		if err != nil {
+			return 0, fmt.Errorf("backup %s is not up: %w", p.ID, err)
+		}
+		if pr.ServerId != p.ID || pr.Group != s.cfg.GroupName {
+			return 0, fmt.Errorf("server at %s is %s of group %s, want %s of %s", p.Addr, pr.ServerId, pr.Group, p.ID, s.cfg.GroupName)
+		}
+		reps = append(reps, &pb.ReplicaAddr{Id: p.ID, Addr: p.Addr, Incarnation: pr.Incarnation})
+	}
+	var id cut.ShardID
+	var lastErr error
+	registered := false
+	for _, addr := range s.orderingAddrs() {
+		c, err := s.conn(addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		resp, err := pb.NewOrderingClient(c).RegisterShard(ctx, &pb.RegisterShardRequest{ClusterId: s.cfg.ClusterID, Group: s.cfg.GroupName, Replicas: reps})
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if resp.NotLeader {
+			s.setLeader(resp.LeaderAddr)
+			lastErr = fmt.Errorf("%s is not the leader", addr)
+			continue
+		}
+		id, registered = resp.Shard, true
+		break
+	}
+	if !registered {
+		return 0, fmt.Errorf("register shard: %w", lastErr)
+	}
+	st, err := s.openStore(id)
+	if err != nil {
+		return 0, err
+	}
+	r := newReplica(s, id, rolePrimary, st, s.cfg.Group[1:])
+	s.mu.Lock()
+	s.replicas[id] = r
+	s.registeredAt = time.Now()
+	s.lastFailed = false
+	var links []*backupLink
+	for i, p := range s.cfg.Group[1:] {
+		links = append(links, s.newBackupLink(r, i, p))
+	}
+	s.links[id] = links
+	s.startReplicaLocked(r)
+	s.mu.Unlock()
+	s.log.Info("formed shard", "shard", id)
+	return id, nil
+}
+
+func (s *Server) backupLinks(r *replica) []*backupLink {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.links[r.id]
+}
+
+// shardIDs returns the ids of the shards held here, ascending.
+func (s *Server) shardIDs() []cut.ShardID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]cut.ShardID, 0, len(s.replicas))
+	for id := range s.replicas {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
