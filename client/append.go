@@ -84,7 +84,13 @@ func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, expl
 	if !explicit {
 		id, err := c.pickShard(o.rec, 0, false)
 		if err != nil {
-			o.finish(Ack{}, err)
+			// The shard table may be stale (a replica that lags, a group
+			// re-forming): wait for a live shard.
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.place(o, false, err)
+			}()
 			return
 		}
 		o.shard = id
@@ -256,6 +262,7 @@ func (sc *shardConn) recvLoop() {
 			sc.fail()
 			return
 		}
+		sc.c.noteMembership(resp.MembershipVersion)
 		for _, a := range resp.Acks {
 			sc.handleAck(a)
 		}
@@ -434,10 +441,16 @@ func (c *Client) reroute(o *op, why error) {
 		o.finish(Ack{}, fmt.Errorf("augur: append to shard %d not ordered: %w", o.shard, why))
 		return
 	}
+	c.place(o, true, why)
+}
+
+// place sends o to a live shard (other than its current one, with skip),
+// waiting until one exists or the client closes.
+func (c *Client) place(o *op, skip bool, why error) {
 	old := o.shard
 	for {
 		if _, err := c.refresh(context.Background()); err == nil {
-			if id, err := c.pickShard(o.rec, old, true); err == nil {
+			if id, err := c.pickShard(o.rec, old, skip); err == nil {
 				o.shard = id
 				c.send(o)
 				return

@@ -38,14 +38,16 @@ type Client struct {
 	inflight chan struct{}
 	rr       atomic.Uint64
 
-	mu       sync.Mutex
-	status   *pb.StatusResponse
-	conns    map[string]*grpc.ClientConn
-	shards   map[uint32]*shardConn
-	leader   string
-	closed   bool
-	closedCh chan struct{}
-	wg       sync.WaitGroup
+	mu     sync.Mutex
+	status *pb.StatusResponse
+	conns  map[string]*grpc.ClientConn
+	shards map[uint32]*shardConn
+	leader string
+	// refreshing is set while a background refresh of the shard table runs.
+	refreshing bool
+	closed     bool
+	closedCh   chan struct{}
+	wg         sync.WaitGroup
 }
 
 // Dial connects to a cluster through its ordering replicas.
@@ -190,6 +192,30 @@ func (c *Client) refresh(ctx context.Context) (*pb.StatusResponse, error) {
 	st = c.status
 	c.mu.Unlock()
 	return st, nil
+}
+
+// noteMembership refreshes the shard table in the background when a server
+// has applied a newer one, so appends spread onto shards added meanwhile.
+func (c *Client) noteMembership(version uint64) {
+	c.mu.Lock()
+	stale := c.status != nil && version > c.status.MembershipVersion && !c.refreshing && !c.closed
+	if stale {
+		c.refreshing = true
+		c.wg.Add(1)
+	}
+	c.mu.Unlock()
+	if !stale {
+		return
+	}
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		defer cancel()
+		c.refresh(ctx)
+		c.mu.Lock()
+		c.refreshing = false
+		c.mu.Unlock()
+	}()
 }
 
 func (c *Client) cachedStatus() *pb.StatusResponse {

@@ -461,10 +461,13 @@ func (x *AppendAck) GetMessage() string {
 }
 
 type AppendResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Acks          []*AppendAck           `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Acks  []*AppendAck           `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	// membership_version is the shard table version the server has applied;
+	// a client holding an older table refreshes it to find new shards.
+	MembershipVersion uint64 `protobuf:"varint,2,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
@@ -502,6 +505,13 @@ func (x *AppendResponse) GetAcks() []*AppendAck {
 		return x.Acks
 	}
 	return nil
+}
+
+func (x *AppendResponse) GetMembershipVersion() uint64 {
+	if x != nil {
+		return x.MembershipVersion
+	}
+	return 0
 }
 
 type SubscribeRequest struct {
@@ -2560,9 +2570,10 @@ const file_augur_proto_rawDesc = "" +
 	"\x04code\x18\x02 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x1a\n" +
 	"\bposition\x18\x03 \x01(\x04R\bposition\x12\x14\n" +
 	"\x05shard\x18\x04 \x01(\rR\x05shard\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"9\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"h\n" +
 	"\x0eAppendResponse\x12'\n" +
-	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\x85\x01\n" +
+	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\x12-\n" +
+	"\x12membership_version\x18\x02 \x01(\x04R\x11membershipVersion\"\x85\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -42,6 +44,7 @@ Workloads: append, idle.`,
 type benchCommon struct {
 	p           bench.Params
 	clusterPath string
+	cpuProfile  string
 }
 
 func (b *benchCommon) register(cmd *cobra.Command) {
@@ -51,6 +54,8 @@ func (b *benchCommon) register(cmd *cobra.Command) {
 	fs.DurationVar(&b.p.OrderingInterval, "ordering-interval", config.DefaultOrderingInterval, "embedded cluster: cut interval")
 	fs.DurationVar(&b.p.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&b.p.Warmup, "warmup", 2*time.Second, "unmeasured time before the window")
+	fs.StringVar(&b.p.Fsync, "fsync", "", "embedded cluster: storage fsync policy (never, interval, always; default interval)")
+	fs.StringVar(&b.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 }
 
 // registerCluster adds --cluster FILE (and its alias --config).
@@ -63,7 +68,7 @@ func (b *benchCommon) registerCluster(cmd *cobra.Command) {
 // run checks the flags, then runs workload and prints its result.
 func (b *benchCommon) run(cmd *cobra.Command, workload string) error {
 	if b.clusterPath != "" {
-		for _, f := range []string{"shards", "replicas", "ordering-interval"} {
+		for _, f := range []string{"shards", "replicas", "ordering-interval", "fsync"} {
 			if cmd.Flags().Changed(f) {
 				return fmt.Errorf("--%s shapes the embedded cluster; with --cluster the cluster file decides", f)
 			}
@@ -82,6 +87,17 @@ func (b *benchCommon) run(cmd *cobra.Command, workload string) error {
 	// should not even start an embedded cluster.
 	if _, err := bench.Check(workload, b.p); err != nil {
 		return err
+	}
+	if b.cpuProfile != "" {
+		f, err := os.Create(b.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	r, err := bench.Run(cmd.Context(), workload, b.p)
 	if err != nil {

@@ -38,6 +38,8 @@ type Params struct {
 	Replicas int
 	// OrderingInterval is the embedded cluster's cut interval.
 	OrderingInterval time.Duration
+	// Fsync is the embedded cluster's storage fsync policy ("" = default).
+	Fsync string
 	// RecordBytes is the payload size of each append.
 	RecordBytes int
 	// Rate is the offered load in operations per second over all clients;
@@ -175,6 +177,7 @@ func Run(ctx context.Context, name string, p Params) (*Result, error) {
 			Shards:           p.Shards,
 			Replicas:         p.Replicas,
 			OrderingInterval: p.OrderingInterval,
+			Fsync:            p.Fsync,
 			Logger:           p.Logger,
 		})
 		if err != nil {

@@ -276,12 +276,33 @@ func (s *Store) writableLocked() error {
 // first, then the positions file, so that runs rarely outlive the records
 // they describe. It is a cheap no-op when nothing is dirty.
 func (s *Store) Sync() error {
+	// fsync runs outside wmu so appends go on while the disk catches up; an
+	// *os.File stays valid for a Sync in progress even if a rollover or a
+	// trim closes it meanwhile (that path syncs the file itself first).
 	s.wmu.Lock()
-	defer s.wmu.Unlock()
 	if err := s.writableLocked(); err != nil {
+		s.wmu.Unlock()
 		return err
 	}
-	return s.syncLocked()
+	var files []*os.File
+	if s.activeDirty {
+		files = append(files, s.active().f)
+		s.activeDirty = false
+	}
+	if s.posDirty {
+		files = append(files, s.pos)
+		s.posDirty = false
+	}
+	s.wmu.Unlock()
+	for _, f := range files {
+		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			s.wmu.Lock()
+			s.failed = err
+			s.wmu.Unlock()
+			return fmt.Errorf("segment: sync %s: %w", f.Name(), err)
+		}
+	}
+	return nil
 }
 
 func (s *Store) syncLocked() error {

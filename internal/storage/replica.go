@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
@@ -156,12 +155,6 @@ func (r *replica) notifyDurable() {
 
 func (r *replica) run() {
 	defer close(r.done)
-	var syncC <-chan time.Time
-	if r.srv.cfg.Sync == segment.SyncInterval {
-		t := time.NewTicker(r.srv.cfg.SyncInterval)
-		defer t.Stop()
-		syncC = t.C
-	}
 	for {
 		select {
 		case <-r.stop:
@@ -188,10 +181,6 @@ func (r *replica) run() {
 			}
 		case m := <-r.cutCh:
 			r.applyCut(m)
-		case <-syncC:
-			if err := r.store.Sync(); err != nil {
-				r.log.Error("fsync", "err", err)
-			}
 		}
 	}
 }

@@ -61,6 +61,12 @@ func (a *appendStream) take() []*pb.AppendAck {
 	return out
 }
 
+func (s *Server) membershipVersion() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.view.mv
+}
+
 // Append takes a client's pipelined appends.
 func (s *Server) Append(stream pb.Log_AppendServer) error {
 	as := &appendStream{wake: make(chan struct{}, 1)}
@@ -71,7 +77,7 @@ func (s *Server) Append(stream pb.Log_AppendServer) error {
 			select {
 			case <-as.wake:
 				if acks := as.take(); len(acks) > 0 {
-					if err := stream.Send(&pb.AppendResponse{Acks: acks}); err != nil {
+					if err := stream.Send(&pb.AppendResponse{Acks: acks, MembershipVersion: s.membershipVersion()}); err != nil {
 						sendErr <- err
 						return
 					}
@@ -102,7 +108,7 @@ func (s *Server) Append(stream pb.Log_AppendServer) error {
 		if len(req.Entries) > appendEntriesMax {
 			return status.Errorf(codes.InvalidArgument, "append carries %d entries, at most %d allowed", len(req.Entries), appendEntriesMax)
 		}
-		r := s.replica(req.Shard)
+		r := s.awaitReplica(ctx, req.Shard)
 		if r == nil || r.role != rolePrimary {
 			code, msg := pb.Code_UNKNOWN_SHARD, fmt.Sprintf("shard %d is not served here", req.Shard)
 			if r != nil {
@@ -163,7 +169,7 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return err
 	}
-	r := s.replica(req.Shard)
+	r := s.awaitReplica(stream.Context(), req.Shard)
 	if r == nil {
 		return status.Errorf(codes.NotFound, "shard %d is not stored here", req.Shard)
 	}

@@ -60,9 +60,13 @@ type Server struct {
 	viewChanged chan struct{}
 	// caughtUp is closed once the view has reached the ordering state seen
 	// at start-up, so registration decisions see every existing shard.
-	caughtUp     chan struct{}
-	caughtUpSeq  uint64
-	leaderAddr   string
+	caughtUp    chan struct{}
+	caughtUpSeq uint64
+	leaderAddr  string
+	// registering is closed when the shard registration in progress (if
+	// any) has its replica in place: until then a client that already saw
+	// the new shard in the table waits instead of being refused.
+	registering  chan struct{}
 	lastFailed   bool
 	registeredAt time.Time
 
@@ -175,6 +179,10 @@ func (s *Server) Start() {
 	s.wg.Add(2)
 	go s.watchLoop()
 	go s.heartbeatLoop()
+	if s.cfg.Sync == segment.SyncInterval {
+		s.wg.Add(1)
+		go s.syncLoop()
+	}
 	if s.cfg.isPrimary() {
 		s.wg.Add(1)
 		go s.registerLoop()
@@ -241,6 +249,22 @@ func (s *Server) replica(id cut.ShardID) *replica {
 	return s.replicas[id]
 }
 
+// awaitReplica is replica, but waits out a registration in progress, which
+// may be about to open shard id.
+func (s *Server) awaitReplica(ctx context.Context, id cut.ShardID) *replica {
+	s.mu.Lock()
+	r, wait := s.replicas[id], s.registering
+	s.mu.Unlock()
+	if r != nil || wait == nil {
+		return r
+	}
+	select {
+	case <-wait:
+	case <-ctx.Done():
+	}
+	return s.replica(id)
+}
+
 func (s *Server) signalHeartbeat() {
 	select {
 	case s.hbWake <- struct{}{}:
@@ -284,6 +308,32 @@ func (s *Server) setLeader(addr string) {
 	s.mu.Lock()
 	s.leaderAddr = addr
 	s.mu.Unlock()
+}
+
+// syncLoop fsyncs every store each SyncInterval, off the replicas' loops so
+// appends and cuts never wait for the disk.
+func (s *Server) syncLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		stores := make([]*segment.Store, 0, len(s.replicas))
+		for _, r := range s.replicas {
+			stores = append(stores, r.store)
+		}
+		s.mu.Unlock()
+		for _, st := range stores {
+			if err := st.Sync(); err != nil && s.ctx.Err() == nil && !errors.Is(err, segment.ErrClosed) {
+				s.log.Error("fsync", "err", err)
+			}
+		}
+	}
 }
 
 // watchLoop follows the ordering layer's committed events and applies them.
@@ -593,6 +643,16 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 		}
 		reps = append(reps, &pb.ReplicaAddr{Id: p.ID, Addr: p.Addr, Incarnation: pr.Incarnation})
 	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.registering = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.registering = nil
+		s.mu.Unlock()
+		close(done)
+	}()
 	var id cut.ShardID
 	var lastErr error
 	registered := false

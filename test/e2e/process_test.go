@@ -1,0 +1,636 @@
+// Package e2e holds augur's end-to-end tests. They drive whole clusters
+// through the Go SDK and check the invariants of DESIGN.md: no acknowledged
+// append is lost, every reader sees the same dense sequence, and the history
+// of appends and reads is linearizable (checked with porcupine).
+//
+// TestProcessFaults builds cmd/augur once, runs 3 ordering replicas and 2
+// storage groups of 2 servers as separate processes on loopback, and kill -9s
+// the ordering leader and a group's primary under load:
+//
+//	go test ./test/e2e/ -run Process -v
+//
+// TestReconfig adds and finalizes shards under load in an in-process cluster:
+//
+//	go test ./test/e2e/ -run Reconfig -v
+//
+// Everything, with the race detector in the test process:
+//
+//	go test -race ./test/e2e/ -count=1 -v
+//
+// -short skips the real-process test. AUGUR_E2E_BUILDFLAGS adds flags to the
+// build of the augur binary (for example "-race"). On failure each server's
+// log tail is printed; the full logs are under the test's temporary directory.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/config"
+)
+
+// Workload and time bounds of TestProcessFaults.
+const (
+	procAppenders = 4
+	// procAppendPace paces each appender; with procReadPace it keeps the
+	// history at a few thousand operations, which porcupine checks quickly.
+	procAppendPace  = 8 * time.Millisecond
+	procReadPace    = 20 * time.Millisecond
+	procReadTimeout = 10 * time.Second
+	// procPhaseAcksMin is how many appends each phase (before the faults,
+	// during them, after the restarts) must acknowledge.
+	procPhaseAcksMin   = 150
+	procPhaseMin       = 3 * time.Second
+	procFailureTimeout = time.Second
+	procReadyTimeout   = 20 * time.Second
+	procPhaseTimeout   = 20 * time.Second
+	// procDrainTimeout bounds the wait for appends in flight once the
+	// appenders stop.
+	procDrainTimeout   = 60 * time.Second
+	procCatchUpTimeout = 30 * time.Second
+	procStopTimeout    = 10 * time.Second
+	procStatusTimeout  = 2 * time.Second
+	procLogTailLines   = 40
+)
+
+// The augur binary, built once per test binary run on first use.
+var (
+	binDir  string
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "augur-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// augurBinary builds cmd/augur once and returns its path.
+func augurBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			binErr = fmt.Errorf("find the go tool: %w", err)
+			return
+		}
+		path := filepath.Join(binDir, "augur")
+		args := []string{"build", "-o", path}
+		args = append(args, strings.Fields(os.Getenv("AUGUR_E2E_BUILDFLAGS"))...)
+		args = append(args, "github.com/augur-log/augur/cmd/augur")
+		start := time.Now()
+		out, err := exec.Command(goTool, args...).CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+			return
+		}
+		binPath = path
+		t.Logf("built %s in %v", path, time.Since(start).Round(time.Millisecond))
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// proc is one server process; a restart replaces its cmd.
+type proc struct {
+	id      string
+	logPath string
+	cmd     *exec.Cmd
+	// exited is closed once cmd returned from Wait; waitErr is then set.
+	exited  chan struct{}
+	waitErr error
+	// expected is set before the test itself kills or stops the process.
+	expected bool
+}
+
+// procCluster runs every server of a cluster file as its own process.
+type procCluster struct {
+	t       *testing.T
+	bin     string
+	cfgPath string
+	cfg     *config.Cluster
+	logDir  string
+
+	mu    sync.Mutex
+	procs map[string]*proc
+}
+
+// freeAddrs returns n distinct loopback addresses that were free a moment ago.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var ls []net.Listener
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("pick a free port: %v", err)
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return addrs
+}
+
+// newProcCluster writes a cluster file for 3 ordering replicas and groups a
+// and b of 2 storage servers each; it starts nothing.
+func newProcCluster(t *testing.T, bin string) *procCluster {
+	t.Helper()
+	dir := t.TempDir()
+	addrs := freeAddrs(t, 7)
+	yaml := fmt.Sprintf(`cluster_id: e2e
+ordering_interval: 1ms
+failure_timeout: %v
+fsync: interval
+data_dir: %s
+ordering:
+  - {id: o1, addr: %s}
+  - {id: o2, addr: %s}
+  - {id: o3, addr: %s}
+storage:
+  - {id: a1, group: a, addr: %s}
+  - {id: a2, group: a, addr: %s}
+  - {id: b1, group: b, addr: %s}
+  - {id: b2, group: b, addr: %s}
+`, procFailureTimeout, filepath.Join(dir, "data"), addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6])
+	cfgPath := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatalf("the test's cluster file is invalid: %v\n%s", err, yaml)
+	}
+	logDir := filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &procCluster{t: t, bin: bin, cfgPath: cfgPath, cfg: cfg, logDir: logDir, procs: map[string]*proc{}}
+}
+
+func (pc *procCluster) ids() []string {
+	var ids []string
+	for _, o := range pc.cfg.Ordering {
+		ids = append(ids, o.ID)
+	}
+	for _, s := range pc.cfg.Storage {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+// start starts (or restarts) server id; its stdout and stderr go to its log
+// file, which a restart appends to.
+func (pc *procCluster) start(id string) {
+	t := pc.t
+	t.Helper()
+	logPath := filepath.Join(pc.logDir, id+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "=== e2e: starting %s at %s ===\n", id, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(pc.bin, "server", "--config", pc.cfgPath, "--id", id, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", id, err)
+	}
+	p := &proc{id: id, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.waitErr = err
+		close(p.exited)
+	}()
+	pc.mu.Lock()
+	pc.procs[id] = p
+	pc.mu.Unlock()
+}
+
+func (pc *procCluster) proc(id string) *proc {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.procs[id]
+}
+
+// kill9 sends SIGKILL to server id and waits until it is gone.
+func (pc *procCluster) kill9(id string) {
+	t := pc.t
+	t.Helper()
+	p := pc.proc(id)
+	if p == nil {
+		t.Fatalf("kill %s: never started", id)
+	}
+	pc.mu.Lock()
+	p.expected = true
+	pc.mu.Unlock()
+	if err := p.cmd.Process.Signal(os.Kill); err != nil {
+		t.Fatalf("kill -9 %s: %v", id, err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(procStopTimeout):
+		t.Fatalf("%s did not die within %v of SIGKILL", id, procStopTimeout)
+	}
+}
+
+// checkAlive fails the test for every server that exited on its own.
+func (pc *procCluster) checkAlive() {
+	t := pc.t
+	t.Helper()
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for _, id := range pc.ids() {
+		p := pc.procs[id]
+		if p == nil || p.expected {
+			continue
+		}
+		select {
+		case <-p.exited:
+			t.Errorf("server %s exited unexpectedly: %v (log: %s)", id, p.waitErr, p.logPath)
+			p.expected = true // report once
+		default:
+		}
+	}
+}
+
+// stopAll sends SIGTERM to every running server and waits for it to exit,
+// falling back to SIGKILL.
+func (pc *procCluster) stopAll() {
+	t := pc.t
+	pc.mu.Lock()
+	var running []*proc
+	for _, p := range pc.procs {
+		select {
+		case <-p.exited:
+		default:
+			p.expected = true
+			running = append(running, p)
+		}
+	}
+	pc.mu.Unlock()
+	for _, p := range running {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.NewTimer(procStopTimeout)
+	defer deadline.Stop()
+	for _, p := range running {
+		select {
+		case <-p.exited:
+			if p.waitErr != nil {
+				t.Logf("server %s exited after SIGTERM with %v", p.id, p.waitErr)
+			}
+		case <-deadline.C:
+			t.Errorf("server %s ignored SIGTERM for %v; killing it", p.id, procStopTimeout)
+			p.cmd.Process.Signal(os.Kill)
+			<-p.exited
+		}
+	}
+}
+
+// printLogs prints the tail of every server's log.
+func (pc *procCluster) printLogs() {
+	t := pc.t
+	for _, id := range pc.ids() {
+		path := filepath.Join(pc.logDir, id+".log")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Logf("--- %s: no log (%v)", id, err)
+			continue
+		}
+		t.Logf("--- %s: last %d lines of %s ---\n%s", id, procLogTailLines, path, logTail(string(data), procLogTailLines))
+	}
+}
+
+// dial connects a client, retrying until an ordering replica answers.
+func (pc *procCluster) dial(ctx context.Context) *client.Client {
+	t := pc.t
+	t.Helper()
+	var cl *client.Client
+	var last error
+	ok := eventually(t, procReadyTimeout, func() bool {
+		dctx, cancel := context.WithTimeout(ctx, procStatusTimeout)
+		defer cancel()
+		cl, last = client.Dial(dctx, client.Config{ClusterID: pc.cfg.ClusterID, Ordering: pc.cfg.OrderingAddrs()})
+		return last == nil
+	})
+	if !ok {
+		t.Fatalf("dial the cluster: %v", last)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// waitStatus polls Status until cond returns "" and returns that status;
+// cond returns why the cluster is not there yet.
+func waitStatus(t *testing.T, ctx context.Context, cl *client.Client, timeout time.Duration, what string, cond func(*pb.StatusResponse) string) *pb.StatusResponse {
+	t.Helper()
+	var st *pb.StatusResponse
+	why := "no status yet"
+	ok := eventually(t, timeout, func() bool {
+		sctx, cancel := context.WithTimeout(ctx, procStatusTimeout)
+		defer cancel()
+		s, err := cl.Status(sctx)
+		if err != nil {
+			why = fmt.Sprintf("status: %v", err)
+			return false
+		}
+		st = s
+		why = cond(s)
+		return why == ""
+	})
+	if !ok {
+		t.Fatalf("%s: not reached within %v: %s\nlast status: %v", what, timeout, why, st)
+	}
+	return st
+}
+
+func liveShard(st *pb.StatusResponse, group string) *pb.ShardInfo {
+	for _, sh := range st.Shards {
+		if sh.Group == group && sh.State == pb.ShardState_SHARD_LIVE {
+			return sh
+		}
+	}
+	return nil
+}
+
+func shardByID(st *pb.StatusResponse, id uint32) *pb.ShardInfo {
+	for _, sh := range st.Shards {
+		if sh.Id == id {
+			return sh
+		}
+	}
+	return nil
+}
+
+// clusterReady says why st is not a cluster with a leader and a live shard
+// in each of groups, or "".
+func clusterReady(st *pb.StatusResponse, groups ...string) string {
+	if st.LeaderId == "" {
+		return "no ordering leader"
+	}
+	for _, g := range groups {
+		if liveShard(st, g) == nil {
+			return fmt.Sprintf("no live shard of group %q", g)
+		}
+	}
+	return ""
+}
+
+func TestProcessFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 7 server processes; skipped under -short")
+	}
+	testStart := time.Now()
+	bin := augurBinary(t)
+	ctx := t.Context()
+	pc := newProcCluster(t, bin)
+	t.Cleanup(func() {
+		if t.Failed() {
+			pc.printLogs()
+		}
+	})
+	t.Cleanup(pc.stopAll)
+	for _, id := range pc.ids() {
+		pc.start(id)
+	}
+
+	admin := pc.dial(ctx)
+	st := waitStatus(t, ctx, admin, procReadyTimeout, "cluster ready", func(st *pb.StatusResponse) string {
+		if why := clusterReady(st, "a", "b"); why != "" {
+			return why
+		}
+		live := 0
+		for _, sh := range st.Shards {
+			if sh.State == pb.ShardState_SHARD_LIVE {
+				live++
+			}
+		}
+		if live != 2 {
+			return fmt.Sprintf("%d live shards, want 2", live)
+		}
+		return ""
+	})
+	pc.checkAlive()
+	t.Logf("cluster ready after %v: leader %s, shards %v", time.Since(testStart).Round(time.Millisecond), st.LeaderId, st.Shards)
+
+	clk := newClock()
+	h := &history{}
+	subs := []*collector{
+		collect(ctx, "s1", subscribe(t, ctx, pc.dial(ctx))),
+		collect(ctx, "s2", subscribe(t, ctx, pc.dial(ctx))),
+	}
+
+	// opCtx bounds the appends and reads; it ends early only when the test
+	// gives up waiting for them.
+	opCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range procAppenders {
+		cl := pc.dial(ctx)
+		wg.Go(func() { appendPaced(opCtx, stop, cl, h, clk, i, procAppendPace) })
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	readCl := pc.dial(ctx)
+	wg.Go(func() { readPaced(opCtx, stop, readCl, h, clk, procAppenders, seed) })
+
+	// Phase 1: healthy.
+	waitAcks(t, h, clk, procPhaseAcksMin, "before the faults")
+
+	// Phase 2: kill -9 the ordering leader and one group's primary.
+	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the faults", func(st *pb.StatusResponse) string {
+		return clusterReady(st, "a", "b")
+	})
+	leader := st.LeaderId
+	victimShard := liveShard(st, []string{"a", "b"}[seed%2])
+	if len(victimShard.Replicas) == 0 {
+		t.Fatalf("live shard %d lists no replicas: %v", victimShard.Id, victimShard)
+	}
+	primary := victimShard.Replicas[0].Id
+	ackedBefore, _ := h.counts()
+	t.Logf("at %v (%d acked): kill -9 ordering leader %s and %s, primary of shard %d (group %s)",
+		clk.now().Round(time.Millisecond), ackedBefore, leader, primary, victimShard.Id, victimShard.Group)
+	pc.kill9(leader)
+	pc.kill9(primary)
+	pc.checkAlive()
+
+	// Appends go on: the shard of the dead primary is finalized once the
+	// failure timeout passes and its unacknowledged appends move elsewhere.
+	waitAcks(t, h, clk, procPhaseAcksMin, "while "+leader+" and "+primary+" are down")
+	waitStatus(t, ctx, admin, procPhaseTimeout, "shard of the killed primary finalized", func(st *pb.StatusResponse) string {
+		if st.LeaderId == "" {
+			return "no ordering leader"
+		}
+		if sh := shardByID(st, victimShard.Id); sh == nil || sh.State != pb.ShardState_SHARD_FINALIZED {
+			return fmt.Sprintf("shard %d is %v, want finalized", victimShard.Id, sh)
+		}
+		return ""
+	})
+
+	// Phase 3: restart both on their old data; the group re-forms a shard.
+	ackedDown, _ := h.counts()
+	t.Logf("at %v (%d acked): restart %s and %s", clk.now().Round(time.Millisecond), ackedDown, leader, primary)
+	pc.start(leader)
+	pc.start(primary)
+	st = waitStatus(t, ctx, admin, procPhaseTimeout, "group "+victimShard.Group+" re-formed", func(st *pb.StatusResponse) string {
+		if why := clusterReady(st, "a", "b"); why != "" {
+			return why
+		}
+		if sh := liveShard(st, victimShard.Group); sh.Id == victimShard.Id {
+			return fmt.Sprintf("group %s still lists shard %d as live", sh.Group, sh.Id)
+		}
+		return ""
+	})
+	t.Logf("at %v: group %s re-formed as shard %d", clk.now().Round(time.Millisecond), victimShard.Group, liveShard(st, victimShard.Group).Id)
+	waitAcks(t, h, clk, procPhaseAcksMin, "after the restarts")
+	pc.checkAlive()
+
+	// Stop and wait for every append in flight.
+	close(stop)
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(procDrainTimeout):
+		_, pending := h.counts()
+		giveUp()
+		<-drained
+		t.Errorf("%d appends were still in flight %v after the appenders stopped", pending, procDrainTimeout)
+	}
+	appends, reads := h.snapshot()
+	acked, _ := h.counts()
+	t.Logf("at %v: %d appends (%d acked, per shard %v), %d reads", clk.now().Round(time.Millisecond), len(appends), acked, h.ackedByShard(), len(reads))
+	checkAppendsReturned(t, appends)
+	if acked == 0 {
+		t.Fatal("no append was acknowledged")
+	}
+
+	// Every acknowledged position is ordered, so the subscribers reach it.
+	n := int(h.tail())
+	if n != acked {
+		t.Errorf("%d appends acknowledged but the largest acknowledged position is %d: positions are not dense or are shared", acked, n-1)
+	}
+	waitCollectors(t, procCatchUpTimeout, n, subs...)
+	if st, err := admin.Status(ctx); err != nil {
+		t.Errorf("final status: %v", err)
+	} else if st.Tail != uint64(n) {
+		t.Errorf("the log holds %d records but %d appends were acknowledged", st.Tail, n)
+	}
+	var payloads []string
+	for _, s := range subs {
+		payloads = checkLog(t, s.name, s.entries(), appends)
+	}
+	checkSameSequence(t, subs[0], subs[1], n)
+	checkRealTimeOrder(t, appends)
+	checkReads(t, reads, payloads)
+	checkLinearizable(t, appends, reads)
+	pc.checkAlive()
+	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
+}
+
+func subscribe(t *testing.T, ctx context.Context, cl *client.Client) *client.Subscription {
+	t.Helper()
+	sub, err := cl.Subscribe(ctx, 0, client.Filter{})
+	if err != nil {
+		t.Fatalf("subscribe from 0: %v", err)
+	}
+	t.Cleanup(sub.Close)
+	return sub
+}
+
+// waitAcks waits until at least n more appends are acknowledged and
+// procPhaseMin has passed.
+func waitAcks(t *testing.T, h *history, clk clock, n int, phase string) {
+	t.Helper()
+	from, _ := h.counts()
+	start := clk.now()
+	ok := eventually(t, procPhaseTimeout, func() bool {
+		acked, _ := h.counts()
+		return acked-from >= n && clk.now()-start >= procPhaseMin
+	})
+	if !ok {
+		acked, pending := h.counts()
+		t.Fatalf("appends stalled %s: %d acknowledged in %v (want %d), %d in flight", phase, acked-from, procPhaseTimeout, n, pending)
+	}
+}
+
+// appendPaced appends "w<worker>-<n>" every pace until stop is closed,
+// recording each append.
+func appendPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, pace time.Duration) {
+	tick := time.NewTicker(pace)
+	defer tick.Stop()
+	key := fmt.Sprintf("w%d", worker)
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		payload := fmt.Sprintf("w%d-%d", worker, n)
+		h.begin()
+		call := clk.now()
+		ack, err := cl.Append(ctx, client.Record{Key: key, Payload: []byte(payload)})
+		h.addAppend(appendOp{worker: worker, payload: payload, call: call, ret: clk.now(), ack: ack, err: err})
+	}
+}
+
+// readPaced reads a random ordered position every procReadPace until stop
+// is closed, recording each read.
+func readPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	tick := time.NewTicker(procReadPace)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		tail := h.tail()
+		if tail == 0 {
+			continue
+		}
+		pos := rng.Uint64N(tail)
+		call := clk.now()
+		rctx, cancel := context.WithTimeout(ctx, procReadTimeout)
+		e, err := cl.Read(rctx, pos)
+		cancel()
+		ret := clk.now()
+		if err == nil && e.Position != pos {
+			err = fmt.Errorf("read of position %d returned the entry at position %d", pos, e.Position)
+		}
+		h.addRead(readOp{worker: worker, pos: pos, call: call, ret: ret, payload: string(e.Record.Payload), err: err})
+	}
+}
