@@ -42,7 +42,7 @@ const (
 	DefaultFailureTimeout   = time.Second
 	DefaultFsync            = "interval"
 	DefaultFsyncInterval    = 10 * time.Millisecond
-	DefaultRaftTick         = 10 * time.Millisecond
+	DefaultRaftTick         = 20 * time.Millisecond
 	DefaultRecordBytesMax   = 1 << 20
 	DefaultSegmentBytes     = segment.DefaultSegmentBytes
 	DefaultDataDir          = "./augur-data"

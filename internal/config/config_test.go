@@ -33,7 +33,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.OrderingInterval.D() != time.Millisecond || c.FailureTimeout.D() != time.Second ||
 		c.Fsync != "interval" || c.FsyncInterval.D() != 10*time.Millisecond || c.RaftFsync ||
-		c.RaftTick.D() != 10*time.Millisecond || c.RecordBytesMax != 1<<20 ||
+		c.RaftTick.D() != 20*time.Millisecond || c.RecordBytesMax != 1<<20 ||
 		c.SegmentBytes != 64<<20 || c.DataDir != "./augur-data" || c.MetricsAddr != "" {
 		t.Fatalf("defaults differ from the documented ones: %+v", c)
 	}
@@ -191,7 +191,7 @@ func TestServerConfigs(t *testing.T) {
 	}
 	if oc.ID != "o2" || oc.ClusterID != "local" || len(oc.Members) != 3 || oc.Members[1].Addr != "127.0.0.1:7102" ||
 		oc.Dir != filepath.Join("augur-data", "o2") || oc.OrderingInterval != time.Millisecond ||
-		oc.FailureTimeout != time.Second || oc.RaftTick != 10*time.Millisecond {
+		oc.FailureTimeout != time.Second || oc.RaftTick != 20*time.Millisecond {
 		t.Errorf("ordering config %+v", oc)
 	}
 	if err := oc.Validate(); err != nil {

@@ -33,7 +33,7 @@ const (
 	// catch-up; a watcher further behind gets a snapshot instead.
 	eventHistoryMax = 1 << 16
 	// cutsInflightMax is how many cut proposals may await commit at once.
-	cutsInflightMax = 2
+	cutsInflightMax = 1
 	// watchBatchMax is how many events one Watch message carries.
 	watchBatchMax = 256
 	// proposalStaleAfter frees an in-flight slot whose proposal raft dropped.

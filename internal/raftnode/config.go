@@ -11,7 +11,7 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	defaultTickInterval    = 10 * time.Millisecond
+	defaultTickInterval    = 20 * time.Millisecond
 	defaultElectionTicks   = 20
 	defaultHeartbeatTicks  = 2
 	defaultSnapshotEntries = 10000
@@ -93,7 +93,7 @@ type Config struct {
 	// sent or entries applied. Without it data reaches the page cache only,
 	// which survives a process crash but not a machine crash.
 	Fsync           bool
-	TickInterval    time.Duration // default 10ms
+	TickInterval    time.Duration // default 20ms
 	ElectionTicks   int           // default 20
 	HeartbeatTicks  int           // default 2
 	SnapshotEntries uint64        // snapshot the FSM and compact every this many applied entries; default 10000

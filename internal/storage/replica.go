@@ -226,6 +226,7 @@ func (r *replica) appendLoop(reqs []appendReq) {
 		return
 	}
 	r.srv.stored.Add(float64(len(entries)))
+	r.srv.markDirty()
 	for i, e := range entries {
 		r.primary.Stored(e.ClientID, e.Seq, first+uint64(i), waiters[i])
 	}
@@ -294,6 +295,7 @@ func (r *replica) appendReplicated(b replBatch) error {
 		return fmt.Errorf("shard %d: %w", r.id, err)
 	}
 	r.srv.stored.Add(float64(len(entries)))
+	r.srv.markDirty()
 	r.durable.Store(r.store.Len())
 	r.notifyDurable()
 	return nil
@@ -336,6 +338,7 @@ func (r *replica) applyCut(m cutMsg) {
 				r.log.Error("assign positions", "err", err)
 				r.lost = true
 			} else {
+				r.srv.markDirty()
 				r.srv.ordered.Add(float64(sl.Count))
 				if r.primary != nil {
 					r.answer(r.primary.Order(sl))

@@ -77,7 +77,9 @@ type Server struct {
 	ordered prometheus.Counter
 	tail    prometheus.Gauge
 
-	hbWake   chan struct{}
+	hbWake chan struct{}
+	// dirty wakes syncLoop when a store has unsynced writes.
+	dirty    chan struct{}
 	stopOnce sync.Once
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -105,6 +107,7 @@ func New(cfg Config) (*Server, error) {
 		caughtUp:    make(chan struct{}),
 		conns:       map[string]*grpc.ClientConn{},
 		hbWake:      make(chan struct{}, 1),
+		dirty:       make(chan struct{}, 1),
 		stored:      metrics.RecordsStored.WithLabelValues(cfg.ID),
 		ordered:     metrics.RecordsOrdered.WithLabelValues(cfg.ID),
 		tail:        metrics.Tail.WithLabelValues(cfg.ID),
@@ -310,16 +313,25 @@ func (s *Server) setLeader(addr string) {
 	s.mu.Unlock()
 }
 
-// syncLoop fsyncs every store each SyncInterval, off the replicas' loops so
-// appends and cuts never wait for the disk.
+func (s *Server) markDirty() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// syncLoop fsyncs the stores at most SyncInterval after they were written,
+// off the replicas' loops so appends and cuts never wait for the disk; an
+// idle server does not wake up at all.
 func (s *Server) syncLoop() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.SyncInterval)
-	defer t.Stop()
 	for {
 		select {
-		case <-t.C:
+		case <-s.dirty:
 		case <-s.ctx.Done():
+			return
+		}
+		if !s.sleep(s.cfg.SyncInterval) {
 			return
 		}
 		s.mu.Lock()
@@ -528,9 +540,9 @@ func (s *Server) heartbeatTo(addr string) error {
 	}()
 	tick := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer tick.Stop()
-	// Reports go out as soon as durability moves, but at most a few per
+	// Reports go out as soon as durability moves, but at most two per
 	// ordering interval: the leader cuts once per interval anyway.
-	minGap := s.cfg.OrderingInterval / 4
+	minGap := s.cfg.OrderingInterval / 2
 	var last time.Time
 	sent := map[cut.ShardID]uint64{}
 	for {
