@@ -55,7 +55,12 @@ unknown or finalized --shard), so bad input appends nothing.`,
 			} else if payloads, err = readLines(cmd.InOrStdin()); err != nil {
 				return err
 			}
-			if err := checkPayloads(payloads, t.recordBytesMax(), len(args) == 0); err != nil {
+			// The limit covers the key and tags too, as the servers count it.
+			overhead := len(key)
+			for _, tag := range tags {
+				overhead += len(tag)
+			}
+			if err := checkPayloads(payloads, t.recordBytesMax()-overhead, len(args) == 0); err != nil {
 				return err
 			}
 			for _, tag := range tags {
@@ -124,7 +129,7 @@ func checkPayloads(payloads [][]byte, limit int, fromStdin bool) error {
 		case len(p) == 0:
 			return fmt.Errorf("%s is empty: empty records are invalid; nothing was appended", what(i))
 		case len(p) > limit:
-			return fmt.Errorf("%s is %d bytes, over the cluster's record_bytes_max of %d; nothing was appended", what(i), len(p), limit)
+			return fmt.Errorf("%s is %d bytes, over the %d the cluster's record_bytes_max leaves with this key and tags; nothing was appended", what(i), len(p), limit)
 		}
 	}
 	return nil

@@ -16,8 +16,12 @@ const (
 	// DedupPerClientMax is how many recent sequence numbers are remembered
 	// per client; a retry older than that is refused, never stored twice.
 	DedupPerClientMax = 1 << 14
-	// DedupClientsMax bounds the clients remembered.
+	// DedupClientsMax bounds the clients remembered in full.
 	DedupClientsMax = 1 << 12
+	// TombstonesMax bounds the clients forgotten in full whose highest
+	// sequence number is still remembered, so their late retries are
+	// refused rather than stored again.
+	TombstonesMax = 1 << 16
 )
 
 // Verdict is what to do with an incoming append.
@@ -67,6 +71,9 @@ type Primary[W comparable] struct {
 	pending []slot[W]
 	base    uint64
 	dedup   map[uint64]*clientSeqs
+	// tombstones holds, for clients evicted from dedup, the highest
+	// sequence number they had stored.
+	tombstones map[uint64]uint64
 	// positions of ordered records: local -> global, consulted for retries.
 	position  func(local uint64) (uint64, bool)
 	finalized bool
@@ -75,7 +82,7 @@ type Primary[W comparable] struct {
 // NewPrimary starts with stored records [0, length) all ordered or
 // abandoned; position looks up the global position of an ordered record.
 func NewPrimary[W comparable](length uint64, position func(local uint64) (uint64, bool)) *Primary[W] {
-	return &Primary[W]{base: length, dedup: map[uint64]*clientSeqs{}, position: position}
+	return &Primary[W]{base: length, dedup: map[uint64]*clientSeqs{}, tombstones: map[uint64]uint64{}, position: position}
 }
 
 // Admit decides what to do with append (client, seq); for Ordered it also
@@ -86,6 +93,9 @@ func (p *Primary[W]) Admit(client, seq uint64, w W) (Verdict, uint64) {
 	}
 	cs := p.dedup[client]
 	if cs == nil {
+		if top, gone := p.tombstones[client]; gone && seq <= top {
+			return Expired, 0
+		}
 		return Store, 0
 	}
 	local, ok := cs.local[seq]
@@ -118,14 +128,10 @@ func (p *Primary[W]) Stored(client, seq, local uint64, w W) {
 	cs := p.dedup[client]
 	if cs == nil {
 		if len(p.dedup) >= DedupClientsMax {
-			// Forget an arbitrary client: its old retries become Expired
-			// only if it reuses sequence numbers at or below what it had.
-			for k := range p.dedup {
-				delete(p.dedup, k)
-				break
-			}
+			p.evictClient()
 		}
-		cs = &clientSeqs{local: map[uint64]uint64{}}
+		cs = &clientSeqs{local: map[uint64]uint64{}, evictedMax: p.tombstones[client]}
+		delete(p.tombstones, client)
 		p.dedup[client] = cs
 	}
 	cs.local[seq] = local
@@ -135,6 +141,28 @@ func (p *Primary[W]) Stored(client, seq, local uint64, w W) {
 		cs.order = cs.order[1:]
 		delete(cs.local, old)
 		cs.evictedMax = max(cs.evictedMax, old)
+	}
+}
+
+// evictClient forgets an arbitrary client's window but keeps its highest
+// sequence number, so its late retries are Expired, not stored twice. Past
+// TombstonesMax an arbitrary tombstone goes too: a client silent through
+// that many others' turnover is assumed gone.
+func (p *Primary[W]) evictClient() {
+	for k, cs := range p.dedup {
+		top := cs.evictedMax
+		for _, q := range cs.order {
+			top = max(top, q)
+		}
+		delete(p.dedup, k)
+		if len(p.tombstones) >= TombstonesMax {
+			for t := range p.tombstones {
+				delete(p.tombstones, t)
+				break
+			}
+		}
+		p.tombstones[k] = top
+		return
 	}
 }
 

@@ -167,3 +167,31 @@ func TestRandomHistories(t *testing.T) {
 		}
 	}
 }
+
+func TestEvictedClientRetryIsRefused(t *testing.T) {
+	pos := fakePositions{}
+	p := NewPrimary[string](0, pos.lookup)
+	var local uint64
+	for c := uint64(0); c <= DedupClientsMax; c++ {
+		p.Stored(c, 5, local, "s")
+		local++
+	}
+	// One client was forgotten in full to make room; whichever it was, its
+	// retry is refused, never stored again, and its new appends still go.
+	expired := 0
+	for c := uint64(0); c <= DedupClientsMax; c++ {
+		switch v, _ := p.Admit(c, 5, "s"); v {
+		case Expired:
+			expired++
+			if v, _ := p.Admit(c, 6, "s"); v != Store {
+				t.Fatalf("client %d: new sequence after eviction: %v", c, v)
+			}
+		case Waiting:
+		default:
+			t.Fatalf("client %d: retry verdict %v", c, v)
+		}
+	}
+	if expired != 1 {
+		t.Fatalf("%d clients expired, want 1", expired)
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
@@ -34,6 +35,13 @@ import (
 
 // retryInterval paces reconnection to the ordering layer and peers.
 const retryInterval = 50 * time.Millisecond
+
+// reconnectParams caps gRPC's reconnection backoff (its default grows to two
+// minutes), so a restarted peer is seen within a second.
+var reconnectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: retryInterval, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: time.Second,
+}
 
 // view is this server's copy of the committed control state.
 type view struct {
@@ -238,7 +246,8 @@ func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(reconnectParams))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
