@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/rpcopt"
 )
 
 // Defaults.
@@ -119,14 +120,14 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := append(rpcopt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// gRPC's default reconnection backoff grows to two minutes; a
 		// restarted server should be found within a second.
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: c.cfg.RetryInterval, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
-		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		}))
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("augur: dial %s: %w", addr, err)
 	}

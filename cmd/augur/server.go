@@ -12,7 +12,7 @@ import (
 
 	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/ordering"
-	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/rpcopt"
 	"github.com/augur-log/augur/internal/storage"
 )
 
@@ -53,7 +53,7 @@ func newServerCmd() *cobra.Command {
 				return fmt.Errorf("listen: %w", err)
 			}
 			defer l.Close()
-			g := grpc.NewServer(raftnode.ServerOptions()...)
+			g := grpc.NewServer(rpcopt.ServerOptions()...)
 			var start, stop func()
 			switch role {
 			case config.RoleOrdering:

@@ -27,7 +27,7 @@ import (
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/ordering"
-	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/rpcopt"
 	"github.com/augur-log/augur/internal/storage"
 )
 
@@ -308,7 +308,7 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 		}
 	}
 
-	g := grpc.NewServer(raftnode.ServerOptions()...)
+	g := grpc.NewServer(rpcopt.ServerOptions()...)
 	var stop func()
 	switch role {
 	case config.RoleOrdering:

@@ -29,6 +29,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/rpcopt"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/wire"
 )
@@ -246,8 +247,9 @@ func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := append(rpcopt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(reconnectParams))
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
