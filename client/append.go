@@ -283,12 +283,23 @@ func (sc *shardConn) handleAck(a *pb.AppendAck) {
 	switch a.Code {
 	case pb.Code_OK:
 		o.finish(Ack{Position: a.Position, Shard: a.Shard}, nil)
-	case pb.Code_FINALIZED, pb.Code_NOT_PRIMARY, pb.Code_UNKNOWN_SHARD:
-		// Not ordered here, and never will be: send it elsewhere.
+	case pb.Code_FINALIZED:
+		// The shard's primary says it was not ordered and never will be:
+		// send it elsewhere.
 		sc.c.wg.Add(1)
 		go func() {
 			defer sc.c.wg.Done()
 			sc.c.reroute(o, fmt.Errorf("shard %d: %s", sc.shard, a.Message))
+		}()
+	case pb.Code_NOT_PRIMARY, pb.Code_UNKNOWN_SHARD:
+		// This server does not hold the shard's append state (it restarted
+		// or lost its disk), so it cannot tell whether an earlier attempt
+		// of o was ordered: settle o like an append whose connection broke,
+		// which asks the replicas once the shard is finalized.
+		sc.c.wg.Add(1)
+		go func() {
+			defer sc.c.wg.Done()
+			sc.c.recover(sc.shard, map[uint64]*op{o.seq: o})
 		}()
 	case pb.Code_INVALID:
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrInvalidRecord, a.Message))
@@ -431,7 +442,11 @@ func (c *Client) resolve(info *pb.ShardInfo, ops map[uint64]*op) {
 				c.reroute(o, fmt.Errorf("shard %d finalized", info.Id))
 			}
 		}
-		return
+		if len(ops) == 0 {
+			return
+		}
+		// This replica cannot answer for the rest yet (it lags or lost
+		// records): ask the next one.
 	}
 }
 

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
@@ -320,5 +323,92 @@ func TestStorageFailureFinalizesAndAppendsMove(t *testing.T) {
 	}
 	if fromFailed == 0 {
 		t.Fatal("no record of the failed shard was readable")
+	}
+}
+
+// TestLaggingSubscriptionAcrossTrim holds a subscription back with a small
+// flow-control window while a trim removes segments it has not read yet. It
+// must deliver every position with the record acknowledged there, or stop
+// with OutOfRange; never another record.
+func TestLaggingSubscriptionAcrossTrim(t *testing.T) {
+	ctx := testCtx(t)
+	// Small segments, so a trim deletes some inside a run the subscription
+	// has yet to read.
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), SegmentBytes: 16 << 10, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	if err := dc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ctx, client.Config{ClusterID: dc.ClusterID, Ordering: dc.OrderingAddrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 400
+	payloadAt := map[uint64]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	// Waves of 50, each waited for, so the shard's records span many cuts.
+	for i := 0; i < n; i++ {
+		if i%50 == 0 {
+			wg.Wait()
+		}
+		wg.Add(1)
+		p := fmt.Sprintf("rec-%d-%s", i, strings.Repeat("x", 4000))
+		c.AppendAsync(ctx, client.Record{Payload: []byte(p)}, func(a client.Ack, err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			payloadAt[a.Position] = p
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := st.Shards[0]
+	conn, err := grpc.NewClient(sh.Replicas[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := pb.NewLogClient(conn).Subscribe(ctx, &pb.SubscribeRequest{ClusterId: dc.ClusterID, Shard: sh.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server is sending its first response (about 1 MiB, ~250 records,
+	// against a 64 KiB window): trim past what it has read so far.
+	if err := c.Trim(ctx, n-50); err != nil {
+		t.Fatal(err)
+	}
+	// Every response must carry the records acknowledged at their
+	// positions; the stream ends at the tail or with OutOfRange.
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) != codes.OutOfRange {
+				t.Fatalf("subscription ended with %v, want OutOfRange", err)
+			}
+			return
+		}
+		for _, b := range resp.Batches {
+			for _, e := range b.Records {
+				if string(e.Record.Payload) != payloadAt[e.Position] {
+					t.Fatalf("position %d carries %.12q, appended there was %.12q", e.Position, e.Record.Payload, payloadAt[e.Position])
+				}
+			}
+			if b.RunStart+b.RunCount >= n {
+				return // served everything that was not trimmed
+			}
+		}
 	}
 }

@@ -88,22 +88,22 @@ func NewPrimary[W comparable](length uint64, position func(local uint64) (uint64
 // Admit decides what to do with append (client, seq); for Ordered it also
 // returns the position.
 func (p *Primary[W]) Admit(client, seq uint64, w W) (Verdict, uint64) {
-	if p.finalized {
-		return Finalized, 0
-	}
+	// A retry is answered from what was stored even once the shard is
+	// finalized: Finalized for an ordered record would make the client
+	// store it a second time on another shard.
 	cs := p.dedup[client]
 	if cs == nil {
 		if top, gone := p.tombstones[client]; gone && seq <= top {
 			return Expired, 0
 		}
-		return Store, 0
+		return p.storeOrFinalized(), 0
 	}
 	local, ok := cs.local[seq]
 	if !ok {
 		if seq <= cs.evictedMax {
 			return Expired, 0
 		}
-		return Store, 0
+		return p.storeOrFinalized(), 0
 	}
 	if pos, ordered := p.position(local); ordered {
 		return Ordered, pos
@@ -114,6 +114,13 @@ func (p *Primary[W]) Admit(client, seq uint64, w W) (Verdict, uint64) {
 	}
 	p.pending[local-p.base].waiter = w
 	return Waiting, 0
+}
+
+func (p *Primary[W]) storeOrFinalized() Verdict {
+	if p.finalized {
+		return Finalized
+	}
+	return Store
 }
 
 // Next is the local index the next stored record gets.

@@ -195,3 +195,24 @@ func TestEvictedClientRetryIsRefused(t *testing.T) {
 		t.Fatalf("%d clients expired, want 1", expired)
 	}
 }
+
+// TestRetryOfOrderedRecordAfterFinalize: a retry whose first attempt was
+// ordered must get its position even after the shard is finalized;
+// Finalized would make the client store the record again elsewhere.
+func TestRetryOfOrderedRecordAfterFinalize(t *testing.T) {
+	pos := fakePositions{}
+	p := NewPrimary[string](0, pos.lookup)
+	p.Stored(7, 1, 0, "s")
+	order(p, pos, cut.Slice{LocalStart: 0, GlobalStart: 40, Count: 1})
+	p.Stored(7, 2, 1, "s")
+	p.Finalize(1)
+	if v, at := p.Admit(7, 1, "s2"); v != Ordered || at != 40 {
+		t.Fatalf("retry of ordered record: %v at %d, want Ordered at 40", v, at)
+	}
+	if v, _ := p.Admit(7, 2, "s2"); v != Finalized {
+		t.Fatalf("retry of record stored past the final length: %v, want Finalized", v)
+	}
+	if v, _ := p.Admit(7, 3, "s2"); v != Finalized {
+		t.Fatalf("new append after finalize: %v, want Finalized", v)
+	}
+}

@@ -56,6 +56,9 @@ type cutMsg struct {
 	final    bool
 	finalLen uint64
 	trim     uint64
+	// orderedAtLeast, from a snapshot, is how many of the shard's records
+	// are ordered; a copy that assigned fewer missed cuts for good.
+	orderedAtLeast uint64
 }
 
 type backupAck struct {
@@ -99,7 +102,9 @@ type replica struct {
 	// primary is the append bookkeeping, on a primary only.
 	primary *shard.Primary[*appendStream]
 	lastCut uint64
-	lost    bool
+	// lost is set once this copy missed records or cuts it can never
+	// get back; it then serves neither subscriptions nor resolutions.
+	lost atomic.Bool
 }
 
 func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backups []Peer) *replica {
@@ -321,7 +326,7 @@ func (r *replica) applyCut(m cutMsg) {
 			r.log.Warn("trim", "err", err)
 		}
 	}
-	if m.cutIndex > r.lastCut && m.slice.Count > 0 && !r.lost {
+	if m.cutIndex > r.lastCut && m.slice.Count > 0 && !r.lost.Load() {
 		sl := m.slice
 		switch {
 		case sl.LocalStart < r.store.Ordered():
@@ -330,13 +335,13 @@ func (r *replica) applyCut(m cutMsg) {
 			// This copy lacks records the cut orders (it missed cuts or
 			// lost writes); the other replica serves them.
 			r.log.Error("replica cannot follow cut", "cut", m.cutIndex, "slice", sl, "ordered", r.store.Ordered(), "len", r.store.Len())
-			r.lost = true
+			r.lost.Store(true)
 		default:
 			run := segment.Run{Cut: m.cutIndex, CutStart: m.cutStart, CutEnd: m.cutEnd,
 				LocalStart: sl.LocalStart, GlobalStart: sl.GlobalStart, Count: sl.Count}
 			if err := r.store.Assign(run); err != nil {
 				r.log.Error("assign positions", "err", err)
-				r.lost = true
+				r.lost.Store(true)
 			} else {
 				r.srv.markDirty()
 				r.srv.ordered.Add(float64(sl.Count))
@@ -345,6 +350,10 @@ func (r *replica) applyCut(m cutMsg) {
 				}
 			}
 		}
+	}
+	if m.orderedAtLeast > r.store.Ordered() && !r.lost.Load() {
+		r.log.Error("replica missed cuts that a snapshot skipped", "ordered", r.store.Ordered(), "want", m.orderedAtLeast)
+		r.lost.Store(true)
 	}
 	if m.cutIndex > r.lastCut {
 		r.lastCut = m.cutIndex

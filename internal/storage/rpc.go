@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -181,10 +182,16 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	}
 	f := newFilter(req.Filter)
 	next := req.From
+	// nextLocal follows the runs served, to notice runs trimmed meanwhile.
+	var nextLocal uint64
+	served := false
 	var sentMV uint64
 	ctx := stream.Context()
 	for {
 		changed := r.changedCh()
+		if r.lost.Load() {
+			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", req.Shard)
+		}
 		s.mu.Lock()
 		viewChanged, mv := s.viewChanged, s.view.mv
 		s.mu.Unlock()
@@ -194,13 +201,25 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 			if size >= subscribeBatchBytesMax {
 				break
 			}
+			if served && run.LocalStart > nextLocal {
+				// The runs in between were trimmed while this stream lagged.
+				return status.Errorf(codes.OutOfRange, "records of shard %d from position %d on are trimmed", r.id, next)
+			}
+			served, nextLocal = true, run.LocalStart+run.Count
 			b := &pb.CutBatch{Cut: run.Cut, CutStart: max(run.CutStart, next), CutEnd: run.CutEnd, Shard: r.id, MembershipVersion: mv}
 			gs := max(run.GlobalStart, next)
 			if end := run.GlobalStart + run.Count; gs < end {
 				b.RunStart, b.RunCount = gs, end-gs
 				local := run.LocalStart + (gs - run.GlobalStart)
 				pos := gs
-				err := r.store.Scan(local, func(_ uint64, e segment.Entry) bool {
+				trimmed := false
+				err := r.store.Scan(local, func(l uint64, e segment.Entry) bool {
+					if l != run.LocalStart+(pos-run.GlobalStart) {
+						// Scan starts at Start: the records from local on
+						// were trimmed meanwhile.
+						trimmed = true
+						return false
+					}
 					if f.match(e) {
 						b.Records = append(b.Records, &pb.LogEntry{Position: pos, Shard: r.id,
 							Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}})
@@ -209,6 +228,9 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 					pos++
 					return pos < end
 				})
+				if trimmed || errors.Is(err, segment.ErrTrimmed) {
+					return status.Errorf(codes.OutOfRange, "position %d of shard %d is trimmed", pos, r.id)
+				}
 				if err != nil {
 					return status.Errorf(codes.Internal, "read shard %d: %v", r.id, err)
 				}
@@ -273,6 +295,11 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
 	}
 	final, finalLen := r.finalized.Load(), r.finalLen.Load()
+	// Only a copy that holds every record the shard ordered may say a
+	// record was not ordered: one that lost its tail (a restart after a
+	// crash) or missed cuts has Ordered below finalLen and would deny
+	// records the other replicas serve.
+	complete := final && r.store.Ordered() >= finalLen
 	resp := &pb.ResolveResponse{}
 	for _, q := range req.Seqs {
 		ack := &pb.AppendAck{Seq: q, Shard: r.id}
@@ -281,7 +308,7 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 		case ok && local < r.store.Ordered():
 			pos, _ := r.store.GlobalOf(local)
 			ack.Code, ack.Position = pb.Code_OK, pos
-		case final && (!ok || local >= finalLen):
+		case complete && (!ok || local >= finalLen):
 			ack.Code = pb.Code_NOT_ORDERED
 		default:
 			ack.Code = pb.Code_PENDING
@@ -359,6 +386,9 @@ func (s *Server) backupReplica(id cut.ShardID) (*replica, error) {
 			return nil, status.Errorf(codes.FailedPrecondition, "shard %d is held here as %v, not as a fresh backup", id, r.role)
 		}
 		return r, nil
+	}
+	if s.ctx.Err() != nil {
+		return nil, status.Error(codes.Unavailable, "server stopping")
 	}
 	st, err := s.openStore(id)
 	if err != nil {

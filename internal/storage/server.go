@@ -434,8 +434,8 @@ func (s *Server) checkCaughtUp() {
 
 func (s *Server) applySnapshot(st *pb.StatusResponse) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if st.EventSeq <= s.view.seq {
+		s.mu.Unlock()
 		return
 	}
 	s.log.Warn("cut history before this point is gone; copies here may miss positions", "from", s.view.seq+1, "to", st.EventSeq)
@@ -444,7 +444,26 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 	s.view.mv = st.MembershipVersion
 	s.view.trim = st.Trim
 	s.setShardsLocked(st.Shards)
+	// The cuts in between are gone: a copy here that has not assigned
+	// everything the snapshot's cut orders can never serve those records,
+	// but it must still learn finality and the trim point.
+	var msgs []cutMsg
+	var targets []*replica
+	for id, r := range s.replicas {
+		m := cutMsg{slice: cut.Slice{Shard: id}, trim: st.Trim, orderedAtLeast: s.view.lastCut.Len(id)}
+		if sh := s.view.shards[id]; sh != nil && sh.State == pb.ShardState_SHARD_FINALIZED {
+			m.final, m.finalLen = true, sh.FinalLength
+		}
+		msgs, targets = append(msgs, m), append(targets, r)
+	}
 	s.bumpViewLocked()
+	s.mu.Unlock()
+	for i, r := range targets {
+		select {
+		case r.cutCh <- msgs[i]:
+		case <-r.done:
+		}
+	}
 }
 
 func (s *Server) setShardsLocked(shards []*pb.ShardInfo) {
@@ -707,6 +726,13 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 	}
 	r := newReplica(s, id, rolePrimary, st, s.cfg.Group[1:])
 	s.mu.Lock()
+	if err := s.ctx.Err(); err != nil {
+		// Stop already closed the replicas it knew of; one started now
+		// would never be stopped.
+		s.mu.Unlock()
+		st.Close()
+		return 0, fmt.Errorf("register shard %d: server stopping: %w", id, err)
+	}
 	s.replicas[id] = r
 	s.registeredAt = time.Now()
 	s.lastFailed = false
