@@ -91,6 +91,18 @@ func (f *connFlags) dial(ctx context.Context) (*client.Client, *target, error) {
 	return cl, t, nil
 }
 
+// call dials the cluster and runs fn with the client, bounded by --timeout.
+func (f *connFlags) call(ctx context.Context, fn func(context.Context, *client.Client) error) error {
+	cl, _, err := f.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	return fn(ctx, cl)
+}
+
 // recordBytesMax is the payload limit the commands check before sending.
 func (t *target) recordBytesMax() int {
 	if t.file != nil {

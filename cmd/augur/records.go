@@ -228,34 +228,28 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 			if n < 1 || n > readCountMax {
 				return fmt.Errorf("--n must be in [1, %d], got %d", readCountMax, n)
 			}
-			ctx := cmd.Context()
-			cl, _, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-			defer cancel()
-			if !wait {
-				tail, err := cl.CheckTail(ctx)
+			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				if !wait {
+					tail, err := cl.CheckTail(ctx)
+					if err != nil {
+						return fmt.Errorf("check tail: %w", err)
+					}
+					if pos >= tail {
+						return fmt.Errorf("position %d is not written yet (the tail is %d); --wait waits for it", pos, tail)
+					}
+					n = int(min(uint64(n), tail-pos))
+				}
+				entries, err := cl.ReadRange(ctx, pos, n)
 				if err != nil {
-					return fmt.Errorf("check tail: %w", err)
+					return fmt.Errorf("read from position %d: %w", pos, err)
 				}
-				if pos >= tail {
-					return fmt.Errorf("position %d is not written yet (the tail is %d); --wait waits for it", pos, tail)
+				out := bufio.NewWriter(cmd.OutOrStdout())
+				defer out.Flush()
+				for _, e := range entries {
+					printEntry(out, e)
 				}
-				n = int(min(uint64(n), tail-pos))
-			}
-			entries, err := cl.ReadRange(ctx, pos, n)
-			if err != nil {
-				return fmt.Errorf("read from position %d: %w", pos, err)
-			}
-			out := bufio.NewWriter(cmd.OutOrStdout())
-			defer out.Flush()
-			for _, e := range entries {
-				printEntry(out, e)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)
@@ -328,20 +322,14 @@ func newTailCmd() *cobra.Command {
 		Short: "Print the next position to be assigned (CheckTail)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			cl, _, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-			defer cancel()
-			tail, err := cl.CheckTail(ctx)
-			if err != nil {
-				return fmt.Errorf("check tail: %w", err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), tail)
-			return nil
+			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				tail, err := cl.CheckTail(ctx)
+				if err != nil {
+					return fmt.Errorf("check tail: %w", err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), tail)
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)
@@ -359,26 +347,20 @@ func newTrimCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			cl, _, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-			defer cancel()
-			tail, err := cl.CheckTail(ctx)
-			if err != nil {
-				return fmt.Errorf("check tail: %w", err)
-			}
-			if pos > tail {
-				return fmt.Errorf("cannot trim to %d: beyond the tail %d; nothing was trimmed", pos, tail)
-			}
-			if err := cl.Trim(ctx, pos); err != nil {
-				return fmt.Errorf("trim to %d: %w", pos, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "trimmed below %d\n", pos)
-			return nil
+			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				tail, err := cl.CheckTail(ctx)
+				if err != nil {
+					return fmt.Errorf("check tail: %w", err)
+				}
+				if pos > tail {
+					return fmt.Errorf("cannot trim to %d: beyond the tail %d; nothing was trimmed", pos, tail)
+				}
+				if err := cl.Trim(ctx, pos); err != nil {
+					return fmt.Errorf("trim to %d: %w", pos, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "trimmed below %d\n", pos)
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)

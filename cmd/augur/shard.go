@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/augur-log/augur/client"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -42,20 +43,14 @@ func newShardAddCmd() *cobra.Command {
 			if t.file != nil && len(t.file.Group(group)) == 0 {
 				return fmt.Errorf("group %q is not in the cluster file (groups: %v)", group, t.file.Groups())
 			}
-			ctx := cmd.Context()
-			cl, _, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-			defer cancel()
-			id, err := cl.AddShard(ctx, group)
-			if err != nil {
-				return fmt.Errorf("add a shard to group %q: %w", group, err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), id)
-			return nil
+			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				id, err := cl.AddShard(ctx, group)
+				if err != nil {
+					return fmt.Errorf("add a shard to group %q: %w", group, err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)
@@ -78,26 +73,24 @@ func newShardFinalizeCmd() *cobra.Command {
 				return fmt.Errorf("shard id %q is not a non-negative 32-bit integer", args[0])
 			}
 			shard := uint32(v)
-			ctx := cmd.Context()
-			cl, _, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-			defer cancel()
-			st, err := cl.Status(ctx)
-			if err != nil {
-				return fmt.Errorf("status: %w", err)
-			}
-			if err := checkLiveShard(st, shard); err != nil {
-				return fmt.Errorf("cannot finalize: %w", err)
-			}
-			if err := cl.FinalizeShard(ctx, shard, grace); err != nil {
-				return fmt.Errorf("finalize shard %d: %w", shard, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "shard %d is finalizing; it takes appends for %d more cuts\n", shard, grace)
-			return nil
+			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				st, err := cl.Status(ctx)
+				if err != nil {
+					return fmt.Errorf("status: %w", err)
+				}
+				if err := checkLiveShard(st, shard); err != nil {
+					return fmt.Errorf("cannot finalize: %w", err)
+				}
+				if err := cl.FinalizeShard(ctx, shard, grace); err != nil {
+					return fmt.Errorf("finalize shard %d: %w", shard, err)
+				}
+				if grace == 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "shard %d is finalized; it stays readable\n", shard)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "shard %d is finalizing; it takes appends for %d more cuts\n", shard, grace)
+				}
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/augur-log/augur/client"
 	"io"
 	"strconv"
 	"strings"
@@ -24,27 +25,21 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the ordering replicas and leader, the shards, the last cut, tail and trim point",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			cl, _, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-			defer cancel()
-			st, err := cl.Status(ctx)
-			if err != nil {
-				return fmt.Errorf("status: %w", err)
-			}
-			if asJSON {
-				data, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(st)
+			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
+				st, err := cl.Status(ctx)
 				if err != nil {
-					return fmt.Errorf("encode status: %w", err)
+					return fmt.Errorf("status: %w", err)
 				}
-				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(data))
-				return err
-			}
-			return printStatus(cmd.OutOrStdout(), st)
+				if asJSON {
+					data, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(st)
+					if err != nil {
+						return fmt.Errorf("encode status: %w", err)
+					}
+					_, err = fmt.Fprintln(cmd.OutOrStdout(), string(data))
+					return err
+				}
+				return printStatus(cmd.OutOrStdout(), st)
+			})
 		},
 	}
 	cf.register(cmd)
