@@ -74,13 +74,12 @@ type Config struct {
 
 // Errors a caller can test for with errors.Is.
 var (
-	ErrTrimmed        = errors.New("augur: position is trimmed")
-	ErrInvalidRecord  = errors.New("augur: invalid record")
-	ErrUnknownShard   = errors.New("augur: unknown shard")
-	ErrWrongCluster   = errors.New("augur: wrong cluster id")
-	ErrNoLiveShard    = errors.New("augur: no live shard")
-	ErrClosed         = errors.New("augur: client closed")
-	ErrNegativeOffset = errors.New("augur: negative position")
+	ErrTrimmed       = errors.New("augur: position is trimmed")
+	ErrInvalidRecord = errors.New("augur: invalid record")
+	ErrUnknownShard  = errors.New("augur: unknown shard")
+	ErrWrongCluster  = errors.New("augur: wrong cluster id")
+	ErrNoLiveShard   = errors.New("augur: no live shard")
+	ErrClosed        = errors.New("augur: client closed")
 )
 
 // ServerError carries a server's refusal.

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -751,16 +750,4 @@ func (s *Server) backupLinks(r *replica) []*backupLink {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.links[r.id]
-}
-
-// shardIDs returns the ids of the shards held here, ascending.
-func (s *Server) shardIDs() []cut.ShardID {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ids := make([]cut.ShardID, 0, len(s.replicas))
-	for id := range s.replicas {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids
 }
