@@ -291,11 +291,12 @@ func (sc *shardConn) handleAck(a *pb.AppendAck) {
 			defer sc.c.wg.Done()
 			sc.c.reroute(o, fmt.Errorf("shard %d: %s", sc.shard, a.Message))
 		}()
-	case pb.Code_NOT_PRIMARY, pb.Code_UNKNOWN_SHARD:
+	case pb.Code_NOT_PRIMARY, pb.Code_UNKNOWN_SHARD, pb.Code_UNAVAILABLE:
 		// This server does not hold the shard's append state (it restarted
-		// or lost its disk), so it cannot tell whether an earlier attempt
-		// of o was ordered: settle o like an append whose connection broke,
-		// which asks the replicas once the shard is finalized.
+		// or lost its disk) or is stopping with o perhaps already in a cut,
+		// so nobody can tell yet whether o was ordered: settle o like an
+		// append whose connection broke, which asks the replicas once the
+		// shard is finalized.
 		sc.c.wg.Add(1)
 		go func() {
 			defer sc.c.wg.Done()

@@ -176,6 +176,12 @@ func (s *Subscription) merge() {
 			if st, err := s.c.refresh(s.ctx); err == nil {
 				s.follow(st)
 			}
+			// A stale answer finds nothing new: look again later rather
+			// than wait for a batch that may never come.
+			if len(cuts) > 0 {
+				stuck.Reset(stuckRefreshAfter)
+				stuckArmed = true
+			}
 			continue
 		case <-s.ctx.Done():
 			s.setErr(ErrClosed)
