@@ -188,8 +188,8 @@ func (s *Server) Start() {
 	}
 	s.mu.Unlock()
 	s.wg.Add(2)
-	go s.watchLoop()
-	go s.heartbeatLoop()
+	go s.onOrdering("watch", s.watchFrom)
+	go s.onOrdering("heartbeat", s.heartbeatTo)
 	if s.cfg.Sync == segment.SyncInterval {
 		s.wg.Add(1)
 		go s.syncLoop()
@@ -358,14 +358,15 @@ func (s *Server) syncLoop() {
 	}
 }
 
-// watchLoop follows the ordering layer's committed events and applies them.
-func (s *Server) watchLoop() {
+// onOrdering keeps calling fn with an ordering replica's address, the
+// believed leader first, pausing between attempts, until the server stops.
+func (s *Server) onOrdering(what string, fn func(addr string) error) {
 	defer s.wg.Done()
 	for attempt := 0; ; attempt++ {
 		addrs := s.orderingAddrs()
 		addr := addrs[attempt%len(addrs)]
-		if err := s.watchFrom(addr); err != nil && s.ctx.Err() == nil {
-			s.log.Debug("watch", "addr", addr, "err", err)
+		if err := fn(addr); err != nil && s.ctx.Err() == nil {
+			s.log.Debug(what, "addr", addr, "err", err)
 		}
 		if !s.sleep(retryInterval) {
 			return
@@ -373,6 +374,7 @@ func (s *Server) watchLoop() {
 	}
 }
 
+// watchFrom follows the ordering layer's committed events and applies them.
 func (s *Server) watchFrom(addr string) error {
 	c, err := s.conn(addr)
 	if err != nil {
@@ -530,22 +532,8 @@ func (s *Server) applyEvent(ev *pb.Event) {
 	}
 }
 
-// heartbeatLoop keeps a stream to the ordering leader carrying liveness and
+// heartbeatTo keeps a stream to the ordering leader carrying liveness and
 // the primary's reports.
-func (s *Server) heartbeatLoop() {
-	defer s.wg.Done()
-	for attempt := 0; ; attempt++ {
-		addrs := s.orderingAddrs()
-		addr := addrs[attempt%len(addrs)]
-		if err := s.heartbeatTo(addr); err != nil && s.ctx.Err() == nil {
-			s.log.Debug("heartbeat", "addr", addr, "err", err)
-		}
-		if !s.sleep(retryInterval) {
-			return
-		}
-	}
-}
-
 func (s *Server) heartbeatTo(addr string) error {
 	c, err := s.conn(addr)
 	if err != nil {
