@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
 	"github.com/augur-log/augur/internal/config"
-	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/rpcopt"
-	"github.com/augur-log/augur/internal/storage"
 )
 
 func newServerCmd() *cobra.Command {
@@ -53,38 +50,12 @@ func newServerCmd() *cobra.Command {
 				return fmt.Errorf("listen: %w", err)
 			}
 			defer l.Close()
-			g := grpc.NewServer(rpcopt.ServerOptions()...)
-			var start, stop func()
-			switch role {
-			case config.RoleOrdering:
-				oc, err := c.OrderingConfig(id, lg)
-				if err != nil {
-					return err
-				}
-				if err := os.MkdirAll(oc.Dir, 0o755); err != nil {
-					return fmt.Errorf("data dir: %w", err)
-				}
-				srv, err := ordering.New(oc)
-				if err != nil {
-					return err
-				}
-				srv.Register(g)
-				start, stop = srv.Start, srv.Stop
-			case config.RoleStorage:
-				sc, err := c.StorageConfig(id, lg)
-				if err != nil {
-					return err
-				}
-				if err := os.MkdirAll(sc.Dir, 0o755); err != nil {
-					return fmt.Errorf("data dir: %w", err)
-				}
-				srv, err := storage.New(sc)
-				if err != nil {
-					return err
-				}
-				srv.Register(g)
-				start, stop = srv.Start, srv.Stop
+			srv, err := c.NewServer(id, lg)
+			if err != nil {
+				return err
 			}
+			g := grpc.NewServer(rpcopt.ServerOptions()...)
+			srv.Register(g)
 			if metricsAddr != "" {
 				stopMetrics, err := serveMetrics(metricsAddr)
 				if err != nil {
@@ -94,7 +65,7 @@ func newServerCmd() *cobra.Command {
 			}
 			serveErr := make(chan error, 1)
 			go func() { serveErr <- g.Serve(l) }()
-			start()
+			srv.Start()
 			fmt.Fprintf(cmd.ErrOrStderr(), "augur: %s server %s of cluster %q listening on %s (data in %s)\n",
 				role, id, c.ClusterID, l.Addr(), c.ServerDir(id))
 			var err2 error
@@ -104,7 +75,7 @@ func newServerCmd() *cobra.Command {
 				err2 = fmt.Errorf("serve: %w", err2)
 			}
 			g.Stop()
-			stop()
+			srv.Stop()
 			return err2
 		},
 	}

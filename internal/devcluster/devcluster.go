@@ -26,9 +26,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
-	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/rpcopt"
-	"github.com/augur-log/augur/internal/storage"
 )
 
 // Defaults and bounds of Options.
@@ -290,11 +288,7 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 		return fmt.Errorf("devcluster: %s is already running", id)
 	}
 	cfg := c.cfg
-	role, err := cfg.Role(id)
-	var addr string
-	if err == nil {
-		addr, err = cfg.Addr(id)
-	}
+	addr, err := cfg.Addr(id)
 	c.mu.Unlock()
 	if err != nil {
 		if l != nil {
@@ -308,38 +302,15 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 		}
 	}
 
-	g := grpc.NewServer(rpcopt.ServerOptions()...)
-	var stop func()
-	switch role {
-	case config.RoleOrdering:
-		oc, err := cfg.OrderingConfig(id, c.log)
-		if err != nil {
-			l.Close()
-			return fmt.Errorf("devcluster: %w", err)
-		}
-		srv, err := ordering.New(oc)
-		if err != nil {
-			l.Close()
-			return fmt.Errorf("devcluster: start %s: %w", id, err)
-		}
-		srv.Register(g)
-		srv.Start()
-		stop = srv.Stop
-	case config.RoleStorage:
-		sc, err := cfg.StorageConfig(id, c.log)
-		if err != nil {
-			l.Close()
-			return fmt.Errorf("devcluster: %w", err)
-		}
-		srv, err := storage.New(sc)
-		if err != nil {
-			l.Close()
-			return fmt.Errorf("devcluster: start %s: %w", id, err)
-		}
-		srv.Register(g)
-		srv.Start()
-		stop = srv.Stop
+	srv, err := cfg.NewServer(id, c.log)
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("devcluster: start %s: %w", id, err)
 	}
+	g := grpc.NewServer(rpcopt.ServerOptions()...)
+	srv.Register(g)
+	srv.Start()
+	stop := srv.Stop
 	s := &server{id: id, addr: addr, grpc: g, stop: stop, serveDone: make(chan struct{})}
 	go func() {
 		defer close(s.serveDone)

@@ -508,3 +508,20 @@ func logTail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// drainAppends waits for the appenders in wg to return, for at most
+// timeout; past it, it reports the appends still in flight and cancels them
+// through giveUp.
+func drainAppends(t *testing.T, h *history, wg *sync.WaitGroup, giveUp func(), timeout time.Duration) {
+	t.Helper()
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(timeout):
+		_, pending := h.counts()
+		giveUp()
+		<-drained
+		t.Errorf("%d appends were still in flight %v after the appenders stopped", pending, timeout)
+	}
+}

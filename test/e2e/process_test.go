@@ -515,16 +515,7 @@ func TestProcessFaults(t *testing.T) {
 
 	// Stop and wait for every append in flight.
 	close(stop)
-	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(procDrainTimeout):
-		_, pending := h.counts()
-		giveUp()
-		<-drained
-		t.Errorf("%d appends were still in flight %v after the appenders stopped", pending, procDrainTimeout)
-	}
+	drainAppends(t, h, &wg, giveUp, procDrainTimeout)
 	appends, reads := h.snapshot()
 	acked, _ := h.counts()
 	t.Logf("at %v: %d appends (%d acked, per shard %v), %d reads", clk.now().Round(time.Millisecond), len(appends), acked, h.ackedByShard(), len(reads))

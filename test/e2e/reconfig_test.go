@@ -163,16 +163,7 @@ func TestReconfig(t *testing.T) {
 	}
 	reconfTo := clk.now()
 	close(stop)
-	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(reconfDrainTimeout):
-		_, pending := h.counts()
-		giveUp()
-		<-drained
-		t.Errorf("%d appends were still in flight %v after the appenders stopped", pending, reconfDrainTimeout)
-	}
+	drainAppends(t, h, &wg, giveUp, reconfDrainTimeout)
 	appends, _ := h.snapshot()
 	acked, _ := h.counts()
 	t.Logf("at %v: %d appends, %d acked, per shard %v", clk.now().Round(time.Millisecond), len(appends), acked, h.ackedByShard())

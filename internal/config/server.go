@@ -1,0 +1,47 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"google.golang.org/grpc"
+
+	"github.com/augur-log/augur/internal/ordering"
+	"github.com/augur-log/augur/internal/storage"
+)
+
+// Server is one server of a cluster, of either role.
+type Server interface {
+	// Register adds the server's gRPC services.
+	Register(*grpc.Server)
+	Start()
+	Stop()
+}
+
+// NewServer opens server id of the cluster, an ordering replica or a
+// storage server, with its data in its own directory.
+func (c *Cluster) NewServer(id string, lg *slog.Logger) (Server, error) {
+	role, err := c.Role(id)
+	if err != nil {
+		return nil, err
+	}
+	switch role {
+	case RoleOrdering:
+		oc, err := c.OrderingConfig(id, lg)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(oc.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("server %s: data dir: %w", id, err)
+		}
+		return ordering.New(oc)
+	case RoleStorage:
+		sc, err := c.StorageConfig(id, lg)
+		if err != nil {
+			return nil, err
+		}
+		return storage.New(sc)
+	}
+	return nil, fmt.Errorf("server %s: unknown role %q", id, role)
+}
