@@ -515,11 +515,14 @@ func (x *AppendResponse) GetMembershipVersion() uint64 {
 }
 
 type SubscribeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	From          uint64                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
-	Filter        *Filter                `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	From      uint64                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	Filter    *Filter                `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	// speculative asks a cluster in speculative mode for records as soon as
+	// they are durable, at their predicted positions (SpecResponse fields).
+	Speculative   bool `protobuf:"varint,5,opt,name=speculative,proto3" json:"speculative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -580,6 +583,13 @@ func (x *SubscribeRequest) GetFilter() *Filter {
 		return x.Filter
 	}
 	return nil
+}
+
+func (x *SubscribeRequest) GetSpeculative() bool {
+	if x != nil {
+		return x.Speculative
+	}
+	return false
 }
 
 // LogEntry is a record at its global position.
@@ -751,7 +761,13 @@ type SubscribeResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Batches []*CutBatch            `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
 	// done is set once a finalized shard has sent its last batch.
-	Done          bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Done bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	// Speculative subscriptions get entries, confirmations and view changes
+	// instead of batches.
+	Entries []*SpecEntry `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	// confirmed: every position below it is final.
+	Confirmed     uint64      `protobuf:"varint,4,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	ViewChange    *ViewChange `protobuf:"bytes,5,opt,name=view_change,json=viewChange,proto3" json:"view_change,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +816,177 @@ func (x *SubscribeResponse) GetDone() bool {
 	return false
 }
 
+func (x *SubscribeResponse) GetEntries() []*SpecEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *SubscribeResponse) GetConfirmed() uint64 {
+	if x != nil {
+		return x.Confirmed
+	}
+	return 0
+}
+
+func (x *SubscribeResponse) GetViewChange() *ViewChange {
+	if x != nil {
+		return x.ViewChange
+	}
+	return nil
+}
+
+// SpecEntry is a record at its (predicted or final) position, or, without a
+// record, skip positions from position on that hold no-ops or records the
+// filter dropped.
+type SpecEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Position      uint64                 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Record        *Record                `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	Skip          uint64                 `protobuf:"varint,4,opt,name=skip,proto3" json:"skip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpecEntry) Reset() {
+	*x = SpecEntry{}
+	mi := &file_augur_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpecEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpecEntry) ProtoMessage() {}
+
+func (x *SpecEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpecEntry.ProtoReflect.Descriptor instead.
+func (*SpecEntry) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SpecEntry) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *SpecEntry) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *SpecEntry) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *SpecEntry) GetSkip() uint64 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
+// ViewChange says a whole shard failed: positions from confirmed_gp on that
+// were delivered speculatively are void; the failed shard's entries from
+// local index void_from on are no-ops, which shard filler delivers.
+type ViewChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	View          uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
+	ConfirmedGp   uint64                 `protobuf:"varint,2,opt,name=confirmed_gp,json=confirmedGp,proto3" json:"confirmed_gp,omitempty"`
+	FailedShard   uint32                 `protobuf:"varint,3,opt,name=failed_shard,json=failedShard,proto3" json:"failed_shard,omitempty"`
+	VoidFrom      uint64                 `protobuf:"varint,4,opt,name=void_from,json=voidFrom,proto3" json:"void_from,omitempty"`
+	Filler        uint32                 `protobuf:"varint,5,opt,name=filler,proto3" json:"filler,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewChange) Reset() {
+	*x = ViewChange{}
+	mi := &file_augur_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewChange) ProtoMessage() {}
+
+func (x *ViewChange) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewChange.ProtoReflect.Descriptor instead.
+func (*ViewChange) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ViewChange) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *ViewChange) GetConfirmedGp() uint64 {
+	if x != nil {
+		return x.ConfirmedGp
+	}
+	return 0
+}
+
+func (x *ViewChange) GetFailedShard() uint32 {
+	if x != nil {
+		return x.FailedShard
+	}
+	return 0
+}
+
+func (x *ViewChange) GetVoidFrom() uint64 {
+	if x != nil {
+		return x.VoidFrom
+	}
+	return 0
+}
+
+func (x *ViewChange) GetFiller() uint32 {
+	if x != nil {
+		return x.Filler
+	}
+	return 0
+}
+
 type ResolveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -812,7 +999,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_augur_proto_msgTypes[10]
+	mi := &file_augur_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1011,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[10]
+	mi := &file_augur_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1024,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{10}
+	return file_augur_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolveRequest) GetClusterId() string {
@@ -877,7 +1064,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_augur_proto_msgTypes[11]
+	mi := &file_augur_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1076,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[11]
+	mi := &file_augur_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1089,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{11}
+	return file_augur_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolveResponse) GetResults() []*AppendAck {
@@ -921,7 +1108,7 @@ type AddShardRequest struct {
 
 func (x *AddShardRequest) Reset() {
 	*x = AddShardRequest{}
-	mi := &file_augur_proto_msgTypes[12]
+	mi := &file_augur_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1120,7 @@ func (x *AddShardRequest) String() string {
 func (*AddShardRequest) ProtoMessage() {}
 
 func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[12]
+	mi := &file_augur_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1133,7 @@ func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardRequest.ProtoReflect.Descriptor instead.
 func (*AddShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{12}
+	return file_augur_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddShardRequest) GetClusterId() string {
@@ -965,7 +1152,7 @@ type AddShardResponse struct {
 
 func (x *AddShardResponse) Reset() {
 	*x = AddShardResponse{}
-	mi := &file_augur_proto_msgTypes[13]
+	mi := &file_augur_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1164,7 @@ func (x *AddShardResponse) String() string {
 func (*AddShardResponse) ProtoMessage() {}
 
 func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[13]
+	mi := &file_augur_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1177,7 @@ func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardResponse.ProtoReflect.Descriptor instead.
 func (*AddShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{13}
+	return file_augur_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddShardResponse) GetShard() uint32 {
@@ -1011,7 +1198,7 @@ type StoredRecord struct {
 
 func (x *StoredRecord) Reset() {
 	*x = StoredRecord{}
-	mi := &file_augur_proto_msgTypes[14]
+	mi := &file_augur_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1210,7 @@ func (x *StoredRecord) String() string {
 func (*StoredRecord) ProtoMessage() {}
 
 func (x *StoredRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[14]
+	mi := &file_augur_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1223,7 @@ func (x *StoredRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredRecord.ProtoReflect.Descriptor instead.
 func (*StoredRecord) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{14}
+	return file_augur_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StoredRecord) GetClientId() uint64 {
@@ -1073,7 +1260,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_augur_proto_msgTypes[15]
+	mi := &file_augur_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1272,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[15]
+	mi := &file_augur_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1285,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{15}
+	return file_augur_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplicateRequest) GetClusterId() string {
@@ -1138,7 +1325,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_augur_proto_msgTypes[16]
+	mi := &file_augur_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1337,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[16]
+	mi := &file_augur_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1350,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{16}
+	return file_augur_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicateResponse) GetDurable() uint64 {
@@ -1182,7 +1369,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_augur_proto_msgTypes[17]
+	mi := &file_augur_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1381,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[17]
+	mi := &file_augur_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1394,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{17}
+	return file_augur_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PingRequest) GetClusterId() string {
@@ -1228,7 +1415,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_augur_proto_msgTypes[18]
+	mi := &file_augur_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1427,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[18]
+	mi := &file_augur_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1440,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{18}
+	return file_augur_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PingResponse) GetServerId() string {
@@ -1278,16 +1465,19 @@ func (x *PingResponse) GetIncarnation() uint64 {
 }
 
 type ShardLength struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
-	Length        uint64                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Shard  uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Length uint64                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	// records counts the real records among length entries (speculative
+	// mode, where the rest are no-ops); the leader estimates rates from it.
+	Records       uint64 `protobuf:"varint,3,opt,name=records,proto3" json:"records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardLength) Reset() {
 	*x = ShardLength{}
-	mi := &file_augur_proto_msgTypes[19]
+	mi := &file_augur_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1489,7 @@ func (x *ShardLength) String() string {
 func (*ShardLength) ProtoMessage() {}
 
 func (x *ShardLength) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[19]
+	mi := &file_augur_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1502,7 @@ func (x *ShardLength) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLength.ProtoReflect.Descriptor instead.
 func (*ShardLength) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{19}
+	return file_augur_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ShardLength) GetShard() uint32 {
@@ -1325,6 +1515,13 @@ func (x *ShardLength) GetShard() uint32 {
 func (x *ShardLength) GetLength() uint64 {
 	if x != nil {
 		return x.Length
+	}
+	return 0
+}
+
+func (x *ShardLength) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
 	}
 	return 0
 }
@@ -1343,7 +1540,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_augur_proto_msgTypes[20]
+	mi := &file_augur_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1552,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[20]
+	mi := &file_augur_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1565,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{20}
+	return file_augur_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeartbeatRequest) GetClusterId() string {
@@ -1409,15 +1606,18 @@ func (x *HeartbeatRequest) GetBroken() []uint32 {
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// leader is set when this replica is not the leader.
-	LeaderAddr    string `protobuf:"bytes,1,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
-	NotLeader     bool   `protobuf:"varint,2,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	LeaderAddr string `protobuf:"bytes,1,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	NotLeader  bool   `protobuf:"varint,2,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	// lag_fixes asks shards to reach these lengths now, with the records they
+	// hold plus no-ops (speculative mode).
+	LagFixes      []*ShardLength `protobuf:"bytes,3,rep,name=lag_fixes,json=lagFixes,proto3" json:"lag_fixes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_augur_proto_msgTypes[21]
+	mi := &file_augur_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1629,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[21]
+	mi := &file_augur_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1642,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{21}
+	return file_augur_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeartbeatResponse) GetLeaderAddr() string {
@@ -1457,6 +1657,13 @@ func (x *HeartbeatResponse) GetNotLeader() bool {
 		return x.NotLeader
 	}
 	return false
+}
+
+func (x *HeartbeatResponse) GetLagFixes() []*ShardLength {
+	if x != nil {
+		return x.LagFixes
+	}
+	return nil
 }
 
 // Cut is a committed global cut: for each shard, how many of its records are
@@ -1474,7 +1681,7 @@ type Cut struct {
 
 func (x *Cut) Reset() {
 	*x = Cut{}
-	mi := &file_augur_proto_msgTypes[22]
+	mi := &file_augur_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1693,7 @@ func (x *Cut) String() string {
 func (*Cut) ProtoMessage() {}
 
 func (x *Cut) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[22]
+	mi := &file_augur_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1706,7 @@ func (x *Cut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cut.ProtoReflect.Descriptor instead.
 func (*Cut) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{22}
+	return file_augur_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Cut) GetIndex() uint64 {
@@ -1550,7 +1757,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_augur_proto_msgTypes[23]
+	mi := &file_augur_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1769,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[23]
+	mi := &file_augur_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1782,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{23}
+	return file_augur_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplicaAddr) GetId() string {
@@ -1620,7 +1827,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1839,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1852,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{24}
+	return file_augur_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardInfo) GetId() uint32 {
@@ -1713,13 +1920,15 @@ type Event struct {
 	Shards            []*ShardInfo `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
 	MembershipVersion uint64       `protobuf:"varint,4,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
 	Trim              uint64       `protobuf:"varint,5,opt,name=trim,proto3" json:"trim,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// spec is the speculative state, set when it changed.
+	Spec          *SpecState `protobuf:"bytes,6,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1940,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1953,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{25}
+	return file_augur_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1782,6 +1991,244 @@ func (x *Event) GetTrim() uint64 {
 	return 0
 }
 
+func (x *Event) GetSpec() *SpecState {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+// Quota is one shard's share of each cut of its group in a lease window;
+// base is its length before the window.
+type Quota struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	PerCut        uint64                 `protobuf:"varint,2,opt,name=per_cut,json=perCut,proto3" json:"per_cut,omitempty"`
+	Group         uint32                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	Base          uint64                 `protobuf:"varint,4,opt,name=base,proto3" json:"base,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quota) Reset() {
+	*x = Quota{}
+	mi := &file_augur_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quota) ProtoMessage() {}
+
+func (x *Quota) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quota.ProtoReflect.Descriptor instead.
+func (*Quota) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Quota) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *Quota) GetPerCut() uint64 {
+	if x != nil {
+		return x.PerCut
+	}
+	return 0
+}
+
+func (x *Quota) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *Quota) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+type Window struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	FirstCut      uint64                 `protobuf:"varint,2,opt,name=first_cut,json=firstCut,proto3" json:"first_cut,omitempty"`
+	Cuts          uint64                 `protobuf:"varint,3,opt,name=cuts,proto3" json:"cuts,omitempty"`
+	Start         uint64                 `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
+	Groups        uint32                 `protobuf:"varint,5,opt,name=groups,proto3" json:"groups,omitempty"`
+	Quotas        []*Quota               `protobuf:"bytes,6,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Window) Reset() {
+	*x = Window{}
+	mi := &file_augur_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Window) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Window) ProtoMessage() {}
+
+func (x *Window) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Window.ProtoReflect.Descriptor instead.
+func (*Window) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Window) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Window) GetFirstCut() uint64 {
+	if x != nil {
+		return x.FirstCut
+	}
+	return 0
+}
+
+func (x *Window) GetCuts() uint64 {
+	if x != nil {
+		return x.Cuts
+	}
+	return 0
+}
+
+func (x *Window) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *Window) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *Window) GetQuotas() []*Quota {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+// SpecState is the fix-ante state of a cluster in speculative mode.
+type SpecState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	View          uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
+	ConfirmedGp   uint64                 `protobuf:"varint,2,opt,name=confirmed_gp,json=confirmedGp,proto3" json:"confirmed_gp,omitempty"`
+	Windows       []*Window              `protobuf:"bytes,3,rep,name=windows,proto3" json:"windows,omitempty"`
+	Void          []*ViewChange          `protobuf:"bytes,4,rep,name=void,proto3" json:"void,omitempty"`
+	WindowCuts    uint64                 `protobuf:"varint,5,opt,name=window_cuts,json=windowCuts,proto3" json:"window_cuts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpecState) Reset() {
+	*x = SpecState{}
+	mi := &file_augur_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpecState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpecState) ProtoMessage() {}
+
+func (x *SpecState) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpecState.ProtoReflect.Descriptor instead.
+func (*SpecState) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SpecState) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *SpecState) GetConfirmedGp() uint64 {
+	if x != nil {
+		return x.ConfirmedGp
+	}
+	return 0
+}
+
+func (x *SpecState) GetWindows() []*Window {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *SpecState) GetVoid() []*ViewChange {
+	if x != nil {
+		return x.Void
+	}
+	return nil
+}
+
+func (x *SpecState) GetWindowCuts() uint64 {
+	if x != nil {
+		return x.WindowCuts
+	}
+	return 0
+}
+
 type WatchRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -1793,7 +2240,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2252,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2265,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{26}
+	return file_augur_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchRequest) GetClusterId() string {
@@ -1847,7 +2294,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2306,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2319,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{27}
+	return file_augur_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchResponse) GetEvents() []*Event {
@@ -1895,14 +2342,17 @@ type RegisterShardRequest struct {
 	Group     string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
 	Replicas  []*ReplicaAddr         `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// restarted finalizes every live shard with one of these replicas first.
-	Restarted     bool `protobuf:"varint,4,opt,name=restarted,proto3" json:"restarted,omitempty"`
+	Restarted bool `protobuf:"varint,4,opt,name=restarted,proto3" json:"restarted,omitempty"`
+	// quota is the per-cut quota a joining shard asks for in speculative
+	// mode (0: the leader's default).
+	Quota         uint64 `protobuf:"varint,5,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterShardRequest) Reset() {
 	*x = RegisterShardRequest{}
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2364,7 @@ func (x *RegisterShardRequest) String() string {
 func (*RegisterShardRequest) ProtoMessage() {}
 
 func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2377,7 @@ func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardRequest.ProtoReflect.Descriptor instead.
 func (*RegisterShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{28}
+	return file_augur_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegisterShardRequest) GetClusterId() string {
@@ -1958,6 +2408,13 @@ func (x *RegisterShardRequest) GetRestarted() bool {
 	return false
 }
 
+func (x *RegisterShardRequest) GetQuota() uint64 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
+}
+
 type RegisterShardResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -1969,7 +2426,7 @@ type RegisterShardResponse struct {
 
 func (x *RegisterShardResponse) Reset() {
 	*x = RegisterShardResponse{}
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2438,7 @@ func (x *RegisterShardResponse) String() string {
 func (*RegisterShardResponse) ProtoMessage() {}
 
 func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2451,7 @@ func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardResponse.ProtoReflect.Descriptor instead.
 func (*RegisterShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{29}
+	return file_augur_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterShardResponse) GetShard() uint32 {
@@ -2030,7 +2487,7 @@ type FinalizeShardRequest struct {
 
 func (x *FinalizeShardRequest) Reset() {
 	*x = FinalizeShardRequest{}
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2499,7 @@ func (x *FinalizeShardRequest) String() string {
 func (*FinalizeShardRequest) ProtoMessage() {}
 
 func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2512,7 @@ func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{30}
+	return file_augur_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FinalizeShardRequest) GetClusterId() string {
@@ -2089,7 +2546,7 @@ type FinalizeShardResponse struct {
 
 func (x *FinalizeShardResponse) Reset() {
 	*x = FinalizeShardResponse{}
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2558,7 @@ func (x *FinalizeShardResponse) String() string {
 func (*FinalizeShardResponse) ProtoMessage() {}
 
 func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2571,7 @@ func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{31}
+	return file_augur_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FinalizeShardResponse) GetLeaderAddr() string {
@@ -2141,7 +2598,7 @@ type TrimRequest struct {
 
 func (x *TrimRequest) Reset() {
 	*x = TrimRequest{}
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2610,7 @@ func (x *TrimRequest) String() string {
 func (*TrimRequest) ProtoMessage() {}
 
 func (x *TrimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2623,7 @@ func (x *TrimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimRequest.ProtoReflect.Descriptor instead.
 func (*TrimRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{32}
+	return file_augur_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TrimRequest) GetClusterId() string {
@@ -2194,7 +2651,7 @@ type TrimResponse struct {
 
 func (x *TrimResponse) Reset() {
 	*x = TrimResponse{}
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2663,7 @@ func (x *TrimResponse) String() string {
 func (*TrimResponse) ProtoMessage() {}
 
 func (x *TrimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2676,7 @@ func (x *TrimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimResponse.ProtoReflect.Descriptor instead.
 func (*TrimResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{33}
+	return file_augur_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TrimResponse) GetTrim() uint64 {
@@ -2252,7 +2709,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2721,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2734,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{34}
+	return file_augur_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatusRequest) GetClusterId() string {
@@ -2298,7 +2755,7 @@ type OrderingMember struct {
 
 func (x *OrderingMember) Reset() {
 	*x = OrderingMember{}
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2767,7 @@ func (x *OrderingMember) String() string {
 func (*OrderingMember) ProtoMessage() {}
 
 func (x *OrderingMember) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2780,7 @@ func (x *OrderingMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderingMember.ProtoReflect.Descriptor instead.
 func (*OrderingMember) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{35}
+	return file_augur_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OrderingMember) GetId() string {
@@ -2359,13 +2816,15 @@ type StatusResponse struct {
 	Trim              uint64                 `protobuf:"varint,8,opt,name=trim,proto3" json:"trim,omitempty"`
 	MembershipVersion uint64                 `protobuf:"varint,9,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
 	EventSeq          uint64                 `protobuf:"varint,10,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// spec is set when the cluster runs in speculative mode.
+	Spec          *SpecState `protobuf:"bytes,11,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2836,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2849,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{36}
+	return file_augur_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusResponse) GetClusterId() string {
@@ -2463,6 +2922,13 @@ func (x *StatusResponse) GetEventSeq() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetSpec() *SpecState {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
 type RaftBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// messages are marshalled raftpb.Message values.
@@ -2473,7 +2939,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2951,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2964,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{37}
+	return file_augur_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -2516,7 +2982,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2994,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +3007,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{38}
+	return file_augur_proto_rawDescGZIP(), []int{43}
 }
 
 var File_augur_proto protoreflect.FileDescriptor
@@ -2573,13 +3039,14 @@ const file_augur_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\"h\n" +
 	"\x0eAppendResponse\x12'\n" +
 	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\x12-\n" +
-	"\x12membership_version\x18\x02 \x01(\x04R\x11membershipVersion\"\x85\x01\n" +
+	"\x12membership_version\x18\x02 \x01(\x04R\x11membershipVersion\"\xa7\x01\n" +
 	"\x10SubscribeRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04from\x18\x03 \x01(\x04R\x04from\x12(\n" +
-	"\x06filter\x18\x04 \x01(\v2\x10.augur.v1.FilterR\x06filter\"f\n" +
+	"\x06filter\x18\x04 \x01(\v2\x10.augur.v1.FilterR\x06filter\x12 \n" +
+	"\vspeculative\x18\x05 \x01(\bR\vspeculative\"f\n" +
 	"\bLogEntry\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12(\n" +
@@ -2592,10 +3059,26 @@ const file_augur_proto_rawDesc = "" +
 	"\trun_start\x18\x05 \x01(\x04R\brunStart\x12\x1b\n" +
 	"\trun_count\x18\x06 \x01(\x04R\brunCount\x12,\n" +
 	"\arecords\x18\a \x03(\v2\x12.augur.v1.LogEntryR\arecords\x12-\n" +
-	"\x12membership_version\x18\b \x01(\x04R\x11membershipVersion\"U\n" +
+	"\x12membership_version\x18\b \x01(\x04R\x11membershipVersion\"\xd9\x01\n" +
 	"\x11SubscribeResponse\x12,\n" +
 	"\abatches\x18\x01 \x03(\v2\x12.augur.v1.CutBatchR\abatches\x12\x12\n" +
-	"\x04done\x18\x02 \x01(\bR\x04done\"v\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12-\n" +
+	"\aentries\x18\x03 \x03(\v2\x13.augur.v1.SpecEntryR\aentries\x12\x1c\n" +
+	"\tconfirmed\x18\x04 \x01(\x04R\tconfirmed\x125\n" +
+	"\vview_change\x18\x05 \x01(\v2\x14.augur.v1.ViewChangeR\n" +
+	"viewChange\"{\n" +
+	"\tSpecEntry\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12(\n" +
+	"\x06record\x18\x03 \x01(\v2\x10.augur.v1.RecordR\x06record\x12\x12\n" +
+	"\x04skip\x18\x04 \x01(\x04R\x04skip\"\x9b\x01\n" +
+	"\n" +
+	"ViewChange\x12\x12\n" +
+	"\x04view\x18\x01 \x01(\x04R\x04view\x12!\n" +
+	"\fconfirmed_gp\x18\x02 \x01(\x04R\vconfirmedGp\x12!\n" +
+	"\ffailed_shard\x18\x03 \x01(\rR\vfailedShard\x12\x1b\n" +
+	"\tvoid_from\x18\x04 \x01(\x04R\bvoidFrom\x12\x16\n" +
+	"\x06filler\x18\x05 \x01(\rR\x06filler\"v\n" +
 	"\x0eResolveRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -2628,22 +3111,24 @@ const file_augur_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\";\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"U\n" +
 	"\vShardLength\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
-	"\x06length\x18\x02 \x01(\x04R\x06length\"\xb9\x01\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x18\n" +
+	"\arecords\x18\x03 \x01(\x04R\arecords\"\xb9\x01\n" +
 	"\x10HeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\tR\bserverId\x12 \n" +
 	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\x12/\n" +
 	"\areports\x18\x03 \x03(\v2\x15.augur.v1.ShardLengthR\areports\x12\x16\n" +
-	"\x06broken\x18\x04 \x03(\rR\x06broken\"S\n" +
+	"\x06broken\x18\x04 \x03(\rR\x06broken\"\x87\x01\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vleader_addr\x18\x01 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
-	"not_leader\x18\x02 \x01(\bR\tnotLeader\"\xa3\x01\n" +
+	"not_leader\x18\x02 \x01(\bR\tnotLeader\x122\n" +
+	"\tlag_fixes\x18\x03 \x03(\v2\x15.augur.v1.ShardLengthR\blagFixes\"\xa3\x01\n" +
 	"\x03Cut\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -2662,26 +3147,47 @@ const file_augur_proto_rawDesc = "" +
 	"\tadded_cut\x18\x05 \x01(\x04R\baddedCut\x12\x1b\n" +
 	"\tfinal_cut\x18\x06 \x01(\x04R\bfinalCut\x12!\n" +
 	"\ffinal_length\x18\a \x01(\x04R\vfinalLength\x12\x16\n" +
-	"\x06failed\x18\b \x01(\bR\x06failed\"\xaa\x01\n" +
+	"\x06failed\x18\b \x01(\bR\x06failed\"\xd3\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\x03cut\x18\x02 \x01(\v2\r.augur.v1.CutR\x03cut\x12+\n" +
 	"\x06shards\x18\x03 \x03(\v2\x13.augur.v1.ShardInfoR\x06shards\x12-\n" +
 	"\x12membership_version\x18\x04 \x01(\x04R\x11membershipVersion\x12\x12\n" +
-	"\x04trim\x18\x05 \x01(\x04R\x04trim\"A\n" +
+	"\x04trim\x18\x05 \x01(\x04R\x04trim\x12'\n" +
+	"\x04spec\x18\x06 \x01(\v2\x13.augur.v1.SpecStateR\x04spec\"`\n" +
+	"\x05Quota\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x17\n" +
+	"\aper_cut\x18\x02 \x01(\x04R\x06perCut\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\rR\x05group\x12\x12\n" +
+	"\x04base\x18\x04 \x01(\x04R\x04base\"\xa6\x01\n" +
+	"\x06Window\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1b\n" +
+	"\tfirst_cut\x18\x02 \x01(\x04R\bfirstCut\x12\x12\n" +
+	"\x04cuts\x18\x03 \x01(\x04R\x04cuts\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x16\n" +
+	"\x06groups\x18\x05 \x01(\rR\x06groups\x12'\n" +
+	"\x06quotas\x18\x06 \x03(\v2\x0f.augur.v1.QuotaR\x06quotas\"\xb9\x01\n" +
+	"\tSpecState\x12\x12\n" +
+	"\x04view\x18\x01 \x01(\x04R\x04view\x12!\n" +
+	"\fconfirmed_gp\x18\x02 \x01(\x04R\vconfirmedGp\x12*\n" +
+	"\awindows\x18\x03 \x03(\v2\x10.augur.v1.WindowR\awindows\x12(\n" +
+	"\x04void\x18\x04 \x03(\v2\x14.augur.v1.ViewChangeR\x04void\x12\x1f\n" +
+	"\vwindow_cuts\x18\x05 \x01(\x04R\n" +
+	"windowCuts\"A\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\"n\n" +
 	"\rWatchResponse\x12'\n" +
 	"\x06events\x18\x01 \x03(\v2\x0f.augur.v1.EventR\x06events\x124\n" +
-	"\bsnapshot\x18\x02 \x01(\v2\x18.augur.v1.StatusResponseR\bsnapshot\"\x9c\x01\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x18.augur.v1.StatusResponseR\bsnapshot\"\xb2\x01\n" +
 	"\x14RegisterShardRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x121\n" +
 	"\breplicas\x18\x03 \x03(\v2\x15.augur.v1.ReplicaAddrR\breplicas\x12\x1c\n" +
-	"\trestarted\x18\x04 \x01(\bR\trestarted\"m\n" +
+	"\trestarted\x18\x04 \x01(\bR\trestarted\x12\x14\n" +
+	"\x05quota\x18\x05 \x01(\x04R\x05quota\"m\n" +
 	"\x15RegisterShardResponse\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -2715,7 +3221,7 @@ const file_augur_proto_rawDesc = "" +
 	"\x0eOrderingMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xec\x02\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\"\x95\x03\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x122\n" +
@@ -2729,7 +3235,8 @@ const file_augur_proto_rawDesc = "" +
 	"\x04trim\x18\b \x01(\x04R\x04trim\x12-\n" +
 	"\x12membership_version\x18\t \x01(\x04R\x11membershipVersion\x12\x1b\n" +
 	"\tevent_seq\x18\n" +
-	" \x01(\x04R\beventSeq\"'\n" +
+	" \x01(\x04R\beventSeq\x12'\n" +
+	"\x04spec\x18\v \x01(\v2\x13.augur.v1.SpecStateR\x04spec\"'\n" +
 	"\tRaftBatch\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\t\n" +
 	"\aRaftAck*\xb0\x01\n" +
@@ -2783,7 +3290,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                     // 0: augur.v1.Code
 	(ShardState)(0),               // 1: augur.v1.ShardState
@@ -2797,35 +3304,40 @@ var file_augur_proto_goTypes = []any{
 	(*LogEntry)(nil),              // 9: augur.v1.LogEntry
 	(*CutBatch)(nil),              // 10: augur.v1.CutBatch
 	(*SubscribeResponse)(nil),     // 11: augur.v1.SubscribeResponse
-	(*ResolveRequest)(nil),        // 12: augur.v1.ResolveRequest
-	(*ResolveResponse)(nil),       // 13: augur.v1.ResolveResponse
-	(*AddShardRequest)(nil),       // 14: augur.v1.AddShardRequest
-	(*AddShardResponse)(nil),      // 15: augur.v1.AddShardResponse
-	(*StoredRecord)(nil),          // 16: augur.v1.StoredRecord
-	(*ReplicateRequest)(nil),      // 17: augur.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 18: augur.v1.ReplicateResponse
-	(*PingRequest)(nil),           // 19: augur.v1.PingRequest
-	(*PingResponse)(nil),          // 20: augur.v1.PingResponse
-	(*ShardLength)(nil),           // 21: augur.v1.ShardLength
-	(*HeartbeatRequest)(nil),      // 22: augur.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 23: augur.v1.HeartbeatResponse
-	(*Cut)(nil),                   // 24: augur.v1.Cut
-	(*ReplicaAddr)(nil),           // 25: augur.v1.ReplicaAddr
-	(*ShardInfo)(nil),             // 26: augur.v1.ShardInfo
-	(*Event)(nil),                 // 27: augur.v1.Event
-	(*WatchRequest)(nil),          // 28: augur.v1.WatchRequest
-	(*WatchResponse)(nil),         // 29: augur.v1.WatchResponse
-	(*RegisterShardRequest)(nil),  // 30: augur.v1.RegisterShardRequest
-	(*RegisterShardResponse)(nil), // 31: augur.v1.RegisterShardResponse
-	(*FinalizeShardRequest)(nil),  // 32: augur.v1.FinalizeShardRequest
-	(*FinalizeShardResponse)(nil), // 33: augur.v1.FinalizeShardResponse
-	(*TrimRequest)(nil),           // 34: augur.v1.TrimRequest
-	(*TrimResponse)(nil),          // 35: augur.v1.TrimResponse
-	(*StatusRequest)(nil),         // 36: augur.v1.StatusRequest
-	(*OrderingMember)(nil),        // 37: augur.v1.OrderingMember
-	(*StatusResponse)(nil),        // 38: augur.v1.StatusResponse
-	(*RaftBatch)(nil),             // 39: augur.v1.RaftBatch
-	(*RaftAck)(nil),               // 40: augur.v1.RaftAck
+	(*SpecEntry)(nil),             // 12: augur.v1.SpecEntry
+	(*ViewChange)(nil),            // 13: augur.v1.ViewChange
+	(*ResolveRequest)(nil),        // 14: augur.v1.ResolveRequest
+	(*ResolveResponse)(nil),       // 15: augur.v1.ResolveResponse
+	(*AddShardRequest)(nil),       // 16: augur.v1.AddShardRequest
+	(*AddShardResponse)(nil),      // 17: augur.v1.AddShardResponse
+	(*StoredRecord)(nil),          // 18: augur.v1.StoredRecord
+	(*ReplicateRequest)(nil),      // 19: augur.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 20: augur.v1.ReplicateResponse
+	(*PingRequest)(nil),           // 21: augur.v1.PingRequest
+	(*PingResponse)(nil),          // 22: augur.v1.PingResponse
+	(*ShardLength)(nil),           // 23: augur.v1.ShardLength
+	(*HeartbeatRequest)(nil),      // 24: augur.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 25: augur.v1.HeartbeatResponse
+	(*Cut)(nil),                   // 26: augur.v1.Cut
+	(*ReplicaAddr)(nil),           // 27: augur.v1.ReplicaAddr
+	(*ShardInfo)(nil),             // 28: augur.v1.ShardInfo
+	(*Event)(nil),                 // 29: augur.v1.Event
+	(*Quota)(nil),                 // 30: augur.v1.Quota
+	(*Window)(nil),                // 31: augur.v1.Window
+	(*SpecState)(nil),             // 32: augur.v1.SpecState
+	(*WatchRequest)(nil),          // 33: augur.v1.WatchRequest
+	(*WatchResponse)(nil),         // 34: augur.v1.WatchResponse
+	(*RegisterShardRequest)(nil),  // 35: augur.v1.RegisterShardRequest
+	(*RegisterShardResponse)(nil), // 36: augur.v1.RegisterShardResponse
+	(*FinalizeShardRequest)(nil),  // 37: augur.v1.FinalizeShardRequest
+	(*FinalizeShardResponse)(nil), // 38: augur.v1.FinalizeShardResponse
+	(*TrimRequest)(nil),           // 39: augur.v1.TrimRequest
+	(*TrimResponse)(nil),          // 40: augur.v1.TrimResponse
+	(*StatusRequest)(nil),         // 41: augur.v1.StatusRequest
+	(*OrderingMember)(nil),        // 42: augur.v1.OrderingMember
+	(*StatusResponse)(nil),        // 43: augur.v1.StatusResponse
+	(*RaftBatch)(nil),             // 44: augur.v1.RaftBatch
+	(*RaftAck)(nil),               // 45: augur.v1.RaftAck
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -2836,52 +3348,61 @@ var file_augur_proto_depIdxs = []int32{
 	2,  // 5: augur.v1.LogEntry.record:type_name -> augur.v1.Record
 	9,  // 6: augur.v1.CutBatch.records:type_name -> augur.v1.LogEntry
 	10, // 7: augur.v1.SubscribeResponse.batches:type_name -> augur.v1.CutBatch
-	6,  // 8: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
-	2,  // 9: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
-	16, // 10: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
-	21, // 11: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
-	21, // 12: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
-	25, // 13: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
-	1,  // 14: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	24, // 15: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	26, // 16: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	27, // 17: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	38, // 18: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	25, // 19: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	37, // 20: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	26, // 21: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	24, // 22: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	5,  // 23: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 24: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	12, // 25: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	17, // 26: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	19, // 27: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	14, // 28: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	22, // 29: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	28, // 30: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	30, // 31: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	32, // 32: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	34, // 33: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	36, // 34: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	39, // 35: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	7,  // 36: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 37: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	13, // 38: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	18, // 39: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	20, // 40: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	15, // 41: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	23, // 42: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	29, // 43: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	31, // 44: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	33, // 45: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	35, // 46: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	38, // 47: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	40, // 48: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	12, // 8: augur.v1.SubscribeResponse.entries:type_name -> augur.v1.SpecEntry
+	13, // 9: augur.v1.SubscribeResponse.view_change:type_name -> augur.v1.ViewChange
+	2,  // 10: augur.v1.SpecEntry.record:type_name -> augur.v1.Record
+	6,  // 11: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
+	2,  // 12: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
+	18, // 13: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
+	23, // 14: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
+	23, // 15: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
+	23, // 16: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
+	27, // 17: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
+	1,  // 18: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
+	26, // 19: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	28, // 20: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	32, // 21: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	30, // 22: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	31, // 23: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13, // 24: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	29, // 25: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	43, // 26: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	27, // 27: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	42, // 28: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	28, // 29: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	26, // 30: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	32, // 31: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	5,  // 32: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 33: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	14, // 34: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	19, // 35: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	21, // 36: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	16, // 37: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	24, // 38: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	33, // 39: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	35, // 40: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	37, // 41: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	39, // 42: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	41, // 43: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	44, // 44: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	7,  // 45: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 46: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	15, // 47: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	20, // 48: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	22, // 49: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	17, // 50: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	25, // 51: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	34, // 52: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	36, // 53: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	38, // 54: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	40, // 55: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	43, // 56: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	45, // 57: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	45, // [45:58] is the sub-list for method output_type
+	32, // [32:45] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -2895,7 +3416,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
 )
 
 // ShardState is a shard's place in its lifecycle.
@@ -57,6 +58,9 @@ type Shard struct {
 	FinalLength uint64 `json:"finalLen,omitempty"`
 	// Failed is set when a replica failure finalized the shard.
 	Failed bool `json:"failed,omitempty"`
+	// Quota is the per-cut quota the shard asked for when it joined
+	// (speculative mode; 0 lets the leader choose).
+	Quota uint64 `json:"quota,omitempty"`
 }
 
 // State is the replicated control state.
@@ -70,6 +74,9 @@ type State struct {
 	NextShardID       cut.ShardID `json:"nextShard"`
 	MembershipVersion uint64      `json:"mv"`
 	Trim              uint64      `json:"trim"`
+	// Spec is set in speculative mode, where lease windows predetermine
+	// every cut; nil in eager mode.
+	Spec *Spec `json:"spec,omitempty"`
 }
 
 // New returns the state of a fresh cluster.
@@ -85,13 +92,17 @@ type Command struct {
 	Register *RegisterCommand `json:"reg,omitempty"`
 	Finalize *FinalizeCommand `json:"fin,omitempty"`
 	Trim     *TrimCommand     `json:"trim,omitempty"`
+	Window   *WindowCommand   `json:"win,omitempty"`
 }
 
 // CutCommand proposes the next cut from reported lengths. Force asks for a
 // cut even when nothing grew, so finalizing shards reach their final cut.
+// In speculative mode only Release is read: it commits that many next
+// predetermined cuts, which the leader found satisfied.
 type CutCommand struct {
-	Lengths []cut.Length `json:"l"`
+	Lengths []cut.Length `json:"l,omitempty"`
 	Force   bool         `json:"f,omitempty"`
+	Release uint64       `json:"r,omitempty"`
 }
 
 // RegisterCommand adds a shard served by Replicas (the first is primary).
@@ -100,6 +111,7 @@ type CutCommand struct {
 type RegisterCommand struct {
 	Group    string    `json:"group"`
 	Replicas []Replica `json:"replicas"`
+	Quota    uint64    `json:"quota,omitempty"`
 }
 
 // FinalizeCommand stops a shard. With Failed, the shard ends at its length in
@@ -143,6 +155,12 @@ type Event struct {
 	MembershipChanged bool
 	Registered        cut.ShardID
 	Trim              uint64
+	// Window is a newly announced lease window (speculative mode).
+	Window *fixante.Window
+	// View is set when a whole-shard failure started a new view.
+	View *ViewChange
+	// Cuts holds every cut a multi-cut release committed, Cut the last.
+	Cuts []cut.Cut
 }
 
 // Apply applies one committed command. It returns the event and whether the
@@ -151,21 +169,25 @@ type Event struct {
 func (s *State) Apply(c Command) (Event, bool) {
 	var ev Event
 	switch {
+	case c.Cut != nil && s.Spec != nil:
+		ev = s.applyReleases(c.Cut.Release)
 	case c.Cut != nil:
 		ev = s.applyCut(*c.Cut)
+	case c.Window != nil:
+		if w, err := s.applyWindow(*c.Window); err == nil {
+			ev.Window = w
+		}
 	case c.Register != nil:
 		ev = s.applyRegister(*c.Register)
 	case c.Finalize != nil:
-		if s.finalize(c.Finalize.Shard, c.Finalize.GraceCuts, c.Finalize.Failed) {
-			ev.MembershipChanged = true
-		}
+		ev.MembershipChanged, ev.View = s.stop(c.Finalize.Shard, c.Finalize.GraceCuts, c.Finalize.Failed)
 	case c.Trim != nil:
 		if c.Trim.Position > s.Trim && c.Trim.Position <= s.LastCut.End {
 			s.Trim = c.Trim.Position
 			ev.Trim = s.Trim
 		}
 	}
-	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 {
+	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 && ev.Window == nil {
 		return Event{}, false
 	}
 	if ev.MembershipChanged {
@@ -227,7 +249,9 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 			}
 			for _, old := range sh.Replicas {
 				if old.ID == rep.ID && old.Incarnation != rep.Incarnation {
-					s.finalize(sh.ID, 0, true)
+					if _, v := s.stop(sh.ID, 0, true); v != nil {
+						ev.View = v
+					}
 				}
 			}
 		}
@@ -240,8 +264,39 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 		Replicas: slices.Clone(r.Replicas),
 		State:    Live,
 		AddedCut: s.LastCut.Index + 1,
+		Quota:    r.Quota,
 	})
 	ev.Registered = id
+	return ev
+}
+
+// stop finalizes a shard in either mode; it reports whether the shard
+// changed and, in speculative mode, the view change a failure caused.
+func (s *State) stop(id cut.ShardID, grace uint64, failed bool) (bool, *ViewChange) {
+	sh := s.Shard(id)
+	if sh == nil || sh.State == Finalized {
+		return false, nil
+	}
+	if s.Spec == nil {
+		return s.finalize(id, grace, failed), nil
+	}
+	v, changed := s.finalizeSpec(sh, failed)
+	return changed, v
+}
+
+// applyReleases commits n predetermined cuts, stopping at the first that
+// is not announced.
+func (s *State) applyReleases(n uint64) Event {
+	var ev Event
+	for i := uint64(0); i < max(n, 1); i++ {
+		one, err := s.applyRelease()
+		if err != nil {
+			break
+		}
+		ev.Cuts = append(ev.Cuts, *one.Cut)
+		ev.Cut = one.Cut
+		ev.MembershipChanged = ev.MembershipChanged || one.MembershipChanged
+	}
 	return ev
 }
 
@@ -309,6 +364,16 @@ func (s *State) Clone() *State {
 	for i, sh := range s.Shards {
 		sh.Replicas = slices.Clone(sh.Replicas)
 		n.Shards[i] = sh
+	}
+	if s.Spec != nil {
+		sp := *s.Spec
+		sp.Windows = make([]fixante.Window, len(s.Spec.Windows))
+		for i, w := range s.Spec.Windows {
+			w.Quotas = slices.Clone(w.Quotas)
+			sp.Windows[i] = w
+		}
+		sp.Void = slices.Clone(s.Spec.Void)
+		n.Spec = &sp
 	}
 	return &n
 }

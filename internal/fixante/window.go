@@ -29,6 +29,9 @@ type Quota struct {
 	PerCut uint64
 	// Group is the shard's staggering group, in [0, Groups).
 	Group int
+	// Base is how many entries the shard had before the window: its local
+	// index of the window's first entry.
+	Base uint64
 }
 
 // Window is one lease window: cuts [FirstCut, FirstCut+Cuts) predetermined
@@ -188,6 +191,57 @@ func (w Window) Predict(shard cut.ShardID, k uint64) (pos, j uint64, ok bool) {
 	}
 	return pos + k%q.PerCut, j, true
 }
+
+// Locate is Predict for the shard's entry at local index local (counting
+// no-ops from the shard's first entry).
+func (w Window) Locate(shard cut.ShardID, local uint64) (pos, j uint64, ok bool) {
+	q, has := w.quota(shard)
+	if !has || local < q.Base {
+		return 0, 0, false
+	}
+	return w.Predict(shard, local-q.Base)
+}
+
+// Length is shard's local length once the window's j-th cut is released,
+// and whether the window gives the shard a quota at all.
+func (w Window) Length(shard cut.ShardID, j uint64) (uint64, bool) {
+	q, ok := w.quota(shard)
+	if !ok {
+		return 0, false
+	}
+	return q.Base + w.Entries(shard, j), true
+}
+
+// Boundary is the first quota boundary of shard after local length n within
+// this window: the length at which its next report completes a cut. ok is
+// false when n is at or past the window's last boundary for the shard.
+func (w Window) Boundary(shard cut.ShardID, n uint64) (uint64, bool) {
+	q, has := w.quota(shard)
+	if !has {
+		return 0, false
+	}
+	end := q.Base + w.Capacity(shard)
+	if n >= end {
+		return 0, false
+	}
+	if n < q.Base {
+		return q.Base + q.PerCut, true
+	}
+	return q.Base + ((n-q.Base)/q.PerCut+1)*q.PerCut, true
+}
+
+// ShardEnd is the shard's local length once the window is done, or ok
+// false when the shard has no quota here.
+func (w Window) ShardEnd(shard cut.ShardID) (uint64, bool) {
+	q, ok := w.quota(shard)
+	if !ok {
+		return 0, false
+	}
+	return q.Base + w.Capacity(shard), true
+}
+
+// Quota returns shard's quota, if it has a non-zero one in w.
+func (w Window) Quota(shard cut.ShardID) (Quota, bool) { return w.quota(shard) }
 
 // Next is the window after w with new quotas and groups: it starts where w
 // ends, with the next cut index. Quota changes, joins and leaves take effect

@@ -12,13 +12,30 @@ import (
 // TestReadersDuringWrites runs readers against a writer that appends,
 // assigns and trims. Record contents and positions derive from the local
 // index, so every successful read can be checked on its own; a read may
-// only fail because Trim overtook it. Run it with -race.
+// only fail because Trim overtook it. With noops, the second half of every
+// batch is a run of no-ops (appended as two entries, stored as one frame).
+// Run it with -race.
 func TestReadersDuringWrites(t *testing.T) {
+	for _, noops := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noops=%v", noops), func(t *testing.T) { testReadersDuringWrites(t, noops) })
+	}
+}
+
+func testReadersDuringWrites(t *testing.T, noops bool) {
 	const (
 		records = 3000
 		batch   = 20
 		readers = 4
 	)
+	want := testEntry
+	if noops {
+		want = func(local uint64) Entry {
+			if i := local % batch; i >= batch/2 {
+				return Entry{Noops: batch - i}
+			}
+			return testEntry(local)
+		}
+	}
 	s := mustOpen(t, Options{Dir: t.TempDir(), SegmentBytesMax: 4000, Sync: SyncNever})
 	defer s.Close()
 	// run k covers one batch: locals [20k, 20k+20) at globals 40k.., so
@@ -32,12 +49,16 @@ func TestReadersDuringWrites(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- readLoop(s, uint64(r), &done, globalOf)
+			errs <- readLoop(s, uint64(r), &done, globalOf, want)
 		}()
 	}
 
 	for k := uint64(0); k < records/batch; k++ {
-		if _, err := s.Append(testEntries(k*batch, batch)); err != nil {
+		entries := testEntries(k*batch, batch)
+		if noops {
+			entries = append(entries[:batch/2], Entry{Noops: batch / 4}, Entry{Noops: batch - batch/2 - batch/4})
+		}
+		if _, err := s.Append(entries); err != nil {
 			t.Fatal(err)
 		}
 		g := 2 * k * batch
@@ -63,7 +84,7 @@ func TestReadersDuringWrites(t *testing.T) {
 	}
 }
 
-func readLoop(s *Store, seed uint64, done *atomic.Bool, globalOf func(uint64) uint64) error {
+func readLoop(s *Store, seed uint64, done *atomic.Bool, globalOf func(uint64) uint64, want func(uint64) Entry) error {
 	x := seed*0x9e3779b97f4a7c15 + 1
 	rnd := func(n uint64) uint64 { // xorshift: cheap and deterministic per reader
 		x ^= x << 13
@@ -81,7 +102,7 @@ func readLoop(s *Store, seed uint64, done *atomic.Bool, globalOf func(uint64) ui
 		if err != nil && !errors.Is(err, ErrTrimmed) {
 			return err
 		}
-		if err == nil && !reflect.DeepEqual(e, testEntry(l)) {
+		if err == nil && !reflect.DeepEqual(e, want(l)) {
 			return errors.New("read returned the wrong record")
 		}
 		if g, ok := s.GlobalOf(l); ok && g != globalOf(l) {
@@ -102,11 +123,11 @@ func readLoop(s *Store, seed uint64, done *atomic.Bool, globalOf func(uint64) ui
 				// Trim moved Start past l before the scan began.
 				next = local
 			}
-			if local != next || !reflect.DeepEqual(e, testEntry(local)) {
+			if local != next || !reflect.DeepEqual(e, want(local)) {
 				bad = fmt.Errorf("scan from %d returned record %d (want %d): %+v", l, local, next, e)
 				return false
 			}
-			next++
+			next += max(e.Noops, 1)
 			return next < stop
 		})
 		if bad != nil {

@@ -14,6 +14,22 @@ const (
 	// runBodyBytesMin and runBodyBytesMax bound a run body of six uvarints.
 	runBodyBytesMin = 6
 	runBodyBytesMax = 6 * binary.MaxVarintLen64
+
+	// noopFlag is set in the length word of a no-op frame. A record body is
+	// at most recordBytesMax (64 MiB) long, so no record frame ever has this
+	// bit set: segments written before no-op frames existed read unchanged.
+	noopFlag = 1 << 31
+	// noopBodyBytesMin and noopBodyBytesMax bound a no-op body, one uvarint.
+	noopBodyBytesMin = 1
+	noopBodyBytesMax = binary.MaxVarintLen64
+)
+
+// frameKind tells the two kinds of segment frame apart.
+type frameKind uint8
+
+const (
+	kindRecord frameKind = iota
+	kindNoop
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -65,6 +81,28 @@ func appendRunFrame(dst []byte, r *Run) []byte {
 	return dst
 }
 
+// appendNoopFrame appends the frame of a run of count no-op indexes to dst.
+func appendNoopFrame(dst []byte, count uint64) []byte {
+	hdr := len(dst)
+	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	dst = binary.AppendUvarint(dst, count)
+	frame := dst[hdr:]
+	binary.LittleEndian.PutUint32(frame[0:4], noopFlag|uint32(len(frame)-frameHeaderBytes))
+	binary.LittleEndian.PutUint32(frame[4:8], noopChecksum(frame[0:4], frame[frameHeaderBytes:]))
+	return dst
+}
+
+// noopFrameBytes is the size of the frame of a run of count no-op indexes.
+func noopFrameBytes(count uint64) int { return frameHeaderBytes + uvarintLen(count) }
+
+// noopChecksum is the checksum of a no-op frame: the CRC-32C of its length
+// word (kind bit included) followed by its body. Covering the length word
+// means a flipped kind bit fails the checksum instead of turning one kind
+// of frame into the other.
+func noopChecksum(lengthWord, body []byte) uint32 {
+	return crc32.Update(crc32.Checksum(lengthWord, castagnoli), castagnoli, body)
+}
+
 // sealFrame fills in the header of a frame whose body is already in place.
 func sealFrame(frame []byte) {
 	body := frame[frameHeaderBytes:]
@@ -81,6 +119,36 @@ func frameHeader(h []byte, bodyMin, bodyMax int) (bodyLen int, sum uint32, err e
 		return 0, 0, corruptf("frame body length %d outside [%d, %d]", n, bodyMin, bodyMax)
 	}
 	return int(n), binary.LittleEndian.Uint32(h[4:8]), nil
+}
+
+// segmentFrameHeader decodes the header of a segment frame, of either
+// kind, and checks its body length against the bounds of that kind.
+func segmentFrameHeader(h []byte) (kind frameKind, bodyLen int, err error) {
+	w := binary.LittleEndian.Uint32(h[0:4])
+	if w&noopFlag != 0 {
+		n := w &^ noopFlag
+		if n < noopBodyBytesMin || n > noopBodyBytesMax {
+			return 0, 0, corruptf("no-op frame body length %d outside [%d, %d]", n, noopBodyBytesMin, noopBodyBytesMax)
+		}
+		return kindNoop, int(n), nil
+	}
+	if w < recordBodyBytesMin || w > recordBytesMax {
+		return 0, 0, corruptf("frame body length %d outside [%d, %d]", w, recordBodyBytesMin, recordBytesMax)
+	}
+	return kindRecord, int(w), nil
+}
+
+// checkSegmentBody checks the checksum of a segment frame of kind whose
+// header is h.
+func checkSegmentBody(kind frameKind, h, body []byte) error {
+	sum := binary.LittleEndian.Uint32(h[4:8])
+	if kind == kindNoop {
+		if got := noopChecksum(h[0:4], body); got != sum {
+			return corruptf("no-op frame checksum mismatch: stored %#08x, computed %#08x", sum, got)
+		}
+		return nil
+	}
+	return checkBody(body, sum)
 }
 
 func checkBody(body []byte, sum uint32) error {
@@ -177,12 +245,31 @@ func parseRunBody(body []byte) (Run, error) {
 	return run, nil
 }
 
-// decodeRecordFrame decodes frame, which must be exactly one record frame.
-func decodeRecordFrame(frame []byte) (Entry, error) {
+// parseNoopBody decodes a no-op body: the count, as a minimal uvarint
+// greater than zero, and nothing else.
+func parseNoopBody(body []byte) (uint64, error) {
+	count, n := binary.Uvarint(body)
+	switch {
+	case n <= 0:
+		return 0, corruptf("bad uvarint for no-op count")
+	case n != len(body):
+		return 0, corruptf("%d trailing bytes after no-op count", len(body)-n)
+	case count == 0:
+		return 0, corruptf("no-op run of zero indexes")
+	case n != uvarintLen(count):
+		return 0, corruptf("no-op count %d not minimally encoded", count)
+	}
+	return count, nil
+}
+
+// decodeFrame decodes frame, which must be exactly one segment frame: a
+// record, or a no-op run returned as Entry{Noops: count}. For a record,
+// e.Payload aliases frame.
+func decodeFrame(frame []byte) (Entry, error) {
 	if len(frame) < frameHeaderBytes {
 		return Entry{}, corruptf("frame of %d bytes is shorter than its header", len(frame))
 	}
-	n, sum, err := frameHeader(frame, recordBodyBytesMin, recordBytesMax)
+	kind, n, err := segmentFrameHeader(frame)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -190,8 +277,15 @@ func decodeRecordFrame(frame []byte) (Entry, error) {
 	if n != len(body) {
 		return Entry{}, corruptf("frame says body is %d bytes, index says %d", n, len(body))
 	}
-	if err := checkBody(body, sum); err != nil {
+	if err := checkSegmentBody(kind, frame, body); err != nil {
 		return Entry{}, err
+	}
+	if kind == kindNoop {
+		count, err := parseNoopBody(body)
+		if err != nil {
+			return Entry{}, err
+		}
+		return Entry{Noops: count}, nil
 	}
 	var e Entry
 	if err := parseRecordBody(body, &e); err != nil {

@@ -2,6 +2,8 @@ package segment
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"reflect"
 	"testing"
@@ -20,7 +22,7 @@ func TestRecordFrameRoundTrip(t *testing.T) {
 		if got := len(frame) - frameHeaderBytes; got != recordBodyLen(&e) {
 			t.Fatalf("body of %+v is %d bytes, recordBodyLen says %d", e, got, recordBodyLen(&e))
 		}
-		got, err := decodeRecordFrame(frame)
+		got, err := decodeFrame(frame)
 		if err != nil {
 			t.Fatalf("decode %+v: %v", e, err)
 		}
@@ -47,12 +49,12 @@ func TestDecodeRecordFrameRejectsDamage(t *testing.T) {
 	for i := range frame {
 		bad := bytes.Clone(frame)
 		bad[i] ^= 0x01
-		if _, err := decodeRecordFrame(bad); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeFrame(bad); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("flipping byte %d: got %v, want ErrCorrupt", i, err)
 		}
 	}
 	for n := 0; n < len(frame); n++ {
-		if _, err := decodeRecordFrame(frame[:n]); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeFrame(frame[:n]); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("frame cut to %d bytes: got %v, want ErrCorrupt", n, err)
 		}
 	}
@@ -76,6 +78,106 @@ func FuzzParseRecordBody(f *testing.F) {
 		again := recordFrame(e)[frameHeaderBytes:]
 		var e2 Entry
 		if err := parseRecordBody(again, &e2); err != nil || !reflect.DeepEqual(e, e2) {
+			t.Fatalf("re-encoding %+v gives %+v, %v", e, e2, err)
+		}
+	})
+}
+
+func TestNoopFrameRoundTrip(t *testing.T) {
+	for _, count := range []uint64{1, 2, 127, 128, 300, 1 << 32, 1<<64 - 1} {
+		frame := appendNoopFrame(nil, count)
+		if len(frame) != noopFrameBytes(count) {
+			t.Fatalf("frame of %d no-ops is %d bytes, noopFrameBytes says %d", count, len(frame), noopFrameBytes(count))
+		}
+		got, err := decodeFrame(frame)
+		if err != nil || !reflect.DeepEqual(got, Entry{Noops: count}) {
+			t.Fatalf("decode the frame of %d no-ops: %+v, %v", count, got, err)
+		}
+	}
+}
+
+// TestFrameFormatGolden pins the bytes of both frame kinds: record frames
+// must stay what stores written before no-op frames existed hold, and the
+// no-op frame is the length word with bit 31 set, the CRC-32C of length
+// word and body, then uvarint(count).
+func TestFrameFormatGolden(t *testing.T) {
+	record := Entry{ClientID: 1, Seq: 2, Key: "k", Tags: []string{"t"}, Payload: []byte("p")}
+	cases := []struct {
+		frame []byte
+		want  Entry
+		hex   string
+	}{
+		{recordFrame(record), record, "080000002840c0a30102016b01017470"},
+		{appendNoopFrame(nil, 300), Entry{Noops: 300}, "0200008062606cb1ac02"},
+		{appendNoopFrame(nil, 1), Entry{Noops: 1}, "010000806360cb7401"},
+	}
+	for _, c := range cases {
+		if got := hex.EncodeToString(c.frame); got != c.hex {
+			t.Fatalf("frame of %+v is %s, want %s", c.want, got, c.hex)
+		}
+		if got, err := decodeFrame(c.frame); err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Fatalf("decode %s = %+v, %v; want %+v", c.hex, got, err, c.want)
+		}
+	}
+}
+
+func TestDecodeNoopFrameRejectsDamage(t *testing.T) {
+	for _, frame := range [][]byte{appendNoopFrame(nil, 1), appendNoopFrame(nil, 1<<40+3)} {
+		for i := range frame {
+			for bit := range 8 {
+				bad := bytes.Clone(frame)
+				bad[i] ^= 1 << bit
+				if e, err := decodeFrame(bad); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("flipping bit %d of byte %d: got %+v, %v; want ErrCorrupt", bit, i, e, err)
+				}
+			}
+		}
+		for n := 0; n < len(frame); n++ {
+			if _, err := decodeFrame(frame[:n]); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("frame cut to %d bytes: got %v, want ErrCorrupt", n, err)
+			}
+		}
+	}
+	// A record frame with the kind bit set is not a no-op frame.
+	bad := recordFrame(Entry{ClientID: 0xff, Seq: 0xffff, Key: "kk"})
+	bad[3] ^= 0x80
+	if e, err := decodeFrame(bad); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("record frame with the kind bit set: got %+v, %v; want ErrCorrupt", e, err)
+	}
+	// Bodies that checksum fine but are not one minimal non-zero count.
+	for _, body := range [][]byte{{0}, {0x81, 0}, {1, 1}, {0x80}} {
+		frame := binary.LittleEndian.AppendUint32(nil, noopFlag|uint32(len(body)))
+		frame = binary.LittleEndian.AppendUint32(frame, noopChecksum(frame[0:4], body))
+		frame = append(frame, body...)
+		if e, err := decodeFrame(frame); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("no-op body %x: got %+v, %v; want ErrCorrupt", body, e, err)
+		}
+	}
+}
+
+// FuzzDecodeFrame checks that no frame makes the decoder panic, that a
+// no-op frame that decodes re-encodes to the same bytes (its encoding is
+// canonical), and that a record that decodes re-encodes to the same entry.
+func FuzzDecodeFrame(f *testing.F) {
+	f.Add(recordFrame(testEntry(3)))
+	f.Add(appendNoopFrame(nil, 1))
+	f.Add(appendNoopFrame(nil, 1<<63))
+	f.Add([]byte{1, 0, 0, 0x80, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		e, err := decodeFrame(frame)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			return
+		}
+		if e.Noops > 0 {
+			if again := appendNoopFrame(nil, e.Noops); !bytes.Equal(again, frame) {
+				t.Fatalf("%x decodes to %+v, which encodes to %x", frame, e, again)
+			}
+			return
+		}
+		if e2, err := decodeFrame(recordFrame(e)); err != nil || !reflect.DeepEqual(e, e2) {
 			t.Fatalf("re-encoding %+v gives %+v, %v", e, e2, err)
 		}
 	})

@@ -172,3 +172,63 @@ func wantErr(t testing.TB, err, target error, what string) {
 		t.Fatalf("%s: got error %v, want %v", what, err, target)
 	}
 }
+
+// frameOffset returns the file offset of the frame holding local, which g
+// must hold.
+func frameOffset(g *segment, local uint64) int64 {
+	k, _, _ := g.locate(local)
+	return int64(g.offsets[k])
+}
+
+// checkIndex checks the in-memory index of every segment against itself:
+// contiguous segments, packed ascending offsets, no-op frames in order, and
+// locate agreeing with a walk over the frames.
+func checkIndex(t testing.TB, s *Store) {
+	t.Helper()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.start != s.segs[0].base || s.length != s.active().end() {
+		t.Fatalf("start, length = %d, %d; segments span [%d, %d)", s.start, s.length, s.segs[0].base, s.active().end())
+	}
+	for i, g := range s.segs {
+		if i > 0 && s.segs[i-1].end() != g.base {
+			t.Fatalf("segment %d ends at %d, next starts at %d", i-1, s.segs[i-1].end(), g.base)
+		}
+		next, nj := g.base, 0
+		for k := range g.offsets {
+			if k == 0 && g.offsets[0] != 0 || k > 0 && g.offsets[k] <= g.offsets[k-1] || int64(g.offsets[k]) >= g.size {
+				t.Fatalf("segment %d: frame %d at offset %d (previous %v, size %d)", g.base, k, g.offsets[k], g.offsets[:k], g.size)
+			}
+			first, end := next, next+1
+			if nj < len(g.noops) && int(g.noops[nj].frame) == k {
+				nf := g.noops[nj]
+				if nf.first != next || nf.end <= nf.first {
+					t.Fatalf("segment %d: no-op frame %+v, want it to start at %d", g.base, nf, next)
+				}
+				first, end = nf.first, nf.end
+				nj++
+			}
+			for _, l := range []uint64{first, end - 1} {
+				if gk, gf, ge := g.locate(l); gk != k || gf != first || ge != end {
+					t.Fatalf("segment %d: locate(%d) = %d, [%d, %d); want %d, [%d, %d)", g.base, l, gk, gf, ge, k, first, end)
+				}
+			}
+			next = end
+		}
+		if nj != len(g.noops) || next != g.end() {
+			t.Fatalf("segment %d: frames cover [%d, %d) with %d of %d no-op frames; end() is %d", g.base, g.base, next, nj, len(g.noops), g.end())
+		}
+	}
+}
+
+// frameCounts returns how many frames, and how many of them no-op frames,
+// the store's in-memory index holds.
+func frameCounts(s *Store) (frames, noops int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, g := range s.segs {
+		frames += len(g.offsets)
+		noops += len(g.noops)
+	}
+	return frames, noops
+}

@@ -10,8 +10,9 @@ import (
 	"testing"
 )
 
-// model is the naive twin of a Store: every record in a slice, runs in a
-// slice, linear searches.
+// model is the naive twin of a Store: every local index in a slice, runs
+// in a slice, linear searches. A no-op index holds what Read must return
+// for it: Entry{Noops: indexes left to the end of its stored run}.
 type model struct {
 	entries []Entry
 	start   uint64
@@ -22,6 +23,34 @@ type model struct {
 }
 
 func (m *model) len() uint64 { return uint64(len(m.entries)) }
+
+// append adds batch the way Append stores it: consecutive no-op entries
+// coalesce into one run.
+func (m *model) append(batch []Entry) {
+	for i := 0; i < len(batch); {
+		if batch[i].Noops == 0 {
+			m.entries = append(m.entries, batch[i])
+			i++
+			continue
+		}
+		var count uint64
+		for ; i < len(batch) && batch[i].Noops > 0; i++ {
+			count += batch[i].Noops
+		}
+		for k := count; k > 0; k-- {
+			m.entries = append(m.entries, Entry{Noops: k})
+		}
+	}
+}
+
+// covers is how many indexes a Scan call with e covers.
+func covers(e Entry) uint64 { return max(e.Noops, 1) }
+
+// midRun says whether local index l falls strictly inside a no-op run, so
+// that no frame starts there.
+func (m *model) midRun(l uint64) bool {
+	return l > 0 && l < m.len() && m.entries[l-1].Noops > 1
+}
 
 func (m *model) ordered() uint64 {
 	if len(m.runs) == 0 {
@@ -73,6 +102,24 @@ func randomEntry(rng *rand.Rand) Entry {
 	return e
 }
 
+// randomBatch mixes records and no-op runs: mostly short runs (quota
+// fills), now and then a long one (a rate-change fill), and sometimes
+// several no-op entries in a row, which Append coalesces.
+func randomBatch(rng *rand.Rand) []Entry {
+	batch := make([]Entry, 1+rng.Intn(8))
+	for i := range batch {
+		switch r := rng.Intn(100); {
+		case r < 3:
+			batch[i] = Entry{Noops: 1 + uint64(rng.Intn(3000))}
+		case r < 25:
+			batch[i] = Entry{Noops: 1 + uint64(rng.Intn(20))}
+		default:
+			batch[i] = randomEntry(rng)
+		}
+	}
+	return batch
+}
+
 func randomString(rng *rand.Rand, n int) string {
 	b := make([]byte, n)
 	for i := range b {
@@ -95,15 +142,41 @@ func (m *model) nextRun(rng *rand.Rand, count uint64) Run {
 	return r
 }
 
+// modelStats counts events of the histories, to check that the seeds
+// reach the cases the test is meant to cover.
+type modelStats struct {
+	noopRuns, coalesced          int // no-op runs appended; batches with adjacent no-op entries
+	readsInRun, scansFromInRun   int // Reads and Scans starting strictly inside a run
+	locatedNoops                 int // Locate hits on no-op indexes
+	tornNoops                    int // simulated crashes cutting inside a no-op frame
+	trimmedNoops, rolledOverRuns int // Trims dropping no-op indexes; runs in non-active segments
+}
+
 func TestStoreMatchesModel(t *testing.T) {
-	for seed := int64(1); seed <= 6; seed++ {
+	var total modelStats
+	for seed := int64(1); seed <= 12; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			runModel(t, seed, 700)
+			st := runModel(t, seed, 700)
+			total.noopRuns += st.noopRuns
+			total.coalesced += st.coalesced
+			total.readsInRun += st.readsInRun
+			total.scansFromInRun += st.scansFromInRun
+			total.locatedNoops += st.locatedNoops
+			total.tornNoops += st.tornNoops
+			total.trimmedNoops += st.trimmedNoops
+			total.rolledOverRuns += st.rolledOverRuns
 		})
+	}
+	t.Logf("%+v", total)
+	v := reflect.ValueOf(total)
+	for i := range v.NumField() {
+		if v.Field(i).Int() == 0 && !t.Failed() {
+			t.Errorf("no seed covers %s: %+v", v.Type().Field(i).Name, total)
+		}
 	}
 }
 
-func runModel(t *testing.T, seed int64, steps int) {
+func runModel(t *testing.T, seed int64, steps int) (st modelStats) {
 	rng := rand.New(rand.NewSource(seed))
 	dir := t.TempDir()
 	opts := Options{
@@ -131,16 +204,21 @@ func runModel(t *testing.T, seed int64, steps int) {
 
 	for step := range steps {
 		switch op := rng.Intn(100); {
-		case op < 35: // append
-			batch := make([]Entry, 1+rng.Intn(8))
-			for i := range batch {
-				batch[i] = randomEntry(rng)
-			}
+		case op < 35: // append records and no-op runs
+			batch := randomBatch(rng)
 			first, err := s.Append(batch)
 			if err != nil || first != m.len() {
 				fail("step %d: Append = %d, %v; want %d", step, first, err, m.len())
 			}
-			m.entries = append(m.entries, batch...)
+			m.append(batch)
+			for i := range batch {
+				if batch[i].Noops > 0 {
+					st.noopRuns++
+					if i > 0 && batch[i-1].Noops > 0 {
+						st.coalesced++
+					}
+				}
+			}
 			if opts.Sync == SyncAlways {
 				m.synced = m.len()
 			}
@@ -149,7 +227,11 @@ func runModel(t *testing.T, seed int64, steps int) {
 			if m.ordered() == m.len() {
 				continue
 			}
-			r := m.nextRun(rng, 1+uint64(rng.Intn(int(min(m.len()-m.ordered(), 10)))))
+			n := min(m.len()-m.ordered(), 10)
+			if rng.Intn(4) == 0 {
+				n = min(m.len()-m.ordered(), 5000) // catch up over long no-op runs
+			}
+			r := m.nextRun(rng, 1+uint64(rng.Int63n(int64(n))))
 			if err := s.Assign(r); err != nil {
 				fail("step %d: Assign(%+v): %v", step, r, err)
 			}
@@ -186,6 +268,8 @@ func runModel(t *testing.T, seed int64, steps int) {
 				}
 			case err != nil || !reflect.DeepEqual(e, m.entries[l]):
 				fail("step %d: Read(%d) = %+v, %v; want %+v", step, l, e, err, m.entries[l])
+			case m.midRun(l):
+				st.readsInRun++
 			}
 			gm, okm := m.globalOf(l)
 			if g, ok := s.GlobalOf(l); g != gm || ok != okm {
@@ -198,17 +282,23 @@ func runModel(t *testing.T, seed int64, steps int) {
 				if l, ok := s.Locate(g); l != lm || ok != okm {
 					fail("step %d: Locate(%d) = %d, %v; want %d, %v", step, g, l, ok, lm, okm)
 				}
+				if okm && lm < m.len() && m.entries[lm].Noops > 0 {
+					st.locatedNoops++
+				}
 			}
 
 		case op < 77: // scan part of the log
 			from := uint64(rng.Int63n(int64(m.len() + 2)))
 			n := rng.Intn(20)
 			next := max(from, m.start)
+			if next >= m.start && m.midRun(next) {
+				st.scansFromInRun++
+			}
 			err := s.Scan(from, func(l uint64, e Entry) bool {
 				if l != next || !reflect.DeepEqual(e, m.entries[l]) {
 					fail("step %d: Scan(%d) gave %d: %+v, want %d: %+v", step, from, l, e, next, m.entries[next])
 				}
-				next++
+				next += covers(e)
 				n--
 				return n > 0
 			})
@@ -243,6 +333,12 @@ func runModel(t *testing.T, seed int64, steps int) {
 			if s.Start() != want {
 				fail("step %d: Trim(%d): Start = %d, want %d", step, g, s.Start(), want)
 			}
+			for l := m.start; l < want; l++ {
+				if m.entries[l].Noops > 0 {
+					st.trimmedNoops++
+					break
+				}
+			}
 			m.start = want
 			m.dropRunsBelowStart()
 			m.synced = m.len()
@@ -262,9 +358,24 @@ func runModel(t *testing.T, seed int64, steps int) {
 			keep := max(m.synced, a.base)
 			lo := a.size
 			if keep < a.end() {
-				lo = int64(a.offsets[keep-a.base])
+				lo = frameOffset(a, keep)
 			}
 			cut := lo + rng.Int63n(a.size-lo+1)
+			if rng.Intn(2) == 0 {
+				// Aim at an unsynced no-op frame, if there is one: they are
+				// small, so a random cut rarely tears one.
+				for _, nf := range a.noops {
+					if off := int64(a.offsets[nf.frame]); off >= lo && rng.Intn(2) == 0 {
+						cut = off + 1 + rng.Int63n(a.frameEnd(int(nf.frame))-off-1)
+						break
+					}
+				}
+			}
+			for _, nf := range a.noops {
+				if off := int64(a.offsets[nf.frame]); off < cut && cut < a.frameEnd(int(nf.frame)) {
+					st.tornNoops++
+				}
+			}
 			path := s.segmentPath(a.base)
 			reopen(func() {
 				if err := os.Truncate(path, cut); err != nil {
@@ -272,8 +383,8 @@ func runModel(t *testing.T, seed int64, steps int) {
 				}
 			})
 			n := s.Len()
-			if n < keep || n > m.len() {
-				fail("step %d: after crash Len = %d, want within [%d, %d]", step, n, keep, m.len())
+			if n < keep || n > m.len() || m.midRun(n) {
+				fail("step %d: after crash Len = %d, want within [%d, %d] and not inside a no-op run", step, n, keep, m.len())
 			}
 			m.entries = m.entries[:n]
 			for len(m.runs) > 0 && m.ordered() > n {
@@ -299,6 +410,10 @@ func runModel(t *testing.T, seed int64, steps int) {
 		if got := s.Runs(0); !reflect.DeepEqual(got, m.runs) && (len(got) != 0 || len(m.runs) != 0) {
 			fail("step %d: Runs = %+v, want %+v", step, got, m.runs)
 		}
+		checkIndex(t, s)
+		for _, g := range s.segs[:len(s.segs)-1] {
+			st.rolledOverRuns += len(g.noops)
+		}
 	}
 
 	// Finally every stored record, after one more reopen.
@@ -308,10 +423,11 @@ func runModel(t *testing.T, seed int64, steps int) {
 		if l != next || !reflect.DeepEqual(e, m.entries[l]) {
 			fail("final Scan gave %d: %+v, want %d: %+v", l, e, next, m.entries[next])
 		}
-		next++
+		next += covers(e)
 		return true
 	})
 	if err != nil || next != m.len() {
 		fail("final Scan ended at %d with %v, want %d", next, err, m.len())
 	}
+	return st
 }

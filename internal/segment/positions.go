@@ -30,11 +30,12 @@ func checkRun(r, prev *Run) error {
 	return nil
 }
 
-// Assign records that r's local records hold r's global positions. r must
-// start at Ordered(), be non-empty, stay below Len(), and follow the last
-// run in Cut and GlobalStart (strictly increasing, without overlap); a
-// violation changes nothing and returns an ErrInvalid. The run is appended
-// to the positions file and synced like records are.
+// Assign records that r's local indexes (records or no-ops alike) hold r's
+// global positions. r must start at Ordered(), be non-empty, stay below
+// Len(), and follow the last run in Cut and GlobalStart (strictly
+// increasing, without overlap); a violation changes nothing and returns an
+// ErrInvalid. The run is appended to the positions file and synced like
+// records are.
 func (s *Store) Assign(r Run) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -111,8 +112,8 @@ func (s *Store) Locate(global uint64) (local uint64, ok bool) {
 	return 0, false
 }
 
-// GlobalOf returns the global position of record local, if a retained run
-// covers it (see Locate about trimmed records).
+// GlobalOf returns the global position of local index local (a record or
+// a no-op), if a retained run covers it (see Locate about trimmed records).
 func (s *Store) GlobalOf(local uint64) (global uint64, ok bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

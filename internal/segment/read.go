@@ -6,40 +6,60 @@ import (
 	"sort"
 )
 
-// Read returns record local. It fails with ErrTrimmed below Start, with
-// ErrOutOfRange at or after Len, and with ErrCorrupt if the stored frame
-// does not check out.
+// Read returns the entry at local index local: a record, or, inside a run
+// of no-ops, Entry{Noops: k} where k counts the no-op indexes from local to
+// the end of the stored run (so local+k is the next index past it). It
+// fails with ErrTrimmed below Start, with ErrOutOfRange at or after Len,
+// and with ErrCorrupt if the stored frame does not check out.
 func (s *Store) Read(local uint64) (Entry, error) {
-	frame, err := s.readFrame(local)
+	frame, first, end, err := s.readFrame(local)
 	if err != nil {
 		return Entry{}, err
 	}
-	e, err := decodeRecordFrame(frame)
+	e, err := decodeFrame(frame)
+	if err == nil {
+		err = checkCovers(&e, first, end)
+	}
 	if err != nil {
 		return Entry{}, fmt.Errorf("segment: read record %d: %w", local, err)
+	}
+	if e.isNoop() {
+		e.Noops = end - local
 	}
 	return e, nil
 }
 
-// readFrame preads the frame of record local. mu is held only for the
-// pread itself, which keeps Trim and Close from closing the file under it.
-func (s *Store) readFrame(local uint64) ([]byte, error) {
+// checkCovers checks that the decoded frame e covers as many indexes as the
+// in-memory index says its frame covers, [first, end).
+func checkCovers(e *Entry, first, end uint64) error {
+	n := uint64(1)
+	if e.isNoop() {
+		n = e.Noops
+	}
+	if n != end-first {
+		return corruptf("frame covers %d indexes, the index says %d", n, end-first)
+	}
+	return nil
+}
+
+// readFrame preads the frame holding local index local, and returns it with
+// the local indexes [first, end) the index says it covers. mu is held only
+// for the pread itself, which keeps Trim and Close from closing the file
+// under it.
+func (s *Store) readFrame(local uint64) (frame []byte, first, end uint64, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.readableRLocked(local); err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	g := s.segmentOfRLocked(local)
-	i := local - g.base
-	off, end := int64(g.offsets[i]), g.size
-	if i+1 < uint64(len(g.offsets)) {
-		end = int64(g.offsets[i+1])
-	}
-	frame := make([]byte, end-off)
+	k, first, end := g.locate(local)
+	off := int64(g.offsets[k])
+	frame = make([]byte, g.frameEnd(k)-off)
 	if _, err := g.f.ReadAt(frame, off); err != nil {
-		return nil, fmt.Errorf("segment: read record %d from %s at offset %d: %w", local, s.segmentPath(g.base), off, err)
+		return nil, 0, 0, fmt.Errorf("segment: read record %d from %s at offset %d: %w", local, s.segmentPath(g.base), off, err)
 	}
-	return frame, nil
+	return frame, first, end, nil
 }
 
 func (s *Store) readableRLocked(local uint64) error {
@@ -64,12 +84,15 @@ func (s *Store) segmentOfRLocked(local uint64) *segment {
 	return s.segs[i]
 }
 
-// Scan calls fn for each record from max(from, Start) up to the Len at the
-// time of the call, in order, until fn returns false. Records appended
-// during the scan are not visited. It reads up to scanChunkBytesMax per
-// pread and holds no lock while fn runs, so fn may call other methods of
-// the Store. A concurrent Trim past the scan's position ends it with
-// ErrTrimmed.
+// Scan calls fn for each stored entry from max(from, Start) up to the Len
+// at the time of the call, in order, until fn returns false: once per
+// record and once per no-op run, not once per no-op index. local is the
+// first index the call covers; a run comes as Entry{Noops: k} covering
+// [local, local+k), and if the scan starts inside a run, the first call
+// covers the rest of it. Entries appended during the scan are not visited.
+// It reads up to scanChunkBytesMax per pread and holds no lock while fn
+// runs, so fn may call other methods of the Store. A concurrent Trim past
+// the scan's position ends it with ErrTrimmed.
 func (s *Store) Scan(from uint64, fn func(local uint64, e Entry) bool) error {
 	s.mu.RLock()
 	closed, next, limit := s.closed, max(from, s.start), s.length
@@ -77,84 +100,103 @@ func (s *Store) Scan(from uint64, fn func(local uint64, e Entry) bool) error {
 	if closed {
 		return ErrClosed
 	}
-	var buf []byte
+	var c chunk
 	for next < limit {
-		var (
-			n   uint64
-			err error
-		)
-		buf, n, err = s.readChunk(next, limit, buf)
-		if err != nil {
+		if err := s.readChunk(next, limit, &c); err != nil {
 			return fmt.Errorf("segment: scan: %w", err)
 		}
-		rest := buf
-		for ; n > 0; n-- {
-			e, size, err := decodeRecordPrefix(rest)
+		rest := c.buf
+		at := c.first // the first index of the frame at the start of rest
+		for n := c.frames; n > 0; n-- {
+			e, size, err := decodeFramePrefix(rest)
 			if err != nil {
-				return fmt.Errorf("segment: scan record %d: %w", next, err)
-			}
-			// buf is reused for the next chunk, so the payload must not
-			// alias it.
-			if e.Payload != nil {
-				e.Payload = append([]byte(nil), e.Payload...)
+				return fmt.Errorf("segment: scan record %d: %w", at, err)
 			}
 			rest = rest[size:]
+			covers := uint64(1)
+			if e.isNoop() {
+				covers = e.Noops
+			}
+			if covers > c.end-at {
+				return fmt.Errorf("segment: scan record %d: %w", at, corruptf("frame covers %d indexes, past the %d the index says are left in the chunk", covers, c.end-at))
+			}
+			at += covers
+			if e.isNoop() {
+				// Only the first frame can start before next.
+				e.Noops = at - next
+			} else if e.Payload != nil {
+				// buf is reused for the next chunk, so the payload must
+				// not alias it.
+				e.Payload = append([]byte(nil), e.Payload...)
+			}
 			if !fn(next, e) {
 				return nil
 			}
-			next++
+			next = at
 		}
-		if len(rest) != 0 {
-			return fmt.Errorf("segment: scan before record %d: %w", next, corruptf("%d bytes left over after the chunk's frames", len(rest)))
+		if len(rest) != 0 || at != c.end {
+			return fmt.Errorf("segment: scan before record %d: %w", next, corruptf("chunk frames cover %d indexes and leave %d bytes, the index says %d and 0", at-c.first, len(rest), c.end-c.first))
 		}
 	}
 	return nil
 }
 
-// readChunk preads into buf the frames of consecutive records from next,
-// stopping before limit, at the end of next's segment, or at
-// scanChunkBytesMax bytes (but always at least one record), and returns
-// how many it read.
-func (s *Store) readChunk(next, limit uint64, buf []byte) ([]byte, uint64, error) {
+// chunk is what one pread of Scan returns: frames consecutive frames in
+// buf, covering the local indexes [first, end).
+type chunk struct {
+	buf        []byte
+	frames     int
+	first, end uint64
+}
+
+// readChunk preads into c the consecutive frames from the one holding
+// next, stopping before the index limit, at the end of next's segment, or
+// at scanChunkBytesMax bytes (but always at least one frame). c.buf is
+// reused if large enough.
+func (s *Store) readChunk(next, limit uint64, c *chunk) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.readableRLocked(next); err != nil {
-		return buf, 0, err
+		return err
 	}
 	g := s.segmentOfRLocked(next)
-	end := func(k uint64) int64 { // where record g.base+k-1 ends
-		if k < uint64(len(g.offsets)) {
-			return int64(g.offsets[k])
+	k, first, at := g.locate(next)
+	// Walk frames k+1, ... with at the first index of frame j and nj the
+	// position in g.noops of the first no-op frame numbered j or later.
+	nj := g.firstNoopFrom(k + 1)
+	off := int64(g.offsets[k])
+	j := k + 1 // frames [k, j) are read
+	for j < len(g.offsets) && at < limit && g.frameEnd(j)-off <= scanChunkBytesMax {
+		if nj < len(g.noops) && int(g.noops[nj].frame) == j {
+			at = g.noops[nj].end
+			nj++
+		} else {
+			at++
 		}
-		return g.size
-	}
-	i := next - g.base
-	off := int64(g.offsets[i])
-	j := i + 1 // records [i, j) are read
-	for j < uint64(len(g.offsets)) && g.base+j < limit && end(j+1)-off <= scanChunkBytesMax {
 		j++
 	}
-	n := end(j) - off
-	if int64(cap(buf)) < n {
-		buf = make([]byte, n)
+	n := g.frameEnd(j-1) - off
+	if int64(cap(c.buf)) < n {
+		c.buf = make([]byte, n)
 	}
-	buf = buf[:n]
-	if _, err := g.f.ReadAt(buf, off); err != nil {
-		return buf, 0, fmt.Errorf("read records [%d, %d) from %s at offset %d: %w", next, g.base+j, s.segmentPath(g.base), off, err)
+	c.buf = c.buf[:n]
+	c.frames, c.first, c.end = j-k, first, at
+	if _, err := g.f.ReadAt(c.buf, off); err != nil {
+		return fmt.Errorf("read records [%d, %d) from %s at offset %d: %w", first, at, s.segmentPath(g.base), off, err)
 	}
-	return buf, j - i, nil
+	return nil
 }
 
-// decodeRecordPrefix decodes the record frame at the start of b and
-// returns it with the frame's size. e.Payload aliases b.
-func decodeRecordPrefix(b []byte) (Entry, int, error) {
+// decodeFramePrefix decodes the frame at the start of b and returns it with
+// the frame's size. A record's e.Payload aliases b.
+func decodeFramePrefix(b []byte) (Entry, int, error) {
 	if len(b) < frameHeaderBytes {
 		return Entry{}, 0, corruptf("%d bytes left, less than a frame header", len(b))
 	}
-	n := int(binary.LittleEndian.Uint32(b))
+	n := int(binary.LittleEndian.Uint32(b) &^ noopFlag)
 	if n > len(b)-frameHeaderBytes {
 		return Entry{}, 0, corruptf("frame body of %d bytes overruns the %d bytes read", n, len(b)-frameHeaderBytes)
 	}
-	e, err := decodeRecordFrame(b[:frameHeaderBytes+n])
+	e, err := decodeFrame(b[:frameHeaderBytes+n])
 	return e, frameHeaderBytes + n, err
 }

@@ -126,10 +126,10 @@ func (s *Store) recoverSegments() error {
 	return nil
 }
 
-// scanSegment reads every frame of g and records its offset. problem (an
-// ErrCorrupt) describes the first bad frame, good is the offset where the
-// whole frames end; err is an I/O error, which must not be mistaken for a
-// torn tail.
+// scanSegment reads every frame of g and records its offset and, for a
+// no-op frame, the indexes it covers. problem (an ErrCorrupt) describes the
+// first bad frame, good is the offset where the whole frames end; err is an
+// I/O error, which must not be mistaken for a torn tail.
 func scanSegment(sc *frameScanner, g *segment) (good int64, problem, err error) {
 	info, err := g.f.Stat()
 	if err != nil {
@@ -137,15 +137,23 @@ func scanSegment(sc *frameScanner, g *segment) (good int64, problem, err error) 
 	}
 	sc.reset(g.f, info.Size())
 	for {
-		body, err := sc.next(recordBodyBytesMin, recordBytesMax)
+		kind, body, err := sc.nextSegmentFrame()
 		if err == io.EOF {
 			return sc.frameOff, nil, nil
 		}
+		count := uint64(1)
 		if err == nil {
-			err = parseRecordBody(body, nil)
+			if kind == kindNoop {
+				count, err = parseNoopBody(body)
+				if err == nil && g.end()+count < g.end() {
+					err = corruptf("no-op run of %d indexes overflows the local index space", count)
+				}
+			} else {
+				err = parseRecordBody(body, nil)
+			}
 		}
 		if errors.Is(err, ErrCorrupt) {
-			return sc.frameOff, fmt.Errorf("record %d at offset %d: %w", g.base+uint64(len(g.offsets)), sc.frameOff, err), nil
+			return sc.frameOff, fmt.Errorf("record %d at offset %d: %w", g.end(), sc.frameOff, err), nil
 		}
 		if err != nil {
 			return 0, nil, err
@@ -153,7 +161,11 @@ func scanSegment(sc *frameScanner, g *segment) (good int64, problem, err error) 
 		if sc.frameOff+int64(frameHeaderBytes+len(body)) > segmentFileBytesMax {
 			return sc.frameOff, corruptf("segment grows past %d bytes at offset %d", int64(segmentFileBytesMax), sc.frameOff), nil
 		}
+		if kind == kindNoop {
+			g.noops = append(g.noops, noopFrame{frame: uint32(len(g.offsets)), first: g.end(), end: g.end() + count})
+		}
 		g.offsets = append(g.offsets, uint32(sc.frameOff))
+		g.indexes += count
 	}
 }
 
@@ -266,20 +278,63 @@ func (sc *frameScanner) reset(f *os.File, size int64) {
 	sc.frameOff, sc.nextOff = 0, 0
 }
 
-// next returns the body of the next frame, valid until the next call; io.EOF
-// at a clean end; an ErrCorrupt for a torn or bad frame; or an I/O error.
+// next returns the body of the next positions-file frame, whose body is
+// [bodyMin, bodyMax] bytes long, valid until the next call; io.EOF at a
+// clean end; an ErrCorrupt for a torn or bad frame; or an I/O error.
 func (sc *frameScanner) next(bodyMin, bodyMax int) ([]byte, error) {
-	sc.frameOff = sc.nextOff
-	if _, err := io.ReadFull(sc.r, sc.hdr[:]); err != nil {
-		if err == io.ErrUnexpectedEOF {
-			return nil, corruptf("torn frame header at offset %d", sc.frameOff)
-		}
+	if err := sc.readHeader(); err != nil {
 		return nil, err
 	}
 	n, sum, err := frameHeader(sc.hdr[:], bodyMin, bodyMax)
 	if err != nil {
 		return nil, err
 	}
+	body, err := sc.readBody(n)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBody(body, sum); err != nil {
+		return nil, err
+	}
+	sc.nextOff = sc.frameOff + int64(frameHeaderBytes+n)
+	return body, nil
+}
+
+// nextSegmentFrame is next for segment files, whose frames are records or
+// no-op runs.
+func (sc *frameScanner) nextSegmentFrame() (frameKind, []byte, error) {
+	if err := sc.readHeader(); err != nil {
+		return 0, nil, err
+	}
+	kind, n, err := segmentFrameHeader(sc.hdr[:])
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := sc.readBody(n)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := checkSegmentBody(kind, sc.hdr[:], body); err != nil {
+		return 0, nil, err
+	}
+	sc.nextOff = sc.frameOff + int64(frameHeaderBytes+n)
+	return kind, body, nil
+}
+
+// readHeader starts the next frame: it reads its header into sc.hdr.
+func (sc *frameScanner) readHeader() error {
+	sc.frameOff = sc.nextOff
+	if _, err := io.ReadFull(sc.r, sc.hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return corruptf("torn frame header at offset %d", sc.frameOff)
+		}
+		return err
+	}
+	return nil
+}
+
+// readBody reads the n-byte body of the frame whose header was just read.
+func (sc *frameScanner) readBody(n int) ([]byte, error) {
 	if cap(sc.body) < n {
 		sc.body = make([]byte, n)
 	}
@@ -290,10 +345,6 @@ func (sc *frameScanner) next(bodyMin, bodyMax int) ([]byte, error) {
 		}
 		return nil, err
 	}
-	if err := checkBody(body, sum); err != nil {
-		return nil, err
-	}
-	sc.nextOff = sc.frameOff + int64(frameHeaderBytes+n)
 	return body, nil
 }
 

@@ -17,10 +17,20 @@
 // rest of the body, so it needs no length of its own. A run body is six
 // uvarints: Cut CutStart CutEnd LocalStart GlobalStart Count.
 //
+// A run of consecutive no-op indexes is one no-op frame in a segment,
+// however many indexes it covers. Its length word has bit 31 set (record
+// bodies are at most 64 MiB, so record frames never do), its body is the
+// count as one minimal uvarint (>= 1), and its checksum is the CRC-32C of
+// the length word followed by the body, so a flipped kind bit fails the
+// checksum. A record frame covers one local index and a no-op frame covers
+// count of them, in file order.
+//
 // Segments have no header: a frame is self-describing and a segment's first
 // local index is its name, so a segment is valid exactly when all of its
 // frames are. Every retained segment keeps an open file descriptor for
-// reads, and its record offsets in memory (4 bytes per record).
+// reads, and in memory the offset of every frame (4 bytes per record or
+// no-op run) plus 24 bytes per no-op run; no memory is spent per no-op
+// index.
 //
 // # Durability
 //
@@ -50,6 +60,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sort"
 	"sync"
 )
 
@@ -167,39 +178,101 @@ func (o Options) validate() (Options, error) {
 	return o, nil
 }
 
-// Entry is one stored record. Local indexes are dense from 0 in append
-// order. Entries returned by Read and Scan are owned by the caller; empty
-// Tags and Payload come back as nil.
+// Entry is one stored record, or a run of no-op indexes. Local indexes are
+// dense from 0 in append order; a record takes one, a no-op run takes
+// Noops of them. Entries returned by Read and Scan are owned by the caller;
+// empty Tags and Payload come back as nil.
 type Entry struct {
 	ClientID uint64
 	Seq      uint64
 	Key      string
 	Tags     []string
 	Payload  []byte
+	// Noops, when > 0, makes the entry a run of that many no-op indexes
+	// (fillers that take local indexes and global positions but hold no
+	// data); every other field is then zero or empty. Read and Scan return
+	// a run as the no-op indexes from the index asked for to the end of the
+	// stored run.
+	Noops uint64
 }
 
-// Run says that local records [LocalStart, LocalStart+Count) hold global
-// positions [GlobalStart, GlobalStart+Count), assigned by cut number Cut,
-// which as a whole covers global positions [CutStart, CutEnd).
+// isNoop says whether e is a run of no-op indexes.
+func (e *Entry) isNoop() bool { return e.Noops > 0 }
+
+// carriesData says whether any field other than Noops is set.
+func (e *Entry) carriesData() bool {
+	return e.ClientID != 0 || e.Seq != 0 || e.Key != "" || len(e.Tags) != 0 || len(e.Payload) != 0
+}
+
+// Run says that local indexes [LocalStart, LocalStart+Count) (records and
+// no-ops alike) hold global positions [GlobalStart, GlobalStart+Count),
+// assigned by cut number Cut, which as a whole covers global positions
+// [CutStart, CutEnd).
 type Run struct {
 	Cut, CutStart, CutEnd, LocalStart, GlobalStart, Count uint64
 }
 
-// segment is one segment file. base and f never change. offsets and size
-// grow only under Store.mu held for writing; readers read them under
-// Store.mu held for reading.
+// segment is one segment file. base and f never change. offsets, noops,
+// indexes and size grow only under Store.mu held for writing; readers read
+// them under Store.mu held for reading.
 type segment struct {
 	base uint64
 	f    *os.File
-	// offsets[i] is the file offset of record base+i; records are packed,
-	// so record i ends where record i+1 starts, or at size.
+	// offsets[k] is the file offset of frame k; frames are packed, so frame
+	// k ends where frame k+1 starts, or at size. Without no-op frames,
+	// frame k is record base+k.
 	offsets []uint32
-	// size is the number of bytes holding published records. Bytes past it
+	// noops lists the no-op frames in ascending order. Every frame not
+	// listed is a record covering one index, so the indexes of any frame
+	// follow from the nearest no-op frame before it (see locate), and a run
+	// of thousands of no-ops costs one entry here and one offset rather
+	// than a slot per index.
+	noops []noopFrame
+	// indexes is the number of local indexes the published frames cover.
+	indexes uint64
+	// size is the number of bytes holding published frames. Bytes past it
 	// are being written by an Append and must not be read.
 	size int64
 }
 
-func (g *segment) end() uint64 { return g.base + uint64(len(g.offsets)) }
+// noopFrame describes one no-op frame of a segment: frame number (an index
+// into offsets) and the local indexes [first, end) it covers. A segment is
+// below 4 GiB and a frame at least 9 bytes, so frame numbers fit a uint32.
+type noopFrame struct {
+	frame      uint32
+	first, end uint64
+}
+
+func (g *segment) end() uint64 { return g.base + g.indexes }
+
+// locate returns the frame holding local, which must be in [base, end()),
+// and the local indexes [first, end) that frame covers.
+func (g *segment) locate(local uint64) (k int, first, end uint64) {
+	j := sort.Search(len(g.noops), func(j int) bool { return g.noops[j].first > local }) - 1
+	if j < 0 {
+		return int(local - g.base), local, local + 1
+	}
+	nf := &g.noops[j]
+	if local < nf.end {
+		return int(nf.frame), nf.first, nf.end
+	}
+	// Records only between that no-op frame and local.
+	return int(nf.frame) + 1 + int(local-nf.end), local, local + 1
+}
+
+// firstNoopFrom returns the position in noops of the first no-op frame
+// numbered k or later.
+func (g *segment) firstNoopFrom(k int) int {
+	return sort.Search(len(g.noops), func(j int) bool { return int(g.noops[j].frame) >= k })
+}
+
+// frameEnd returns where frame k ends in the file.
+func (g *segment) frameEnd(k int) int64 {
+	if k+1 < len(g.offsets) {
+		return int64(g.offsets[k+1])
+	}
+	return g.size
+}
 
 // Store is the record store of one shard. See the package comment for its
 // concurrency contract.
@@ -220,6 +293,7 @@ type Store struct {
 	posDirty    bool  // the positions file holds unsynced bytes
 	buf         []byte
 	offBuf      []uint32
+	noopBuf     []noopFrame
 
 	// mu guards the fields below. Mutators write them with wmu and mu held,
 	// so a wmu holder may read them without mu.
@@ -238,7 +312,8 @@ type Store struct {
 	ordered uint64 // == end of the last run, or 0; start <= ordered <= length once anything is trimmed
 }
 
-// Len returns the next local index, the number of records ever appended.
+// Len returns the next local index: the number of local indexes ever
+// appended, each record counting one and each no-op run its Noops.
 func (s *Store) Len() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -252,7 +327,8 @@ func (s *Store) Start() uint64 {
 	return s.start
 }
 
-// Ordered returns the number of local records that have a global position.
+// Ordered returns the number of local indexes (records and no-ops) that
+// have a global position.
 func (s *Store) Ordered() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -6,10 +6,12 @@ import (
 	"os"
 )
 
-// Trim deletes, oldest first, the segment files all of whose records are
-// ordered with global positions below global, except the active segment,
-// which is never deleted. Start advances to the first remaining record;
-// records of a segment that is only partly below global stay readable.
+// Trim deletes, oldest first, the segment files all of whose local indexes
+// (records and no-op runs) are ordered with global positions below global,
+// except the active segment, which is never deleted. Start advances to the
+// first remaining index; entries of a segment that is only partly below
+// global stay readable (a no-op run is never split: it goes with its
+// segment).
 // Runs wholly below the new Start are dropped, except the last run, which
 // is kept so that Ordered and the checks of Assign survive restarts.
 //

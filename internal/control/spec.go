@@ -1,0 +1,237 @@
+package control
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
+)
+
+// Spec is the replicated fix-ante state of a cluster in speculative mode
+// (SpecLog): the lease windows that predetermine cuts, the view, and the
+// failed shards whose remaining slots are no-ops.
+type Spec struct {
+	// WindowCuts is W, the number of cuts of every window.
+	WindowCuts uint64 `json:"w"`
+	// View counts whole-shard failures; speculation made in an older view
+	// after ConfirmedGP is void.
+	View uint64 `json:"view"`
+	// ConfirmedGP is the end of the last cut released before the latest
+	// view change: positions below it never change.
+	ConfirmedGP uint64 `json:"cgp"`
+	// Windows holds the current window and, once announced, the next one.
+	// Empty means shards wait for a window before they can predict.
+	Windows []fixante.Window `json:"windows,omitempty"`
+	// NextWindow is the index the next created window takes.
+	NextWindow uint64 `json:"nextWindow"`
+	// Void lists failed shards that still hold slots in Windows.
+	Void []Void `json:"void,omitempty"`
+}
+
+// Void says that a failed shard's entries from local index From on are
+// no-ops, delivered to subscribers by the live shard Filler.
+type Void struct {
+	Shard  cut.ShardID `json:"shard"`
+	From   uint64      `json:"from"`
+	Filler cut.ShardID `json:"filler"`
+	View   uint64      `json:"view"`
+}
+
+// ViewChange is the event of a whole-shard failure in speculative mode.
+type ViewChange struct {
+	View        uint64
+	ConfirmedGP uint64
+	Void        Void
+}
+
+// WindowCommand announces the next lease window. Only Shard, PerCut and
+// Group of each quota are read; the state fixes where the window starts.
+type WindowCommand struct {
+	Quotas []fixante.Quota `json:"q"`
+	Groups int             `json:"g"`
+}
+
+// NewSpec returns the state of a fresh cluster in speculative mode with
+// windows of windowCuts cuts.
+func NewSpec(clusterID string, windowCuts uint64) *State {
+	s := New(clusterID)
+	s.Spec = &Spec{WindowCuts: windowCuts}
+	return s
+}
+
+// Window returns the window that holds cut index, if it is announced.
+func (sp *Spec) Window(index uint64) (fixante.Window, bool) {
+	for _, w := range sp.Windows {
+		if index >= w.FirstCut && index < w.FirstCut+w.Cuts {
+			return w, true
+		}
+	}
+	return fixante.Window{}, false
+}
+
+// VoidOf returns the void record of shard, if it failed holding slots.
+func (sp *Spec) VoidOf(shard cut.ShardID) (Void, bool) {
+	for _, v := range sp.Void {
+		if v.Shard == shard {
+			return v, true
+		}
+	}
+	return Void{}, false
+}
+
+func (s *State) applyWindow(c WindowCommand) (*fixante.Window, error) {
+	sp := s.Spec
+	if sp == nil {
+		return nil, fmt.Errorf("control: window in eager mode")
+	}
+	if len(sp.Windows) >= 2 {
+		return nil, fmt.Errorf("control: next window already announced")
+	}
+	w := fixante.Window{Index: sp.NextWindow, Cuts: sp.WindowCuts, Groups: c.Groups}
+	var prev *fixante.Window
+	if n := len(sp.Windows); n > 0 {
+		prev = &sp.Windows[n-1]
+		w.FirstCut = prev.FirstCut + prev.Cuts
+		w.Start = prev.End()
+	} else {
+		w.FirstCut = s.LastCut.Index + 1
+		w.Start = s.LastCut.End
+	}
+	for _, q := range c.Quotas {
+		sh := s.Shard(q.Shard)
+		if sh == nil || sh.State != Live {
+			return nil, fmt.Errorf("control: window quota for shard %d, which is not live", q.Shard)
+		}
+		base := s.LastCut.Len(q.Shard)
+		if prev != nil {
+			if end, ok := prev.ShardEnd(q.Shard); ok {
+				base = end
+			}
+		}
+		w.Quotas = append(w.Quotas, fixante.Quota{Shard: q.Shard, PerCut: q.PerCut, Group: q.Group, Base: base})
+	}
+	slices.SortFunc(w.Quotas, func(a, b fixante.Quota) int { return int(int64(a.Shard) - int64(b.Shard)) })
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	sp.Windows = append(sp.Windows, w)
+	sp.NextWindow++
+	return &w, nil
+}
+
+// applyRelease commits the next predetermined cut. The leader proposes it
+// only once every shard the cut includes has reported its quota; failed
+// shards' slots count as no-ops.
+func (s *State) applyRelease() (Event, error) {
+	sp := s.Spec
+	if sp == nil {
+		return Event{}, fmt.Errorf("control: release in eager mode")
+	}
+	idx := s.LastCut.Index + 1
+	w, ok := sp.Window(idx)
+	if !ok {
+		return Event{}, fmt.Errorf("control: cut %d is in no announced window", idx)
+	}
+	j := idx - w.FirstCut
+	next := cut.Cut{Index: idx, Start: s.LastCut.End}
+	lens := map[cut.ShardID]uint64{}
+	for _, l := range s.LastCut.Lengths {
+		lens[l.Shard] = l.Length
+	}
+	for _, q := range w.Quotas {
+		if n, ok := w.Length(q.Shard, j); ok {
+			lens[q.Shard] = n
+		}
+	}
+	var total uint64
+	for id, n := range lens {
+		next.Lengths = append(next.Lengths, cut.Length{Shard: id, Length: n})
+		total += n
+	}
+	slices.SortFunc(next.Lengths, func(a, b cut.Length) int { return int(int64(a.Shard) - int64(b.Shard)) })
+	next.End = next.Start + total - s.LastCut.Total()
+	assert(cut.CheckSuccessor(s.LastCut, next) == nil, "release built an invalid successor")
+	assert(next.End == w.CutStart(j+1), "release disagrees with the window's arithmetic")
+	s.LastCut = next
+	ev := Event{Cut: &next}
+	if j == w.Cuts-1 {
+		sp.Windows = sp.Windows[1:]
+		// A failed shard's slots end with the last window that holds it.
+		sp.Void = slices.DeleteFunc(sp.Void, func(v Void) bool {
+			_, held := sp.holds(v.Shard)
+			return !held
+		})
+	}
+	for i := range s.Shards {
+		sh := &s.Shards[i]
+		if sh.State == Finalizing && sh.FinalCut <= next.Index {
+			sh.State = Finalized
+			sh.FinalLength = next.Len(sh.ID)
+			ev.MembershipChanged = true
+		}
+	}
+	return ev, nil
+}
+
+// holds returns the last announced window that gives shard a quota.
+func (sp *Spec) holds(shard cut.ShardID) (fixante.Window, bool) {
+	for i := len(sp.Windows) - 1; i >= 0; i-- {
+		if _, ok := sp.Windows[i].Quota(shard); ok {
+			return sp.Windows[i], true
+		}
+	}
+	return fixante.Window{}, false
+}
+
+// finalizeSpec stops a shard in speculative mode. A leaving shard keeps
+// meeting its quotas until the last announced window that holds it ends. A
+// failed shard that holds slots starts a new view: its slots after its
+// length in the last cut become no-ops, filled by the lowest live shard of
+// the windows.
+func (s *State) finalizeSpec(sh *Shard, failed bool) (*ViewChange, bool) {
+	sp := s.Spec
+	w, held := sp.holds(sh.ID)
+	if !held {
+		return nil, s.finalize(sh.ID, 0, failed)
+	}
+	if !failed {
+		if sh.State == Finalizing {
+			return nil, false
+		}
+		sh.State = Finalizing
+		sh.FinalCut = w.FirstCut + w.Cuts - 1
+		return nil, true
+	}
+	s.finalize(sh.ID, 0, true)
+	// Slots an earlier failure left to this shard need a new filler.
+	for i := range sp.Void {
+		if sp.Void[i].Filler == sh.ID {
+			sp.Void[i].Filler = s.fillerFor(sp.Void[i].Shard, sh.ID)
+		}
+	}
+	sp.View++
+	sp.ConfirmedGP = s.LastCut.End
+	v := Void{Shard: sh.ID, From: s.LastCut.Len(sh.ID), Filler: s.fillerFor(sh.ID, sh.ID), View: sp.View}
+	sp.Void = append(sp.Void, v)
+	return &ViewChange{View: sp.View, ConfirmedGP: sp.ConfirmedGP, Void: v}, true
+}
+
+// fillerFor picks the live shard that delivers failed's no-op slots: the
+// lowest-id shard with a quota in an announced window that has not failed,
+// other than failed and gone. It returns failed when there is none.
+func (s *State) fillerFor(failed, gone cut.ShardID) cut.ShardID {
+	best := failed
+	for _, w := range s.Spec.Windows {
+		for _, q := range w.Quotas {
+			sh := s.Shard(q.Shard)
+			if q.PerCut == 0 || q.Shard == failed || q.Shard == gone || sh == nil || sh.State == Finalized && sh.Failed {
+				continue
+			}
+			if best == failed || q.Shard < best {
+				best = q.Shard
+			}
+		}
+	}
+	return best
+}

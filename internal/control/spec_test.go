@@ -1,0 +1,133 @@
+package control
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/augur-log/augur/internal/fixante"
+)
+
+func specTwoShards(t *testing.T, w uint64) *State {
+	t.Helper()
+	s := NewSpec("test", w)
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}))
+	mustApply(t, s, reg("b", Replica{ID: "b1", Incarnation: 1}))
+	return s
+}
+
+func window(qs ...fixante.Quota) Command {
+	return Command{Window: &WindowCommand{Quotas: qs, Groups: 1}}
+}
+
+func release(n uint64) Command { return Command{Cut: &CutCommand{Release: n}} }
+
+// TestSpecReleaseFollowsWindow checks that released cuts are exactly the
+// predetermined ones, that the next window starts where the current ends
+// with each shard's base carried over, and that a release beyond the
+// announced windows changes nothing.
+func TestSpecReleaseFollowsWindow(t *testing.T) {
+	s := specTwoShards(t, 3)
+	if _, ok := s.Apply(release(1)); ok {
+		t.Fatal("released a cut with no window")
+	}
+	ev := mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 2}, fixante.Quota{Shard: 1, PerCut: 1}))
+	if ev.Window == nil || ev.Window.FirstCut != 1 || ev.Window.Start != 0 {
+		t.Fatalf("window %+v", ev.Window)
+	}
+	ev = mustApply(t, s, release(2))
+	if len(ev.Cuts) != 2 || ev.Cut.Index != 2 || ev.Cut.End != 6 || ev.Cut.Len(0) != 4 || ev.Cut.Len(1) != 2 {
+		t.Fatalf("release %+v", ev)
+	}
+	ev = mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}, fixante.Quota{Shard: 1, PerCut: 5}))
+	if w := ev.Window; w.FirstCut != 4 || w.Start != 9 || w.Quotas[0].Base != 6 || w.Quotas[1].Base != 3 {
+		t.Fatalf("next window %+v", w)
+	}
+	if _, ok := s.Apply(window(fixante.Quota{Shard: 0, PerCut: 1})); ok {
+		t.Fatal("a third window was announced")
+	}
+	ev = mustApply(t, s, release(10))
+	if ev.Cut.Index != 6 || len(s.Spec.Windows) != 0 || ev.Cut.Len(0) != 9 || ev.Cut.Len(1) != 18 {
+		t.Fatalf("release across windows %+v, windows %+v", ev.Cut, s.Spec.Windows)
+	}
+	// Every cut's positions agree with the window arithmetic.
+	pos, _, _ := fixante.Window{Cuts: 3, Groups: 1, Start: 9, Quotas: []fixante.Quota{{Shard: 0, PerCut: 1, Base: 6}, {Shard: 1, PerCut: 5, Base: 3}}}.Locate(1, 17)
+	if pos != 9+6*2+1+4 {
+		t.Fatalf("predicted %d", pos)
+	}
+	// A new window after a gap starts at the last cut.
+	ev = mustApply(t, s, window(fixante.Quota{Shard: 1, PerCut: 1}))
+	if ev.Window.FirstCut != 7 || ev.Window.Start != s.LastCut.End {
+		t.Fatalf("window after gap %+v", ev.Window)
+	}
+}
+
+// TestSpecLeaveAtWindowEnd checks that a shard finalized without failure
+// keeps its quota until the last window holding it ends, and a window may
+// not give quota to a shard that is leaving.
+func TestSpecLeaveAtWindowEnd(t *testing.T) {
+	s := specTwoShards(t, 2)
+	mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}, fixante.Quota{Shard: 1, PerCut: 1}))
+	mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}, fixante.Quota{Shard: 1, PerCut: 1}))
+	ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 1}})
+	if ev.View != nil || s.Shard(1).State != Finalizing || s.Shard(1).FinalCut != 4 {
+		t.Fatalf("leave: %+v %+v", ev, s.Shard(1))
+	}
+	mustApply(t, s, release(3))
+	if s.Shard(1).State != Finalizing {
+		t.Fatal("left before its window ended")
+	}
+	ev = mustApply(t, s, release(1))
+	if s.Shard(1).State != Finalized || s.Shard(1).FinalLength != 4 || !ev.MembershipChanged {
+		t.Fatalf("after the window: %+v", s.Shard(1))
+	}
+	if _, ok := s.Apply(window(fixante.Quota{Shard: 1, PerCut: 1})); ok {
+		t.Fatal("a finalized shard got a quota")
+	}
+}
+
+// TestSpecViewChange checks a whole-shard failure: a new view whose
+// confirmed-gp is the last released cut's end, the failed shard's later
+// slots void and given to the lowest live shard, cuts still released at
+// their predetermined positions, and the void dropped once no window holds
+// the shard.
+func TestSpecViewChange(t *testing.T) {
+	s := NewSpec("test", 2)
+	for _, id := range []string{"a", "b", "c"} {
+		mustApply(t, s, reg(id, Replica{ID: id + "1", Incarnation: 1}))
+	}
+	q := []fixante.Quota{{Shard: 0, PerCut: 1}, {Shard: 1, PerCut: 2}, {Shard: 2, PerCut: 1}}
+	mustApply(t, s, window(q...))
+	mustApply(t, s, release(1))
+	mustApply(t, s, window(q...))
+	ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}})
+	v := ev.View
+	if v == nil || v.View != 1 || v.ConfirmedGP != 4 || v.Void != (Void{Shard: 0, From: 1, Filler: 1, View: 1}) {
+		t.Fatalf("view change %+v", v)
+	}
+	// The filler fails too: its void passes on, and a second view starts.
+	ev = mustApply(t, s, Command{Register: &RegisterCommand{Group: "b", Replicas: []Replica{{ID: "b1", Incarnation: 2}}}})
+	if ev.View == nil || ev.View.View != 2 || ev.View.Void.Filler != 2 {
+		t.Fatalf("second view %+v", ev.View)
+	}
+	if f, _ := s.Spec.VoidOf(0); f.Filler != 2 {
+		t.Fatalf("void of 0 kept filler %d", f.Filler)
+	}
+	ev = mustApply(t, s, release(3))
+	if ev.Cut.Index != 4 || ev.Cut.End != 16 || ev.Cut.Len(0) != 4 {
+		t.Fatalf("cuts after failures %+v", ev.Cut)
+	}
+	if len(s.Spec.Void) != 0 {
+		t.Fatalf("void kept after its windows: %+v", s.Spec.Void)
+	}
+	// A failure of a shard outside every window is a plain finalize.
+	mustApply(t, s, window(fixante.Quota{Shard: 2, PerCut: 1}))
+	ev = mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 3, Failed: true}})
+	if ev.View != nil || s.Spec.View != 2 {
+		t.Fatalf("unheld failure changed the view: %+v", ev)
+	}
+	// Snapshots carry the speculative state.
+	n := New("")
+	if err := n.Restore(s.Snapshot()); err != nil || !bytes.Equal(n.Snapshot(), s.Snapshot()) || n.Clone().Spec.Windows[0].Quotas[0].Shard != 2 {
+		t.Fatalf("restore: %v", err)
+	}
+}

@@ -1,0 +1,413 @@
+package spec
+
+import (
+	"slices"
+	"time"
+
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
+)
+
+// Config tunes the ordering leader's fix-ante policy.
+type Config struct {
+	// Interval is T_ord: quotas aim at one report per shard per interval.
+	Interval time.Duration
+	// StaggerAbove is the largest number of shards that share every cut;
+	// more are split into groups of at most this many (staggered cuts).
+	StaggerAbove int
+	// LagFix and QuotaChange switch those mechanisms (both on by default;
+	// benchmarks turn them off to show what they buy).
+	LagFix      bool
+	QuotaChange bool
+	// LagAfter is how long a cut that some shards satisfied may wait for
+	// the others before they are told to catch up.
+	LagAfter time.Duration
+	// LagAhead is how many cuts past the blocked one a shard must have
+	// satisfied for the others to be told at once (a burst).
+	LagAhead uint64
+	// SuspectAfter is how long a shard may leave a lag-fix unanswered
+	// before the leader takes the whole shard for failed.
+	SuspectAfter time.Duration
+	// StragglerDelay is how late, after every other shard of a cut, a
+	// shard's report may come before it counts as a strike;
+	// StragglerStrikes strikes between two window plans exclude it.
+	StragglerDelay   time.Duration
+	StragglerStrikes int
+	// QuotaMax caps a rate-based quota.
+	QuotaMax uint64
+}
+
+// DefaultConfig is the policy for ordering interval t.
+func DefaultConfig(t time.Duration) Config {
+	return Config{
+		Interval:         t,
+		StaggerAbove:     6,
+		LagFix:           true,
+		QuotaChange:      true,
+		LagAfter:         t,
+		LagAhead:         2,
+		SuspectAfter:     max(200*t, time.Second),
+		StragglerDelay:   10 * t,
+		StragglerStrikes: 3,
+		QuotaMax:         1 << 16,
+	}
+}
+
+// stage is where a shard stands in straggler mitigation.
+type stage int
+
+const (
+	stageNormal   stage = iota
+	stageExcluded       // quota 0 for a window
+	stageProbing        // a small quota, to see if it keeps up
+)
+
+type shardView struct {
+	length, records uint64
+	// rate estimation between two window plans
+	planRecords uint64
+	planAt      time.Time
+	quota       uint64
+	// an outstanding lag-fix
+	lagTarget    uint64
+	lagFirstSent time.Time
+	lagLastSent  time.Time
+	strikes      int
+	stage        stage
+}
+
+// Sequencer is the ordering leader's fix-ante policy: which predetermined
+// cuts can be released, when to announce the next window and with what
+// quotas, which shards to tell to catch up, and which shards look failed.
+// Its state is soft: a new leader starts a fresh one from the replicated
+// control state and the shards' next reports.
+type Sequencer struct {
+	cfg    Config
+	st     *control.State
+	shards map[cut.ShardID]*shardView
+
+	// The first unreleased cut, since when some of its shards wait for
+	// others, and, while only one shard holds it back, that shard and
+	// since when.
+	blockedCut   uint64
+	waiting      bool
+	waitingSince time.Time
+	soleBlocker  cut.ShardID
+	soleSince    time.Time
+	hasSole      bool
+
+	lagFixes     uint64
+	quotaChanges uint64
+}
+
+// Stats returns how many lag-fixes the sequencer started and how many
+// quotas it changed.
+func (q *Sequencer) Stats() (lagFixes, quotaChanges uint64) {
+	return q.lagFixes, q.quotaChanges
+}
+
+// NewSequencer returns a policy with cfg.
+func NewSequencer(cfg Config) *Sequencer {
+	return &Sequencer{cfg: cfg, shards: map[cut.ShardID]*shardView{}}
+}
+
+// Observe takes the control state after an applied change. The sequencer
+// keeps st; the caller must not change it afterwards.
+func (q *Sequencer) Observe(st *control.State, now time.Time) {
+	q.st = st
+	for _, sh := range st.Shards {
+		v, ok := q.shards[sh.ID]
+		if sh.State == control.Finalized {
+			delete(q.shards, sh.ID)
+			continue
+		}
+		if !ok {
+			v = &shardView{planAt: now, quota: sh.Quota, length: st.LastCut.Len(sh.ID)}
+			q.shards[sh.ID] = v
+		}
+	}
+}
+
+// Report takes a shard's report of its durable length and real records.
+func (q *Sequencer) Report(shard cut.ShardID, length, records uint64, now time.Time) {
+	v, ok := q.shards[shard]
+	if !ok {
+		return
+	}
+	if length > v.length {
+		v.length = length
+	}
+	if records > v.records {
+		v.records = records
+	}
+	if v.lagTarget > 0 && v.length >= v.lagTarget {
+		v.lagTarget = 0
+	}
+}
+
+// reported is what the leader knows shard holds durably; a failed shard's
+// void slots count as held.
+func (q *Sequencer) reported(shard cut.ShardID) uint64 {
+	if _, void := q.st.Spec.VoidOf(shard); void {
+		return ^uint64(0)
+	}
+	if v, ok := q.shards[shard]; ok {
+		return v.length
+	}
+	return 0
+}
+
+// blockers returns the shards that have not reported enough for cut idx,
+// and whether the cut is announced at all.
+func (q *Sequencer) blockers(idx uint64) ([]cut.ShardID, bool) {
+	w, ok := q.st.Spec.Window(idx)
+	if !ok {
+		return nil, false
+	}
+	j := idx - w.FirstCut
+	var out []cut.ShardID
+	for _, qu := range w.Quotas {
+		if !w.Includes(qu.Shard, j) {
+			continue
+		}
+		if need, _ := w.Length(qu.Shard, j); q.reported(qu.Shard) < need {
+			out = append(out, qu.Shard)
+		}
+	}
+	return out, true
+}
+
+// Releasable is how many cuts after the last released one are satisfied
+// now. It also times the shard that alone holds a cut back, to spot
+// stragglers.
+func (q *Sequencer) Releasable(now time.Time) uint64 {
+	if q.st == nil || q.st.Spec == nil {
+		return 0
+	}
+	next := q.st.LastCut.Index + 1
+	var n uint64
+	var blocked []cut.ShardID
+	for {
+		b, ok := q.blockers(next + n)
+		if !ok || len(b) > 0 {
+			blocked = b
+			break
+		}
+		n++
+	}
+	if q.hasSole && q.blockedCut < next+n {
+		// The shard that alone held a cut back has reported.
+		if now.Sub(q.soleSince) > q.cfg.StragglerDelay {
+			if v, ok := q.shards[q.soleBlocker]; ok {
+				v.strikes++
+			}
+		}
+		q.hasSole = false
+	}
+	if len(blocked) > 0 {
+		q.track(next+n, blocked, now)
+	}
+	return n
+}
+
+func (q *Sequencer) track(idx uint64, blockers []cut.ShardID, now time.Time) {
+	if q.blockedCut != idx {
+		q.blockedCut, q.waiting, q.hasSole = idx, false, false
+	}
+	if !q.waiting && len(blockers) < q.included(idx) {
+		q.waiting, q.waitingSince = true, now
+	}
+	if len(blockers) != 1 {
+		q.hasSole = false
+		return
+	}
+	if !q.hasSole || q.soleBlocker != blockers[0] {
+		q.hasSole, q.soleBlocker, q.soleSince = true, blockers[0], now
+	}
+}
+
+// included is how many shards cut idx waits for.
+func (q *Sequencer) included(idx uint64) int {
+	w, ok := q.st.Spec.Window(idx)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, qu := range w.Quotas {
+		if w.Includes(qu.Shard, idx-w.FirstCut) {
+			n++
+		}
+	}
+	return n
+}
+
+// aheadOf is how many cuts from idx on shard has reported enough for.
+func (q *Sequencer) aheadOf(idx uint64, shard cut.ShardID) uint64 {
+	var ahead uint64
+	for k := idx; ; k++ {
+		w, ok := q.st.Spec.Window(k)
+		if !ok {
+			return ahead
+		}
+		need, has := w.Length(shard, k-w.FirstCut)
+		if !has || q.reported(shard) < need {
+			return ahead
+		}
+		ahead = k - idx + 1
+	}
+}
+
+// LagFixes returns, for each shard holding back the first unreleased cut
+// while others are done with it, the length it must reach now: as far as
+// the furthest shard has gone. It answers only when lag-fix is on.
+func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
+	if !q.cfg.LagFix || q.st == nil || q.st.Spec == nil {
+		return nil
+	}
+	idx := q.st.LastCut.Index + 1
+	blockers, ok := q.blockers(idx)
+	if !ok || len(blockers) == 0 {
+		return nil
+	}
+	if len(blockers) == q.included(idx) {
+		// Nobody is waiting for anybody.
+		return nil
+	}
+	var furthest uint64
+	for id := range q.shards {
+		if !slices.Contains(blockers, id) {
+			furthest = max(furthest, q.aheadOf(idx, id))
+		}
+	}
+	waited := q.waiting && q.blockedCut == idx && now.Sub(q.waitingSince) >= q.cfg.LagAfter
+	if furthest < q.cfg.LagAhead && !waited {
+		return nil
+	}
+	w, _ := q.st.Spec.Window(idx)
+	targetCut := idx + max(furthest, 1) - 1
+	var out []cut.Length
+	for _, b := range blockers {
+		v, ok := q.shards[b]
+		if !ok {
+			continue
+		}
+		tw, ok := q.st.Spec.Window(targetCut)
+		if !ok {
+			continue
+		}
+		target, has := tw.Length(b, targetCut-tw.FirstCut)
+		if !has {
+			target, _ = w.Length(b, idx-w.FirstCut)
+		}
+		if v.lagTarget >= target && now.Sub(v.lagLastSent) < q.cfg.Interval {
+			continue
+		}
+		if v.lagTarget == 0 {
+			v.lagFirstSent = now
+			q.lagFixes++
+		}
+		v.lagTarget = max(v.lagTarget, target)
+		v.lagLastSent = now
+		out = append(out, cut.Length{Shard: b, Length: v.lagTarget})
+	}
+	return out
+}
+
+// Suspects returns shards that left a lag-fix unanswered for SuspectAfter:
+// the whole shard is taken for failed.
+func (q *Sequencer) Suspects(now time.Time) []cut.ShardID {
+	var out []cut.ShardID
+	for id, v := range q.shards {
+		if v.lagTarget > 0 && now.Sub(v.lagFirstSent) > q.cfg.SuspectAfter {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// PlanWindow returns the next window to announce, when one is due: at once
+// when no window is announced, and halfway through the current one
+// otherwise, so shards learn it long before they need it.
+func (q *Sequencer) PlanWindow(now time.Time) (*control.WindowCommand, bool) {
+	if q.st == nil || q.st.Spec == nil {
+		return nil, false
+	}
+	ws := q.st.Spec.Windows
+	switch len(ws) {
+	case 0:
+	case 1:
+		if q.st.LastCut.Index+1 < ws[0].FirstCut+ws[0].Cuts/2 {
+			return nil, false
+		}
+	default:
+		return nil, false
+	}
+	var ids []cut.ShardID
+	perCut := map[cut.ShardID]uint64{}
+	for _, sh := range q.st.Shards {
+		v, ok := q.shards[sh.ID]
+		if sh.State != control.Live || !ok {
+			continue
+		}
+		if p := q.quotaFor(sh.ID, v, now); p > 0 {
+			ids = append(ids, sh.ID)
+			perCut[sh.ID] = p
+		}
+	}
+	if len(ids) == 0 {
+		return nil, false
+	}
+	groups := 1
+	if q.cfg.StaggerAbove > 0 && len(ids) > q.cfg.StaggerAbove {
+		groups = (len(ids) + q.cfg.StaggerAbove - 1) / q.cfg.StaggerAbove
+	}
+	cmd := &control.WindowCommand{Groups: groups}
+	for i, id := range ids {
+		cmd.Quotas = append(cmd.Quotas, fixante.Quota{Shard: id, PerCut: perCut[id], Group: i % groups})
+	}
+	return cmd, true
+}
+
+// quotaFor decides a shard's per-cut quota for the next window, moving it
+// through straggler exclusion and probing, and resets the measurements.
+func (q *Sequencer) quotaFor(id cut.ShardID, v *shardView, now time.Time) uint64 {
+	rate := 0.0
+	if d := now.Sub(v.planAt); d > 0 && v.records > v.planRecords {
+		rate = float64(v.records-v.planRecords) / d.Seconds()
+	}
+	v.planRecords, v.planAt = v.records, now
+	prev := v.quota
+	strikes := v.strikes
+	v.strikes = 0
+	switch {
+	case strikes >= q.cfg.StragglerStrikes || (v.stage == stageProbing && strikes > 0):
+		v.stage = stageExcluded
+		v.quota = 0
+		return 0
+	case v.stage == stageExcluded:
+		v.stage = stageProbing
+		v.quota = 1
+		return 1
+	case v.stage == stageProbing:
+		v.stage = stageNormal
+	}
+	want := prev
+	if want == 0 {
+		want = 1
+	}
+	if q.cfg.QuotaChange && rate > 0 {
+		r := min(fixante.RateQuota(rate, q.cfg.Interval), q.cfg.QuotaMax)
+		// Small wobbles keep the quota: each change costs no-ops while
+		// the rate estimate settles.
+		if prev == 0 || r*4 > prev*5 || r*5 < prev*4 {
+			want = r
+		}
+	}
+	if prev != 0 && want != prev {
+		q.quotaChanges++
+	}
+	v.quota = want
+	return want
+}

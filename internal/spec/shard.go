@@ -1,0 +1,167 @@
+// Package spec holds the protocol logic of speculative order (SpecLog, the
+// Belfast system) as pure state machines: how a shard adheres to the
+// predetermined cuts of its lease windows (Shard), how the ordering leader
+// releases cuts, fixes lags, sets quotas and excludes stragglers
+// (Sequencer), and how a subscriber merges speculative streams (Merger).
+// No I/O, goroutines or clocks: callers pass the time in.
+package spec
+
+import (
+	"time"
+
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
+)
+
+// Shard is a shard primary's side of fix-ante ordering. The shard's local
+// log holds records and no-ops; Stored and Durable track its length, and
+// the announced windows say which lengths are quota boundaries. The shard
+// reports when its durable length crosses a boundary, fills no-ops when it
+// sits between boundaries for too long, and fills on a lag-fix.
+type Shard struct {
+	id cut.ShardID
+	// fillAfter is how long after its last report a shard between
+	// boundaries fills the rest of its quota with no-ops.
+	fillAfter time.Duration
+
+	windows  []fixante.Window
+	stored   uint64
+	durable  uint64
+	records  uint64 // real records among the stored entries
+	reported uint64 // the last boundary reported
+	lastSent time.Time
+}
+
+// NewShard returns the adherence state of shard id, whose log already holds
+// length entries.
+func NewShard(id cut.ShardID, length uint64, fillAfter time.Duration, now time.Time) *Shard {
+	return &Shard{id: id, fillAfter: fillAfter, stored: length, durable: length, reported: length, lastSent: now}
+}
+
+// SetWindows replaces the announced windows (the current one first).
+func (s *Shard) SetWindows(ws []fixante.Window) { s.windows = ws }
+
+// Windows returns the announced windows.
+func (s *Shard) Windows() []fixante.Window { return s.windows }
+
+// Stored records that the log now holds length entries, records of them
+// real records.
+func (s *Shard) Stored(length, records uint64) {
+	s.stored = max(s.stored, length)
+	s.records = max(s.records, records)
+}
+
+// Durable records that every replica holds length entries.
+func (s *Shard) Durable(length uint64) { s.durable = max(s.durable, length) }
+
+// Length is the number of entries stored.
+func (s *Shard) Length() uint64 { return s.stored }
+
+// Records is the number of real records stored.
+func (s *Shard) Records() uint64 { return s.records }
+
+// boundaryAfter is the first quota boundary after length n in the
+// announced windows.
+func (s *Shard) boundaryAfter(n uint64) (uint64, bool) {
+	for _, w := range s.windows {
+		if b, ok := w.Boundary(s.id, n); ok {
+			return b, true
+		}
+	}
+	return 0, false
+}
+
+// boundaryAtMost is the last quota boundary at or below n that lies beyond
+// the last report, if any.
+func (s *Shard) boundaryAtMost(n uint64) (uint64, bool) {
+	b, found := uint64(0), false
+	at := s.reported
+	for {
+		next, ok := s.boundaryAfter(at)
+		if !ok || next > n {
+			return b, found
+		}
+		b, found, at = next, true, next
+	}
+}
+
+// Report returns the length to report now, if the durable length crossed a
+// quota boundary since the last report. Reports at boundaries only keep the
+// leader's load at about one report per cut.
+func (s *Shard) Report(now time.Time) (length uint64, ok bool) {
+	b, ok := s.boundaryAtMost(s.durable)
+	if !ok {
+		return 0, false
+	}
+	s.reported = b
+	s.lastSent = now
+	return s.durable, true
+}
+
+// between returns the next boundary when the log ends strictly between
+// two boundaries of the announced windows: it owes the rest of a quota.
+func (s *Shard) between() (uint64, bool) {
+	next, ok := s.boundaryAfter(s.stored)
+	if !ok {
+		return 0, false
+	}
+	for _, w := range s.windows {
+		q, has := w.Quota(s.id)
+		if !has || s.stored < q.Base {
+			continue
+		}
+		if end, _ := w.ShardEnd(s.id); s.stored <= end && (s.stored-q.Base)%q.PerCut == 0 {
+			return 0, false
+		}
+	}
+	return next, true
+}
+
+// FillAt is when Fill will next have no-ops to add, if the log ends
+// between boundaries.
+func (s *Shard) FillAt() (time.Time, bool) {
+	if _, ok := s.between(); !ok {
+		return time.Time{}, false
+	}
+	return s.lastSent.Add(s.fillAfter), true
+}
+
+// Fill returns how many no-ops to append now: the rest of the current quota
+// once the log has sat between boundaries for fillAfter since the last
+// report.
+func (s *Shard) Fill(now time.Time) uint64 {
+	next, ok := s.between()
+	if !ok || now.Sub(s.lastSent) < s.fillAfter {
+		return 0
+	}
+	return next - s.stored
+}
+
+// LagFix returns how many no-ops to append so the log reaches target at
+// once: the leader saw other shards ahead. A target past the announced
+// windows is cut back to their last boundary.
+func (s *Shard) LagFix(target uint64) uint64 {
+	if target <= s.stored {
+		return 0
+	}
+	limit := s.stored
+	for {
+		b, ok := s.boundaryAfter(limit)
+		if !ok || b > target {
+			break
+		}
+		limit = b
+	}
+	return limit - s.stored
+}
+
+// Predict returns the global position of the entry at local index n, if an
+// announced window covers it.
+func (s *Shard) Predict(n uint64) (uint64, bool) {
+	for _, w := range s.windows {
+		if pos, _, ok := w.Locate(s.id, n); ok {
+			return pos, true
+		}
+	}
+	return 0, false
+}
