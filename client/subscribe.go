@@ -44,6 +44,12 @@ type Subscription struct {
 	// followed is owned by the merge goroutine.
 	followed map[uint32]bool
 	wg       sync.WaitGroup
+	// spec, when set, carries the subscription on a speculative cluster.
+	spec *SpecSubscription
+}
+
+func errTrimmedBelow(from, trim uint64) error {
+	return fmt.Errorf("%w: position %d is below the trim point %d", ErrTrimmed, from, trim)
 }
 
 type shardMsg struct {
@@ -59,7 +65,16 @@ func (c *Client) Subscribe(ctx context.Context, from uint64, f Filter) (*Subscri
 		return nil, err
 	}
 	if from < st.Trim {
-		return nil, fmt.Errorf("%w: position %d is below the trim point %d", ErrTrimmed, from, st.Trim)
+		return nil, errTrimmedBelow(from, st.Trim)
+	}
+	if st.Spec != nil {
+		// In speculative mode the confirmed-only view of the speculative
+		// streams is the eager order; it also knows the no-op slots.
+		ss, err := c.SubscribeSpec(ctx, from, f, true)
+		if err != nil {
+			return nil, err
+		}
+		return &Subscription{spec: ss}, nil
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Subscription{
@@ -287,6 +302,14 @@ func (s *Subscription) setErr(err error) {
 
 // Next returns the next entry, blocking until one is ordered or ctx ends.
 func (s *Subscription) Next(ctx context.Context) (Entry, error) {
+	if s.spec != nil {
+		for {
+			ev, err := s.spec.Next(ctx)
+			if err != nil || ev.Kind == EventDeliver {
+				return ev.Entry, err
+			}
+		}
+	}
 	select {
 	case e, ok := <-s.out:
 		if ok {
@@ -302,6 +325,10 @@ func (s *Subscription) Next(ctx context.Context) (Entry, error) {
 
 // Close ends the subscription.
 func (s *Subscription) Close() {
+	if s.spec != nil {
+		s.spec.Close()
+		return
+	}
 	s.cancel()
 	// Drain so the merge goroutine is not stuck delivering.
 	for range s.out {

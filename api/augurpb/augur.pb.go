@@ -912,12 +912,14 @@ func (x *SpecEntry) GetSkip() uint64 {
 // were delivered speculatively are void; the failed shard's entries from
 // local index void_from on are no-ops, which shard filler delivers.
 type ViewChange struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	View          uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
-	ConfirmedGp   uint64                 `protobuf:"varint,2,opt,name=confirmed_gp,json=confirmedGp,proto3" json:"confirmed_gp,omitempty"`
-	FailedShard   uint32                 `protobuf:"varint,3,opt,name=failed_shard,json=failedShard,proto3" json:"failed_shard,omitempty"`
-	VoidFrom      uint64                 `protobuf:"varint,4,opt,name=void_from,json=voidFrom,proto3" json:"void_from,omitempty"`
-	Filler        uint32                 `protobuf:"varint,5,opt,name=filler,proto3" json:"filler,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	View        uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
+	ConfirmedGp uint64                 `protobuf:"varint,2,opt,name=confirmed_gp,json=confirmedGp,proto3" json:"confirmed_gp,omitempty"`
+	FailedShard uint32                 `protobuf:"varint,3,opt,name=failed_shard,json=failedShard,proto3" json:"failed_shard,omitempty"`
+	VoidFrom    uint64                 `protobuf:"varint,4,opt,name=void_from,json=voidFrom,proto3" json:"void_from,omitempty"`
+	Filler      uint32                 `protobuf:"varint,5,opt,name=filler,proto3" json:"filler,omitempty"`
+	// slots are the void positions.
+	Slots         []*Range `protobuf:"bytes,6,rep,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -987,6 +989,65 @@ func (x *ViewChange) GetFiller() uint32 {
 	return 0
 }
 
+func (x *ViewChange) GetSlots() []*Range {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+type Range struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Range) Reset() {
+	*x = Range{}
+	mi := &file_augur_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Range) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Range) ProtoMessage() {}
+
+func (x *Range) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Range.ProtoReflect.Descriptor instead.
+func (*Range) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Range) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *Range) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type ResolveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -999,7 +1060,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_augur_proto_msgTypes[12]
+	mi := &file_augur_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1072,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[12]
+	mi := &file_augur_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1085,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{12}
+	return file_augur_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolveRequest) GetClusterId() string {
@@ -1064,7 +1125,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_augur_proto_msgTypes[13]
+	mi := &file_augur_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1137,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[13]
+	mi := &file_augur_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1150,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{13}
+	return file_augur_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResolveResponse) GetResults() []*AppendAck {
@@ -1108,7 +1169,7 @@ type AddShardRequest struct {
 
 func (x *AddShardRequest) Reset() {
 	*x = AddShardRequest{}
-	mi := &file_augur_proto_msgTypes[14]
+	mi := &file_augur_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1181,7 @@ func (x *AddShardRequest) String() string {
 func (*AddShardRequest) ProtoMessage() {}
 
 func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[14]
+	mi := &file_augur_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1194,7 @@ func (x *AddShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardRequest.ProtoReflect.Descriptor instead.
 func (*AddShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{14}
+	return file_augur_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddShardRequest) GetClusterId() string {
@@ -1152,7 +1213,7 @@ type AddShardResponse struct {
 
 func (x *AddShardResponse) Reset() {
 	*x = AddShardResponse{}
-	mi := &file_augur_proto_msgTypes[15]
+	mi := &file_augur_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1225,7 @@ func (x *AddShardResponse) String() string {
 func (*AddShardResponse) ProtoMessage() {}
 
 func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[15]
+	mi := &file_augur_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1238,7 @@ func (x *AddShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardResponse.ProtoReflect.Descriptor instead.
 func (*AddShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{15}
+	return file_augur_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddShardResponse) GetShard() uint32 {
@@ -1188,17 +1249,19 @@ func (x *AddShardResponse) GetShard() uint32 {
 }
 
 type StoredRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      uint64                 `protobuf:"varint,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Record        *Record                `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId uint64                 `protobuf:"varint,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Record   *Record                `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	// noops, when set, makes this a run of that many no-op entries.
+	Noops         uint64 `protobuf:"varint,4,opt,name=noops,proto3" json:"noops,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoredRecord) Reset() {
 	*x = StoredRecord{}
-	mi := &file_augur_proto_msgTypes[16]
+	mi := &file_augur_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1273,7 @@ func (x *StoredRecord) String() string {
 func (*StoredRecord) ProtoMessage() {}
 
 func (x *StoredRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[16]
+	mi := &file_augur_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1286,7 @@ func (x *StoredRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredRecord.ProtoReflect.Descriptor instead.
 func (*StoredRecord) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{16}
+	return file_augur_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StoredRecord) GetClientId() uint64 {
@@ -1247,6 +1310,13 @@ func (x *StoredRecord) GetRecord() *Record {
 	return nil
 }
 
+func (x *StoredRecord) GetNoops() uint64 {
+	if x != nil {
+		return x.Noops
+	}
+	return 0
+}
+
 type ReplicateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -1260,7 +1330,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_augur_proto_msgTypes[17]
+	mi := &file_augur_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1342,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[17]
+	mi := &file_augur_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1355,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{17}
+	return file_augur_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicateRequest) GetClusterId() string {
@@ -1325,7 +1395,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_augur_proto_msgTypes[18]
+	mi := &file_augur_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1407,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[18]
+	mi := &file_augur_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1420,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{18}
+	return file_augur_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicateResponse) GetDurable() uint64 {
@@ -1369,7 +1439,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_augur_proto_msgTypes[19]
+	mi := &file_augur_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1451,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[19]
+	mi := &file_augur_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1464,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{19}
+	return file_augur_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PingRequest) GetClusterId() string {
@@ -1415,7 +1485,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_augur_proto_msgTypes[20]
+	mi := &file_augur_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1497,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[20]
+	mi := &file_augur_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1510,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{20}
+	return file_augur_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PingResponse) GetServerId() string {
@@ -1477,7 +1547,7 @@ type ShardLength struct {
 
 func (x *ShardLength) Reset() {
 	*x = ShardLength{}
-	mi := &file_augur_proto_msgTypes[21]
+	mi := &file_augur_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1559,7 @@ func (x *ShardLength) String() string {
 func (*ShardLength) ProtoMessage() {}
 
 func (x *ShardLength) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[21]
+	mi := &file_augur_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1572,7 @@ func (x *ShardLength) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLength.ProtoReflect.Descriptor instead.
 func (*ShardLength) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{21}
+	return file_augur_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ShardLength) GetShard() uint32 {
@@ -1540,7 +1610,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_augur_proto_msgTypes[22]
+	mi := &file_augur_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1622,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[22]
+	mi := &file_augur_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1635,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{22}
+	return file_augur_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeartbeatRequest) GetClusterId() string {
@@ -1617,7 +1687,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_augur_proto_msgTypes[23]
+	mi := &file_augur_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1699,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[23]
+	mi := &file_augur_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1712,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{23}
+	return file_augur_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeartbeatResponse) GetLeaderAddr() string {
@@ -1681,7 +1751,7 @@ type Cut struct {
 
 func (x *Cut) Reset() {
 	*x = Cut{}
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1763,7 @@ func (x *Cut) String() string {
 func (*Cut) ProtoMessage() {}
 
 func (x *Cut) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1776,7 @@ func (x *Cut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cut.ProtoReflect.Descriptor instead.
 func (*Cut) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{24}
+	return file_augur_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Cut) GetIndex() uint64 {
@@ -1757,7 +1827,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1839,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1852,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{25}
+	return file_augur_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaAddr) GetId() string {
@@ -1827,7 +1897,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1909,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1922,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{26}
+	return file_augur_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardInfo) GetId() uint32 {
@@ -1921,14 +1991,16 @@ type Event struct {
 	MembershipVersion uint64       `protobuf:"varint,4,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
 	Trim              uint64       `protobuf:"varint,5,opt,name=trim,proto3" json:"trim,omitempty"`
 	// spec is the speculative state, set when it changed.
-	Spec          *SpecState `protobuf:"bytes,6,opt,name=spec,proto3" json:"spec,omitempty"`
+	Spec *SpecState `protobuf:"bytes,6,opt,name=spec,proto3" json:"spec,omitempty"`
+	// earlier_cuts are the cuts a multi-cut release committed before cut.
+	EarlierCuts   []*Cut `protobuf:"bytes,7,rep,name=earlier_cuts,json=earlierCuts,proto3" json:"earlier_cuts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2012,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2025,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{27}
+	return file_augur_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1998,6 +2070,13 @@ func (x *Event) GetSpec() *SpecState {
 	return nil
 }
 
+func (x *Event) GetEarlierCuts() []*Cut {
+	if x != nil {
+		return x.EarlierCuts
+	}
+	return nil
+}
+
 // Quota is one shard's share of each cut of its group in a lease window;
 // base is its length before the window.
 type Quota struct {
@@ -2012,7 +2091,7 @@ type Quota struct {
 
 func (x *Quota) Reset() {
 	*x = Quota{}
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2103,7 @@ func (x *Quota) String() string {
 func (*Quota) ProtoMessage() {}
 
 func (x *Quota) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2116,7 @@ func (x *Quota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quota.ProtoReflect.Descriptor instead.
 func (*Quota) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{28}
+	return file_augur_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Quota) GetShard() uint32 {
@@ -2082,7 +2161,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2173,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2186,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{29}
+	return file_augur_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Window) GetIndex() uint64 {
@@ -2166,7 +2245,7 @@ type SpecState struct {
 
 func (x *SpecState) Reset() {
 	*x = SpecState{}
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2257,7 @@ func (x *SpecState) String() string {
 func (*SpecState) ProtoMessage() {}
 
 func (x *SpecState) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2270,7 @@ func (x *SpecState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecState.ProtoReflect.Descriptor instead.
 func (*SpecState) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{30}
+	return file_augur_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SpecState) GetView() uint64 {
@@ -2240,7 +2319,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2331,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2344,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{31}
+	return file_augur_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchRequest) GetClusterId() string {
@@ -2294,7 +2373,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2385,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2398,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{32}
+	return file_augur_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchResponse) GetEvents() []*Event {
@@ -2352,7 +2431,7 @@ type RegisterShardRequest struct {
 
 func (x *RegisterShardRequest) Reset() {
 	*x = RegisterShardRequest{}
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2443,7 @@ func (x *RegisterShardRequest) String() string {
 func (*RegisterShardRequest) ProtoMessage() {}
 
 func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2456,7 @@ func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardRequest.ProtoReflect.Descriptor instead.
 func (*RegisterShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{33}
+	return file_augur_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterShardRequest) GetClusterId() string {
@@ -2426,7 +2505,7 @@ type RegisterShardResponse struct {
 
 func (x *RegisterShardResponse) Reset() {
 	*x = RegisterShardResponse{}
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2517,7 @@ func (x *RegisterShardResponse) String() string {
 func (*RegisterShardResponse) ProtoMessage() {}
 
 func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2530,7 @@ func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardResponse.ProtoReflect.Descriptor instead.
 func (*RegisterShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{34}
+	return file_augur_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RegisterShardResponse) GetShard() uint32 {
@@ -2487,7 +2566,7 @@ type FinalizeShardRequest struct {
 
 func (x *FinalizeShardRequest) Reset() {
 	*x = FinalizeShardRequest{}
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2578,7 @@ func (x *FinalizeShardRequest) String() string {
 func (*FinalizeShardRequest) ProtoMessage() {}
 
 func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2591,7 @@ func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{35}
+	return file_augur_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FinalizeShardRequest) GetClusterId() string {
@@ -2546,7 +2625,7 @@ type FinalizeShardResponse struct {
 
 func (x *FinalizeShardResponse) Reset() {
 	*x = FinalizeShardResponse{}
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2637,7 @@ func (x *FinalizeShardResponse) String() string {
 func (*FinalizeShardResponse) ProtoMessage() {}
 
 func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2650,7 @@ func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{36}
+	return file_augur_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FinalizeShardResponse) GetLeaderAddr() string {
@@ -2598,7 +2677,7 @@ type TrimRequest struct {
 
 func (x *TrimRequest) Reset() {
 	*x = TrimRequest{}
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2689,7 @@ func (x *TrimRequest) String() string {
 func (*TrimRequest) ProtoMessage() {}
 
 func (x *TrimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2702,7 @@ func (x *TrimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimRequest.ProtoReflect.Descriptor instead.
 func (*TrimRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{37}
+	return file_augur_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TrimRequest) GetClusterId() string {
@@ -2651,7 +2730,7 @@ type TrimResponse struct {
 
 func (x *TrimResponse) Reset() {
 	*x = TrimResponse{}
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2742,7 @@ func (x *TrimResponse) String() string {
 func (*TrimResponse) ProtoMessage() {}
 
 func (x *TrimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2755,7 @@ func (x *TrimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimResponse.ProtoReflect.Descriptor instead.
 func (*TrimResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{38}
+	return file_augur_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TrimResponse) GetTrim() uint64 {
@@ -2709,7 +2788,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2800,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2813,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{39}
+	return file_augur_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatusRequest) GetClusterId() string {
@@ -2755,7 +2834,7 @@ type OrderingMember struct {
 
 func (x *OrderingMember) Reset() {
 	*x = OrderingMember{}
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +2846,7 @@ func (x *OrderingMember) String() string {
 func (*OrderingMember) ProtoMessage() {}
 
 func (x *OrderingMember) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +2859,7 @@ func (x *OrderingMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderingMember.ProtoReflect.Descriptor instead.
 func (*OrderingMember) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{40}
+	return file_augur_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *OrderingMember) GetId() string {
@@ -2824,7 +2903,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2915,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2928,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{41}
+	return file_augur_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusResponse) GetClusterId() string {
@@ -2939,7 +3018,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3030,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3043,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{42}
+	return file_augur_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -2982,7 +3061,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3073,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3086,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{43}
+	return file_augur_proto_rawDescGZIP(), []int{44}
 }
 
 var File_augur_proto protoreflect.FileDescriptor
@@ -3071,14 +3150,18 @@ const file_augur_proto_rawDesc = "" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12(\n" +
 	"\x06record\x18\x03 \x01(\v2\x10.augur.v1.RecordR\x06record\x12\x12\n" +
-	"\x04skip\x18\x04 \x01(\x04R\x04skip\"\x9b\x01\n" +
+	"\x04skip\x18\x04 \x01(\x04R\x04skip\"\xc2\x01\n" +
 	"\n" +
 	"ViewChange\x12\x12\n" +
 	"\x04view\x18\x01 \x01(\x04R\x04view\x12!\n" +
 	"\fconfirmed_gp\x18\x02 \x01(\x04R\vconfirmedGp\x12!\n" +
 	"\ffailed_shard\x18\x03 \x01(\rR\vfailedShard\x12\x1b\n" +
 	"\tvoid_from\x18\x04 \x01(\x04R\bvoidFrom\x12\x16\n" +
-	"\x06filler\x18\x05 \x01(\rR\x06filler\"v\n" +
+	"\x06filler\x18\x05 \x01(\rR\x06filler\x12%\n" +
+	"\x05slots\x18\x06 \x03(\v2\x0f.augur.v1.RangeR\x05slots\"3\n" +
+	"\x05Range\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"v\n" +
 	"\x0eResolveRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -3091,11 +3174,12 @@ const file_augur_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\"(\n" +
 	"\x10AddShardResponse\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\rR\x05shard\"g\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\"}\n" +
 	"\fStoredRecord\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12(\n" +
-	"\x06record\x18\x03 \x01(\v2\x10.augur.v1.RecordR\x06record\"\x9a\x01\n" +
+	"\x06record\x18\x03 \x01(\v2\x10.augur.v1.RecordR\x06record\x12\x14\n" +
+	"\x05noops\x18\x04 \x01(\x04R\x05noops\"\x9a\x01\n" +
 	"\x10ReplicateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -3147,14 +3231,15 @@ const file_augur_proto_rawDesc = "" +
 	"\tadded_cut\x18\x05 \x01(\x04R\baddedCut\x12\x1b\n" +
 	"\tfinal_cut\x18\x06 \x01(\x04R\bfinalCut\x12!\n" +
 	"\ffinal_length\x18\a \x01(\x04R\vfinalLength\x12\x16\n" +
-	"\x06failed\x18\b \x01(\bR\x06failed\"\xd3\x01\n" +
+	"\x06failed\x18\b \x01(\bR\x06failed\"\x85\x02\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\x03cut\x18\x02 \x01(\v2\r.augur.v1.CutR\x03cut\x12+\n" +
 	"\x06shards\x18\x03 \x03(\v2\x13.augur.v1.ShardInfoR\x06shards\x12-\n" +
 	"\x12membership_version\x18\x04 \x01(\x04R\x11membershipVersion\x12\x12\n" +
 	"\x04trim\x18\x05 \x01(\x04R\x04trim\x12'\n" +
-	"\x04spec\x18\x06 \x01(\v2\x13.augur.v1.SpecStateR\x04spec\"`\n" +
+	"\x04spec\x18\x06 \x01(\v2\x13.augur.v1.SpecStateR\x04spec\x120\n" +
+	"\fearlier_cuts\x18\a \x03(\v2\r.augur.v1.CutR\vearlierCuts\"`\n" +
 	"\x05Quota\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x17\n" +
 	"\aper_cut\x18\x02 \x01(\x04R\x06perCut\x12\x14\n" +
@@ -3290,7 +3375,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                     // 0: augur.v1.Code
 	(ShardState)(0),               // 1: augur.v1.ShardState
@@ -3306,38 +3391,39 @@ var file_augur_proto_goTypes = []any{
 	(*SubscribeResponse)(nil),     // 11: augur.v1.SubscribeResponse
 	(*SpecEntry)(nil),             // 12: augur.v1.SpecEntry
 	(*ViewChange)(nil),            // 13: augur.v1.ViewChange
-	(*ResolveRequest)(nil),        // 14: augur.v1.ResolveRequest
-	(*ResolveResponse)(nil),       // 15: augur.v1.ResolveResponse
-	(*AddShardRequest)(nil),       // 16: augur.v1.AddShardRequest
-	(*AddShardResponse)(nil),      // 17: augur.v1.AddShardResponse
-	(*StoredRecord)(nil),          // 18: augur.v1.StoredRecord
-	(*ReplicateRequest)(nil),      // 19: augur.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 20: augur.v1.ReplicateResponse
-	(*PingRequest)(nil),           // 21: augur.v1.PingRequest
-	(*PingResponse)(nil),          // 22: augur.v1.PingResponse
-	(*ShardLength)(nil),           // 23: augur.v1.ShardLength
-	(*HeartbeatRequest)(nil),      // 24: augur.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 25: augur.v1.HeartbeatResponse
-	(*Cut)(nil),                   // 26: augur.v1.Cut
-	(*ReplicaAddr)(nil),           // 27: augur.v1.ReplicaAddr
-	(*ShardInfo)(nil),             // 28: augur.v1.ShardInfo
-	(*Event)(nil),                 // 29: augur.v1.Event
-	(*Quota)(nil),                 // 30: augur.v1.Quota
-	(*Window)(nil),                // 31: augur.v1.Window
-	(*SpecState)(nil),             // 32: augur.v1.SpecState
-	(*WatchRequest)(nil),          // 33: augur.v1.WatchRequest
-	(*WatchResponse)(nil),         // 34: augur.v1.WatchResponse
-	(*RegisterShardRequest)(nil),  // 35: augur.v1.RegisterShardRequest
-	(*RegisterShardResponse)(nil), // 36: augur.v1.RegisterShardResponse
-	(*FinalizeShardRequest)(nil),  // 37: augur.v1.FinalizeShardRequest
-	(*FinalizeShardResponse)(nil), // 38: augur.v1.FinalizeShardResponse
-	(*TrimRequest)(nil),           // 39: augur.v1.TrimRequest
-	(*TrimResponse)(nil),          // 40: augur.v1.TrimResponse
-	(*StatusRequest)(nil),         // 41: augur.v1.StatusRequest
-	(*OrderingMember)(nil),        // 42: augur.v1.OrderingMember
-	(*StatusResponse)(nil),        // 43: augur.v1.StatusResponse
-	(*RaftBatch)(nil),             // 44: augur.v1.RaftBatch
-	(*RaftAck)(nil),               // 45: augur.v1.RaftAck
+	(*Range)(nil),                 // 14: augur.v1.Range
+	(*ResolveRequest)(nil),        // 15: augur.v1.ResolveRequest
+	(*ResolveResponse)(nil),       // 16: augur.v1.ResolveResponse
+	(*AddShardRequest)(nil),       // 17: augur.v1.AddShardRequest
+	(*AddShardResponse)(nil),      // 18: augur.v1.AddShardResponse
+	(*StoredRecord)(nil),          // 19: augur.v1.StoredRecord
+	(*ReplicateRequest)(nil),      // 20: augur.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 21: augur.v1.ReplicateResponse
+	(*PingRequest)(nil),           // 22: augur.v1.PingRequest
+	(*PingResponse)(nil),          // 23: augur.v1.PingResponse
+	(*ShardLength)(nil),           // 24: augur.v1.ShardLength
+	(*HeartbeatRequest)(nil),      // 25: augur.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 26: augur.v1.HeartbeatResponse
+	(*Cut)(nil),                   // 27: augur.v1.Cut
+	(*ReplicaAddr)(nil),           // 28: augur.v1.ReplicaAddr
+	(*ShardInfo)(nil),             // 29: augur.v1.ShardInfo
+	(*Event)(nil),                 // 30: augur.v1.Event
+	(*Quota)(nil),                 // 31: augur.v1.Quota
+	(*Window)(nil),                // 32: augur.v1.Window
+	(*SpecState)(nil),             // 33: augur.v1.SpecState
+	(*WatchRequest)(nil),          // 34: augur.v1.WatchRequest
+	(*WatchResponse)(nil),         // 35: augur.v1.WatchResponse
+	(*RegisterShardRequest)(nil),  // 36: augur.v1.RegisterShardRequest
+	(*RegisterShardResponse)(nil), // 37: augur.v1.RegisterShardResponse
+	(*FinalizeShardRequest)(nil),  // 38: augur.v1.FinalizeShardRequest
+	(*FinalizeShardResponse)(nil), // 39: augur.v1.FinalizeShardResponse
+	(*TrimRequest)(nil),           // 40: augur.v1.TrimRequest
+	(*TrimResponse)(nil),          // 41: augur.v1.TrimResponse
+	(*StatusRequest)(nil),         // 42: augur.v1.StatusRequest
+	(*OrderingMember)(nil),        // 43: augur.v1.OrderingMember
+	(*StatusResponse)(nil),        // 44: augur.v1.StatusResponse
+	(*RaftBatch)(nil),             // 45: augur.v1.RaftBatch
+	(*RaftAck)(nil),               // 46: augur.v1.RaftAck
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -3351,58 +3437,60 @@ var file_augur_proto_depIdxs = []int32{
 	12, // 8: augur.v1.SubscribeResponse.entries:type_name -> augur.v1.SpecEntry
 	13, // 9: augur.v1.SubscribeResponse.view_change:type_name -> augur.v1.ViewChange
 	2,  // 10: augur.v1.SpecEntry.record:type_name -> augur.v1.Record
-	6,  // 11: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
-	2,  // 12: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
-	18, // 13: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
-	23, // 14: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
-	23, // 15: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
-	23, // 16: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
-	27, // 17: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
-	1,  // 18: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	26, // 19: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	28, // 20: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	32, // 21: augur.v1.Event.spec:type_name -> augur.v1.SpecState
-	30, // 22: augur.v1.Window.quotas:type_name -> augur.v1.Quota
-	31, // 23: augur.v1.SpecState.windows:type_name -> augur.v1.Window
-	13, // 24: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
-	29, // 25: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	43, // 26: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	27, // 27: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	42, // 28: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	28, // 29: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	26, // 30: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	32, // 31: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	5,  // 32: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 33: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	14, // 34: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	19, // 35: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	21, // 36: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	16, // 37: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	24, // 38: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	33, // 39: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	35, // 40: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	37, // 41: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	39, // 42: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	41, // 43: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	44, // 44: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	7,  // 45: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 46: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	15, // 47: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	20, // 48: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	22, // 49: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	17, // 50: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	25, // 51: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	34, // 52: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	36, // 53: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	38, // 54: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	40, // 55: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	43, // 56: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	45, // 57: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	45, // [45:58] is the sub-list for method output_type
-	32, // [32:45] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	14, // 11: augur.v1.ViewChange.slots:type_name -> augur.v1.Range
+	6,  // 12: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
+	2,  // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
+	19, // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
+	24, // 15: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
+	24, // 16: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
+	24, // 17: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
+	28, // 18: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
+	1,  // 19: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
+	27, // 20: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	29, // 21: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	33, // 22: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	27, // 23: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
+	31, // 24: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	32, // 25: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13, // 26: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	30, // 27: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	44, // 28: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	28, // 29: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	43, // 30: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	29, // 31: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	27, // 32: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	33, // 33: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	5,  // 34: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 35: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 36: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 37: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 38: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 39: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 40: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	34, // 41: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	36, // 42: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	38, // 43: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	40, // 44: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	42, // 45: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	45, // 46: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	7,  // 47: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 48: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 49: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 50: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 51: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 52: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	26, // 53: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	35, // 54: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	37, // 55: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	39, // 56: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	41, // 57: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	44, // 58: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	46, // 59: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	47, // [47:60] is the sub-list for method output_type
+	34, // [34:47] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -3416,7 +3504,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -27,18 +27,25 @@ import (
 
 	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/storage"
 )
 
 // Roles a server id can have.
 const (
 	RoleOrdering = "ordering"
-	RoleStorage  = "storage"
+	// Ordering modes.
+	ModeEager = "eager"
+	ModeSpec  = "spec"
+	// windowCutsMax bounds the lease window.
+	windowCutsMax = 1 << 20
+	RoleStorage   = "storage"
 )
 
 // Defaults of the fields a cluster file may leave out.
 const (
 	DefaultOrderingInterval = time.Millisecond
+	DefaultWindowCuts       = 100
 	DefaultFailureTimeout   = time.Second
 	DefaultFsync            = "interval"
 	DefaultFsyncInterval    = 10 * time.Millisecond
@@ -71,6 +78,15 @@ const (
 // Cluster is the content of a cluster file.
 type Cluster struct {
 	ClusterID string `yaml:"cluster_id"`
+	// Mode is "eager" (Scalog: cuts follow reports) or "spec" (SpecLog:
+	// fix-ante ordering; subscribers may get records before their cut).
+	Mode string `yaml:"mode"`
+	// WindowCuts is the lease window of speculative mode, in cuts.
+	WindowCuts uint64 `yaml:"window_cuts"`
+	// NoLagFix and NoQuotaChange turn those speculative mechanisms off,
+	// for experiments.
+	NoLagFix      bool `yaml:"no_lag_fix,omitempty"`
+	NoQuotaChange bool `yaml:"no_quota_change,omitempty"`
 	// OrderingInterval is how often the ordering leader may commit a cut.
 	OrderingInterval Duration `yaml:"ordering_interval"`
 	// FailureTimeout is how long a storage server may stay silent before its
@@ -139,6 +155,8 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // Default returns a cluster with every default set and no servers.
 func Default() *Cluster {
 	return &Cluster{
+		Mode:             ModeEager,
+		WindowCuts:       DefaultWindowCuts,
 		OrderingInterval: Duration(DefaultOrderingInterval),
 		FailureTimeout:   Duration(DefaultFailureTimeout),
 		Fsync:            DefaultFsync,
@@ -294,7 +312,16 @@ func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Confi
 	for i, o := range c.Ordering {
 		members[i] = ordering.Member{ID: o.ID, Addr: o.Addr}
 	}
+	var sp *spec.Config
+	if c.Mode == ModeSpec {
+		sc := spec.DefaultConfig(c.OrderingInterval.D())
+		sc.LagFix, sc.QuotaChange = !c.NoLagFix, !c.NoQuotaChange
+		sc.SuspectAfter = c.FailureTimeout.D()
+		sp = &sc
+	}
 	return ordering.Config{
+		Spec:             sp,
+		WindowCuts:       c.WindowCuts,
 		ClusterID:        c.ClusterID,
 		ID:               id,
 		Members:          members,
@@ -335,7 +362,11 @@ func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config,
 		RecordBytesMax:    c.RecordBytesMax,
 		OrderingInterval:  c.OrderingInterval.D(),
 		HeartbeatInterval: c.HeartbeatInterval(),
-		Logger:            logger,
+		Spec:              c.Mode == ModeSpec,
+		// Shards fill no-ops 1.5 ordering intervals after their last
+		// report when short of their quota (SpecLog §4.9).
+		FillAfter: c.OrderingInterval.D() * 3 / 2,
+		Logger:    logger,
 	}, nil
 }
 

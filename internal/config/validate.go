@@ -24,6 +24,14 @@ func (c *Cluster) Validate() error {
 	case len(c.ClusterID) > clusterIDBytesMax:
 		bad("cluster_id is %d bytes long, at most %d allowed", len(c.ClusterID), clusterIDBytesMax)
 	}
+	switch c.Mode {
+	case ModeEager, ModeSpec:
+	default:
+		bad("mode must be %q or %q, got %q", ModeEager, ModeSpec, c.Mode)
+	}
+	if c.Mode == ModeSpec && (c.WindowCuts == 0 || c.WindowCuts > windowCutsMax) {
+		bad("window_cuts must be between 1 and %d, got %d", windowCutsMax, c.WindowCuts)
+	}
 	if c.OrderingInterval <= 0 {
 		bad("ordering_interval must be positive, got %v", c.OrderingInterval)
 	}

@@ -25,7 +25,8 @@ type Spec struct {
 	Windows []fixante.Window `json:"windows,omitempty"`
 	// NextWindow is the index the next created window takes.
 	NextWindow uint64 `json:"nextWindow"`
-	// Void lists failed shards that still hold slots in Windows.
+	// Void lists the failed shards that held slots, oldest first; it is
+	// kept so that subscribers reading old positions learn the no-ops.
 	Void []Void `json:"void,omitempty"`
 }
 
@@ -36,6 +37,11 @@ type Void struct {
 	From   uint64      `json:"from"`
 	Filler cut.ShardID `json:"filler"`
 	View   uint64      `json:"view"`
+	// ConfirmedGP is the end of the last cut released before the failure.
+	ConfirmedGP uint64 `json:"cgp"`
+	// Slots are the void positions: the failed shard's slots in the
+	// windows announced when it failed (no later window holds it).
+	Slots []fixante.Range `json:"slots,omitempty"`
 }
 
 // ViewChange is the event of a whole-shard failure in speculative mode.
@@ -157,11 +163,6 @@ func (s *State) applyRelease() (Event, error) {
 	ev := Event{Cut: &next}
 	if j == w.Cuts-1 {
 		sp.Windows = sp.Windows[1:]
-		// A failed shard's slots end with the last window that holds it.
-		sp.Void = slices.DeleteFunc(sp.Void, func(v Void) bool {
-			_, held := sp.holds(v.Shard)
-			return !held
-		})
 	}
 	for i := range s.Shards {
 		sh := &s.Shards[i]
@@ -212,7 +213,10 @@ func (s *State) finalizeSpec(sh *Shard, failed bool) (*ViewChange, bool) {
 	}
 	sp.View++
 	sp.ConfirmedGP = s.LastCut.End
-	v := Void{Shard: sh.ID, From: s.LastCut.Len(sh.ID), Filler: s.fillerFor(sh.ID, sh.ID), View: sp.View}
+	v := Void{Shard: sh.ID, From: s.LastCut.Len(sh.ID), Filler: s.fillerFor(sh.ID, sh.ID), View: sp.View, ConfirmedGP: sp.ConfirmedGP}
+	for _, win := range sp.Windows {
+		v.Slots = append(v.Slots, win.Slots(sh.ID, v.From)...)
+	}
 	sp.Void = append(sp.Void, v)
 	return &ViewChange{View: sp.View, ConfirmedGP: sp.ConfirmedGP, Void: v}, true
 }

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/augur-log/augur/internal/fixante"
@@ -101,8 +102,13 @@ func TestSpecViewChange(t *testing.T) {
 	mustApply(t, s, window(q...))
 	ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}})
 	v := ev.View
-	if v == nil || v.View != 1 || v.ConfirmedGP != 4 || v.Void != (Void{Shard: 0, From: 1, Filler: 1, View: 1}) {
+	if v == nil || v.View != 1 || v.ConfirmedGP != 4 || v.Void.Shard != 0 || v.Void.From != 1 || v.Void.Filler != 1 {
 		t.Fatalf("view change %+v", v)
+	}
+	// Shard 0's remaining slots: the first of each cut, in cut 2 and in
+	// both cuts of the next window.
+	if want := []fixante.Range{{Start: 4, Count: 1}, {Start: 8, Count: 1}, {Start: 12, Count: 1}}; !slices.Equal(v.Void.Slots, want) {
+		t.Fatalf("void slots %v, want %v", v.Void.Slots, want)
 	}
 	// The filler fails too: its void passes on, and a second view starts.
 	ev = mustApply(t, s, Command{Register: &RegisterCommand{Group: "b", Replicas: []Replica{{ID: "b1", Incarnation: 2}}}})
@@ -116,8 +122,8 @@ func TestSpecViewChange(t *testing.T) {
 	if ev.Cut.Index != 4 || ev.Cut.End != 16 || ev.Cut.Len(0) != 4 {
 		t.Fatalf("cuts after failures %+v", ev.Cut)
 	}
-	if len(s.Spec.Void) != 0 {
-		t.Fatalf("void kept after its windows: %+v", s.Spec.Void)
+	if len(s.Spec.Void) != 2 {
+		t.Fatalf("voids %+v", s.Spec.Void)
 	}
 	// A failure of a shard outside every window is a plain finalize.
 	mustApply(t, s, window(fixante.Quota{Shard: 2, PerCut: 1}))

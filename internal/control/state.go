@@ -372,7 +372,11 @@ func (s *State) Clone() *State {
 			w.Quotas = slices.Clone(w.Quotas)
 			sp.Windows[i] = w
 		}
-		sp.Void = slices.Clone(s.Spec.Void)
+		sp.Void = make([]Void, len(s.Spec.Void))
+		for i, v := range s.Spec.Void {
+			v.Slots = slices.Clone(v.Slots)
+			sp.Void[i] = v
+		}
 		n.Spec = &sp
 	}
 	return &n

@@ -66,6 +66,12 @@ type Options struct {
 	RaftTick       time.Duration
 	RecordBytesMax int
 	SegmentBytes   int64
+	// Mode is config.ModeEager (the default) or config.ModeSpec;
+	// WindowCuts, NoLagFix and NoQuotaChange tune speculative mode.
+	Mode          string
+	WindowCuts    uint64
+	NoLagFix      bool
+	NoQuotaChange bool
 	// Logger receives the servers' logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -135,6 +141,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	cfg.ClusterID = opts.ClusterID
 	cfg.DataDir = c.dir
 	cfg.RaftFsync = opts.RaftFsync
+	if opts.Mode != "" {
+		cfg.Mode = opts.Mode
+	}
+	if opts.WindowCuts != 0 {
+		cfg.WindowCuts = opts.WindowCuts
+	}
+	cfg.NoLagFix, cfg.NoQuotaChange = opts.NoLagFix, opts.NoQuotaChange
 	if opts.OrderingInterval != 0 {
 		cfg.OrderingInterval = config.Duration(opts.OrderingInterval)
 	}

@@ -291,3 +291,29 @@ func Stagger(shards []cut.ShardID, perCut func(cut.ShardID) uint64, groups, stag
 	}
 	return out
 }
+
+// Range is a run of consecutive global positions.
+type Range struct {
+	Start uint64 `json:"s"`
+	Count uint64 `json:"n"`
+}
+
+// Slots returns the positions of shard's entries in this window from local
+// index from on, one range per cut.
+func (w Window) Slots(shard cut.ShardID, from uint64) []Range {
+	q, ok := w.quota(shard)
+	if !ok {
+		return nil
+	}
+	var out []Range
+	for j := uint64(q.Group); j < w.Cuts; j += uint64(w.Groups) {
+		end := q.Base + w.Entries(shard, j)
+		first := max(end-q.PerCut, from)
+		if first >= end {
+			continue
+		}
+		pos, _, _ := w.Locate(shard, first)
+		out = append(out, Range{Start: pos, Count: end - first})
+	}
+	return out
+}

@@ -40,6 +40,26 @@ var (
 		Name: "augur_shard_failures_total",
 		Help: "Shards proposed for finalization after a replica failure.",
 	}, []string{"replica"})
+	// LagFixes counts lag-fixes a leader started (speculative mode).
+	LagFixes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_lag_fixes_total",
+		Help: "Lag-fixes the ordering leader sent to lagging shards.",
+	}, []string{"replica"})
+	// QuotaChanges counts shard quotas a leader changed between windows.
+	QuotaChanges = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_quota_changes_total",
+		Help: "Per-shard quota changes announced with a new lease window.",
+	}, []string{"replica"})
+	// ViewChanges counts whole-shard failures applied (speculative mode).
+	ViewChanges = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_view_changes_total",
+		Help: "View changes applied after whole-shard failures.",
+	}, []string{"replica"})
+	// Noops counts no-op entries a shard primary filled.
+	Noops = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_noops_total",
+		Help: "No-op entries filled to meet quotas (speculative mode).",
+	}, []string{"server"})
 	// Leader is 1 on the ordering replica that leads.
 	Leader = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "augur_ordering_leader",

@@ -24,6 +24,7 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -60,7 +61,11 @@ type Config struct {
 	// FailureTimeout is how long a storage server may stay silent before its
 	// shards are finalized.
 	FailureTimeout time.Duration
-	Logger         *slog.Logger
+	// Spec, when set, runs the cluster in speculative mode (fix-ante
+	// ordering) with this policy and WindowCuts cuts per lease window.
+	Spec       *spec.Config
+	WindowCuts uint64
+	Logger     *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -76,6 +81,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ordering: failure timeout must be positive, got %v", c.FailureTimeout)
 	case c.Dir == "":
 		return errors.New("ordering: data directory is empty")
+	case c.Spec != nil && c.WindowCuts == 0:
+		return errors.New("ordering: speculative mode needs a window of at least one cut")
 	}
 	if c.raftID() == 0 {
 		return fmt.Errorf("ordering: id %q is not a member", c.ID)
@@ -125,6 +132,13 @@ type Server struct {
 	// seenAt is when each shard first appeared here; a new shard's replicas
 	// get a full failure timeout before silence counts against them.
 	seenAt map[cut.ShardID]time.Time
+	// In speculative mode: the leader's fix-ante policy, the lag-fixes
+	// waiting for each storage server's heartbeat stream, and whether a
+	// window announcement awaits commit.
+	seq            *spec.Sequencer
+	lagOut         map[string]chan []*pb.ShardLength
+	windowInflight bool
+	windowAt       time.Time
 
 	wake    chan struct{}
 	nextID  atomic.Uint64
@@ -141,10 +155,15 @@ func New(cfg Config) (*Server, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
+	state := control.New(cfg.ClusterID)
+	if cfg.Spec != nil {
+		state = control.NewSpec(cfg.ClusterID, cfg.WindowCuts)
+	}
 	s := &Server{
 		cfg:        cfg,
 		log:        lg.With("ordering", cfg.ID),
-		state:      control.New(cfg.ClusterID),
+		state:      state,
+		lagOut:     map[string]chan []*pb.ShardLength{},
 		changed:    make(chan struct{}),
 		waiters:    map[string]chan control.Event{},
 		reports:    map[cut.ShardID]uint64{},
@@ -218,10 +237,19 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	if cmd.Cut != nil && s.ownsLocked(cmd.ID) && s.inflight > 0 {
 		s.inflight--
 	}
+	if cmd.Window != nil && s.ownsLocked(cmd.ID) {
+		s.windowInflight = false
+	}
+	if s.seq != nil {
+		s.seq.Observe(s.state, time.Now())
+	}
 	if ok {
 		s.appendEventLocked(ev)
 		if ev.Cut != nil {
-			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Inc()
+			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Add(float64(max(len(ev.Cuts), 1)))
+		}
+		if ev.View != nil {
+			metrics.ViewChanges.WithLabelValues(s.cfg.ID).Inc()
 		}
 	}
 	if ev.MembershipChanged {
@@ -255,6 +283,9 @@ func (f *fsm) Restore(data []byte) error {
 	if err := s.state.Restore(data); err != nil {
 		return err
 	}
+	if s.seq != nil {
+		s.seq.Observe(s.state, time.Now())
+	}
 	s.events = nil
 	s.firstSeq = s.state.EventSeq + 1
 	close(s.changed)
@@ -273,6 +304,12 @@ func (s *Server) appendEventLocked(ev control.Event) {
 	}
 	if ev.MembershipChanged {
 		pe.Shards = wire.ShardsToProto(s.state.Shards)
+	}
+	for _, c := range ev.Cuts[:max(len(ev.Cuts), 1)-1] {
+		pe.EarlierCuts = append(pe.EarlierCuts, wire.CutToProto(c, s.state.MembershipVersion))
+	}
+	if s.state.Spec != nil && (ev.Window != nil || ev.View != nil || len(ev.Cuts) > 0 || ev.MembershipChanged) {
+		pe.Spec = wire.SpecToProto(s.state.Spec)
 	}
 	if len(s.events) == eventHistoryMax {
 		s.events[0] = nil
@@ -370,7 +407,11 @@ func (s *Server) leaderLoop() {
 		if !leader {
 			continue
 		}
-		if wait := s.maybeProposeCut(); wait > 0 && !timerArmed {
+		propose := s.maybeProposeCut
+		if s.cfg.Spec != nil {
+			propose = s.maybeProposeSpec
+		}
+		if wait := propose(); wait > 0 && !timerArmed {
 			cutTimer.Reset(wait)
 			timerArmed = true
 		}
@@ -385,7 +426,13 @@ func (s *Server) resetLeaderState() {
 	clear(s.broken)
 	clear(s.finalizing)
 	s.inflight = 0
+	s.windowInflight = false
 	s.leaderSince = time.Now()
+	s.seq = nil
+	if s.cfg.Spec != nil && s.node.IsLeader() {
+		s.seq = spec.NewSequencer(*s.cfg.Spec)
+		s.seq.Observe(s.state, s.leaderSince)
+	}
 }
 
 // maybeProposeCut proposes the next cut if reports moved past the last cut.
@@ -497,8 +544,28 @@ func (s *Server) checkCluster(id string) error {
 	return nil
 }
 
-// Heartbeat receives liveness and reports from one storage server.
+// Heartbeat receives liveness and reports from one storage server. In
+// speculative mode it also carries lag-fixes back to the server.
 func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
+	var sendMu sync.Mutex
+	send := func(r *pb.HeartbeatResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(r)
+	}
+	var server string
+	var out chan []*pb.ShardLength
+	done := make(chan struct{})
+	defer func() {
+		close(done)
+		if out != nil {
+			s.mu.Lock()
+			if s.lagOut[server] == out {
+				delete(s.lagOut, server)
+			}
+			s.mu.Unlock()
+		}
+	}()
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -509,16 +576,37 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 		}
 		if !s.node.IsLeader() {
 			_, addr := s.leaderAddr()
-			return stream.Send(&pb.HeartbeatResponse{NotLeader: true, LeaderAddr: addr})
+			return send(&pb.HeartbeatResponse{NotLeader: true, LeaderAddr: addr})
 		}
+		now := time.Now()
 		s.mu.Lock()
-		s.beats[req.ServerId] = beat{at: time.Now(), incarnation: req.Incarnation}
+		s.beats[req.ServerId] = beat{at: now, incarnation: req.Incarnation}
 		moved := false
 		for _, r := range req.Reports {
 			if r.Length > s.reports[r.Shard] {
 				s.reports[r.Shard] = r.Length
 				moved = true
 			}
+			if s.seq != nil {
+				s.seq.Report(r.Shard, r.Length, r.Records, now)
+			}
+		}
+		if s.cfg.Spec != nil && out == nil {
+			server = req.ServerId
+			out = make(chan []*pb.ShardLength, 16)
+			s.lagOut[server] = out
+			go func() {
+				for {
+					select {
+					case fixes := <-out:
+						if send(&pb.HeartbeatResponse{LagFixes: fixes}) != nil {
+							return
+						}
+					case <-done:
+						return
+					}
+				}
+			}()
 		}
 		for _, b := range req.Broken {
 			s.broken[b] = true
@@ -531,6 +619,76 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 			s.detectFailures()
 		}
 	}
+}
+
+// maybeProposeSpec is the leader's step in speculative mode: announce the
+// next window when due, release satisfied cuts, tell lagging shards to
+// catch up, and fail shards that ignore it. It returns when to look again.
+func (s *Server) maybeProposeSpec() time.Duration {
+	now := time.Now()
+	s.mu.Lock()
+	if s.seq == nil {
+		s.mu.Unlock()
+		return 0
+	}
+	if s.inflight > 0 && now.Sub(s.inflightAt) > proposalStaleAfter {
+		s.inflight = 0
+	}
+	if s.windowInflight && now.Sub(s.windowAt) > proposalStaleAfter {
+		s.windowInflight = false
+	}
+	var cmds []control.Command
+	if !s.windowInflight {
+		if w, ok := s.seq.PlanWindow(now); ok {
+			s.windowInflight, s.windowAt = true, now
+			cmds = append(cmds, control.Command{Window: w})
+		}
+	}
+	if n := s.seq.Releasable(now); n > 0 && s.inflight < cutsInflightMax {
+		s.inflight++
+		s.inflightAt = now
+		cmds = append(cmds, control.Command{Cut: &control.CutCommand{Release: n}})
+	}
+	byServer := map[string][]*pb.ShardLength{}
+	for _, f := range s.seq.LagFixes(now) {
+		if sh := s.state.Shard(f.Shard); sh != nil && len(sh.Replicas) > 0 {
+			id := sh.Replicas[0].ID
+			byServer[id] = append(byServer[id], &pb.ShardLength{Shard: f.Shard, Length: f.Length})
+		}
+	}
+	for id, fixes := range byServer {
+		select {
+		case s.lagOut[id] <- fixes:
+		default:
+			// The server is not listening; it will be asked again.
+		}
+	}
+	for _, id := range s.seq.Suspects(now) {
+		if _, ok := s.finalizing[id]; !ok {
+			s.finalizing[id] = now
+			s.log.Info("shard ignored a lag-fix; starting a view change", "shard", id)
+			cmds = append(cmds, control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
+		}
+	}
+	lagFixes, quotaChanges := s.seq.TakeStats()
+	tick := s.seq.Waiting()
+	s.mu.Unlock()
+	metrics.LagFixes.WithLabelValues(s.cfg.ID).Add(float64(lagFixes))
+	metrics.QuotaChanges.WithLabelValues(s.cfg.ID).Add(float64(quotaChanges))
+	for _, c := range cmds {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
+		if c.Cut != nil {
+			metrics.CutProposals.WithLabelValues(s.cfg.ID).Inc()
+		}
+		if _, err := s.propose(ctx, c, false); err != nil {
+			s.log.Debug("proposal failed", "err", err)
+		}
+		cancel()
+	}
+	if tick {
+		return s.cfg.Spec.Interval / 2
+	}
+	return 0
 }
 
 // Watch streams applied events from req.From on.
@@ -596,7 +754,7 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 		}
 		reps[i] = control.Replica{ID: r.Id, Addr: r.Addr, Incarnation: r.Incarnation}
 	}
-	ev, err := s.propose(ctx, control.Command{Register: &control.RegisterCommand{Group: req.Group, Replicas: reps}}, true)
+	ev, err := s.propose(ctx, control.Command{Register: &control.RegisterCommand{Group: req.Group, Replicas: reps, Quota: req.Quota}}, true)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "register shard: %v", err)
 	}
@@ -685,6 +843,7 @@ func (s *Server) statusLocked() *pb.StatusResponse {
 		Trim:              s.state.Trim,
 		MembershipVersion: s.state.MembershipVersion,
 		EventSeq:          s.state.EventSeq,
+		Spec:              wire.SpecToProto(s.state.Spec),
 	}
 	for _, m := range s.cfg.Members {
 		resp.Members = append(resp.Members, &pb.OrderingMember{Id: m.ID, Addr: m.Addr, Leader: m.ID == lid})

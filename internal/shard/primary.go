@@ -126,6 +126,14 @@ func (p *Primary[W]) storeOrFinalized() Verdict {
 // Next is the local index the next stored record gets.
 func (p *Primary[W]) Next() uint64 { return p.base + uint64(len(p.pending)) }
 
+// Noops records that n no-op entries were stored next: they take local
+// indexes but answer no append.
+func (p *Primary[W]) Noops(n uint64) {
+	for range n {
+		p.pending = append(p.pending, slot[W]{})
+	}
+}
+
 // Stored records that append (client, seq) was written at local.
 func (p *Primary[W]) Stored(client, seq, local uint64, w W) {
 	if local != p.Next() {

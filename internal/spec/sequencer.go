@@ -75,6 +75,9 @@ type shardView struct {
 	lagLastSent  time.Time
 	strikes      int
 	stage        stage
+	// moving is set while the shard joins or leaves: the announced
+	// windows are flushed with no-ops so that it can at the next one.
+	moving bool
 }
 
 // Sequencer is the ordering leader's fix-ante policy: which predetermined
@@ -101,10 +104,12 @@ type Sequencer struct {
 	quotaChanges uint64
 }
 
-// Stats returns how many lag-fixes the sequencer started and how many
-// quotas it changed.
-func (q *Sequencer) Stats() (lagFixes, quotaChanges uint64) {
-	return q.lagFixes, q.quotaChanges
+// TakeStats returns how many lag-fixes the sequencer started and how many
+// quotas it changed since the last call.
+func (q *Sequencer) TakeStats() (lagFixes, quotaChanges uint64) {
+	lagFixes, quotaChanges = q.lagFixes, q.quotaChanges
+	q.lagFixes, q.quotaChanges = 0, 0
+	return lagFixes, quotaChanges
 }
 
 // NewSequencer returns a policy with cfg.
@@ -126,6 +131,16 @@ func (q *Sequencer) Observe(st *control.State, now time.Time) {
 			v = &shardView{planAt: now, quota: sh.Quota, length: st.LastCut.Len(sh.ID)}
 			q.shards[sh.ID] = v
 		}
+		held := false
+		if st.Spec != nil {
+			for _, w := range st.Spec.Windows {
+				if _, has := w.Quota(sh.ID); has {
+					held = true
+				}
+			}
+		}
+		joining := sh.State == control.Live && !held && v.stage == stageNormal && st.Spec != nil && len(st.Spec.Windows) > 0
+		v.moving = joining || sh.State == control.Finalizing
 	}
 }
 
@@ -186,17 +201,9 @@ func (q *Sequencer) Releasable(now time.Time) uint64 {
 		return 0
 	}
 	next := q.st.LastCut.Index + 1
-	var n uint64
-	var blocked []cut.ShardID
-	for {
-		b, ok := q.blockers(next + n)
-		if !ok || len(b) > 0 {
-			blocked = b
-			break
-		}
-		n++
-	}
-	if q.hasSole && q.blockedCut < next+n {
+	idx, blocked := q.firstBlocked()
+	n := idx - next
+	if q.hasSole && q.blockedCut < idx {
 		// The shard that alone held a cut back has reported.
 		if now.Sub(q.soleSince) > q.cfg.StragglerDelay {
 			if v, ok := q.shards[q.soleBlocker]; ok {
@@ -206,16 +213,49 @@ func (q *Sequencer) Releasable(now time.Time) uint64 {
 		q.hasSole = false
 	}
 	if len(blocked) > 0 {
-		q.track(next+n, blocked, now)
+		q.track(idx, q.furthest(idx, blocked), blocked, now)
 	}
 	return n
 }
 
-func (q *Sequencer) track(idx uint64, blockers []cut.ShardID, now time.Time) {
+// furthest is how many cuts from idx on the shards other than blockers
+// have data for: they wait for the blockers. A joining or leaving shard
+// waits for the end of the announced windows.
+func (q *Sequencer) furthest(idx uint64, blockers []cut.ShardID) uint64 {
+	var f uint64
+	ws := q.st.Spec.Windows
+	for id, v := range q.shards {
+		if slices.Contains(blockers, id) {
+			continue
+		}
+		if v.moving && len(ws) > 0 {
+			last := ws[len(ws)-1]
+			f = max(f, last.FirstCut+last.Cuts-idx)
+			continue
+		}
+		f = max(f, q.aheadOf(idx, id))
+	}
+	return f
+}
+
+// firstBlocked returns the first cut after the last released one that is
+// not satisfied, and the shards it waits for (none if it is not announced).
+func (q *Sequencer) firstBlocked() (uint64, []cut.ShardID) {
+	idx := q.st.LastCut.Index + 1
+	for {
+		b, ok := q.blockers(idx)
+		if !ok || len(b) > 0 {
+			return idx, b
+		}
+		idx++
+	}
+}
+
+func (q *Sequencer) track(idx, furthest uint64, blockers []cut.ShardID, now time.Time) {
 	if q.blockedCut != idx {
 		q.blockedCut, q.waiting, q.hasSole = idx, false, false
 	}
-	if !q.waiting && len(blockers) < q.included(idx) {
+	if !q.waiting && furthest > 0 {
 		q.waiting, q.waitingSince = true, now
 	}
 	if len(blockers) != 1 {
@@ -242,20 +282,37 @@ func (q *Sequencer) included(idx uint64) int {
 	return n
 }
 
-// aheadOf is how many cuts from idx on shard has reported enough for.
+// aheadOf is how many cuts from idx on shard has reported enough for,
+// counting cuts without it, when it has reported anything not yet ordered.
 func (q *Sequencer) aheadOf(idx uint64, shard cut.ShardID) uint64 {
+	if q.reported(shard) <= q.st.LastCut.Len(shard) {
+		return 0
+	}
 	var ahead uint64
 	for k := idx; ; k++ {
 		w, ok := q.st.Spec.Window(k)
 		if !ok {
 			return ahead
 		}
-		need, has := w.Length(shard, k-w.FirstCut)
-		if !has || q.reported(shard) < need {
+		if need, has := w.Length(shard, k-w.FirstCut); has && q.reported(shard) < need {
 			return ahead
 		}
 		ahead = k - idx + 1
 	}
+}
+
+// lengthAt is shard's length once cut k is released.
+func (q *Sequencer) lengthAt(shard cut.ShardID, k uint64) uint64 {
+	n := q.st.LastCut.Len(shard)
+	for _, w := range q.st.Spec.Windows {
+		if w.FirstCut > k {
+			break
+		}
+		if l, has := w.Length(shard, min(k, w.FirstCut+w.Cuts-1)-w.FirstCut); has {
+			n = l
+		}
+	}
+	return n
 }
 
 // LagFixes returns, for each shard holding back the first unreleased cut
@@ -265,41 +322,27 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 	if !q.cfg.LagFix || q.st == nil || q.st.Spec == nil {
 		return nil
 	}
-	idx := q.st.LastCut.Index + 1
-	blockers, ok := q.blockers(idx)
-	if !ok || len(blockers) == 0 {
+	idx, blockers := q.firstBlocked()
+	if len(blockers) == 0 {
 		return nil
 	}
-	if len(blockers) == q.included(idx) {
+	furthest := q.furthest(idx, blockers)
+	if furthest == 0 {
 		// Nobody is waiting for anybody.
 		return nil
-	}
-	var furthest uint64
-	for id := range q.shards {
-		if !slices.Contains(blockers, id) {
-			furthest = max(furthest, q.aheadOf(idx, id))
-		}
 	}
 	waited := q.waiting && q.blockedCut == idx && now.Sub(q.waitingSince) >= q.cfg.LagAfter
 	if furthest < q.cfg.LagAhead && !waited {
 		return nil
 	}
-	w, _ := q.st.Spec.Window(idx)
-	targetCut := idx + max(furthest, 1) - 1
+	targetCut := idx + furthest - 1
 	var out []cut.Length
 	for _, b := range blockers {
 		v, ok := q.shards[b]
 		if !ok {
 			continue
 		}
-		tw, ok := q.st.Spec.Window(targetCut)
-		if !ok {
-			continue
-		}
-		target, has := tw.Length(b, targetCut-tw.FirstCut)
-		if !has {
-			target, _ = w.Length(b, idx-w.FirstCut)
-		}
+		target := q.lengthAt(b, targetCut)
 		if v.lagTarget >= target && now.Sub(v.lagLastSent) < q.cfg.Interval {
 			continue
 		}
@@ -410,4 +453,18 @@ func (q *Sequencer) quotaFor(id cut.ShardID, v *shardView, now time.Time) uint64
 	}
 	v.quota = want
 	return want
+}
+
+// Waiting reports whether time alone can change the sequencer's answers:
+// a cut some shards wait on, or a lag-fix not yet answered.
+func (q *Sequencer) Waiting() bool {
+	if q.waiting {
+		return true
+	}
+	for _, v := range q.shards {
+		if v.lagTarget > 0 {
+			return true
+		}
+	}
+	return false
 }

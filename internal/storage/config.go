@@ -36,7 +36,12 @@ type Config struct {
 	// HeartbeatInterval is how often an idle server tells the ordering layer
 	// it is alive; it must be well under the ordering layer's failure timeout.
 	HeartbeatInterval time.Duration
-	Logger            *slog.Logger
+	// Spec runs the server's shards in speculative mode: primaries adhere
+	// to lease-window quotas and fill no-ops FillAfter after their last
+	// report when short.
+	Spec      bool
+	FillAfter time.Duration
+	Logger    *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -58,6 +63,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("storage: ordering interval must be positive, got %v", c.OrderingInterval)
 	case c.HeartbeatInterval <= 0:
 		return fmt.Errorf("storage: heartbeat interval must be positive, got %v", c.HeartbeatInterval)
+	case c.Spec && c.FillAfter <= 0:
+		return fmt.Errorf("storage: no-op fill delay must be positive, got %v", c.FillAfter)
 	case c.Sync == segment.SyncInterval && c.SyncInterval <= 0:
 		return fmt.Errorf("storage: fsync interval must be positive, got %v", c.SyncInterval)
 	}

@@ -5,12 +5,15 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
+	"github.com/augur-log/augur/internal/spec"
 )
 
 // Bounds.
@@ -59,6 +62,8 @@ type cutMsg struct {
 	// orderedAtLeast, from a snapshot, is how many of the shard's records
 	// are ordered; a copy that assigned fewer missed cuts for good.
 	orderedAtLeast uint64
+	// spec is the new speculative state, when it changed.
+	spec *control.Spec
 }
 
 type backupAck struct {
@@ -105,6 +110,17 @@ type replica struct {
 	// lost is set once this copy missed records or cuts it can never
 	// get back; it then serves neither subscriptions nor resolutions.
 	lost atomic.Bool
+
+	// Speculative mode. spec is the latest speculative state, for
+	// subscription streams; on a primary, adh decides reports and no-op
+	// fills, reported is the last length reported and records counts the
+	// real records stored.
+	spec      atomic.Pointer[control.Spec]
+	adh       *spec.Shard
+	reported  atomic.Uint64
+	records   atomic.Uint64
+	lagCh     chan uint64
+	fillTimer *time.Timer
 }
 
 func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backups []Peer) *replica {
@@ -127,6 +143,12 @@ func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backu
 	}
 	if r == rolePrimary {
 		rp.primary = shard.NewPrimary[*appendStream](store.Len(), store.GlobalOf)
+		if srv.cfg.Spec {
+			rp.adh = spec.NewShard(id, store.Len(), srv.cfg.FillAfter, time.Now())
+			rp.lagCh = make(chan uint64, 16)
+			rp.fillTimer = time.NewTimer(time.Hour)
+			rp.fillTimer.Stop()
+		}
 	}
 	if runs := store.Runs(0); len(runs) > 0 {
 		rp.lastCut = runs[len(runs)-1].Cut
@@ -160,8 +182,18 @@ func (r *replica) notifyDurable() {
 
 func (r *replica) run() {
 	defer close(r.done)
+	var fillC <-chan time.Time
+	if r.fillTimer != nil {
+		fillC = r.fillTimer.C
+	}
 	for {
+		r.specStep()
 		select {
+		case <-fillC:
+		case target := <-r.lagCh:
+			if r.adh != nil && !r.finalized.Load() {
+				r.appendNoops(r.adh.LagFix(target))
+			}
 		case <-r.stop:
 			r.failPending(pb.Code_UNAVAILABLE, "server stopping")
 			return
@@ -235,6 +267,7 @@ func (r *replica) appendLoop(reqs []appendReq) {
 	for i, e := range entries {
 		r.primary.Stored(e.ClientID, e.Seq, first+uint64(i), waiters[i])
 	}
+	r.records.Add(uint64(len(entries)))
 	recs := make([]*pb.StoredRecord, len(entries))
 	for i, e := range entries {
 		recs[i] = &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
@@ -293,6 +326,10 @@ func (r *replica) appendReplicated(b replBatch) error {
 	}
 	entries := make([]segment.Entry, len(b.records))
 	for i, rec := range b.records {
+		if rec.Noops > 0 {
+			entries[i] = segment.Entry{Noops: rec.Noops}
+			continue
+		}
 		entries[i] = segment.Entry{ClientID: rec.ClientId, Seq: rec.Seq, Key: rec.GetRecord().GetKey(),
 			Tags: rec.GetRecord().GetTags(), Payload: rec.GetRecord().GetPayload()}
 	}
@@ -315,12 +352,68 @@ func (r *replica) updateDurable() {
 	if d > r.durable.Load() {
 		r.durable.Store(d)
 		r.srv.signalHeartbeat()
+		if r.adh != nil {
+			// Speculative subscribers get records as soon as they are
+			// durable.
+			r.broadcast()
+		}
 	}
+}
+
+// specStep lets a speculative primary adhere to its quotas: fill no-ops
+// when it sat between boundaries too long, report when the durable length
+// crossed a boundary, and arm the timer of the next fill.
+func (r *replica) specStep() {
+	if r.adh == nil || r.finalized.Load() {
+		return
+	}
+	now := time.Now()
+	r.adh.Stored(r.store.Len(), r.records.Load())
+	r.adh.Durable(r.durable.Load())
+	if n := r.adh.Fill(now); n > 0 {
+		r.appendNoops(n)
+	}
+	if l, ok := r.adh.Report(now); ok {
+		r.reported.Store(l)
+		r.srv.signalHeartbeat()
+	}
+	if at, ok := r.adh.FillAt(); ok {
+		r.fillTimer.Reset(time.Until(at))
+	}
+}
+
+// appendNoops stores a run of n no-ops as one entry and replicates it as
+// one message.
+func (r *replica) appendNoops(n uint64) {
+	if n == 0 {
+		return
+	}
+	first, err := r.store.Append([]segment.Entry{{Noops: n}})
+	if err != nil {
+		r.log.Error("append no-ops", "err", err)
+		r.failed.Store(true)
+		r.srv.signalHeartbeat()
+		return
+	}
+	r.primary.Noops(n)
+	metrics.Noops.WithLabelValues(r.srv.cfg.ID).Add(float64(n))
+	r.srv.markDirty()
+	for _, b := range r.srv.backupLinks(r) {
+		b.send(first, []*pb.StoredRecord{{Noops: n}})
+	}
+	r.adh.Stored(r.store.Len(), r.records.Load())
+	r.updateDurable()
 }
 
 // applyCut assigns positions from one committed cut and acknowledges the
 // appends it orders.
 func (r *replica) applyCut(m cutMsg) {
+	if m.spec != nil {
+		r.spec.Store(m.spec)
+		if r.adh != nil {
+			r.adh.SetWindows(m.spec.Windows)
+		}
+	}
 	if m.trim > 0 {
 		if err := r.store.Trim(m.trim); err != nil {
 			r.log.Warn("trim", "err", err)

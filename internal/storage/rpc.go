@@ -180,6 +180,12 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	if req.From < trim {
 		return status.Errorf(codes.OutOfRange, "position %d is trimmed (trim point %d)", req.From, trim)
 	}
+	if req.Speculative {
+		if !s.cfg.Spec {
+			return status.Error(codes.FailedPrecondition, "speculative subscription: this cluster runs in eager mode")
+		}
+		return s.subscribeSpec(r, req, stream)
+	}
 	f := newFilter(req.Filter)
 	next := req.From
 	// nextLocal follows the runs served, to notice runs trimmed meanwhile.
@@ -219,6 +225,10 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 						// were trimmed meanwhile.
 						trimmed = true
 						return false
+					}
+					if e.Noops > 0 {
+						pos += e.Noops
+						return pos < end
 					}
 					if f.match(e) {
 						b.Records = append(b.Records, &pb.LogEntry{Position: pos, Shard: r.id,
@@ -399,6 +409,9 @@ func (s *Server) backupReplica(id cut.ShardID) (*replica, error) {
 		return nil, status.Errorf(codes.FailedPrecondition, "shard %d already has records here", id)
 	}
 	r := newReplica(s, id, roleBackup, st, nil)
+	if sp := s.view.spec; sp != nil {
+		r.spec.Store(sp)
+	}
 	s.replicas[id] = r
 	s.startReplicaLocked(r)
 	return r, nil

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/rpcopt"
@@ -50,6 +51,8 @@ type view struct {
 	shards  map[cut.ShardID]*pb.ShardInfo
 	mv      uint64
 	trim    uint64
+	// spec is the speculative state; nil in eager mode.
+	spec *control.Spec
 }
 
 // Server is one storage server.
@@ -444,6 +447,7 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 	s.view.lastCut = wire.CutFromProto(st.LastCut)
 	s.view.mv = st.MembershipVersion
 	s.view.trim = st.Trim
+	s.view.spec = wire.SpecFromProto(st.Spec)
 	s.setShardsLocked(st.Shards)
 	// The cuts in between are gone: a copy here that has not assigned
 	// everything the snapshot's cut orders can never serve those records,
@@ -451,7 +455,7 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 	var msgs []cutMsg
 	var targets []*replica
 	for id, r := range s.replicas {
-		m := cutMsg{slice: cut.Slice{Shard: id}, trim: st.Trim, orderedAtLeast: s.view.lastCut.Len(id)}
+		m := cutMsg{slice: cut.Slice{Shard: id}, trim: st.Trim, orderedAtLeast: s.orderedLenLocked(s.view.lastCut, id), spec: s.view.spec}
 		if sh := s.view.shards[id]; sh != nil && sh.State == pb.ShardState_SHARD_FINALIZED {
 			m.final, m.finalLen = true, sh.FinalLength
 		}
@@ -489,18 +493,37 @@ func (s *Server) applyEvent(ev *pb.Event) {
 		return
 	}
 	s.view.seq = ev.Seq
-	var msgs []cutMsg
-	if ev.Cut != nil {
-		cur := wire.CutFromProto(ev.Cut)
-		prev := s.view.lastCut
-		for id := range s.replicas {
-			msgs = append(msgs, cutMsg{cutIndex: cur.Index, cutStart: cur.Start, cutEnd: cur.End, slice: cut.SliceOf(prev, cur, id)})
-		}
-		s.view.lastCut = cur
-		s.tail.Set(float64(cur.End))
-	}
 	if ev.Shards != nil {
 		s.setShardsLocked(ev.Shards)
+	}
+	var sp *control.Spec
+	if ev.Spec != nil {
+		sp = wire.SpecFromProto(ev.Spec)
+		s.view.spec = sp
+	}
+	var msgs []cutMsg
+	if ev.Cut != nil {
+		for _, pc := range append(ev.EarlierCuts, ev.Cut) {
+			cur := wire.CutFromProto(pc)
+			prev := s.view.lastCut
+			for id := range s.replicas {
+				sl := cut.SliceOf(prev, cur, id)
+				// A failed shard's slots past its final length are no-ops
+				// no copy holds (speculative mode).
+				if end := s.orderedLenLocked(cur, id); sl.LocalStart+sl.Count > end {
+					sl.Count = end - min(end, sl.LocalStart)
+				}
+				msgs = append(msgs, cutMsg{cutIndex: cur.Index, cutStart: cur.Start, cutEnd: cur.End, slice: sl})
+			}
+			s.view.lastCut = cur
+		}
+		s.tail.Set(float64(s.view.lastCut.End))
+		if sp != nil {
+			// The state after the event goes with its last cut.
+			for i := len(msgs) - len(s.replicas); i < len(msgs); i++ {
+				msgs[i].spec = sp
+			}
+		}
 	}
 	s.view.mv = ev.MembershipVersion
 	trimmed := ev.Trim > s.view.trim
@@ -508,7 +531,7 @@ func (s *Server) applyEvent(ev *pb.Event) {
 	// Finality and trim ride on a message of their own when no cut came.
 	if ev.Cut == nil {
 		for id := range s.replicas {
-			msgs = append(msgs, cutMsg{slice: cut.Slice{Shard: id}})
+			msgs = append(msgs, cutMsg{slice: cut.Slice{Shard: id}, spec: sp})
 		}
 	}
 	targets := make([]*replica, len(msgs))
@@ -532,6 +555,17 @@ func (s *Server) applyEvent(ev *pb.Event) {
 	}
 }
 
+// orderedLenLocked is how many of shard id's own entries cut c orders: its
+// length in c, but no more than the final length of a failed shard, whose
+// later slots are no-ops.
+func (s *Server) orderedLenLocked(c cut.Cut, id cut.ShardID) uint64 {
+	n := c.Len(id)
+	if sh := s.view.shards[id]; sh != nil && sh.Failed && sh.State == pb.ShardState_SHARD_FINALIZED {
+		n = min(n, sh.FinalLength)
+	}
+	return n
+}
+
 // heartbeatTo keeps a stream to the ordering leader carrying liveness and
 // the primary's reports.
 func (s *Server) heartbeatTo(addr string) error {
@@ -547,19 +581,39 @@ func (s *Server) heartbeatTo(addr string) error {
 	}
 	redirected := make(chan error, 1)
 	go func() {
-		resp, err := stream.Recv()
-		if err == nil && resp.NotLeader {
-			s.setLeader(resp.LeaderAddr)
-			err = fmt.Errorf("%s is not the leader", addr)
+		for {
+			resp, err := stream.Recv()
+			if err == nil && resp.NotLeader {
+				s.setLeader(resp.LeaderAddr)
+				err = fmt.Errorf("%s is not the leader", addr)
+			}
+			if err != nil {
+				redirected <- err
+				cancel()
+				return
+			}
+			for _, f := range resp.LagFixes {
+				if r := s.replica(f.Shard); r != nil && r.lagCh != nil {
+					select {
+					case r.lagCh <- f.Length:
+					default:
+						// A full queue already holds lag-fixes; the
+						// leader repeats unanswered ones.
+					}
+				}
+			}
 		}
-		redirected <- err
-		cancel()
 	}()
 	tick := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	// Reports go out as soon as durability moves, but at most two per
 	// ordering interval: the leader cuts once per interval anyway.
 	minGap := s.cfg.OrderingInterval / 2
+	if s.cfg.Spec {
+		// Fix-ante reports come only at quota boundaries and must go at
+		// once, several per interval during a burst.
+		minGap = 0
+	}
 	var last time.Time
 	sent := map[cut.ShardID]uint64{}
 	for {
@@ -572,7 +626,11 @@ func (s *Server) heartbeatTo(addr string) error {
 			if r.failed.Load() {
 				req.Broken = append(req.Broken, id)
 			}
-			if d := r.durable.Load(); d > 0 {
+			if r.adh != nil {
+				if l := r.reported.Load(); l > 0 {
+					req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: l, Records: r.records.Load()})
+				}
+			} else if d := r.durable.Load(); d > 0 {
 				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: d})
 				sent[id] = d
 			}
@@ -719,6 +777,11 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 		s.mu.Unlock()
 		st.Close()
 		return 0, fmt.Errorf("register shard %d: server stopping: %w", id, err)
+	}
+	// Events before this point went to the replicas that existed then.
+	if sp := s.view.spec; sp != nil && r.adh != nil {
+		r.spec.Store(sp)
+		r.adh.SetWindows(sp.Windows)
 	}
 	s.replicas[id] = r
 	s.registeredAt = time.Now()

@@ -6,6 +6,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
 )
 
 // CutToProto converts a cut to its wire form.
@@ -45,4 +46,55 @@ func ShardsToProto(shards []control.Shard) []*pb.ShardInfo {
 		out = append(out, si)
 	}
 	return out
+}
+
+// SpecToProto converts the speculative state; nil stays nil.
+func SpecToProto(sp *control.Spec) *pb.SpecState {
+	if sp == nil {
+		return nil
+	}
+	out := &pb.SpecState{View: sp.View, ConfirmedGp: sp.ConfirmedGP, WindowCuts: sp.WindowCuts}
+	for _, w := range sp.Windows {
+		pw := &pb.Window{Index: w.Index, FirstCut: w.FirstCut, Cuts: w.Cuts, Start: w.Start, Groups: uint32(w.Groups)}
+		for _, q := range w.Quotas {
+			pw.Quotas = append(pw.Quotas, &pb.Quota{Shard: q.Shard, PerCut: q.PerCut, Group: uint32(q.Group), Base: q.Base})
+		}
+		out.Windows = append(out.Windows, pw)
+	}
+	for _, v := range sp.Void {
+		out.Void = append(out.Void, VoidToProto(v))
+	}
+	return out
+}
+
+// VoidToProto converts a failed shard's void record.
+func VoidToProto(v control.Void) *pb.ViewChange {
+	pv := &pb.ViewChange{View: v.View, ConfirmedGp: v.ConfirmedGP, FailedShard: v.Shard, VoidFrom: v.From, Filler: v.Filler}
+	for _, r := range v.Slots {
+		pv.Slots = append(pv.Slots, &pb.Range{Start: r.Start, Count: r.Count})
+	}
+	return pv
+}
+
+// SpecFromProto converts the speculative state; nil stays nil.
+func SpecFromProto(ps *pb.SpecState) *control.Spec {
+	if ps == nil {
+		return nil
+	}
+	sp := &control.Spec{View: ps.View, ConfirmedGP: ps.ConfirmedGp, WindowCuts: ps.WindowCuts}
+	for _, pw := range ps.Windows {
+		w := fixante.Window{Index: pw.Index, FirstCut: pw.FirstCut, Cuts: pw.Cuts, Start: pw.Start, Groups: int(pw.Groups)}
+		for _, q := range pw.Quotas {
+			w.Quotas = append(w.Quotas, fixante.Quota{Shard: q.Shard, PerCut: q.PerCut, Group: int(q.Group), Base: q.Base})
+		}
+		sp.Windows = append(sp.Windows, w)
+	}
+	for _, v := range ps.Void {
+		cv := control.Void{ConfirmedGP: v.ConfirmedGp, Shard: v.FailedShard, From: v.VoidFrom, Filler: v.Filler, View: v.View}
+		for _, r := range v.Slots {
+			cv.Slots = append(cv.Slots, fixante.Range{Start: r.Start, Count: r.Count})
+		}
+		sp.Void = append(sp.Void, cv)
+	}
+	return sp
 }

@@ -1,0 +1,263 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/spec"
+)
+
+// EventKind tells what a speculative subscription Event says.
+type EventKind = spec.EventKind
+
+// The kinds of Event.
+const (
+	// EventDeliver hands over Entry, at a position that is final unless
+	// Speculative is set.
+	EventDeliver = spec.EventDeliver
+	// EventConfirm (confirm_spec) says every position below Position is
+	// final.
+	EventConfirm = spec.EventConfirm
+	// EventFail (fail_spec) says every position at or after Position
+	// delivered so far is void: undo what was computed from them. The
+	// following deliveries give the correct records from Position on.
+	EventFail = spec.EventFail
+)
+
+// Event is one step of a speculative subscription.
+type Event struct {
+	Kind EventKind
+	// Entry is the delivered record (EventDeliver).
+	Entry Entry
+	// Speculative is set on a delivery whose position is not final yet.
+	Speculative bool
+	// Position is the delivered record's position, the end of the final
+	// prefix (EventConfirm), or the first void position (EventFail).
+	Position uint64
+	// View counts whole-shard failures; a Fail starts a new view.
+	View uint64
+}
+
+// statusRefreshEvery paces a speculative subscription's look for new shards.
+const statusRefreshEvery = 200 * time.Millisecond
+
+// SpecSubscription is a subscription to a cluster in speculative mode: it
+// delivers records as soon as they are durable, at their predicted
+// positions, then confirms or fails them.
+type SpecSubscription struct {
+	c      *Client
+	filter *pb.Filter
+	ctx    context.Context
+	cancel context.CancelFunc
+	msgs   chan shardMsg
+	out    chan Event
+	done   chan struct{}
+	errMu  sync.Mutex
+	err    error
+
+	mu       sync.Mutex
+	position uint64 // where a reconnecting stream restarts
+	followed map[uint32]bool
+	wg       sync.WaitGroup
+}
+
+// SubscribeSpec subscribes from position from on with speculative
+// delivery. With confirmedOnly it delivers only final positions, exactly
+// like an eager subscription. It fails on a cluster in eager mode.
+func (c *Client) SubscribeSpec(ctx context.Context, from uint64, f Filter, confirmedOnly bool) (*SpecSubscription, error) {
+	st, err := c.refresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Spec == nil {
+		return nil, errors.New("augur: speculative subscription: the cluster runs in eager mode")
+	}
+	if from < st.Trim {
+		return nil, errTrimmedBelow(from, st.Trim)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &SpecSubscription{
+		c:        c,
+		filter:   &pb.Filter{Keys: f.Keys, Tags: f.Tags},
+		ctx:      sctx,
+		cancel:   cancel,
+		msgs:     make(chan shardMsg, 64),
+		out:      make(chan Event, subscriptionBufferMax),
+		done:     make(chan struct{}),
+		position: from,
+		followed: map[uint32]bool{},
+	}
+	s.follow(st)
+	go s.merge(spec.NewMerger[Entry](from, confirmedOnly))
+	return s, nil
+}
+
+func (s *SpecSubscription) follow(st *pb.StatusResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sh := range st.Shards {
+		if !s.followed[sh.Id] {
+			s.followed[sh.Id] = true
+			s.wg.Add(1)
+			go s.stream(sh)
+		}
+	}
+}
+
+// stream follows one shard, moving to another replica when one fails.
+func (s *SpecSubscription) stream(sh *pb.ShardInfo) {
+	defer s.wg.Done()
+	for attempt := 0; ; attempt++ {
+		info := s.c.shardInfo(sh.Id)
+		if info == nil {
+			info = sh
+		}
+		rep := info.Replicas[attempt%len(info.Replicas)]
+		err := s.streamFrom(info.Id, rep.Addr)
+		if s.ctx.Err() != nil {
+			return
+		}
+		if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange {
+			s.send(shardMsg{shard: sh.Id, err: translate(err)})
+			return
+		}
+		if attempt%len(info.Replicas) == len(info.Replicas)-1 {
+			if s.c.pause(s.ctx) != nil {
+				return
+			}
+			s.c.refresh(s.ctx)
+		}
+	}
+}
+
+func (s *SpecSubscription) send(m shardMsg) bool {
+	select {
+	case s.msgs <- m:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+func (s *SpecSubscription) streamFrom(shard uint32, addr string) error {
+	cc, err := s.c.conn(addr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	from := s.position
+	s.mu.Unlock()
+	stream, err := pb.NewLogClient(cc).Subscribe(s.ctx, &pb.SubscribeRequest{
+		ClusterId: s.c.cfg.ClusterID, Shard: shard, From: from, Filter: s.filter, Speculative: true})
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if !s.send(shardMsg{shard: shard, resp: resp}) {
+			return nil
+		}
+	}
+}
+
+// merge feeds the streams' messages through m and hands its events out.
+func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
+	defer close(s.done)
+	defer close(s.out)
+	defer s.wg.Wait()
+	defer s.cancel()
+	refresh := time.NewTicker(statusRefreshEvery)
+	defer refresh.Stop()
+	for {
+		select {
+		case msg := <-s.msgs:
+			if msg.err != nil {
+				s.setErr(msg.err)
+				return
+			}
+			r := msg.resp
+			// A view change goes before anything the stream sent with it.
+			if vc := r.ViewChange; vc != nil {
+				m.ViewChange(vc.View, vc.ConfirmedGp, vc.FailedShard)
+			}
+			for _, e := range r.Entries {
+				it := spec.Item[Entry]{Pos: e.Position, Shard: e.Shard, Skip: e.Skip}
+				if e.Record != nil {
+					rec := e.Record
+					it.Rec = Entry{Position: e.Position, Shard: e.Shard, Record: Record{Key: rec.Key, Tags: rec.Tags, Payload: rec.Payload}}
+				}
+				m.Add(it)
+			}
+			if r.Confirmed > 0 {
+				m.Confirm(r.Confirmed)
+			}
+		case <-refresh.C:
+			if st, err := s.c.refresh(s.ctx); err == nil {
+				s.follow(st)
+			}
+			continue
+		case <-s.ctx.Done():
+			s.setErr(ErrClosed)
+			return
+		}
+		for {
+			ev, ok := m.Next()
+			if !ok {
+				break
+			}
+			out := Event{Kind: ev.Kind, Position: ev.Pos, Speculative: ev.Speculative, View: ev.View}
+			if ev.Kind == EventDeliver {
+				out.Entry = ev.Rec
+			}
+			select {
+			case s.out <- out:
+			case <-s.ctx.Done():
+				s.setErr(ErrClosed)
+				return
+			}
+		}
+		s.mu.Lock()
+		s.position = m.Position()
+		s.mu.Unlock()
+	}
+}
+
+func (s *SpecSubscription) setErr(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// Next returns the next event, blocking until there is one or ctx ends.
+func (s *SpecSubscription) Next(ctx context.Context) (Event, error) {
+	select {
+	case e, ok := <-s.out:
+		if ok {
+			return e, nil
+		}
+		s.errMu.Lock()
+		defer s.errMu.Unlock()
+		return Event{}, s.err
+	case <-ctx.Done():
+		return Event{}, ctx.Err()
+	}
+}
+
+// Close ends the subscription.
+func (s *SpecSubscription) Close() {
+	s.cancel()
+	for range s.out {
+	}
+	<-s.done
+}

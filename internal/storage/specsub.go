@@ -1,0 +1,198 @@
+package storage
+
+import (
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/wire"
+)
+
+// specFeed is one speculative subscription to one shard: the shard's own
+// entries at their final or predicted positions as soon as they are durable,
+// the confirmed end after every cut, view changes, and, when this shard is
+// a filler, the no-op slots of failed shards.
+type specFeed struct {
+	r      *replica
+	f      filter
+	from   uint64
+	local  uint64 // next own entry to send
+	placed bool   // local has been placed at from
+	// sentConfirmed and sentView are what the subscriber was last told;
+	// filled marks voids whose slots went out.
+	sentConfirmed uint64
+	sentView      uint64
+	filled        map[uint64]bool
+}
+
+// position returns the global position of the entry at local, final if a
+// cut assigned it, else predicted from the announced windows.
+func (fd *specFeed) position(local uint64, sp *control.Spec) (uint64, bool) {
+	if pos, ok := fd.r.store.GlobalOf(local); ok {
+		return pos, true
+	}
+	if sp == nil {
+		return 0, false
+	}
+	for _, w := range sp.Windows {
+		if pos, _, ok := w.Locate(fd.r.id, local); ok {
+			return pos, true
+		}
+	}
+	return 0, false
+}
+
+// limit is how far this copy may serve: what every replica holds on a
+// primary, only what cuts ordered elsewhere (a backup cannot know what the
+// primary's other backups hold).
+func (fd *specFeed) limit() uint64 {
+	r := fd.r
+	if r.role == rolePrimary && !r.finalized.Load() {
+		return r.durable.Load()
+	}
+	n := r.store.Ordered()
+	if r.finalized.Load() {
+		n = min(n, r.finalLen.Load())
+	}
+	return n
+}
+
+// place starts the feed at the first own entry at or after position from.
+func (fd *specFeed) place() {
+	if fd.placed {
+		return
+	}
+	runs := fd.r.store.Runs(fd.from)
+	switch {
+	case len(runs) > 0 && runs[0].GlobalStart+runs[0].Count > fd.from:
+		fd.local = runs[0].LocalStart + (max(fd.from, runs[0].GlobalStart) - runs[0].GlobalStart)
+	default:
+		// Everything assigned lies before from; later entries are
+		// checked one by one against from.
+		fd.local = max(fd.r.store.Ordered(), fd.r.store.Start())
+	}
+	fd.placed = true
+}
+
+// fill adds to resp what is new; it returns an error the stream must end
+// with.
+func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed uint64, sp *control.Spec) error {
+	r := fd.r
+	fd.place()
+	size := 0
+	limit := fd.limit()
+	for fd.local < limit && size < subscribeBatchBytesMax {
+		stop := false
+		err := r.store.Scan(fd.local, func(l uint64, e segment.Entry) bool {
+			if l != fd.local {
+				stop = true
+				return false
+			}
+			n := max(e.Noops, 1)
+			n = min(n, limit-l)
+			for k := uint64(0); k < n; k++ {
+				pos, ok := fd.position(l+k, sp)
+				if !ok {
+					stop = true
+					return false
+				}
+				fd.local++
+				if pos < fd.from {
+					continue
+				}
+				if e.Noops > 0 || !fd.f.match(e) {
+					addSkip(resp, r.id, pos)
+					continue
+				}
+				resp.Entries = append(resp.Entries, &pb.SpecEntry{Position: pos, Shard: r.id,
+					Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}})
+				size += len(e.Payload) + len(e.Key) + 32
+			}
+			return fd.local < limit && size < subscribeBatchBytesMax
+		})
+		if errors.Is(err, segment.ErrTrimmed) {
+			return status.Errorf(codes.OutOfRange, "records of shard %d from local index %d on are trimmed", r.id, fd.local)
+		}
+		if err != nil {
+			return status.Errorf(codes.Internal, "read shard %d: %v", r.id, err)
+		}
+		if stop {
+			break
+		}
+	}
+	if sp != nil {
+		for _, v := range sp.Void {
+			if v.View > fd.sentView && resp.ViewChange == nil {
+				resp.ViewChange = wire.VoidToProto(v)
+				fd.sentView = v.View
+			}
+			if v.Filler == r.id && !fd.filled[v.View] {
+				if fd.filled == nil {
+					fd.filled = map[uint64]bool{}
+				}
+				fd.filled[v.View] = true
+				for _, rg := range v.Slots {
+					if end := rg.Start + rg.Count; end > fd.from {
+						start := max(rg.Start, fd.from)
+						resp.Entries = append(resp.Entries, &pb.SpecEntry{Position: start, Shard: r.id, Skip: end - start})
+					}
+				}
+			}
+		}
+	}
+	if confirmed > fd.sentConfirmed {
+		resp.Confirmed = confirmed
+		fd.sentConfirmed = confirmed
+	}
+	return nil
+}
+
+// addSkip extends the last skip of resp when pos follows it.
+func addSkip(resp *pb.SubscribeResponse, shard cut.ShardID, pos uint64) {
+	if n := len(resp.Entries); n > 0 {
+		last := resp.Entries[n-1]
+		if last.Record == nil && last.Shard == shard && last.Position+last.Skip == pos {
+			last.Skip++
+			return
+		}
+	}
+	resp.Entries = append(resp.Entries, &pb.SpecEntry{Position: pos, Shard: shard, Skip: 1})
+}
+
+// subscribeSpec serves a speculative subscription to shard r.
+func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.Log_SubscribeServer) error {
+	fd := &specFeed{r: r, f: newFilter(req.Filter), from: req.From}
+	ctx := stream.Context()
+	for {
+		changed := r.changedCh()
+		if r.lost.Load() {
+			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", r.id)
+		}
+		s.mu.Lock()
+		viewChanged, confirmed, sp := s.viewChanged, s.view.lastCut.End, s.view.spec
+		s.mu.Unlock()
+		var resp pb.SubscribeResponse
+		if err := fd.fill(&resp, confirmed, sp); err != nil {
+			return err
+		}
+		if len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil {
+			if err := stream.Send(&resp); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-viewChanged:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ctx.Done():
+			return status.Error(codes.Unavailable, "server stopping")
+		}
+	}
+}
