@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,78 +16,258 @@ import (
 	"github.com/augur-log/augur/internal/config"
 )
 
+// benchFlagSet names the groups of flags a workload command takes.
+type benchFlagSet uint
+
+const (
+	// flagsLoad: --record-bytes --rate --clients --inflight.
+	flagsLoad benchFlagSet = 1 << iota
+	// flagsConsumers: --subscribers --compute --window.
+	flagsConsumers
+	// flagsSeries: --interval.
+	flagsSeries
+	// flagsExtra: --extra-rate.
+	flagsExtra
+	flagsNoLagFix
+	flagsNoQuotaChange
+	flagsFailureTimeout
+)
+
+// benchWorkload describes one `augur bench` subcommand.
+type benchWorkload struct {
+	name  string
+	short string
+	long  string
+	flags benchFlagSet
+}
+
+const benchConsumerFlags = flagsLoad | flagsConsumers
+
+var benchWorkloads = []benchWorkload{
+	{name: "append", flags: flagsLoad,
+		short: "Append through the SDK: append latency and throughput (SpecLog Fig. 9, Scalog §6.3)",
+		long: `Drive appends through the SDK from --clients clients, open loop at --rate
+appends/s in total, or closed loop (--rate 0, the default) with --inflight
+appends in flight per client. Latency runs from an append's start (in open
+loop, the time it was due) to its acknowledgement; cpu_seconds is this
+process's user+system time over the measured window (the servers' too when
+the cluster is embedded). --shards 2,4,10 sweeps the cluster size.`},
+	{name: "e2e", flags: benchConsumerFlags,
+		short: "Delivery and end-to-end latency with downstream compute (SpecLog Fig. 7, 8)",
+		long: `Append open loop at --rate while --subscribers downstream tasks follow the
+log; each task takes everything delivered since its last batch as one batch and
+"computes" over it for --compute (by waiting, so the cores stay with the
+cluster). Reports delivery latency (append start to first delivery), e2e latency
+(append start until computed over and, when speculative, confirmed) and its
+breakdown. --compute 0.5ms,1.5ms,4ms sweeps the compute time (Fig. 8).`},
+	{name: "burst", flags: benchConsumerFlags | flagsSeries | flagsExtra | flagsNoLagFix,
+		short: "A burst of extra load on one shard mid-run: e2e latency over time (SpecLog Fig. 10)",
+		long: `The e2e workload plus --extra-rate appends/s (default: half of --rate) sent to the
+first shard during the middle third of the window, with a time series of
+throughput and e2e latency. Eager order is the baseline; --no-lagfix needs
+mode spec.`},
+	{name: "ratechange", flags: benchConsumerFlags | flagsSeries | flagsExtra | flagsNoQuotaChange,
+		short: "Sustained extra load on one shard: R and R+N throughput and e2e latency (SpecLog Fig. 11; needs mode spec)",
+		long: `The e2e workload plus --extra-rate appends/s sent to the first shard from a
+third of the window to its end, with a time series. It studies quota changes,
+so it needs a speculative mode.`},
+	{name: "window", flags: benchConsumerFlags,
+		short: "Lease-window sweep: e2e and append latency (SpecLog Fig. 12; needs mode spec)",
+		long:  `The e2e workload at each --window size (cuts per speculation lease window).`},
+	{name: "elastic", flags: benchConsumerFlags | flagsSeries,
+		short: "Add two shards, then finalize them, mid-run: throughput and e2e latency over time (SpecLog Fig. 13, Scalog Fig. 3)",
+		long: `The e2e workload; a third into the window two shards are added through the
+SDK (AddShard, on the live shards' groups in turn), two thirds in they are
+finalized (FinalizeShard, 10 cuts of grace), with a time series.`},
+	{name: "scale", flags: benchConsumerFlags,
+		short: "Throughput and latency vs number of shards (SpecLog Fig. 14, Scalog Fig. 5)",
+		long: `The e2e workload, closed loop by default, on an embedded cluster of each
+--shards size (default 1,2,4).`},
+	{name: "straggler", flags: benchConsumerFlags | flagsSeries,
+		short: "Delay one shard's reports mid-run: e2e latency over time (SpecLog Fig. 15; not available yet)",
+		long:  `Needs mode spec and report-delay injection, neither available yet.`},
+	{name: "failure", flags: benchConsumerFlags | flagsSeries | flagsFailureTimeout,
+		short: "Stop a shard replica, then the ordering leader: throughput and e2e latency over time (SpecLog Fig. 17, Scalog Fig. 4)",
+		long: `The e2e workload on the embedded cluster; at 20% of the window one storage
+server of the first shard stops (its shard is finalized after
+--failure-timeout and appends move to the other shards), at 45% the ordering
+leader stops (cuts pause until a new one is elected), at 70% both restart.
+A time series shows throughput and e2e latency.`},
+	{name: "idle",
+		short: "Let an embedded cluster sit idle and report its CPU use",
+		long: `Start an embedded cluster, wait --warmup, then measure this process's CPU
+time over --duration of idleness and print
+{"workload":"idle","cpu_percent_of_one_core",...}.`},
+}
+
 func newBenchCmd() *cobra.Command {
+	var names []string
+	for _, w := range benchWorkloads {
+		names = append(names, w.name)
+	}
 	cmd := &cobra.Command{
 		Use:   "bench WORKLOAD",
-		Short: "Run a benchmark workload and print one JSON object",
+		Short: "Run a benchmark workload and print its results as JSON lines",
 		Long: `Run a benchmark workload against an embedded cluster (or, where the workload
-allows, a running one named by --cluster FILE) and print its result as one
-JSON object on stdout.
+allows, a running one named by --cluster FILE) and print, for each point of
+the sweep (--shards, --compute, --window lists), one JSON object per mode of
+--modes, then, with two or more modes, one comparison object per candidate
+mode: {"workload","baseline","candidate","ratios":{"delivery_p50","e2e_p50",
+"e2e_p99","append_p50","throughput"}}, latency ratios baseline ÷ candidate and
+the throughput ratio candidate ÷ baseline. --plot FILE.svg|FILE.png draws the
+paper-style figure. Latencies are in µs as {"mean","p50","p90","p99","p999","max"}.
 
-Workloads: append, idle.`,
+Workloads:
+  ` + strings.Join(names, ", ") + `
+"all --out DIR" runs a short version of each and writes DIR/REPORT.md.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("name a workload: one of %s", strings.Join(bench.Names(), ", "))
+				return fmt.Errorf("name a workload: one of %s, or all", strings.Join(names, ", "))
 			}
-			_, err := bench.Lookup(args[0])
-			if err != nil {
+			if _, err := bench.Lookup(args[0]); err != nil {
 				return err
 			}
 			return fmt.Errorf("workload %q has no command here", args[0])
 		},
 	}
-	cmd.AddCommand(newBenchAppendCmd(), newBenchIdleCmd())
+	for _, w := range benchWorkloads {
+		cmd.AddCommand(newBenchWorkloadCmd(w))
+	}
+	cmd.AddCommand(newBenchAllCmd())
 	return cmd
 }
 
-// benchCommon are the flags every workload shares.
-type benchCommon struct {
+// benchFlags hold one workload command's flags until they become Params.
+type benchFlags struct {
+	w           benchWorkload
 	p           bench.Params
+	modes       string
+	shards      string
+	compute     string
+	window      string
 	clusterPath string
 	cpuProfile  string
+	plot        string
 }
 
-func (b *benchCommon) register(cmd *cobra.Command) {
+func newBenchWorkloadCmd(w benchWorkload) *cobra.Command {
+	defaults, err := bench.DefaultParams(w.name)
+	if err != nil {
+		panic(err) // every command names a registered workload
+	}
+	b := &benchFlags{w: w, p: defaults}
+	cmd := &cobra.Command{
+		Use:   w.name,
+		Short: w.short,
+		Long:  w.long,
+		Args:  noArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return b.run(cmd) },
+	}
+	b.register(cmd, defaults)
+	return cmd
+}
+
+func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	fs := cmd.Flags()
-	fs.IntVar(&b.p.Shards, "shards", 2, "embedded cluster: storage groups (one shard each)")
-	fs.IntVar(&b.p.Replicas, "replicas", 2, "embedded cluster: storage servers per group")
-	fs.DurationVar(&b.p.OrderingInterval, "ordering-interval", config.DefaultOrderingInterval, "embedded cluster: cut interval")
-	fs.DurationVar(&b.p.Duration, "duration", 10*time.Second, "measured window")
-	fs.DurationVar(&b.p.Warmup, "warmup", 2*time.Second, "unmeasured time before the window")
-	fs.StringVar(&b.p.Fsync, "fsync", "", "embedded cluster: storage fsync policy (never, interval, always; default interval)")
+	fs.StringVar(&b.modes, "modes", strings.Join(d.Modes, ","), "ordering modes to run, comma-separated; the first is the comparisons' baseline (available: "+strings.Join(bench.ModeNames(), ", ")+")")
+	fs.StringVar(&b.shards, "shards", joinInts(d.Shards), "embedded cluster: storage groups, one shard each; a comma list sweeps")
+	fs.IntVar(&b.p.Replicas, "replicas", d.Replicas, "embedded cluster: storage servers per group")
+	fs.DurationVar(&b.p.OrderingInterval, "ordering-interval", d.OrderingInterval, "embedded cluster: cut interval")
+	fs.StringVar(&b.p.Fsync, "fsync", d.Fsync, "embedded cluster: storage fsync policy (never, interval, always; default interval)")
+	fs.DurationVar(&b.p.Duration, "duration", d.Duration, "measured window of each run")
+	fs.DurationVar(&b.p.Warmup, "warmup", d.Warmup, "unmeasured load before the window")
+	fs.Uint64Var(&b.p.Seed, "seed", d.Seed, "seed of the payload bytes and record stamps")
 	fs.StringVar(&b.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file")
-}
-
-// registerCluster adds --cluster FILE (and its alias --config).
-func (b *benchCommon) registerCluster(cmd *cobra.Command) {
-	fs := cmd.Flags()
+	fs.StringVar(&b.plot, "plot", "", "draw the workload's figure to FILE.svg or FILE.png")
 	fs.StringVar(&b.clusterPath, "cluster", "", "cluster file of a running cluster to target instead of an embedded one")
 	fs.StringVar(&b.clusterPath, "config", "", "same as --cluster")
+	f := b.w.flags
+	if f&flagsLoad != 0 {
+		fs.IntVar(&b.p.RecordBytes, "record-bytes", d.RecordBytes, "payload bytes per record")
+		fs.IntVar(&b.p.Rate, "rate", d.Rate, "offered appends/s over all clients (0: closed loop)")
+		fs.IntVar(&b.p.Clients, "clients", d.Clients, "SDK clients driving the load")
+		fs.IntVar(&b.p.Inflight, "inflight", d.Inflight, "closed loop: appends in flight per client")
+	}
+	if f&flagsConsumers != 0 {
+		fs.IntVar(&b.p.Subscribers, "subscribers", d.Subscribers, "downstream tasks following the log")
+		fs.StringVar(&b.compute, "compute", joinDurations(d.Compute), "downstream compute per batch (e.g. 1.5ms); a comma list sweeps")
+		fs.StringVar(&b.window, "window", joinInts(d.Window), "speculation lease window in cuts (speculative modes); a comma list sweeps")
+	}
+	if f&flagsSeries != 0 {
+		fs.DurationVar(&b.p.Interval, "interval", d.Interval, "time-series interval (0: about 50 points over --duration)")
+	}
+	if f&flagsExtra != 0 {
+		fs.IntVar(&b.p.ExtraRate, "extra-rate", d.ExtraRate, "added appends/s on one shard (0: half of --rate)")
+	}
+	if f&flagsNoLagFix != 0 {
+		fs.BoolVar(&b.p.NoLagFix, "no-lagfix", false, "speculative modes: turn lag-fix off (SpecLog's no-lf)")
+	}
+	if f&flagsNoQuotaChange != 0 {
+		fs.BoolVar(&b.p.NoQuotaChange, "no-quota-change", false, "speculative modes: turn quota changes off (SpecLog's no-qc)")
+	}
+	if f&flagsFailureTimeout != 0 {
+		fs.DurationVar(&b.p.FailureTimeout, "failure-timeout", config.DefaultFailureTimeout, "embedded cluster: silence after which a storage server's shards are finalized")
+	}
 }
 
-// run checks the flags, then runs workload and prints its result.
-func (b *benchCommon) run(cmd *cobra.Command, workload string) error {
+// params turns the flags into Params, loading --cluster's file.
+func (b *benchFlags) params(cmd *cobra.Command) (bench.Params, error) {
+	p := b.p
+	var errs []error
+	var err error
+	if p.Modes, err = parseList(b.modes, "--modes", func(s string) (string, error) { return s, nil }); err != nil {
+		errs = append(errs, err)
+	}
+	if p.Shards, err = parseList(b.shards, "--shards", strconv.Atoi); err != nil {
+		errs = append(errs, err)
+	}
+	if p.Compute, err = parseList(b.compute, "--compute", time.ParseDuration); err != nil {
+		errs = append(errs, err)
+	}
+	if p.Window, err = parseList(b.window, "--window", strconv.Atoi); err != nil {
+		errs = append(errs, err)
+	}
+	if b.plot != "" {
+		if err := bench.CheckPlotPath(b.plot); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if b.clusterPath != "" {
-		for _, f := range []string{"shards", "replicas", "ordering-interval", "fsync"} {
-			if cmd.Flags().Changed(f) {
-				return fmt.Errorf("--%s shapes the embedded cluster; with --cluster the cluster file decides", f)
+		for _, f := range []string{"shards", "replicas", "ordering-interval", "fsync", "failure-timeout"} {
+			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
+				errs = append(errs, fmt.Errorf("--%s shapes the embedded cluster; with --cluster the cluster file decides", f))
 			}
 		}
 		if cmd.Flags().Changed("cluster") && cmd.Flags().Changed("config") {
-			return errors.New("give --cluster or --config, not both")
+			errs = append(errs, errors.New("give --cluster or --config, not both"))
 		}
 		c, err := config.Load(b.clusterPath)
 		if err != nil {
-			return err
+			errs = append(errs, err)
+		} else {
+			p.Cluster = c
+			p.Shards = nil
 		}
-		b.p.Cluster = c
 	}
-	b.p.Logger = slog.Default()
+	p.Logger = slog.Default()
+	return p, errors.Join(errs...)
+}
+
+// run checks the flags, runs the workload, prints its JSON lines and draws
+// its figure.
+func (b *benchFlags) run(cmd *cobra.Command) error {
+	p, err := b.params(cmd)
+	if err != nil {
+		return err
+	}
 	// Check before anything starts: bench.Run checks again, but a bad flag
 	// should not even start an embedded cluster.
-	if _, err := bench.Check(workload, b.p); err != nil {
+	if _, err := bench.Check(b.w.name, p); err != nil {
 		return err
+	}
+	if runs := len(p.Modes) * max(len(p.Shards), 1) * max(len(p.Compute), 1) * max(len(p.Window), 1); runs > 1 {
+		p.Progress = cmd.ErrOrStderr()
 	}
 	if b.cpuProfile != "" {
 		f, err := os.Create(b.cpuProfile)
@@ -99,56 +280,56 @@ func (b *benchCommon) run(cmd *cobra.Command, workload string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	r, err := bench.Run(cmd.Context(), workload, b.p)
-	if err != nil {
-		if interrupted(cmd.Context(), err) {
+	rep, runErr := bench.Run(cmd.Context(), b.w.name, p)
+	if rep != nil {
+		if err := rep.WriteJSON(cmd.OutOrStdout()); err != nil {
+			return err
+		}
+		if b.plot != "" && len(rep.Points) > 0 && runErr == nil {
+			if err := bench.WritePlot(b.plot, rep); err != nil {
+				return err
+			}
+		}
+	}
+	if runErr != nil {
+		if interrupted(cmd.Context(), runErr) {
 			return errors.New("interrupted")
 		}
-		return err
+		return runErr
 	}
-	return r.WriteJSON(cmd.OutOrStdout())
+	return nil
 }
 
-func newBenchAppendCmd() *cobra.Command {
-	var b benchCommon
-	cmd := &cobra.Command{
-		Use:   "append",
-		Short: "Append through the SDK and report throughput, append latency and CPU",
-		Long: `Drive appends through the SDK from --clients clients, open loop at --rate
-appends/s in total, or closed loop (--rate 0) with --inflight appends in
-flight per client, and print one JSON object:
-
-  {"workload":"append","mode":"eager","shards","replicas","record_bytes","rate",
-   "clients","duration_s","throughput_rps","append_latency_us":{"mean","p50",
-   "p90","p99","p999","max"},"cpu_seconds"}
-
-Latency runs from an append's start (in open loop, the time it was due) to its
-acknowledgement; cpu_seconds is this process's user+system time over the
-measured window (the servers' too when the cluster is embedded).`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd, "append") },
+// parseList splits a comma list and parses each element; an empty string
+// is an empty list.
+func parseList[T any](s, flag string, parse func(string) (T, error)) ([]T, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
 	}
-	b.register(cmd)
-	b.registerCluster(cmd)
-	fs := cmd.Flags()
-	fs.IntVar(&b.p.RecordBytes, "record-bytes", 4096, "payload bytes per record")
-	fs.IntVar(&b.p.Rate, "rate", 0, "offered appends/s over all clients (0: closed loop)")
-	fs.IntVar(&b.p.Clients, "clients", 4, "SDK clients driving the load")
-	fs.IntVar(&b.p.Inflight, "inflight", 1, "closed loop: appends in flight per client")
-	return cmd
+	var out []T
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		v, err := parse(part)
+		if err != nil || part == "" {
+			return nil, fmt.Errorf("%s: %q is not a valid element of the list %q", flag, part, s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
-func newBenchIdleCmd() *cobra.Command {
-	var b benchCommon
-	cmd := &cobra.Command{
-		Use:   "idle",
-		Short: "Let an embedded cluster sit idle and report its CPU use",
-		Long: `Start an embedded cluster, wait --warmup, then measure this process's CPU
-time over --duration of idleness and print
-{"workload":"idle","cpu_percent_of_one_core",...}.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd, "idle") },
+func joinInts(xs []int) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, strconv.Itoa(x))
 	}
-	b.register(cmd)
-	return cmd
+	return strings.Join(s, ",")
+}
+
+func joinDurations(ds []time.Duration) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, d.String())
+	}
+	return strings.Join(s, ",")
 }

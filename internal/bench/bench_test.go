@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"bytes"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/augur-log/augur/internal/config"
 )
 
 func TestLatencyPercentiles(t *testing.T) {
@@ -78,41 +75,6 @@ func TestLatencyConcurrentAndMerge(t *testing.T) {
 	}
 	if s := b.Summary(); s.Max != 1e6 || s.P50 < 2000 || s.P50 > 2002 {
 		t.Fatalf("merged summary %+v", s)
-	}
-}
-
-func TestResultJSONGolden(t *testing.T) {
-	r := &Result{
-		Workload:      "append",
-		Mode:          "eager",
-		Shards:        2,
-		Replicas:      2,
-		RecordBytes:   4096,
-		Rate:          Ptr(0),
-		Clients:       4,
-		DurationS:     10,
-		ThroughputRPS: Ptr(12345.6),
-		AppendLatencyUS: &LatencySummary{
-			Mean: 1500.25, P50: 1400, P90: 2000, P99: 3100, P999: 5000, Max: 9000.5,
-		},
-		CPUSeconds: Ptr(7.25),
-	}
-	var buf bytes.Buffer
-	if err := r.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	const want = `{"workload":"append","mode":"eager","shards":2,"replicas":2,"record_bytes":4096,"rate":0,"clients":4,"duration_s":10,"throughput_rps":12345.6,"append_latency_us":{"mean":1500.25,"p50":1400,"p90":2000,"p99":3100,"p999":5000,"max":9000.5},"cpu_seconds":7.25}` + "\n"
-	if got := buf.String(); got != want {
-		t.Fatalf("got  %s\nwant %s", got, want)
-	}
-
-	idle := &Result{Workload: "idle", CPUPercentOfOneCore: Ptr(3.5)}
-	buf.Reset()
-	if err := idle.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := buf.String(), `{"workload":"idle","cpu_percent_of_one_core":3.5}`+"\n"; got != want {
-		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
 
@@ -189,55 +151,6 @@ func TestCheckRate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CheckRate(%d, %d, %v) = %v, want error containing %q", tc.rate, tc.clients, tc.d, err, tc.want)
 		}
-	}
-}
-
-func validAppend() Params {
-	return Params{
-		Shards: 2, Replicas: 2, OrderingInterval: time.Millisecond,
-		RecordBytes: 4096, Rate: 1000, Clients: 4, Inflight: 1,
-		Warmup: time.Second, Duration: 2 * time.Second,
-	}
-}
-
-func TestCheckRejectsBadParams(t *testing.T) {
-	if _, err := Check("append", validAppend()); err != nil {
-		t.Fatalf("valid params: %v", err)
-	}
-	if _, err := Check("idle", Params{Shards: 1, Replicas: 1, OrderingInterval: time.Millisecond, Duration: time.Second}); err != nil {
-		t.Fatalf("valid idle params: %v", err)
-	}
-	cases := []struct {
-		name     string
-		workload string
-		edit     func(*Params)
-		want     string
-	}{
-		{"unknown workload", "scan", func(*Params) {}, `unknown workload "scan" (known: append, idle)`},
-		{"zero duration", "append", func(p *Params) { p.Duration = 0 }, "duration must be positive"},
-		{"negative warmup", "append", func(p *Params) { p.Warmup = -time.Second }, "warmup must not be negative"},
-		{"negative rate", "append", func(p *Params) { p.Rate = -5 }, "rate must be 0"},
-		{"unpaceable rate", "append", func(p *Params) { p.Rate = 1 << 30 }, "below the pacer's"},
-		{"zero clients", "append", func(p *Params) { p.Clients = 0 }, "clients must be in [1, 1024]"},
-		{"zero inflight", "append", func(p *Params) { p.Rate, p.Inflight = 0, 0 }, "inflight must be in"},
-		{"empty records", "append", func(p *Params) { p.RecordBytes = 0 }, "record bytes must be in [1, 1048576]"},
-		{"oversized records", "append", func(p *Params) {
-			p.Cluster = config.Default()
-			p.Cluster.RecordBytesMax = 1000
-		}, "record bytes must be in [1, 1000]"},
-		{"zero shards", "append", func(p *Params) { p.Shards = 0 }, "shards must be in [1, 64]"},
-		{"zero interval", "append", func(p *Params) { p.OrderingInterval = 0 }, "ordering interval must be positive"},
-		{"idle on a running cluster", "idle", func(p *Params) { p.Cluster = config.Default() }, "needs the embedded cluster"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p := validAppend()
-			tc.edit(&p)
-			_, err := Check(tc.workload, p)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want an error containing %q", err, tc.want)
-			}
-		})
 	}
 }
 

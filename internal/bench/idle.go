@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -14,14 +13,16 @@ type idleWorkload struct{}
 
 func (idleWorkload) Name() string { return "idle" }
 
-func (idleWorkload) Check(p Params) error {
-	if p.Cluster != nil {
-		return errors.New("idle measures this process's CPU, so it needs the embedded cluster; drop --cluster")
-	}
-	return nil
+func (idleWorkload) Defaults(p *Params) {
+	p.Subscribers = 0
 }
 
-func (idleWorkload) Run(ctx context.Context, t *Target, p Params) (*Result, error) {
+func (idleWorkload) Check(p Params) error {
+	return needEmbedded("idle", "measures this process's CPU", p)
+}
+
+func (idleWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
+	p := e.Params
 	// Let start-up settle (registration, first elections) before measuring.
 	if err := sleepUntil(ctx, time.Now().Add(p.Warmup)); err != nil {
 		return nil, err
@@ -41,8 +42,6 @@ func (idleWorkload) Run(ctx context.Context, t *Target, p Params) (*Result, erro
 	wall := time.Since(start)
 	cpu := (cpu1 - cpu0).Seconds()
 	return &Result{
-		Workload:            "idle",
-		Shards:              p.Shards,
 		Replicas:            p.Replicas,
 		DurationS:           round(wall.Seconds(), 3),
 		CPUSeconds:          Ptr(round(cpu, 3)),

@@ -113,3 +113,25 @@ func round(v float64, digits int) float64 {
 	p := math.Pow10(digits)
 	return math.Round(v*p) / p
 }
+
+// cdfQuantiles are the quantiles at which cdf samples a histogram for the
+// plots: every percent, and the tail up to p99.9.
+var cdfQuantiles = func() []float64 {
+	var qs []float64
+	for i := 1; i <= 99; i++ {
+		qs = append(qs, float64(i)/100)
+	}
+	return append(qs, 0.995, 0.999)
+}()
+
+// cdf returns the latency in µs at each of cdfQuantiles, nil when empty.
+func (l *Latency) cdf() []float64 {
+	if l.Count() == 0 {
+		return nil
+	}
+	out := make([]float64, len(cdfQuantiles))
+	for i, q := range cdfQuantiles {
+		out[i] = micros(float64(l.Quantile(q)))
+	}
+	return out
+}

@@ -6,9 +6,10 @@ import (
 	"io"
 )
 
-// Result is what one benchmark run reports, printed as one JSON object.
-// Fields a workload does not measure are left zero and omitted; fields whose
-// zero value is meaningful (a rate of 0 means closed loop) are pointers.
+// Result is what one run (one workload, one mode, one point of a sweep)
+// reports, printed as one JSON object. Fields a run does not measure are
+// left zero and omitted; fields whose zero value is meaningful (a rate of 0
+// means closed loop) are pointers.
 type Result struct {
 	Workload    string `json:"workload"`
 	Mode        string `json:"mode,omitempty"`
@@ -19,15 +20,53 @@ type Result struct {
 	// means closed loop.
 	Rate    *int `json:"rate,omitempty"`
 	Clients int  `json:"clients,omitempty"`
+	// Subscribers is how many downstream consumers followed the log.
+	Subscribers int `json:"subscribers,omitempty"`
+	// ComputeUS is the simulated downstream compute per batch, set when the
+	// workload has consumers (0 is a valid point of a sweep).
+	ComputeUS *float64 `json:"compute_us,omitempty"`
+	// Window is the speculation lease window in cuts, when the run set one.
+	Window int `json:"window,omitempty"`
 	// DurationS is the measured window, warm-up excluded.
-	DurationS     float64  `json:"duration_s,omitempty"`
+	DurationS float64 `json:"duration_s,omitempty"`
+	// ThroughputRPS counts real records acknowledged in the measured window
+	// per second (no-ops excluded).
 	ThroughputRPS *float64 `json:"throughput_rps,omitempty"`
+	// NoopRPS counts no-op entries the cluster added per second (speculative
+	// modes that report it).
+	NoopRPS *float64 `json:"noop_rps,omitempty"`
 	// AppendLatencyUS is from an append's start (its scheduled start in open
 	// loop, so queueing behind a slow cluster counts) to its acknowledgement.
 	AppendLatencyUS *LatencySummary `json:"append_latency_us,omitempty"`
-	// DeliveryLatencyUS is from an append's start to a subscriber's receipt.
+	// DeliveryLatencyUS is from an append's start to its first delivery to
+	// a subscriber (speculative or not), over every subscriber.
 	DeliveryLatencyUS *LatencySummary `json:"delivery_latency_us,omitempty"`
-	// Errors counts operations that failed during the measured window.
+	// ConfirmLatencyUS is from an append's start to the confirmation of its
+	// speculative position (speculative modes only).
+	ConfirmLatencyUS *LatencySummary `json:"confirm_latency_us,omitempty"`
+	// E2ELatencyUS is from an append's start until a subscriber finished
+	// computing over it and, when it was delivered speculatively, its
+	// position was confirmed.
+	E2ELatencyUS *LatencySummary `json:"e2e_latency_us,omitempty"`
+	// E2EBreakdownUS splits the mean e2e latency into its parts.
+	E2EBreakdownUS *Breakdown `json:"e2e_breakdown_us,omitempty"`
+	// Misspeculations counts the fail_spec events of the run, as the
+	// subscriber that saw most saw them (speculative modes only).
+	Misspeculations *int64 `json:"misspeculations,omitempty"`
+	// RolledBack counts deliveries voided by those failures, over all
+	// subscribers.
+	RolledBack   *int64 `json:"rolled_back,omitempty"`
+	LagFixes     *int64 `json:"lag_fixes,omitempty"`
+	QuotaChanges *int64 `json:"quota_changes,omitempty"`
+	ViewChanges  *int64 `json:"view_changes,omitempty"`
+	// RecordsAppended counts acknowledged appends started in the measured
+	// window; RecordsDelivered counts, per subscriber, those records it
+	// received and finished (computed and, if speculative, confirmed).
+	// Without failures every element of RecordsDelivered equals
+	// RecordsAppended.
+	RecordsAppended  *int64  `json:"records_appended,omitempty"`
+	RecordsDelivered []int64 `json:"records_delivered,omitempty"`
+	// Errors counts appends started in the measured window that failed.
 	Errors int64 `json:"errors,omitempty"`
 	// CPUSeconds is this process's user+system CPU time over the measured
 	// window (servers included when the cluster is embedded).
@@ -35,6 +74,14 @@ type Result struct {
 	// CPUPercentOfOneCore is CPUSeconds over the window's wall time, in
 	// percent of one core.
 	CPUPercentOfOneCore *float64 `json:"cpu_percent_of_one_core,omitempty"`
+	// Events are what a time-series workload did to the cluster, and when.
+	Events []Event `json:"events,omitempty"`
+	// Series are per-interval points of a time-series workload.
+	Series []SeriesPoint `json:"series,omitempty"`
+
+	// e2eCDF is the e2e latency distribution for the plots, in µs at the
+	// quantiles of cdfQuantiles; not part of the JSON.
+	e2eCDF []float64
 }
 
 // LatencySummary summarizes a latency histogram, in microseconds.
@@ -47,12 +94,180 @@ type LatencySummary struct {
 	Max  float64 `json:"max"`
 }
 
-// Ptr returns a pointer to v, for Result's optional fields.
-func Ptr[T any](v T) *T { return &v }
+// Breakdown is the mean of each part of the e2e latency, in microseconds;
+// the parts add up to the mean e2e latency. For a record delivered more
+// than once (after a failed speculation), the parts are those of its last,
+// final delivery.
+type Breakdown struct {
+	// Delivery is from the append's start to the delivery.
+	Delivery float64 `json:"delivery"`
+	// Queue is from the delivery to the start of the batch computing it.
+	Queue float64 `json:"queue"`
+	// Compute is the batch's compute time.
+	Compute float64 `json:"compute"`
+	// WaitForConfirm is from the end of the compute to the confirmation,
+	// when that came later (always 0 when not speculative).
+	WaitForConfirm float64 `json:"wait_for_confirm"`
+}
+
+// Event is something a workload did during the run, at T seconds from the
+// start of the measured window.
+type Event struct {
+	TS   float64 `json:"t_s"`
+	What string  `json:"what"`
+}
+
+// SeriesPoint is one interval of a time-series workload, starting T
+// seconds after the start of the measured window. Latencies are of the
+// records that completed (acknowledged, delivered, finished) in the
+// interval; they are omitted when none did.
+type SeriesPoint struct {
+	TS            float64  `json:"t_s"`
+	ThroughputRPS float64  `json:"throughput_rps"`
+	NoopRPS       *float64 `json:"noop_rps,omitempty"`
+	AppendP50US   *float64 `json:"append_p50_us,omitempty"`
+	DeliveryP50US *float64 `json:"delivery_p50_us,omitempty"`
+	E2EP50US      *float64 `json:"e2e_p50_us,omitempty"`
+	E2EP99US      *float64 `json:"e2e_p99_us,omitempty"`
+	// Misspeculations counts fail_spec events in the interval (speculative
+	// modes only).
+	Misspeculations *int64 `json:"misspeculations,omitempty"`
+}
+
+// Comparison sets a candidate mode's result against the baseline's (the
+// first mode of --modes) for the same point of a sweep. Latency ratios are
+// baseline ÷ candidate and the throughput ratio candidate ÷ baseline, so a
+// ratio above 1 always favours the candidate.
+type Comparison struct {
+	Workload  string `json:"workload"`
+	Baseline  string `json:"baseline"`
+	Candidate string `json:"candidate"`
+	// The point of the sweep both results are at.
+	Shards    int      `json:"shards,omitempty"`
+	ComputeUS *float64 `json:"compute_us,omitempty"`
+	Window    int      `json:"window,omitempty"`
+	Ratios    Ratios   `json:"ratios"`
+}
+
+// Ratios are omitted when an input is missing or zero.
+type Ratios struct {
+	DeliveryP50 *float64 `json:"delivery_p50,omitempty"`
+	E2EP50      *float64 `json:"e2e_p50,omitempty"`
+	E2EP99      *float64 `json:"e2e_p99,omitempty"`
+	AppendP50   *float64 `json:"append_p50,omitempty"`
+	Throughput  *float64 `json:"throughput,omitempty"`
+}
+
+// Compare computes the comparison of candidate against baseline.
+func Compare(baseline, candidate *Result) *Comparison {
+	c := &Comparison{
+		Workload:  baseline.Workload,
+		Baseline:  baseline.Mode,
+		Candidate: candidate.Mode,
+		Shards:    baseline.Shards,
+		ComputeUS: baseline.ComputeUS,
+		Window:    baseline.Window,
+	}
+	p50 := func(s *LatencySummary) float64 {
+		if s == nil {
+			return 0
+		}
+		return s.P50
+	}
+	p99 := func(s *LatencySummary) float64 {
+		if s == nil {
+			return 0
+		}
+		return s.P99
+	}
+	val := func(v *float64) float64 {
+		if v == nil {
+			return 0
+		}
+		return *v
+	}
+	c.Ratios.DeliveryP50 = ratio(p50(baseline.DeliveryLatencyUS), p50(candidate.DeliveryLatencyUS))
+	c.Ratios.E2EP50 = ratio(p50(baseline.E2ELatencyUS), p50(candidate.E2ELatencyUS))
+	c.Ratios.E2EP99 = ratio(p99(baseline.E2ELatencyUS), p99(candidate.E2ELatencyUS))
+	c.Ratios.AppendP50 = ratio(p50(baseline.AppendLatencyUS), p50(candidate.AppendLatencyUS))
+	c.Ratios.Throughput = ratio(val(candidate.ThroughputRPS), val(baseline.ThroughputRPS))
+	return c
+}
+
+// ratio is num ÷ den to three decimals, or nil when either is zero (or
+// not a positive number).
+func ratio(num, den float64) *float64 {
+	if !(num > 0) || !(den > 0) {
+		return nil
+	}
+	return Ptr(round(num/den, 3))
+}
+
+// Report is everything one `augur bench WORKLOAD` prints: for each point of
+// the sweep, one result per mode, then (with two or more modes) one
+// comparison per candidate mode.
+type Report struct {
+	Workload string
+	Points   []Point
+}
+
+// Point is one point of a sweep: the same workload and parameters run
+// under each mode.
+type Point struct {
+	Results     []*Result
+	Comparisons []*Comparison
+}
+
+// add appends a point, comparing every mode after the first with the first.
+func (r *Report) add(results []*Result) {
+	pt := Point{Results: results}
+	for _, c := range results[1:] {
+		pt.Comparisons = append(pt.Comparisons, Compare(results[0], c))
+	}
+	r.Points = append(r.Points, pt)
+}
+
+// Results lists every result of the report, in order.
+func (r *Report) Results() []*Result {
+	var out []*Result
+	for _, pt := range r.Points {
+		out = append(out, pt.Results...)
+	}
+	return out
+}
+
+// Comparisons lists every comparison of the report, in order.
+func (r *Report) Comparisons() []*Comparison {
+	var out []*Comparison
+	for _, pt := range r.Points {
+		out = append(out, pt.Comparisons...)
+	}
+	return out
+}
+
+// WriteJSON writes the report as JSON lines: each point's results, then
+// its comparisons.
+func (r *Report) WriteJSON(w io.Writer) error {
+	for _, pt := range r.Points {
+		for _, res := range pt.Results {
+			if err := writeLine(w, res); err != nil {
+				return err
+			}
+		}
+		for _, c := range pt.Comparisons {
+			if err := writeLine(w, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // WriteJSON writes r as one line of JSON.
-func (r *Result) WriteJSON(w io.Writer) error {
-	data, err := json.Marshal(r)
+func (r *Result) WriteJSON(w io.Writer) error { return writeLine(w, r) }
+
+func writeLine(w io.Writer, v any) error {
+	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
@@ -60,3 +275,6 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	_, err = w.Write(data)
 	return err
 }
+
+// Ptr returns a pointer to v, for Result's optional fields.
+func Ptr[T any](v T) *T { return &v }

@@ -1,13 +1,24 @@
-// Package bench holds augur's benchmark harness: a registry of workloads,
-// the load generators' pacing, latency histograms, and the one JSON object a
-// run reports. `augur bench WORKLOAD` is a thin shell over Run.
+// Package bench holds augur's benchmark harness: a registry of workloads
+// (the experiments of the SpecLog and Scalog papers' evaluations) and of
+// ordering modes, the load generators' pacing, the downstream consumers
+// with simulated compute, latency histograms, the JSON a run reports, and
+// the figures it draws. `augur bench WORKLOAD` is a thin shell over Run.
+//
+// A run is a sweep: for each point (a shard count, a compute time, a lease
+// window) and each mode of Params.Modes, a fresh embedded cluster (unless
+// Params.Cluster names a running one) runs the workload once and yields one
+// Result; with two or more modes each point also yields a Comparison of
+// every mode with the first.
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,28 +32,42 @@ import (
 
 // Bounds of Params checked by Check, before anything starts.
 const (
-	clientsMax  = 1024
-	inflightMax = 4096
-	shardsMax   = 64
-	replicasMax = 9
+	clientsMax     = 1024
+	inflightMax    = 4096
+	shardsMax      = 64
+	replicasMax    = 9
+	subscribersMax = 64
+	windowMax      = 1 << 20
+	computeMax     = time.Minute
+	// seriesPointsMax bounds the points of a time series.
+	seriesPointsMax = 10000
 	// readyTimeout bounds how long an embedded cluster may take to start.
 	readyTimeout = 30 * time.Second
-	// drainTimeout bounds how long a run waits for the appends it issued.
+	// drainTimeout bounds how long a run waits for the appends it issued,
+	// and then for its subscribers to finish them.
 	drainTimeout = 30 * time.Second
 )
 
 // Params are the knobs of a run; each workload reads the ones it needs.
 type Params struct {
-	// Shards and Replicas shape the embedded cluster (ignored with Cluster).
-	Shards   int
+	// Modes are the ordering modes to run, the first being the baseline of
+	// the comparisons.
+	Modes []string
+	// Shards are the embedded cluster's sizes to sweep (storage groups, one
+	// shard each); ignored with Cluster.
+	Shards []int
+	// Replicas is the number of storage servers per group.
 	Replicas int
 	// OrderingInterval is the embedded cluster's cut interval.
 	OrderingInterval time.Duration
+	// FailureTimeout is the embedded cluster's failure detection timeout
+	// (0: the cluster file's default).
+	FailureTimeout time.Duration
 	// Fsync is the embedded cluster's storage fsync policy ("" = default).
 	Fsync string
 	// RecordBytes is the payload size of each append.
 	RecordBytes int
-	// Rate is the offered load in operations per second over all clients;
+	// Rate is the offered load in appends per second over all clients;
 	// 0 means closed loop.
 	Rate int
 	// Clients is how many SDK clients drive the load, each with its own
@@ -51,6 +76,25 @@ type Params struct {
 	// Inflight is, in closed loop, how many appends each client keeps in
 	// flight (1: issue the next when the previous is acknowledged).
 	Inflight int
+	// Subscribers is how many downstream consumers follow the log.
+	Subscribers int
+	// Compute are the simulated downstream compute times per batch to
+	// sweep; nil for workloads without consumers.
+	Compute []time.Duration
+	// Window are the speculation lease windows (in cuts) to sweep, for
+	// speculative modes; nil leaves the mode's default.
+	Window []int
+	// Interval is a time series' bucket; 0 picks one from Duration.
+	Interval time.Duration
+	// ExtraRate is the added load on one shard of burst and ratechange, in
+	// appends per second; 0 means half of Rate.
+	ExtraRate int
+	// NoLagFix and NoQuotaChange turn off those mechanisms of speculative
+	// modes (the no-lf and no-qc variants of SpecLog §6.4 and §6.5).
+	NoLagFix      bool
+	NoQuotaChange bool
+	// Seed makes the run's payload bytes and record stamps reproducible.
+	Seed uint64
 	// Warmup runs the load unmeasured before the measured Duration.
 	Warmup   time.Duration
 	Duration time.Duration
@@ -59,9 +103,61 @@ type Params struct {
 	Cluster *config.Cluster
 	// Logger receives the embedded cluster's logs; nil discards them.
 	Logger *slog.Logger
+	// Progress, when set, gets one line per run as it starts.
+	Progress io.Writer
 }
 
-// Target is the cluster a workload runs against.
+// Variant is one point of a sweep.
+type Variant struct {
+	// Shards is the embedded cluster's shard count, 0 with a running
+	// cluster.
+	Shards  int
+	Compute time.Duration
+	// Window is the lease window, 0 for the mode's default.
+	Window int
+}
+
+func (v Variant) String() string {
+	var parts []string
+	if v.Shards > 0 {
+		parts = append(parts, plural(v.Shards, "shard"))
+	}
+	if v.Compute > 0 {
+		parts = append(parts, fmt.Sprintf("compute %v", v.Compute))
+	}
+	if v.Window > 0 {
+		parts = append(parts, fmt.Sprintf("window %d", v.Window))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// variants lists the points of p's sweep: shards, then windows, then
+// compute times, each in the order given.
+func variants(p Params) []Variant {
+	shards := p.Shards
+	if p.Cluster != nil || len(shards) == 0 {
+		shards = []int{0}
+	}
+	computes := p.Compute
+	if len(computes) == 0 {
+		computes = []time.Duration{0}
+	}
+	windows := p.Window
+	if len(windows) == 0 {
+		windows = []int{0}
+	}
+	var out []Variant
+	for _, s := range shards {
+		for _, w := range windows {
+			for _, c := range computes {
+				out = append(out, Variant{Shards: s, Compute: c, Window: w})
+			}
+		}
+	}
+	return out
+}
+
+// Target is the cluster a run targets.
 type Target struct {
 	// Config is the target's cluster file.
 	Config *config.Cluster
@@ -82,14 +178,26 @@ func (t *Target) Dial(ctx context.Context) (*client.Client, error) {
 	return cl, nil
 }
 
+// Env is what one run of a workload gets.
+type Env struct {
+	Target  *Target
+	Mode    Mode
+	Params  Params
+	Variant Variant
+}
+
 // Workload is one kind of benchmark.
 type Workload interface {
 	Name() string
+	// Defaults sets the workload's own defaults on p, which holds the
+	// common ones (DefaultParams).
+	Defaults(p *Params)
 	// Check rejects parameters the workload cannot run with; it runs before
-	// any cluster starts.
+	// any cluster starts, after the common checks passed.
 	Check(p Params) error
-	// Run drives the workload against t and measures it.
-	Run(ctx context.Context, t *Target, p Params) (*Result, error)
+	// Run runs the workload once, at e.Variant under e.Mode, and measures
+	// it. The harness fills in the result's workload, mode and sweep point.
+	Run(ctx context.Context, e *Env) (*Result, error)
 }
 
 var (
@@ -130,16 +238,74 @@ func Lookup(name string) (Workload, error) {
 	return w, nil
 }
 
-// Check looks up workload name and checks p against it and the common bounds.
+// DefaultParams returns the defaults of workload name: the common ones,
+// then the workload's own.
+func DefaultParams(name string) (Params, error) {
+	w, err := Lookup(name)
+	if err != nil {
+		return Params{}, err
+	}
+	p := Params{
+		Modes:            []string{"eager"},
+		Shards:           []int{2},
+		Replicas:         2,
+		OrderingInterval: config.DefaultOrderingInterval,
+		RecordBytes:      4096,
+		Rate:             2000,
+		Clients:          4,
+		Inflight:         1,
+		Subscribers:      1,
+		Seed:             1,
+		Warmup:           2 * time.Second,
+		Duration:         10 * time.Second,
+	}
+	w.Defaults(&p)
+	return p, nil
+}
+
+// Check looks up workload name and checks p against the common bounds, the
+// modes and the workload.
 func Check(name string, p Params) (Workload, error) {
 	w, err := Lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	if err := errors.Join(p.checkCommon(), w.Check(p)); err != nil {
+	ms, modeErr := p.modes()
+	errs := []error{p.checkCommon(), modeErr}
+	for _, m := range ms {
+		if err := m.Check(p); err != nil {
+			errs = append(errs, fmt.Errorf("mode %s: %w", m.Name(), err))
+		}
+	}
+	errs = append(errs, w.Check(p))
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return w, nil
+}
+
+// modes resolves p.Modes.
+func (p Params) modes() ([]Mode, error) {
+	if len(p.Modes) == 0 {
+		return nil, fmt.Errorf("name at least one mode (available: %s)", strings.Join(ModeNames(), ", "))
+	}
+	var out []Mode
+	var errs []error
+	seen := map[string]bool{}
+	for _, name := range p.Modes {
+		if seen[name] {
+			errs = append(errs, fmt.Errorf("mode %s is named twice", name))
+			continue
+		}
+		seen[name] = true
+		m, err := LookupMode(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, errors.Join(errs...)
 }
 
 func (p Params) checkCommon() error {
@@ -151,8 +317,16 @@ func (p Params) checkCommon() error {
 		errs = append(errs, fmt.Errorf("warmup must not be negative, got %v", p.Warmup))
 	}
 	if p.Cluster == nil {
-		if p.Shards < 1 || p.Shards > shardsMax {
-			errs = append(errs, fmt.Errorf("shards must be in [1, %d], got %d", shardsMax, p.Shards))
+		if len(p.Shards) == 0 {
+			errs = append(errs, errors.New("name at least one shard count"))
+		}
+		for _, s := range p.Shards {
+			if s < 1 || s > shardsMax {
+				errs = append(errs, fmt.Errorf("shards must be in [1, %d], got %d", shardsMax, s))
+			}
+		}
+		if dup := firstDuplicate(p.Shards); dup != nil {
+			errs = append(errs, fmt.Errorf("shard count %d is named twice", *dup))
 		}
 		if p.Replicas < 1 || p.Replicas > replicasMax {
 			errs = append(errs, fmt.Errorf("replicas must be in [1, %d], got %d", replicasMax, p.Replicas))
@@ -160,26 +334,95 @@ func (p Params) checkCommon() error {
 		if p.OrderingInterval <= 0 {
 			errs = append(errs, fmt.Errorf("ordering interval must be positive, got %v", p.OrderingInterval))
 		}
+		if p.FailureTimeout < 0 {
+			errs = append(errs, fmt.Errorf("failure timeout must not be negative, got %v", p.FailureTimeout))
+		}
+	}
+	for _, c := range p.Compute {
+		if c < 0 || c > computeMax {
+			errs = append(errs, fmt.Errorf("compute must be in [0, %v], got %v", computeMax, c))
+		}
+	}
+	if dup := firstDuplicate(p.Compute); dup != nil {
+		errs = append(errs, fmt.Errorf("compute %v is named twice", *dup))
+	}
+	for _, w := range p.Window {
+		if w < 1 || w > windowMax {
+			errs = append(errs, fmt.Errorf("window must be in [1, %d] cuts, got %d", windowMax, w))
+		}
+	}
+	if dup := firstDuplicate(p.Window); dup != nil {
+		errs = append(errs, fmt.Errorf("window %d is named twice", *dup))
+	}
+	if p.Interval < 0 {
+		errs = append(errs, fmt.Errorf("interval must not be negative, got %v", p.Interval))
+	} else if p.Interval > 0 && p.Duration > 0 && p.Duration/p.Interval > seriesPointsMax {
+		errs = append(errs, fmt.Errorf("interval %v cuts the %v window into more than %d points", p.Interval, p.Duration, seriesPointsMax))
 	}
 	return errors.Join(errs...)
 }
 
-// Run checks p, starts an embedded cluster unless p.Cluster names a running
-// one, waits until it is ready, and runs workload name.
-func Run(ctx context.Context, name string, p Params) (*Result, error) {
+func firstDuplicate[T comparable](xs []T) *T {
+	seen := map[T]bool{}
+	for _, x := range xs {
+		if seen[x] {
+			return &x
+		}
+		seen[x] = true
+	}
+	return nil
+}
+
+// Run checks p, then runs workload name at every point of the sweep under
+// every mode, each run on a fresh embedded cluster unless p.Cluster names
+// a running one. It stops at the first failed run and returns the points
+// completed before it with the error.
+func Run(ctx context.Context, name string, p Params) (*Report, error) {
 	w, err := Check(name, p)
 	if err != nil {
 		return nil, err
 	}
+	ms, _ := p.modes()
+	rep := &Report{Workload: name}
+	for _, v := range variants(p) {
+		results := make([]*Result, 0, len(ms))
+		for _, m := range ms {
+			if p.Progress != nil {
+				fmt.Fprintf(p.Progress, "bench %s: mode %s%s: %v of load after %v of warm-up\n",
+					name, m.Name(), prefixed(", ", v.String()), p.Duration, p.Warmup)
+			}
+			r, err := runOne(ctx, w, m, p, v)
+			if err != nil {
+				return rep, fmt.Errorf("%s, mode %s%s: %w", name, m.Name(), prefixed(", ", v.String()), err)
+			}
+			results = append(results, r)
+		}
+		rep.add(results)
+	}
+	return rep, nil
+}
+
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// runOne runs w once under m at v.
+func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant) (*Result, error) {
 	t := &Target{Config: p.Cluster}
 	if p.Cluster == nil {
-		dc, err := devcluster.Start(ctx, devcluster.Options{
-			Shards:           p.Shards,
+		opts := devcluster.Options{
+			Shards:           v.Shards,
 			Replicas:         p.Replicas,
 			OrderingInterval: p.OrderingInterval,
+			FailureTimeout:   p.FailureTimeout,
 			Fsync:            p.Fsync,
 			Logger:           p.Logger,
-		})
+		}
+		m.Configure(&opts, p, v)
+		dc, err := devcluster.Start(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +435,19 @@ func Run(ctx context.Context, name string, p Params) (*Result, error) {
 		}
 		t.Config, t.Embedded = dc.Config(), dc
 	}
-	return w.Run(ctx, t, p)
+	r, err := w.Run(ctx, &Env{Target: t, Mode: m, Params: p, Variant: v})
+	if err != nil {
+		return nil, err
+	}
+	r.Workload, r.Mode = w.Name(), m.Name()
+	if v.Shards > 0 {
+		r.Shards = v.Shards
+	}
+	if p.Compute != nil {
+		r.ComputeUS = Ptr(micros(float64(v.Compute)))
+	}
+	r.Window = v.Window
+	return r, nil
 }
 
 // sleepUntil waits until t or until ctx ends.
@@ -211,17 +466,19 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
-// shape reports the live shards of a target and the replicas of each.
-func shape(ctx context.Context, cl *client.Client) (shards, replicas int, err error) {
+// shape reports the live shards of a target, in ascending id order, and
+// the most replicas any of them has.
+func shape(ctx context.Context, cl *client.Client) (live []*pb.ShardInfo, replicas int, err error) {
 	st, err := cl.Status(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("status: %w", err)
+		return nil, 0, fmt.Errorf("status: %w", err)
 	}
 	for _, sh := range st.Shards {
 		if sh.State == pb.ShardState_SHARD_LIVE {
-			shards++
+			live = append(live, sh)
 			replicas = max(replicas, len(sh.Replicas))
 		}
 	}
-	return shards, replicas, nil
+	slices.SortFunc(live, func(a, b *pb.ShardInfo) int { return cmp.Compare(a.Id, b.Id) })
+	return live, replicas, nil
 }

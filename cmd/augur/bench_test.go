@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runAugur runs the CLI with args and returns its stdout and error.
+func runAugur(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := newRootCmd()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func TestBenchFlagErrors(t *testing.T) {
+	cluster := filepath.Join("..", "..", "examples", "cluster.yaml")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench"}, "name a workload: one of append, e2e, burst"},
+		{[]string{"bench", "e2e", "--modes", "eager,lazy"}, "mode lazy is not available yet"},
+		{[]string{"bench", "e2e", "--modes", "fast"}, `unknown mode "fast" (available: eager`},
+		{[]string{"bench", "append", "--duration", "0s"}, "duration must be positive"},
+		{[]string{"bench", "append", "--rate", "1000000000"}, "below the pacer's"},
+		{[]string{"bench", "e2e", "--plot", "fig.jpg"}, "--plot must name a .png or .svg file"},
+		{[]string{"bench", "e2e", "--compute", "1.5ms,soon"}, `--compute: "soon" is not a valid element`},
+		{[]string{"bench", "scale", "--shards", "1,,4"}, `--shards: "" is not a valid element`},
+		{[]string{"bench", "e2e", "--window", "100"}, "needs a speculative mode in --modes"},
+		{[]string{"bench", "burst", "--no-lagfix"}, "--no-lagfix needs a speculative mode in --modes"},
+		{[]string{"bench", "ratechange"}, "ratechange needs a speculative mode in --modes"},
+		{[]string{"bench", "window"}, "window needs a speculative mode in --modes"},
+		{[]string{"bench", "straggler", "--modes", "eager,spec"}, "straggler needs report delays injected"},
+		{[]string{"bench", "append", "--compute", "1ms"}, "unknown flag: --compute"},
+		{[]string{"bench", "append", "--cluster", cluster, "--shards", "4"}, "--shards shapes the embedded cluster"},
+		{[]string{"bench", "failure", "--cluster", cluster}, "failure stops and restarts servers, so it needs the embedded cluster"},
+		{[]string{"bench", "all"}, "--out DIR is required"},
+		{[]string{"bench", "all", "--out", t.TempDir(), "--modes", "lazy"}, "mode lazy is not available yet"},
+		{[]string{"bench", "all", "--out", t.TempDir(), "--duration", "-1s"}, "duration must be positive"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, err := runAugur(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBenchCommandsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded clusters")
+	}
+	dir := t.TempDir()
+	plot := filepath.Join(dir, "e2e.svg")
+	out, err := runAugur(t, "bench", "e2e", "--shards", "1", "--replicas", "1", "--rate", "200", "--clients", "1",
+		"--duration", "200ms", "--warmup", "50ms", "--compute", "1ms", "--plot", plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if r["workload"] != "e2e" || r["mode"] != "eager" || r["e2e_latency_us"] == nil {
+		t.Fatalf("result %s", out)
+	}
+	if data, err := os.ReadFile(plot); err != nil || !bytes.HasPrefix(data, []byte("<svg")) {
+		t.Fatalf("plot: %v", err)
+	}
+
+	// The README documents these two.
+	out, err = runAugur(t, "bench", "append", "--shards", "1", "--replicas", "1", "--rate", "0", "--clients", "1",
+		"--duration", "200ms", "--warmup", "50ms")
+	if err != nil || !strings.HasPrefix(out, `{"workload":"append","mode":"eager"`) {
+		t.Fatalf("bench append: %v: %s", err, out)
+	}
+	out, err = runAugur(t, "bench", "idle", "--shards", "1", "--replicas", "1", "--duration", "100ms", "--warmup", "50ms")
+	if err != nil || !strings.Contains(out, `"cpu_percent_of_one_core"`) {
+		t.Fatalf("bench idle: %v: %s", err, out)
+	}
+}

@@ -1,0 +1,307 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// downstream is one downstream task, after SpecLog §6.1: a reader takes
+// the consumer's events and queues delivered records; a compute loop takes
+// everything queued as one batch and "computes" over it for the compute
+// time by waiting (so the machine's cores stay with the cluster). A record
+// is finished once its batch is computed and its position is final; a
+// speculative delivery is final at the EventConfirm covering it, and void
+// at an EventFail below it (its result is rolled back and it comes again).
+//
+// Lock order: downstream.mu before series.mu and Latency.mu.
+type downstream struct {
+	idx         int
+	run         *loadRun
+	cons        Consumer
+	compute     time.Duration
+	speculative bool
+	// wake (capacity 1) tells the compute loop that the queue grew.
+	wake chan struct{}
+	// reached is closed once every record up to target is finished.
+	reached chan struct{}
+
+	mu sync.Mutex
+	// queue holds delivered items not yet taken into a batch.
+	queue []*item
+	// pending holds speculative deliveries not yet confirmed, positions
+	// strictly ascending.
+	pending []*item
+	// open counts delivered items neither finished nor void.
+	open int
+	// lastPos is the highest position delivered and not void, -1 before
+	// the first delivery.
+	lastPos int64
+	// target is the last acknowledged position, -1 until the load ended.
+	target   int64
+	seen     map[recID]struct{}
+	finished []finishedRec
+	// finishedWindow counts finished records started in the measured window.
+	finishedWindow int64
+	misspec        int64
+	rolledBack     int64
+	// view is the last view seen; viewChanges counts its growth within the
+	// measured window.
+	view        uint64
+	viewChanges int64
+	sums        breakdownSums
+	err         error
+}
+
+// item is one delivery of a record to a downstream task.
+type item struct {
+	pos      uint64
+	id       recID
+	start    time.Time // the append's start
+	measured bool      // started in the measured window
+	// delivered, batchStart, computed and confirmed are when each step
+	// happened (zero until then).
+	delivered, batchStart, computed, confirmed time.Time
+	void                                       bool
+}
+
+type finishedRec struct {
+	pos  uint64
+	hash uint64
+}
+
+// breakdownSums add up the e2e parts of finished measured records.
+type breakdownSums struct {
+	n                              int64
+	delivery, queue, compute, wait time.Duration
+}
+
+func newDownstream(idx int, run *loadRun, cons Consumer, compute time.Duration, speculative bool) *downstream {
+	return &downstream{
+		idx:         idx,
+		run:         run,
+		cons:        cons,
+		compute:     compute,
+		speculative: speculative,
+		wake:        make(chan struct{}, 1),
+		reached:     make(chan struct{}),
+		lastPos:     -1,
+		target:      -1,
+		seen:        map[recID]struct{}{},
+	}
+}
+
+// readLoop takes events until ctx ends or the consumer fails.
+func (d *downstream) readLoop(ctx context.Context) {
+	for {
+		ev, err := d.cons.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.mu.Lock()
+				d.failLocked(fmt.Errorf("subscriber %d: %w", d.idx+1, err))
+				d.mu.Unlock()
+			}
+			return
+		}
+		now := time.Now()
+		d.mu.Lock()
+		d.handleLocked(ev, now)
+		d.mu.Unlock()
+		if ev.Kind == EventDeliver {
+			select {
+			case d.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// computeLoop computes batches until ctx ends.
+func (d *downstream) computeLoop(ctx context.Context) {
+	var timer *time.Timer
+	if d.compute > 0 {
+		timer = time.NewTimer(time.Hour)
+		timer.Stop()
+		defer timer.Stop()
+	}
+	for {
+		select {
+		case <-d.wake:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			d.mu.Lock()
+			batch := d.queue
+			d.queue = nil
+			d.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			t0 := time.Now()
+			if timer != nil {
+				timer.Reset(d.compute)
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					return
+				}
+			}
+			t1 := time.Now()
+			d.mu.Lock()
+			for _, it := range batch {
+				if it.void {
+					continue
+				}
+				it.batchStart, it.computed = t0, t1
+				if !it.confirmed.IsZero() {
+					d.finishLocked(it)
+				}
+			}
+			d.checkReachedLocked()
+			d.mu.Unlock()
+		}
+	}
+}
+
+func (d *downstream) handleLocked(ev ConsumerEvent, now time.Time) {
+	if ev.View > d.view {
+		if d.run.inWindow(now) {
+			d.viewChanges += int64(ev.View - d.view)
+		}
+		d.view = ev.View
+	}
+	switch ev.Kind {
+	case EventDeliver:
+		if d.lastPos >= 0 && int64(ev.Position) <= d.lastPos {
+			d.failLocked(fmt.Errorf("subscriber %d: delivered position %d after %d", d.idx+1, ev.Position, d.lastPos))
+			return
+		}
+		d.lastPos = int64(ev.Position)
+		start, id, ok := readHeader(ev.Payload, d.run.id)
+		if !ok {
+			return // another writer's record, or a no-op
+		}
+		it := &item{pos: ev.Position, id: id, start: start, measured: d.run.inWindow(start), delivered: now}
+		if _, again := d.seen[id]; !again {
+			d.seen[id] = struct{}{}
+			if it.measured {
+				d.run.delivery.Record(now.Sub(start))
+			}
+			d.run.series.delivered(now, now.Sub(start))
+		}
+		if ev.Speculative {
+			d.pending = append(d.pending, it)
+		} else {
+			it.confirmed = now
+		}
+		d.queue = append(d.queue, it)
+		d.open++
+	case EventConfirm:
+		n := 0
+		for _, it := range d.pending {
+			if it.pos >= ev.Position {
+				break
+			}
+			n++
+			it.confirmed = now
+			if it.measured {
+				d.run.confirm.Record(now.Sub(it.start))
+			}
+			if !it.computed.IsZero() {
+				d.finishLocked(it)
+			}
+		}
+		d.pending = slices.Delete(d.pending, 0, n)
+		d.checkReachedLocked()
+	case EventFail:
+		d.misspec++
+		if d.idx == 0 {
+			// Every subscriber sees the same failures; count them once.
+			d.run.series.failed(now)
+		}
+		for len(d.pending) > 0 && d.pending[len(d.pending)-1].pos >= ev.Position {
+			it := d.pending[len(d.pending)-1]
+			d.pending = d.pending[:len(d.pending)-1]
+			it.void = true
+			d.open--
+			d.rolledBack++
+		}
+		d.lastPos = min(d.lastPos, int64(ev.Position)-1)
+	default:
+		d.failLocked(fmt.Errorf("subscriber %d: unknown event kind %v", d.idx+1, ev.Kind))
+	}
+}
+
+// finishLocked records a record computed over at a final position.
+func (d *downstream) finishLocked(it *item) {
+	d.open--
+	done := it.computed
+	if it.confirmed.After(done) {
+		done = it.confirmed
+	}
+	d.finished = append(d.finished, finishedRec{pos: it.pos, hash: positionHash(d.run.hashSeed, it.pos, it.id)})
+	d.run.series.finished(done, done.Sub(it.start))
+	if !it.measured {
+		return
+	}
+	d.finishedWindow++
+	d.run.e2e.Record(done.Sub(it.start))
+	d.sums.n++
+	d.sums.delivery += it.delivered.Sub(it.start)
+	d.sums.queue += it.batchStart.Sub(it.delivered)
+	d.sums.compute += it.computed.Sub(it.batchStart)
+	d.sums.wait += done.Sub(it.computed)
+}
+
+// setTarget says the load ended with its last acknowledged record at
+// position target.
+func (d *downstream) setTarget(target int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.target = target
+	d.checkReachedLocked()
+}
+
+func (d *downstream) checkReachedLocked() {
+	if d.target >= 0 && d.lastPos >= d.target && d.open == 0 {
+		d.closeReachedLocked()
+	}
+}
+
+func (d *downstream) failLocked(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+	d.closeReachedLocked()
+}
+
+func (d *downstream) closeReachedLocked() {
+	select {
+	case <-d.reached:
+	default:
+		close(d.reached)
+	}
+}
+
+// digest sums the hashes of the records finished at positions ≤ upTo and
+// counts them; it fails if a position was finished twice.
+func (d *downstream) digest(upTo int64) (n int, sum uint64, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := make(map[uint64]bool, len(d.finished))
+	for _, f := range d.finished {
+		if int64(f.pos) > upTo {
+			continue
+		}
+		if seen[f.pos] {
+			return 0, 0, fmt.Errorf("subscriber %d finished position %d twice", d.idx+1, f.pos)
+		}
+		seen[f.pos] = true
+		n++
+		sum += f.hash
+	}
+	return n, sum, nil
+}

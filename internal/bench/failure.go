@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+func init() { Register(failureWorkload{}) }
+
+// failureWorkload stops servers of the embedded cluster under e2e load and
+// records a time series (SpecLog §6.11, Fig. 17; Scalog §6.2, Fig. 4): at
+// a fifth of the window one storage server of the first shard (a backup),
+// which finalizes its shard after the failure timeout and moves its appends
+// to the other shards; at 45% the ordering leader, which pauses cuts until
+// a new leader is elected; at 70% both come back (the storage server's
+// group then forms a new shard).
+type failureWorkload struct{}
+
+func (failureWorkload) Name() string { return "failure" }
+
+func (failureWorkload) Defaults(p *Params) {
+	p.Compute = []time.Duration{1500 * time.Microsecond}
+}
+
+func (failureWorkload) Check(p Params) error {
+	var errs []error
+	errs = append(errs, needEmbedded("failure", "stops and restarts servers", p), checkLoad(p, true))
+	if p.Cluster == nil && p.Replicas < 2 {
+		errs = append(errs, fmt.Errorf("failure stops one replica of a shard, so it needs --replicas 2 or more, got %d", p.Replicas))
+	}
+	return errors.Join(errs...)
+}
+
+func (failureWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
+	dc := e.Target.Embedded
+	if dc == nil {
+		return nil, errors.New("failure needs the embedded cluster")
+	}
+	// The servers are listed group by group, each group's primary first,
+	// so the second is a backup of the first group.
+	storage := dc.StorageIDs()
+	if len(storage) < 2 {
+		return nil, errors.New("failure needs a shard with two replicas")
+	}
+	replica := storage[1]
+	var mu sync.Mutex
+	var leader string
+	d := e.Params.Duration
+	actions := []action{
+		{At: d / 5, What: "stop storage server " + replica, Do: func(context.Context) (string, error) {
+			return "", dc.StopStorage(replica)
+		}},
+		{At: 45 * d / 100, What: "stop the ordering leader", Do: func(ctx context.Context) (string, error) {
+			id, err := dc.Leader(ctx)
+			if err != nil {
+				return "", err
+			}
+			if id == "" {
+				return "", errors.New("no ordering leader to stop")
+			}
+			mu.Lock()
+			leader = id
+			mu.Unlock()
+			return " " + id, dc.StopOrdering(id)
+		}},
+		{At: 70 * d / 100, What: "restart", Do: func(context.Context) (string, error) {
+			mu.Lock()
+			id := leader
+			mu.Unlock()
+			if err := dc.StartOrdering(id); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf(" %s and %s", id, replica), dc.StartStorage(replica)
+		}},
+	}
+	return runLoad(ctx, e, loadSpec{
+		Subscribers: e.Params.Subscribers,
+		Compute:     e.Variant.Compute,
+		Actions:     actions,
+		Series:      true,
+	})
+}

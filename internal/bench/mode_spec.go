@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/config"
+	"github.com/augur-log/augur/internal/devcluster"
+)
+
+func init() { RegisterMode(specMode{}) }
+
+// specMode is SpecLog's speculative order: records reach subscribers as
+// soon as they are durable, at predicted positions that fix-ante ordering
+// makes right unless a whole shard fails.
+type specMode struct{}
+
+func (specMode) Name() string      { return "spec" }
+func (specMode) Speculative() bool { return true }
+func (specMode) Check(p Params) error {
+	if p.Cluster != nil {
+		return errors.New("mode spec reads its counters from the embedded cluster; run it without --cluster")
+	}
+	return nil
+}
+
+func (specMode) Configure(o *devcluster.Options, p Params, v Variant) {
+	o.Mode = config.ModeSpec
+	if v.Window > 0 {
+		o.WindowCuts = uint64(v.Window)
+	}
+	o.NoLagFix, o.NoQuotaChange = p.NoLagFix, p.NoQuotaChange
+}
+
+func (specMode) Subscribe(ctx context.Context, cl *client.Client, from uint64) (Consumer, error) {
+	sub, err := cl.SubscribeSpec(ctx, from, client.Filter{}, false)
+	if err != nil {
+		return nil, err
+	}
+	return specConsumer{sub}, nil
+}
+
+// Counters sums the speculative counters of every server of the embedded
+// cluster, which share this process's metrics registry.
+func (specMode) Counters(_ context.Context, t *Target) (Counters, error) {
+	if t.Embedded == nil {
+		return Counters{}, errors.New("mode spec counters need an embedded cluster")
+	}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return Counters{}, fmt.Errorf("read metrics: %w", err)
+	}
+	sums := map[string]int64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			sums[f.GetName()] += int64(m.GetCounter().GetValue())
+		}
+	}
+	return Counters{
+		Noops:        sums["augur_noops_total"],
+		LagFixes:     sums["augur_lag_fixes_total"],
+		QuotaChanges: sums["augur_quota_changes_total"],
+		// Every ordering replica applies each view change; count one.
+		ViewChanges: sums["augur_view_changes_total"] / int64(max(len(t.Config.Ordering), 1)),
+	}, nil
+}
+
+// specConsumer passes a speculative subscription's events through.
+type specConsumer struct{ sub *client.SpecSubscription }
+
+func (c specConsumer) Next(ctx context.Context) (ConsumerEvent, error) {
+	ev, err := c.sub.Next(ctx)
+	if err != nil {
+		return ConsumerEvent{}, err
+	}
+	out := ConsumerEvent{Position: ev.Position, Speculative: ev.Speculative, View: ev.View}
+	switch ev.Kind {
+	case client.EventDeliver:
+		out.Kind, out.Payload = EventDeliver, ev.Entry.Record.Payload
+	case client.EventConfirm:
+		out.Kind = EventConfirm
+	case client.EventFail:
+		out.Kind = EventFail
+	}
+	return out, nil
+}
+
+func (c specConsumer) Close() { c.sub.Close() }
