@@ -20,7 +20,10 @@ func window(qs ...fixante.Quota) Command {
 	return Command{Window: &WindowCommand{Quotas: qs, Groups: 1}}
 }
 
-func release(n uint64) Command { return Command{Cut: &CutCommand{Release: n}} }
+// release proposes the next n cuts of s.
+func release(s *State, n uint64) Command {
+	return Command{Cut: &CutCommand{ReleaseThrough: s.LastCut.Index + n}}
+}
 
 // TestSpecReleaseFollowsWindow checks that released cuts are exactly the
 // predetermined ones, that the next window starts where the current ends
@@ -28,16 +31,21 @@ func release(n uint64) Command { return Command{Cut: &CutCommand{Release: n}} }
 // announced windows changes nothing.
 func TestSpecReleaseFollowsWindow(t *testing.T) {
 	s := specTwoShards(t, 3)
-	if _, ok := s.Apply(release(1)); ok {
+	if _, ok := s.Apply(release(s, 1)); ok {
 		t.Fatal("released a cut with no window")
 	}
 	ev := mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 2}, fixante.Quota{Shard: 1, PerCut: 1}))
 	if ev.Window == nil || ev.Window.FirstCut != 1 || ev.Window.Start != 0 {
 		t.Fatalf("window %+v", ev.Window)
 	}
-	ev = mustApply(t, s, release(2))
+	ev = mustApply(t, s, release(s, 2))
 	if len(ev.Cuts) != 2 || ev.Cut.Index != 2 || ev.Cut.End != 6 || ev.Cut.Len(0) != 4 || ev.Cut.Len(1) != 2 {
 		t.Fatalf("release %+v", ev)
+	}
+	// A release an old leader left in flight, through a cut already
+	// released, commits nothing twice.
+	if _, ok := s.Apply(Command{Cut: &CutCommand{ReleaseThrough: 2}}); ok {
+		t.Fatal("a stale release committed a cut")
 	}
 	ev = mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}, fixante.Quota{Shard: 1, PerCut: 5}))
 	if w := ev.Window; w.FirstCut != 4 || w.Start != 9 || w.Quotas[0].Base != 6 || w.Quotas[1].Base != 3 {
@@ -46,7 +54,7 @@ func TestSpecReleaseFollowsWindow(t *testing.T) {
 	if _, ok := s.Apply(window(fixante.Quota{Shard: 0, PerCut: 1})); ok {
 		t.Fatal("a third window was announced")
 	}
-	ev = mustApply(t, s, release(10))
+	ev = mustApply(t, s, release(s, 10))
 	if ev.Cut.Index != 6 || len(s.Spec.Windows) != 0 || ev.Cut.Len(0) != 9 || ev.Cut.Len(1) != 18 {
 		t.Fatalf("release across windows %+v, windows %+v", ev.Cut, s.Spec.Windows)
 	}
@@ -73,11 +81,11 @@ func TestSpecLeaveAtWindowEnd(t *testing.T) {
 	if ev.View != nil || s.Shard(1).State != Finalizing || s.Shard(1).FinalCut != 4 {
 		t.Fatalf("leave: %+v %+v", ev, s.Shard(1))
 	}
-	mustApply(t, s, release(3))
+	mustApply(t, s, release(s, 3))
 	if s.Shard(1).State != Finalizing {
 		t.Fatal("left before its window ended")
 	}
-	ev = mustApply(t, s, release(1))
+	ev = mustApply(t, s, release(s, 1))
 	if s.Shard(1).State != Finalized || s.Shard(1).FinalLength != 4 || !ev.MembershipChanged {
 		t.Fatalf("after the window: %+v", s.Shard(1))
 	}
@@ -98,7 +106,7 @@ func TestSpecViewChange(t *testing.T) {
 	}
 	q := []fixante.Quota{{Shard: 0, PerCut: 1}, {Shard: 1, PerCut: 2}, {Shard: 2, PerCut: 1}}
 	mustApply(t, s, window(q...))
-	mustApply(t, s, release(1))
+	mustApply(t, s, release(s, 1))
 	mustApply(t, s, window(q...))
 	ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}})
 	v := ev.View
@@ -118,7 +126,7 @@ func TestSpecViewChange(t *testing.T) {
 	if f, _ := s.Spec.VoidOf(0); f.Filler != 2 {
 		t.Fatalf("void of 0 kept filler %d", f.Filler)
 	}
-	ev = mustApply(t, s, release(3))
+	ev = mustApply(t, s, release(s, 3))
 	if ev.Cut.Index != 4 || ev.Cut.End != 16 || ev.Cut.Len(0) != 4 {
 		t.Fatalf("cuts after failures %+v", ev.Cut)
 	}

@@ -97,12 +97,14 @@ type Command struct {
 
 // CutCommand proposes the next cut from reported lengths. Force asks for a
 // cut even when nothing grew, so finalizing shards reach their final cut.
-// In speculative mode only Release is read: it commits that many next
-// predetermined cuts, which the leader found satisfied.
+// In speculative mode only ReleaseThrough is read: it commits the
+// predetermined cuts up to that index, which the leader found satisfied; a
+// repeated or stale release (a proposal of an old leader) commits nothing
+// twice.
 type CutCommand struct {
-	Lengths []cut.Length `json:"l,omitempty"`
-	Force   bool         `json:"f,omitempty"`
-	Release uint64       `json:"r,omitempty"`
+	Lengths        []cut.Length `json:"l,omitempty"`
+	Force          bool         `json:"f,omitempty"`
+	ReleaseThrough uint64       `json:"r,omitempty"`
 }
 
 // RegisterCommand adds a shard served by Replicas (the first is primary).
@@ -170,7 +172,7 @@ func (s *State) Apply(c Command) (Event, bool) {
 	var ev Event
 	switch {
 	case c.Cut != nil && s.Spec != nil:
-		ev = s.applyReleases(c.Cut.Release)
+		ev = s.applyReleases(c.Cut.ReleaseThrough)
 	case c.Cut != nil:
 		ev = s.applyCut(*c.Cut)
 	case c.Window != nil:
@@ -284,11 +286,11 @@ func (s *State) stop(id cut.ShardID, grace uint64, failed bool) (bool, *ViewChan
 	return changed, v
 }
 
-// applyReleases commits n predetermined cuts, stopping at the first that
-// is not announced.
-func (s *State) applyReleases(n uint64) Event {
+// applyReleases commits the predetermined cuts through index through,
+// stopping at the first that is not announced.
+func (s *State) applyReleases(through uint64) Event {
 	var ev Event
-	for i := uint64(0); i < max(n, 1); i++ {
+	for s.LastCut.Index < through {
 		one, err := s.applyRelease()
 		if err != nil {
 			break

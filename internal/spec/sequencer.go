@@ -65,6 +65,8 @@ const (
 
 type shardView struct {
 	length, records uint64
+	// backlog is how many entries the shard held beyond its last report.
+	backlog uint64
 	// rate estimation between two window plans
 	planRecords uint64
 	planAt      time.Time
@@ -128,7 +130,7 @@ func (q *Sequencer) Observe(st *control.State, now time.Time) {
 			continue
 		}
 		if !ok {
-			v = &shardView{planAt: now, quota: sh.Quota, length: st.LastCut.Len(sh.ID)}
+			v = &shardView{quota: sh.Quota, length: st.LastCut.Len(sh.ID)}
 			q.shards[sh.ID] = v
 		}
 		held := false
@@ -144,17 +146,29 @@ func (q *Sequencer) Observe(st *control.State, now time.Time) {
 	}
 }
 
-// Report takes a shard's report of its durable length and real records.
-func (q *Sequencer) Report(shard cut.ShardID, length, records uint64, now time.Time) {
+// Report takes a shard's report: its length at a quota boundary, the real
+// records it stores, and how many entries it holds beyond the report.
+func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, now time.Time) {
 	v, ok := q.shards[shard]
 	if !ok {
 		return
 	}
 	if length > v.length {
 		v.length = length
+		if v.lagTarget > 0 {
+			// It moves: a shard that reacts to lag-fixes, however
+			// late, is not failed.
+			v.lagFirstSent = now
+		}
 	}
 	if records > v.records {
 		v.records = records
+	}
+	v.backlog = backlog
+	if v.planAt.IsZero() {
+		// Rates are measured from the first report a leader sees, not
+		// over history it did not watch.
+		v.planRecords, v.planAt = v.records, now
 	}
 	if v.lagTarget > 0 && v.length >= v.lagTarget {
 		v.lagTarget = 0
@@ -294,10 +308,15 @@ func (q *Sequencer) aheadOf(idx uint64, shard cut.ShardID) uint64 {
 		if !ok {
 			return ahead
 		}
-		if need, has := w.Length(shard, k-w.FirstCut); has && q.reported(shard) < need {
+		j := k - w.FirstCut
+		if need, has := w.Length(shard, j); has && q.reported(shard) < need {
 			return ahead
 		}
-		ahead = k - idx + 1
+		// Only the shard's own cuts count: other groups' cuts it is
+		// not in say nothing about how far ahead it is.
+		if w.Includes(shard, j) {
+			ahead = k - idx + 1
+		}
 	}
 }
 
@@ -323,12 +342,22 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		return nil
 	}
 	idx, blockers := q.firstBlocked()
+	for id, v := range q.shards {
+		// A shard that no longer holds the cut back owes nothing: it is
+		// neither asked again nor suspected.
+		if v.lagTarget > 0 && !slices.Contains(blockers, id) {
+			v.lagTarget = 0
+		}
+	}
 	if len(blockers) == 0 {
 		return nil
 	}
 	furthest := q.furthest(idx, blockers)
 	if furthest == 0 {
-		// Nobody is waiting for anybody.
+		// Nobody is waiting for anybody: nobody owes a catch-up.
+		for _, v := range q.shards {
+			v.lagTarget = 0
+		}
 		return nil
 	}
 	waited := q.waiting && q.blockedCut == idx && now.Sub(q.waitingSince) >= q.cfg.LagAfter
@@ -357,8 +386,8 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 	return out
 }
 
-// Suspects returns shards that left a lag-fix unanswered for SuspectAfter:
-// the whole shard is taken for failed.
+// Suspects returns shards that were asked to catch up and reported no
+// progress at all for SuspectAfter: the whole shard is taken for failed.
 func (q *Sequencer) Suspects(now time.Time) []cut.ShardID {
 	var out []cut.ShardID
 	for id, v := range q.shards {
@@ -417,7 +446,7 @@ func (q *Sequencer) PlanWindow(now time.Time) (*control.WindowCommand, bool) {
 // through straggler exclusion and probing, and resets the measurements.
 func (q *Sequencer) quotaFor(id cut.ShardID, v *shardView, now time.Time) uint64 {
 	rate := 0.0
-	if d := now.Sub(v.planAt); d > 0 && v.records > v.planRecords {
+	if d := now.Sub(v.planAt); !v.planAt.IsZero() && d > 0 && v.records > v.planRecords {
 		rate = float64(v.records-v.planRecords) / d.Seconds()
 	}
 	v.planRecords, v.planAt = v.records, now
@@ -440,8 +469,13 @@ func (q *Sequencer) quotaFor(id cut.ShardID, v *shardView, now time.Time) uint64
 	if want == 0 {
 		want = 1
 	}
-	if q.cfg.QuotaChange && rate > 0 {
-		r := min(fixante.RateQuota(rate, q.cfg.Interval), q.cfg.QuotaMax)
+	// A backlog is drained over the next window on top of the rate.
+	if drain := v.backlog / max(q.st.Spec.WindowCuts, 1); q.cfg.QuotaChange && (rate > 0 || drain > 0) {
+		// A quota grows at most fourfold per window: a rate measured over
+		// a short or disturbed stretch must not flood the others with
+		// no-ops for a whole window.
+		r := fixante.RateQuota(rate, q.cfg.Interval) + drain
+		r = min(r, q.cfg.QuotaMax, max(prev, 1)*4)
 		// Small wobbles keep the quota: each change costs no-ops while
 		// the rate estimate settles.
 		if prev == 0 || r*4 > prev*5 || r*5 < prev*4 {

@@ -20,9 +20,13 @@ import (
 // sits between boundaries for too long, and fills on a lag-fix.
 type Shard struct {
 	id cut.ShardID
-	// fillAfter is how long after its last report a shard between
-	// boundaries fills the rest of its quota with no-ops.
+	// fillAfter is how long after its last report a shard short of its
+	// next quota fills it with no-ops; it does so only while it stored
+	// records within idleAfter, so that an idle cluster goes quiet (a
+	// lag-fix does not count: fills answering fills would never stop).
 	fillAfter time.Duration
+	idleAfter time.Duration
+	active    time.Time
 
 	windows  []fixante.Window
 	stored   uint64
@@ -30,12 +34,15 @@ type Shard struct {
 	records  uint64 // real records among the stored entries
 	reported uint64 // the last boundary reported
 	lastSent time.Time
+	// lastFill is when the last fill was made: a fill is reported only
+	// once durable, and must not be repeated meanwhile.
+	lastFill time.Time
 }
 
 // NewShard returns the adherence state of shard id, whose log already holds
 // length entries.
-func NewShard(id cut.ShardID, length uint64, fillAfter time.Duration, now time.Time) *Shard {
-	return &Shard{id: id, fillAfter: fillAfter, stored: length, durable: length, reported: length, lastSent: now}
+func NewShard(id cut.ShardID, length uint64, fillAfter, idleAfter time.Duration, now time.Time) *Shard {
+	return &Shard{id: id, fillAfter: fillAfter, idleAfter: idleAfter, stored: length, durable: length, reported: length, lastSent: now}
 }
 
 // SetWindows replaces the announced windows (the current one first).
@@ -46,7 +53,10 @@ func (s *Shard) Windows() []fixante.Window { return s.windows }
 
 // Stored records that the log now holds length entries, records of them
 // real records.
-func (s *Shard) Stored(length, records uint64) {
+func (s *Shard) Stored(length, records uint64, now time.Time) {
+	if records > s.records {
+		s.active = now
+	}
 	s.stored = max(s.stored, length)
 	s.records = max(s.records, records)
 }
@@ -85,8 +95,8 @@ func (s *Shard) boundaryAtMost(n uint64) (uint64, bool) {
 	}
 }
 
-// Report returns the length to report now, if the durable length crossed a
-// quota boundary since the last report. Reports at boundaries only keep the
+// Report returns the length to report now: the last quota boundary the
+// durable length crossed, if it crossed one since the last report. Reports at boundaries only keep the
 // leader's load at about one report per cut.
 func (s *Shard) Report(now time.Time) (length uint64, ok bool) {
 	b, ok := s.boundaryAtMost(s.durable)
@@ -95,7 +105,9 @@ func (s *Shard) Report(now time.Time) (length uint64, ok bool) {
 	}
 	s.reported = b
 	s.lastSent = now
-	return s.durable, true
+	// Only lengths the shard could predict: a cut must never order an
+	// entry no subscriber was given a position for.
+	return b, true
 }
 
 // between returns the next boundary when the log ends strictly between
@@ -120,20 +132,42 @@ func (s *Shard) between() (uint64, bool) {
 // FillAt is when Fill will next have no-ops to add, if the log ends
 // between boundaries.
 func (s *Shard) FillAt() (time.Time, bool) {
-	if _, ok := s.between(); !ok {
+	if _, ok := s.short(); !ok {
 		return time.Time{}, false
 	}
-	return s.lastSent.Add(s.fillAfter), true
+	return s.quietSince().Add(s.fillAfter), true
+}
+
+// quietSince is when the shard last reported or filled.
+func (s *Shard) quietSince() time.Time {
+	if s.lastFill.After(s.lastSent) {
+		return s.lastFill
+	}
+	return s.lastSent
+}
+
+// short returns the next boundary when the shard owes entries: it ends
+// between two boundaries, or it was active lately and the next cut waits
+// for its quota. A shard that fills only when it holds records would hold
+// back the positions of every other shard's records after its empty slots.
+func (s *Shard) short() (uint64, bool) {
+	if next, ok := s.between(); ok {
+		return next, true
+	}
+	if s.active.IsZero() || s.lastSent.Sub(s.active) > s.idleAfter {
+		return 0, false
+	}
+	return s.boundaryAfter(s.stored)
 }
 
 // Fill returns how many no-ops to append now: the rest of the current quota
-// once the log has sat between boundaries for fillAfter since the last
-// report.
+// once the shard has been short for fillAfter since its last report.
 func (s *Shard) Fill(now time.Time) uint64 {
-	next, ok := s.between()
-	if !ok || now.Sub(s.lastSent) < s.fillAfter {
+	next, ok := s.short()
+	if !ok || now.Sub(s.quietSince()) < s.fillAfter {
 		return 0
 	}
+	s.lastFill = now
 	return next - s.stored
 }
 
