@@ -80,6 +80,16 @@ var (
 	ErrWrongCluster  = errors.New("augur: wrong cluster id")
 	ErrNoLiveShard   = errors.New("augur: no live shard")
 	ErrClosed        = errors.New("augur: client closed")
+	// ErrShardFinalized fails an AppendToShard whose shard was finalized
+	// before the record was ordered (Append moves such records instead).
+	ErrShardFinalized = errors.New("augur: shard finalized")
+	// ErrOutcomeUnknown fails an append whose shard failed whole before
+	// acknowledging it: no copy is left to say whether it was stored.
+	ErrOutcomeUnknown = errors.New("augur: append outcome unknown")
+	// ErrNoop is Read's answer for a position that holds a no-op: in
+	// speculative mode shards fill their quotas with no-ops, which take
+	// positions but carry no record.
+	ErrNoop = errors.New("augur: the position holds a no-op, not a record")
 )
 
 // ServerError carries a server's refusal.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 )
@@ -18,6 +20,9 @@ type op struct {
 	explicit bool
 	done     func(Ack, error)
 	once     sync.Once
+	// sent is set once an append stream took o: from then on a server may
+	// have stored it.
+	sent atomic.Bool
 }
 
 func (o *op) finish(a Ack, err error) { o.once.Do(func() { o.done(a, err) }) }
@@ -250,6 +255,9 @@ func (sc *shardConn) sendLoop() {
 				sc.fail()
 				return
 			}
+			for _, o := range batch {
+				o.sent.Store(true)
+			}
 		}
 	}
 }
@@ -289,7 +297,7 @@ func (sc *shardConn) handleAck(a *pb.AppendAck) {
 		sc.c.wg.Add(1)
 		go func() {
 			defer sc.c.wg.Done()
-			sc.c.reroute(o, fmt.Errorf("shard %d: %s", sc.shard, a.Message))
+			sc.c.reroute(o, fmt.Errorf("%w: shard %d: %s", ErrShardFinalized, sc.shard, a.Message))
 		}()
 	case pb.Code_NOT_PRIMARY, pb.Code_UNKNOWN_SHARD, pb.Code_UNAVAILABLE:
 		// This server does not hold the shard's append state (it restarted
@@ -356,6 +364,7 @@ func (sc *shardConn) fail() {
 // duplicates); once it is finalized, the surviving replicas say which were
 // ordered, and the rest go to another shard.
 func (c *Client) recover(shard uint32, ops map[uint64]*op) {
+	var unanswered time.Time // since when no replica of the finalized shard answers
 	for len(ops) > 0 {
 		if err := c.pause(context.Background()); err != nil {
 			for _, o := range ops {
@@ -398,22 +407,48 @@ func (c *Client) recover(shard uint32, ops map[uint64]*op) {
 			}
 			continue
 		}
-		c.resolve(info, ops)
+		for seq, o := range ops {
+			if !o.sent.Load() {
+				// No server ever got it: certainly not stored.
+				delete(ops, seq)
+				c.reroute(o, fmt.Errorf("%w: shard %d", ErrShardFinalized, shard))
+			}
+		}
+		if len(ops) == 0 {
+			return
+		}
+		if c.resolve(info, ops) {
+			unanswered = time.Time{}
+			continue
+		}
+		if unanswered.IsZero() {
+			unanswered = time.Now()
+		}
+		if time.Since(unanswered) >= resolveGiveUpAfter {
+			// Every copy of the shard is gone (a whole-shard failure):
+			// nobody can say whether these were ordered, and re-sending
+			// them could store them twice.
+			for seq, o := range ops {
+				delete(ops, seq)
+				o.finish(Ack{}, fmt.Errorf("%w: shard %d failed and none of its replicas answers", ErrOutcomeUnknown, shard))
+			}
+		}
 	}
 }
 
 // resolve asks a finalized shard's replicas about ops and settles every op
-// they answer for.
-func (c *Client) resolve(info *pb.ShardInfo, ops map[uint64]*op) {
+// they answer for. It reports whether any replica answered.
+func (c *Client) resolve(info *pb.ShardInfo, ops map[uint64]*op) bool {
 	if info.FinalLength == 0 {
 		// Nothing of the shard was ever ordered; a replica may not even
 		// have a copy to ask.
 		for seq, o := range ops {
 			delete(ops, seq)
-			c.reroute(o, fmt.Errorf("shard %d finalized empty", info.Id))
+			c.reroute(o, fmt.Errorf("%w: shard %d, with nothing ordered", ErrShardFinalized, info.Id))
 		}
-		return
+		return true
 	}
+	answered := false
 	seqs := make([]uint64, 0, len(ops))
 	for s := range ops {
 		seqs = append(seqs, s)
@@ -429,6 +464,7 @@ func (c *Client) resolve(info *pb.ShardInfo, ops map[uint64]*op) {
 		if err != nil {
 			continue
 		}
+		answered = true
 		for _, r := range resp.Results {
 			o := ops[r.Seq]
 			if o == nil {
@@ -440,15 +476,16 @@ func (c *Client) resolve(info *pb.ShardInfo, ops map[uint64]*op) {
 				o.finish(Ack{Position: r.Position, Shard: r.Shard}, nil)
 			case pb.Code_NOT_ORDERED:
 				delete(ops, r.Seq)
-				c.reroute(o, fmt.Errorf("shard %d finalized", info.Id))
+				c.reroute(o, fmt.Errorf("%w: shard %d", ErrShardFinalized, info.Id))
 			}
 		}
 		if len(ops) == 0 {
-			return
+			return true
 		}
 		// This replica cannot answer for the rest yet (it lags or lost
 		// records): ask the next one.
 	}
+	return answered
 }
 
 // reroute sends an op that was certainly not ordered to another live shard.

@@ -30,6 +30,9 @@ const (
 	appendBatchBytesMax = 1 << 20
 	// rpcTimeout bounds control-plane calls.
 	rpcTimeout = 5 * time.Second
+	// resolveGiveUpAfter is how long appends to a finalized shard wait for
+	// any of its replicas to say whether they were ordered.
+	resolveGiveUpAfter = 5 * time.Second
 )
 
 // Client is safe for concurrent use.

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -100,6 +101,25 @@ func TestSpeculativeDelivery(t *testing.T) {
 			t.Fatalf("eager subscriber: position %d holds %q, acknowledged %q", e.Position, e.Record.Payload, acked[e.Position])
 		}
 	}
+	// The appends were sequential, so each waited for the other shard to
+	// fill its quota with a no-op: positions below the last record that no
+	// append got hold no-ops. Read says so, and reads records.
+	noop := uint64(0)
+	for noop < maxKey(acked) {
+		if _, rec := acked[noop]; !rec {
+			break
+		}
+		noop++
+	}
+	if noop == maxKey(acked) {
+		t.Fatal("no no-op position among sequential appends to two shards")
+	}
+	if _, err := cl.Read(ctx, noop); !errors.Is(err, client.ErrNoop) {
+		t.Fatalf("read of no-op position %d: %v, want ErrNoop", noop, err)
+	}
+	if e, err := cl.Read(ctx, maxKey(acked)); err != nil || string(e.Record.Payload) != acked[maxKey(acked)] {
+		t.Fatalf("read of the last record: %v %q", err, e.Record.Payload)
+	}
 	t.Logf("%d of %d deliveries were speculative", speculative, n)
 	if speculative == 0 {
 		t.Fatal("no delivery was speculative")
@@ -112,4 +132,96 @@ func maxKey(m map[uint64]string) uint64 {
 		k = max(k, p)
 	}
 	return k
+}
+
+// TestSpeculativeWholeShardFailure stops both servers of one shard under
+// load. The leader starts a new view: the speculative subscriber gets
+// fail_spec at confirmed-gp, then the correct records, and ends with the
+// same sequence as an eager subscriber; appends move to the live shard.
+func TestSpeculativeWholeShardFailure(t *testing.T) {
+	dc, cl := startSpecCluster(t, 2)
+	ctx := testCtx(t)
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := cl.SubscribeSpec(ctx, 0, client.Filter{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	eager, err := cl.Subscribe(ctx, 0, client.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eager.Close()
+
+	var last uint64
+	unknown := 0
+	appendN := func(n int, tag string) {
+		for i := 0; i < n; i++ {
+			ack, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprintf("%s-%d", tag, i))})
+			if errors.Is(err, client.ErrOutcomeUnknown) {
+				// Sent to the stopped shard before the client knew.
+				unknown++
+				continue
+			}
+			if err != nil {
+				t.Fatalf("append %s-%d: %v", tag, i, err)
+			}
+			last = max(last, ack.Position)
+		}
+	}
+	appendN(100, "before")
+	for _, sh := range st.Shards {
+		if sh.Group == "b" {
+			for _, r := range sh.Replicas {
+				if err := dc.StopStorage(r.Id); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	appendN(100, "after")
+	if unknown > 1 {
+		t.Errorf("%d appends ended with an unknown outcome; only the one in flight at the failure may", unknown)
+	}
+
+	var got, want []client.Entry
+	fails := 0
+	for len(got) == 0 || got[len(got)-1].Position < last {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("speculative subscriber after %d records: %v", len(got), err)
+		}
+		switch ev.Kind {
+		case client.EventDeliver:
+			got = append(got, ev.Entry)
+		case client.EventFail:
+			fails++
+			for len(got) > 0 && got[len(got)-1].Position >= ev.Position {
+				got = got[:len(got)-1]
+			}
+		}
+	}
+	for len(want) == 0 || want[len(want)-1].Position < last {
+		e, err := eager.Next(ctx)
+		if err != nil {
+			t.Fatalf("eager subscriber after %d records: %v", len(want), err)
+		}
+		want = append(want, e)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("speculative subscriber has %d records up to %d, eager %d", len(got), last, len(want))
+	}
+	for i := range want {
+		if got[i].Position != want[i].Position || string(got[i].Record.Payload) != string(want[i].Record.Payload) {
+			t.Fatalf("index %d: speculative (%d, %q), eager (%d, %q)", i, got[i].Position, got[i].Record.Payload, want[i].Position, want[i].Record.Payload)
+		}
+	}
+	st, err = cl.Status(ctx)
+	if err != nil || st.Spec.View != 1 {
+		t.Fatalf("view after the failure: %v %v", st.GetSpec(), err)
+	}
+	t.Logf("%d records, %d fail_spec events, %d appends of unknown outcome", len(got), fails, unknown)
 }

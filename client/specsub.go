@@ -177,6 +177,7 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 	defer s.cancel()
 	refresh := time.NewTicker(statusRefreshEvery)
 	defer refresh.Stop()
+	var knownMV uint64
 	for {
 		select {
 		case msg := <-s.msgs:
@@ -185,6 +186,14 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 				return
 			}
 			r := msg.resp
+			if r.MembershipVersion > knownMV {
+				// Follow a new shard at once: its first slots hold up
+				// every position after them.
+				knownMV = r.MembershipVersion
+				if st, err := s.c.refresh(s.ctx); err == nil {
+					s.follow(st)
+				}
+			}
 			// A view change goes before anything the stream sent with it.
 			if vc := r.ViewChange; vc != nil {
 				m.ViewChange(vc.View, vc.ConfirmedGp, vc.FailedShard)

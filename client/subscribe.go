@@ -338,6 +338,13 @@ func (s *Subscription) Close() {
 
 // Read returns the record at pos, waiting until it is ordered (bounded by ctx).
 func (c *Client) Read(ctx context.Context, pos uint64) (Entry, error) {
+	st, err := c.refresh(ctx)
+	if err != nil {
+		return Entry{}, err
+	}
+	if st.Spec != nil {
+		return c.readSpec(ctx, pos)
+	}
 	es, err := c.ReadRange(ctx, pos, 1)
 	if err != nil {
 		return Entry{}, err
@@ -345,7 +352,33 @@ func (c *Client) Read(ctx context.Context, pos uint64) (Entry, error) {
 	return es[0], nil
 }
 
-// ReadRange returns the n records from position from on, waiting for those
+// readSpec reads pos on a speculative cluster, where a confirmed position
+// may hold a no-op.
+func (c *Client) readSpec(ctx context.Context, pos uint64) (Entry, error) {
+	sub, err := c.SubscribeSpec(ctx, pos, Filter{}, true)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer sub.Close()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return Entry{}, fmt.Errorf("augur: read %d: not ordered before the deadline: %w", pos, err)
+			}
+			return Entry{}, err
+		}
+		switch {
+		case ev.Kind == EventDeliver && ev.Position == pos:
+			return ev.Entry, nil
+		case ev.Kind == EventDeliver, ev.Kind == EventConfirm && ev.Position > pos:
+			return Entry{}, fmt.Errorf("%w: position %d", ErrNoop, pos)
+		}
+	}
+}
+
+// ReadRange returns the n records from position from on (on a speculative
+// cluster: the next n records, skipping no-op positions), waiting for those
 // not yet ordered (bounded by ctx).
 func (c *Client) ReadRange(ctx context.Context, from uint64, n int) ([]Entry, error) {
 	if n <= 0 {

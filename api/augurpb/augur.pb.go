@@ -766,10 +766,13 @@ type SubscribeResponse struct {
 	// instead of batches.
 	Entries []*SpecEntry `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
 	// confirmed: every position below it is final.
-	Confirmed     uint64      `protobuf:"varint,4,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
-	ViewChange    *ViewChange `protobuf:"bytes,5,opt,name=view_change,json=viewChange,proto3" json:"view_change,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Confirmed  uint64      `protobuf:"varint,4,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	ViewChange *ViewChange `protobuf:"bytes,5,opt,name=view_change,json=viewChange,proto3" json:"view_change,omitempty"`
+	// membership_version rises when the shard table changed: the subscriber
+	// looks for shards it does not follow yet.
+	MembershipVersion uint64 `protobuf:"varint,6,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SubscribeResponse) Reset() {
@@ -835,6 +838,13 @@ func (x *SubscribeResponse) GetViewChange() *ViewChange {
 		return x.ViewChange
 	}
 	return nil
+}
+
+func (x *SubscribeResponse) GetMembershipVersion() uint64 {
+	if x != nil {
+		return x.MembershipVersion
+	}
+	return 0
 }
 
 // SpecEntry is a record at its (predicted or final) position, or, without a
@@ -1540,7 +1550,9 @@ type ShardLength struct {
 	Length uint64                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
 	// records counts the real records among length entries (speculative
 	// mode, where the rest are no-ops); the leader estimates rates from it.
-	Records       uint64 `protobuf:"varint,3,opt,name=records,proto3" json:"records,omitempty"`
+	Records uint64 `protobuf:"varint,3,opt,name=records,proto3" json:"records,omitempty"`
+	// backlog is how many entries the shard holds beyond length.
+	Backlog       uint64 `protobuf:"varint,4,opt,name=backlog,proto3" json:"backlog,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1592,6 +1604,13 @@ func (x *ShardLength) GetLength() uint64 {
 func (x *ShardLength) GetRecords() uint64 {
 	if x != nil {
 		return x.Records
+	}
+	return 0
+}
+
+func (x *ShardLength) GetBacklog() uint64 {
+	if x != nil {
+		return x.Backlog
 	}
 	return 0
 }
@@ -3138,14 +3157,15 @@ const file_augur_proto_rawDesc = "" +
 	"\trun_start\x18\x05 \x01(\x04R\brunStart\x12\x1b\n" +
 	"\trun_count\x18\x06 \x01(\x04R\brunCount\x12,\n" +
 	"\arecords\x18\a \x03(\v2\x12.augur.v1.LogEntryR\arecords\x12-\n" +
-	"\x12membership_version\x18\b \x01(\x04R\x11membershipVersion\"\xd9\x01\n" +
+	"\x12membership_version\x18\b \x01(\x04R\x11membershipVersion\"\x88\x02\n" +
 	"\x11SubscribeResponse\x12,\n" +
 	"\abatches\x18\x01 \x03(\v2\x12.augur.v1.CutBatchR\abatches\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12-\n" +
 	"\aentries\x18\x03 \x03(\v2\x13.augur.v1.SpecEntryR\aentries\x12\x1c\n" +
 	"\tconfirmed\x18\x04 \x01(\x04R\tconfirmed\x125\n" +
 	"\vview_change\x18\x05 \x01(\v2\x14.augur.v1.ViewChangeR\n" +
-	"viewChange\"{\n" +
+	"viewChange\x12-\n" +
+	"\x12membership_version\x18\x06 \x01(\x04R\x11membershipVersion\"{\n" +
 	"\tSpecEntry\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12(\n" +
@@ -3195,11 +3215,12 @@ const file_augur_proto_rawDesc = "" +
 	"\fPingResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"U\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"o\n" +
 	"\vShardLength\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x18\n" +
-	"\arecords\x18\x03 \x01(\x04R\arecords\"\xb9\x01\n" +
+	"\arecords\x18\x03 \x01(\x04R\arecords\x12\x18\n" +
+	"\abacklog\x18\x04 \x01(\x04R\abacklog\"\xb9\x01\n" +
 	"\x10HeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +

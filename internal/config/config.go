@@ -39,7 +39,9 @@ const (
 	ModeSpec  = "spec"
 	// windowCutsMax bounds the lease window.
 	windowCutsMax = 1 << 20
-	RoleStorage   = "storage"
+	// reportDelayMax bounds injected report delays.
+	reportDelayMax = time.Minute
+	RoleStorage    = "storage"
 )
 
 // Defaults of the fields a cluster file may leave out.
@@ -126,6 +128,9 @@ type StorageNode struct {
 	Group       string `yaml:"group"`
 	Addr        string `yaml:"addr"`
 	MetricsAddr string `yaml:"metrics_addr,omitempty"`
+	// ReportDelay makes the server a straggler: every report to the
+	// ordering layer is held back this long. Fault injection for tests.
+	ReportDelay Duration `yaml:"report_delay,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string.
@@ -363,10 +368,14 @@ func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config,
 		OrderingInterval:  c.OrderingInterval.D(),
 		HeartbeatInterval: c.HeartbeatInterval(),
 		Spec:              c.Mode == ModeSpec,
+		ReportDelay:       self.ReportDelay.D(),
 		// Shards fill no-ops 1.5 ordering intervals after their last
 		// report when short of their quota (SpecLog §4.9).
 		FillAfter: c.OrderingInterval.D() * 3 / 2,
-		Logger:    logger,
+		// An idle shard keeps filling for a window's worth of cuts, then
+		// goes quiet.
+		FillIdleAfter: c.OrderingInterval.D() * time.Duration(max(c.WindowCuts, 1)),
+		Logger:        logger,
 	}, nil
 }
 

@@ -112,6 +112,9 @@ func (c *Cluster) Validate() error {
 	}
 	for i, s := range c.Storage {
 		checkNode("storage", i, s.ID, s.Addr, s.MetricsAddr)
+		if s.ReportDelay < 0 || s.ReportDelay.D() > reportDelayMax {
+			bad("storage[%d] (%s): report_delay must be in [0, %v], got %v", i, s.ID, reportDelayMax, s.ReportDelay)
+		}
 		if s.Group == "" {
 			bad("storage[%d] (%s): group is empty", i, s.ID)
 		} else if !validName(s.Group) || len(s.Group) > idBytesMax {

@@ -27,6 +27,7 @@ import (
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/rpcopt"
+	"github.com/augur-log/augur/internal/storage"
 )
 
 // Defaults and bounds of Options.
@@ -80,6 +81,8 @@ type Options struct {
 type server struct {
 	id   string
 	addr string
+	// storage is the running storage server, nil for an ordering replica.
+	storage *storage.Server
 	// While running: the gRPC server, the role's Stop, and serveDone,
 	// closed once Serve returned.
 	grpc      *grpc.Server
@@ -325,6 +328,7 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 	srv.Start()
 	stop := srv.Stop
 	s := &server{id: id, addr: addr, grpc: g, stop: stop, serveDone: make(chan struct{})}
+	s.storage, _ = srv.(*storage.Server)
 	go func() {
 		defer close(s.serveDone)
 		if err := g.Serve(l); err != nil {
@@ -374,6 +378,19 @@ func (c *Cluster) StopOrdering(id string) error { return c.stopServer(id, config
 
 // StartOrdering restarts a stopped ordering replica on its old data and address.
 func (c *Cluster) StartOrdering(id string) error { return c.restart(id, config.RoleOrdering) }
+
+// SetReportDelay makes storage server id a straggler: its reports to the
+// ordering layer are held back by d (0 ends it).
+func (c *Cluster) SetReportDelay(id string, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.servers[id]
+	if s == nil || s.storage == nil || !s.running() {
+		return fmt.Errorf("devcluster: %s is not a running storage server", id)
+	}
+	s.storage.SetReportDelay(d)
+	return nil
+}
 
 // StopStorage stops storage server id, keeping its data and address.
 func (c *Cluster) StopStorage(id string) error { return c.stopServer(id, config.RoleStorage) }

@@ -588,7 +588,7 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 				moved = true
 			}
 			if s.seq != nil {
-				s.seq.Report(r.Shard, r.Length, r.Records, now)
+				s.seq.Report(r.Shard, r.Length, r.Records, r.Backlog, now)
 			}
 		}
 		if s.cfg.Spec != nil && out == nil {
@@ -647,7 +647,7 @@ func (s *Server) maybeProposeSpec() time.Duration {
 	if n := s.seq.Releasable(now); n > 0 && s.inflight < cutsInflightMax {
 		s.inflight++
 		s.inflightAt = now
-		cmds = append(cmds, control.Command{Cut: &control.CutCommand{Release: n}})
+		cmds = append(cmds, control.Command{Cut: &control.CutCommand{ReleaseThrough: s.state.LastCut.Index + n}})
 	}
 	byServer := map[string][]*pb.ShardLength{}
 	for _, f := range s.seq.LagFixes(now) {

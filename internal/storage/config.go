@@ -41,7 +41,13 @@ type Config struct {
 	// report when short.
 	Spec      bool
 	FillAfter time.Duration
-	Logger    *slog.Logger
+	// FillIdleAfter stops a primary with no records from filling its
+	// quota that long after it was last active.
+	FillIdleAfter time.Duration
+	// ReportDelay holds back every report by this long: fault injection
+	// that makes the server a straggler (see Server.SetReportDelay).
+	ReportDelay time.Duration
+	Logger      *slog.Logger
 }
 
 // Validate checks the configuration.

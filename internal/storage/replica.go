@@ -144,7 +144,7 @@ func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backu
 	if r == rolePrimary {
 		rp.primary = shard.NewPrimary[*appendStream](store.Len(), store.GlobalOf)
 		if srv.cfg.Spec {
-			rp.adh = spec.NewShard(id, store.Len(), srv.cfg.FillAfter, time.Now())
+			rp.adh = spec.NewShard(id, store.Len(), srv.cfg.FillAfter, srv.cfg.FillIdleAfter, time.Now())
 			rp.lagCh = make(chan uint64, 16)
 			rp.fillTimer = time.NewTimer(time.Hour)
 			rp.fillTimer.Stop()
@@ -368,7 +368,7 @@ func (r *replica) specStep() {
 		return
 	}
 	now := time.Now()
-	r.adh.Stored(r.store.Len(), r.records.Load())
+	r.adh.Stored(r.store.Len(), r.records.Load(), now)
 	r.adh.Durable(r.durable.Load())
 	if n := r.adh.Fill(now); n > 0 {
 		r.appendNoops(n)
@@ -401,7 +401,7 @@ func (r *replica) appendNoops(n uint64) {
 	for _, b := range r.srv.backupLinks(r) {
 		b.send(first, []*pb.StoredRecord{{Noops: n}})
 	}
-	r.adh.Stored(r.store.Len(), r.records.Load())
+	r.adh.Stored(r.store.Len(), r.records.Load(), time.Now())
 	r.updateDurable()
 }
 

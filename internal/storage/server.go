@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,6 +90,9 @@ type Server struct {
 	tail    prometheus.Gauge
 
 	hbWake chan struct{}
+	// reportDelay holds back each report by this long (a straggler,
+	// injected by tests and benchmarks); 0 in normal operation.
+	reportDelay atomic.Int64
 	// dirty wakes syncLoop when a store has unsynced writes.
 	dirty    chan struct{}
 	stopOnce sync.Once
@@ -185,6 +189,7 @@ func (s *Server) Register(g *grpc.Server) {
 
 // Start connects to the ordering layer and, on a primary, forms a shard.
 func (s *Server) Start() {
+	s.reportDelay.Store(int64(s.cfg.ReportDelay))
 	s.mu.Lock()
 	for _, r := range s.replicas {
 		s.startReplicaLocked(r)
@@ -615,7 +620,14 @@ func (s *Server) heartbeatTo(addr string) error {
 		minGap = 0
 	}
 	var last time.Time
-	sent := map[cut.ShardID]uint64{}
+	// Held-back reports, oldest first, while a report delay is set.
+	type heldReports struct {
+		due     time.Time
+		reports []*pb.ShardLength
+	}
+	var held []heldReports
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
 	for {
 		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation}
 		s.mu.Lock()
@@ -628,14 +640,28 @@ func (s *Server) heartbeatTo(addr string) error {
 			}
 			if r.adh != nil {
 				if l := r.reported.Load(); l > 0 {
-					req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: l, Records: r.records.Load()})
+					req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: l, Records: r.records.Load(),
+						Backlog: r.store.Len() - min(l, r.store.Len())})
 				}
 			} else if d := r.durable.Load(); d > 0 {
 				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: d})
-				sent[id] = d
 			}
 		}
 		s.mu.Unlock()
+		if delay := time.Duration(s.reportDelay.Load()); delay > 0 {
+			now := time.Now()
+			held = append(held, heldReports{due: now.Add(delay), reports: req.Reports})
+			req.Reports = nil
+			// Reports are cumulative: the latest one due says it all.
+			for len(held) > 0 && !held[0].due.After(now) {
+				req.Reports, held = held[0].reports, held[1:]
+			}
+			if len(held) > 0 {
+				due.Reset(time.Until(held[0].due))
+			}
+		} else {
+			held = nil
+		}
 		if err := stream.Send(req); err != nil {
 			return err
 		}
@@ -646,6 +672,7 @@ func (s *Server) heartbeatTo(addr string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+		case <-due.C:
 		case <-s.hbWake:
 			if gap := time.Since(last); gap < minGap {
 				if !s.sleep(minGap - gap) {
@@ -654,6 +681,14 @@ func (s *Server) heartbeatTo(addr string) error {
 			}
 		}
 	}
+}
+
+// SetReportDelay holds back this server's reports to the ordering layer by
+// d, as a straggling server's would be; 0 sends them at once again. It is
+// for tests and benchmarks of straggler handling.
+func (s *Server) SetReportDelay(d time.Duration) {
+	s.reportDelay.Store(int64(d))
+	s.signalHeartbeat()
 }
 
 // registerLoop keeps the group's primary serving a live shard: it forms one

@@ -27,6 +27,7 @@ type specFeed struct {
 	// filled marks voids whose slots went out.
 	sentConfirmed uint64
 	sentView      uint64
+	sentMV        uint64
 	filled        map[uint64]bool
 }
 
@@ -81,7 +82,7 @@ func (fd *specFeed) place() {
 
 // fill adds to resp what is new; it returns an error the stream must end
 // with.
-func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed uint64, sp *control.Spec) error {
+func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *control.Spec) error {
 	r := fd.r
 	fd.place()
 	size := 0
@@ -145,6 +146,10 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed uint64, sp *contr
 			}
 		}
 	}
+	if mv > fd.sentMV {
+		resp.MembershipVersion = mv
+		fd.sentMV = mv
+	}
 	if confirmed > fd.sentConfirmed {
 		resp.Confirmed = confirmed
 		fd.sentConfirmed = confirmed
@@ -174,13 +179,13 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", r.id)
 		}
 		s.mu.Lock()
-		viewChanged, confirmed, sp := s.viewChanged, s.view.lastCut.End, s.view.spec
+		viewChanged, confirmed, mv, sp := s.viewChanged, s.view.lastCut.End, s.view.mv, s.view.spec
 		s.mu.Unlock()
 		var resp pb.SubscribeResponse
-		if err := fd.fill(&resp, confirmed, sp); err != nil {
+		if err := fd.fill(&resp, confirmed, mv, sp); err != nil {
 			return err
 		}
-		if len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil {
+		if len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
 				return err
 			}

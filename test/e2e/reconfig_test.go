@@ -192,7 +192,7 @@ func TestReconfig(t *testing.T) {
 	}
 	waitCollectors(t, reconfCatchUp, n, sub)
 	entries := sub.entries()
-	payloads := checkLog(t, sub.name, entries, appends)
+	payloads := checkLog(t, sub.name, entries, appends, true)
 	checkRealTimeOrder(t, appends)
 
 	// The finalized shard ordered exactly FinalLength records, acked none
