@@ -17,6 +17,7 @@ import (
 
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/bench"
+	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
@@ -34,6 +35,7 @@ const (
 )
 
 type demoFlags struct {
+	mode        string
 	duration    time.Duration
 	appenders   int
 	subscribers int
@@ -50,7 +52,13 @@ func newDemoCmd() *cobra.Command {
 replicas), append to it at --rate from --appenders clients while --subscribers
 clients follow the log from position 0, then print throughput, append latency
 (append start to ack), delivery latency (append start to a subscriber's
-receipt), and check that every subscriber received the identical sequence.`,
+receipt), and check that every subscriber received the identical sequence.
+
+In --mode spec (the default) the cluster orders speculatively: every other
+subscriber takes records as soon as they are durable, at predicted
+positions, and the others take only confirmed records, as eager order
+delivers them; the demo prints both delivery latencies side by side.
+--mode eager runs Scalog's eager order only.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(); err != nil {
@@ -60,6 +68,7 @@ receipt), and check that every subscriber received the identical sequence.`,
 		},
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&f.mode, "mode", config.ModeSpec, "ordering mode of the cluster: spec or eager")
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "how long to append")
 	fs.IntVar(&f.appenders, "appenders", 4, "appending clients")
 	fs.IntVar(&f.subscribers, "subscribers", 2, "subscribing clients, each from position 0")
@@ -70,6 +79,9 @@ receipt), and check that every subscriber received the identical sequence.`,
 
 func (f demoFlags) check() error {
 	var errs []error
+	if f.mode != config.ModeSpec && f.mode != config.ModeEager {
+		errs = append(errs, fmt.Errorf("--mode must be %s or %s, got %q", config.ModeSpec, config.ModeEager, f.mode))
+	}
 	if f.duration <= 0 {
 		errs = append(errs, fmt.Errorf("--duration must be positive, got %v", f.duration))
 	}
@@ -126,6 +138,9 @@ type demoSub struct {
 	target  int64 // position to reach, -1 until the appends are done
 	reached chan struct{}
 	err     error
+	// speculative subscribers only
+	speculative bool
+	rollbacks   int
 }
 
 type demoEntry struct {
@@ -142,6 +157,20 @@ func (s *demoSub) add(e demoEntry) {
 	s.entries = append(s.entries, e)
 	s.last = int64(e.pos)
 	s.checkLocked()
+}
+
+// rollBack drops the entries from position pos on: fail_spec(pos).
+func (s *demoSub) rollBack(pos uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.entries) > 0 && s.entries[len(s.entries)-1].pos >= pos {
+		s.entries = s.entries[:len(s.entries)-1]
+	}
+	s.last = -1
+	if n := len(s.entries); n > 0 {
+		s.last = int64(s.entries[n-1].pos)
+	}
+	s.rollbacks++
 }
 
 func (s *demoSub) setTarget(t int64) {
@@ -177,7 +206,7 @@ func (s *demoSub) checkLocked() {
 func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	fmt.Fprintf(out, "augur demo: starting a cluster in this process: %d ordering replicas, %d shards × %d replicas on 127.0.0.1\n",
 		devcluster.DefaultOrderingReplicas, devcluster.DefaultShards, devcluster.DefaultReplicas)
-	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default()})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode})
 	if err != nil {
 		return err
 	}
@@ -204,8 +233,12 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 		return cl, err
 	}
 
-	// Subscribers first, from position 0, so they see every record.
-	delivery := bench.NewLatency()
+	// Subscribers first, from position 0, so they see every record. In
+	// speculative mode every other one takes confirmed records only: the
+	// eager view of the same log.
+	delivery := bench.NewLatency()     // eager, or confirmed-only
+	specDelivery := bench.NewLatency() // speculative
+	confirm := bench.NewLatency()      // speculative: append start -> confirm_spec
 	subCtx, stopSubs := context.WithCancel(ctx)
 	defer stopSubs()
 	subs := make([]*demoSub, f.subscribers)
@@ -215,18 +248,25 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		sub, err := cl.Subscribe(subCtx, 0, client.Filter{})
+		s := &demoSub{last: -1, target: -1, reached: make(chan struct{}), speculative: f.mode == config.ModeSpec && i%2 == 0}
+		subs[i] = s
+		next, closeSub, err := demoEvents(subCtx, cl, s.speculative)
 		if err != nil {
 			return fmt.Errorf("subscribe: %w", err)
 		}
-		s := &demoSub{last: -1, target: -1, reached: make(chan struct{})}
-		subs[i] = s
 		subsDone.Add(1)
 		go func() {
 			defer subsDone.Done()
-			defer sub.Close()
+			defer closeSub()
+			// unconfirmed holds what a speculative subscriber delivered,
+			// to time its confirmation.
+			type sent struct {
+				pos uint64
+				at  time.Time
+			}
+			var unconfirmed []sent
 			for {
-				e, err := sub.Next(subCtx)
+				ev, err := next(subCtx)
 				if err != nil {
 					if subCtx.Err() == nil {
 						s.fail(fmt.Errorf("subscriber %d: %w", i+1, err))
@@ -234,9 +274,33 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 					return
 				}
 				now := time.Now()
+				switch ev.Kind {
+				case client.EventFail:
+					s.rollBack(ev.Position)
+					for len(unconfirmed) > 0 && unconfirmed[len(unconfirmed)-1].pos >= ev.Position {
+						unconfirmed = unconfirmed[:len(unconfirmed)-1]
+					}
+					continue
+				case client.EventConfirm:
+					for len(unconfirmed) > 0 && unconfirmed[0].pos < ev.Position {
+						confirm.Record(now.Sub(unconfirmed[0].at))
+						unconfirmed = unconfirmed[1:]
+					}
+					continue
+				}
+				e := ev.Entry
 				at, rec, ok := decodeDemo(e.Record.Payload)
 				if ok {
-					delivery.Record(now.Sub(at))
+					if s.speculative {
+						specDelivery.Record(now.Sub(at))
+						if ev.Speculative {
+							unconfirmed = append(unconfirmed, sent{e.Position, at})
+						} else {
+							confirm.Record(now.Sub(at))
+						}
+					} else {
+						delivery.Record(now.Sub(at))
+					}
 				}
 				s.add(demoEntry{pos: e.Position, shard: e.Shard, rec: rec, ok: ok, sum: entrySum(e)})
 			}
@@ -349,10 +413,49 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "append latency    p50 %-9s p99 %-9s (append start -> ack)\n",
 		fmtLatency(appendLat.Quantile(0.5)), fmtLatency(appendLat.Quantile(0.99)))
-	fmt.Fprintf(out, "delivery latency  p50 %-9s p99 %-9s (append start -> subscriber receives)\n",
-		fmtLatency(delivery.Quantile(0.5)), fmtLatency(delivery.Quantile(0.99)))
+	if f.mode == config.ModeSpec {
+		fmt.Fprintf(out, "delivery latency  p50 %-9s p99 %-9s speculative (append start -> record delivered, position predicted)\n",
+			fmtLatency(specDelivery.Quantile(0.5)), fmtLatency(specDelivery.Quantile(0.99)))
+		fmt.Fprintf(out, "                  p50 %-9s p99 %-9s confirmed only, as eager order delivers (append start -> record delivered)\n",
+			fmtLatency(delivery.Quantile(0.5)), fmtLatency(delivery.Quantile(0.99)))
+		fmt.Fprintf(out, "confirm latency   p50 %-9s p99 %-9s speculative (append start -> confirm_spec covers it)\n",
+			fmtLatency(confirm.Quantile(0.5)), fmtLatency(confirm.Quantile(0.99)))
+		rollbacks := 0
+		for _, s := range subs {
+			rollbacks += s.rollbacks
+		}
+		fmt.Fprintf(out, "misspeculations   %d fail_spec events (fix-ante ordering predicts right unless a whole shard fails)\n", rollbacks)
+	} else {
+		fmt.Fprintf(out, "delivery latency  p50 %-9s p99 %-9s (append start -> subscriber receives)\n",
+			fmtLatency(delivery.Quantile(0.5)), fmtLatency(delivery.Quantile(0.99)))
+	}
 
 	return checkDemoSequences(out, subs, acks, failed.Load())
+}
+
+// demoEvents subscribes from position 0: speculatively, or to confirmed
+// records only (on an eager cluster, a plain subscription).
+func demoEvents(ctx context.Context, cl *client.Client, speculative bool) (func(context.Context) (client.Event, error), func(), error) {
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Spec == nil {
+		sub, err := cl.Subscribe(ctx, 0, client.Filter{})
+		if err != nil {
+			return nil, nil, err
+		}
+		next := func(ctx context.Context) (client.Event, error) {
+			e, err := sub.Next(ctx)
+			return client.Event{Kind: client.EventDeliver, Entry: e, Position: e.Position}, err
+		}
+		return next, sub.Close, nil
+	}
+	sub, err := cl.SubscribeSpec(ctx, 0, client.Filter{}, !speculative)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sub.Next, sub.Close, nil
 }
 
 // checkDemoSequences verifies that every subscriber received the same

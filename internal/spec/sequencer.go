@@ -233,8 +233,9 @@ func (q *Sequencer) Releasable(now time.Time) uint64 {
 }
 
 // furthest is how many cuts from idx on the shards other than blockers
-// have data for: they wait for the blockers. A joining or leaving shard
-// waits for the end of the announced windows.
+// have data for: they wait for the blockers. A joining or leaving shard,
+// or one with records but no quota (a straggler), waits for the end of the
+// announced windows: only a new window can change its lot.
 func (q *Sequencer) furthest(idx uint64, blockers []cut.ShardID) uint64 {
 	var f uint64
 	ws := q.st.Spec.Windows
@@ -242,7 +243,7 @@ func (q *Sequencer) furthest(idx uint64, blockers []cut.ShardID) uint64 {
 		if slices.Contains(blockers, id) {
 			continue
 		}
-		if v.moving && len(ws) > 0 {
+		if (v.moving || v.backlog > 0 && !q.held(id)) && len(ws) > 0 {
 			last := ws[len(ws)-1]
 			f = max(f, last.FirstCut+last.Cuts-idx)
 			continue
@@ -294,6 +295,16 @@ func (q *Sequencer) included(idx uint64) int {
 		}
 	}
 	return n
+}
+
+// held reports whether an announced window gives shard a quota.
+func (q *Sequencer) held(shard cut.ShardID) bool {
+	for _, w := range q.st.Spec.Windows {
+		if _, ok := w.Quota(shard); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // aheadOf is how many cuts from idx on shard has reported enough for,

@@ -639,10 +639,12 @@ func (s *Server) heartbeatTo(addr string) error {
 				req.Broken = append(req.Broken, id)
 			}
 			if r.adh != nil {
-				if l := r.reported.Load(); l > 0 {
-					req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: l, Records: r.records.Load(),
-						Backlog: r.store.Len() - min(l, r.store.Len())})
-				}
+				// Every heartbeat carries the backlog: a shard without a
+				// quota reports nothing else, but the leader must know
+				// it waits.
+				l := r.reported.Load()
+				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: l, Records: r.records.Load(),
+					Backlog: r.store.Len() - min(l, r.store.Len())})
 			} else if d := r.durable.Load(); d > 0 {
 				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: d})
 			}
