@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
@@ -97,6 +98,8 @@ Without --data the data lives in a temporary directory removed on exit.`,
 	fs.IntVar(&opts.OrderingReplicas, "ordering-replicas", devcluster.DefaultOrderingReplicas, "ordering replicas")
 	fs.DurationVar(&opts.OrderingInterval, "ordering-interval", 0, "cut interval (default 1ms)")
 	fs.StringVar(&opts.ClusterID, "cluster-id", devcluster.DefaultClusterID, "cluster id")
+	fs.StringVar(&opts.Mode, "mode", config.ModeEager, "ordering mode: eager or spec")
+	fs.Uint64Var(&opts.WindowCuts, "window-cuts", 0, "spec: cuts per lease window (default 100)")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics here")
 	return cmd
 }

@@ -265,6 +265,7 @@ func newSubscribeCmd() *cobra.Command {
 		keys []string
 		tags []string
 		n    int
+		spec bool
 	)
 	cmd := &cobra.Command{
 		Use:   "subscribe",
@@ -273,7 +274,13 @@ func newSubscribeCmd() *cobra.Command {
 line, tab-separated: position, shard, key, payload (as text if printable, else
 Go-quoted). --key and --tag filter (a record matches when its key is one of
 the keys, if any, and it carries one of the tags, if any). Stops on Ctrl-C or
-after --n records.`,
+after --n records.
+
+With --speculative (clusters in mode spec) records print as soon as they are
+durable, marked "spec" in a fifth column while their position is a
+prediction, and the stream also prints "confirm K" when positions below K
+that were printed as predictions are final, and "fail K" (positions from K
+on are void; the correct records follow).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 0 {
@@ -285,6 +292,9 @@ after --n records.`,
 				return err
 			}
 			defer cl.Close()
+			if spec {
+				return followSpec(ctx, cmd.OutOrStdout(), cl, from, client.Filter{Keys: keys, Tags: tags}, n)
+			}
 			sub, err := cl.Subscribe(ctx, from, client.Filter{Keys: keys, Tags: tags})
 			if err != nil {
 				if interrupted(ctx, err) {
@@ -312,7 +322,56 @@ after --n records.`,
 	cmd.Flags().StringArrayVar(&keys, "key", nil, "only records with this key; repeat for several")
 	cmd.Flags().StringArrayVar(&tags, "tag", nil, "only records with this tag; repeat for several")
 	cmd.Flags().IntVar(&n, "n", 0, "stop after this many records (0: run until interrupted)")
+	cmd.Flags().BoolVar(&spec, "speculative", false, "deliver records before their cut, with confirm and fail lines (mode spec)")
 	return cmd
+}
+
+// followSpec prints a speculative subscription until n records (0: until
+// interrupted).
+func followSpec(ctx context.Context, out io.Writer, cl *client.Client, from uint64, f client.Filter, n int) error {
+	sub, err := cl.SubscribeSpec(ctx, from, f, false)
+	if err != nil {
+		if interrupted(ctx, err) {
+			return nil
+		}
+		return fmt.Errorf("subscribe from %d: %w", from, err)
+	}
+	defer sub.Close()
+	// unconfirmed holds the positions printed as predictions: only a
+	// confirmation of one of them is news.
+	var unconfirmed []uint64
+	for i := 0; n == 0 || i < n; {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			if interrupted(ctx, err) {
+				return nil
+			}
+			return fmt.Errorf("subscription: %w", err)
+		}
+		switch ev.Kind {
+		case client.EventConfirm:
+			if len(unconfirmed) > 0 && unconfirmed[0] < ev.Position {
+				fmt.Fprintf(out, "confirm %d\n", ev.Position)
+			}
+			for len(unconfirmed) > 0 && unconfirmed[0] < ev.Position {
+				unconfirmed = unconfirmed[1:]
+			}
+		case client.EventFail:
+			fmt.Fprintf(out, "fail %d\n", ev.Position)
+			for len(unconfirmed) > 0 && unconfirmed[len(unconfirmed)-1] >= ev.Position {
+				unconfirmed = unconfirmed[:len(unconfirmed)-1]
+			}
+		case client.EventDeliver:
+			if ev.Speculative {
+				unconfirmed = append(unconfirmed, ev.Entry.Position)
+				fmt.Fprintf(out, "%s\tspec\n", entryLine(ev.Entry))
+			} else {
+				printEntry(out, ev.Entry)
+			}
+			i++
+		}
+	}
+	return nil
 }
 
 func newTailCmd() *cobra.Command {
@@ -382,7 +441,13 @@ func parsePosition(s string) (uint64, error) {
 // printEntry writes one record as position, shard, key and payload,
 // tab-separated.
 func printEntry(w io.Writer, e client.Entry) {
-	fmt.Fprintf(w, "%d\t%d\t%s\t%s\n", e.Position, e.Shard, text(e.Record.Key), text(string(e.Record.Payload)))
+	fmt.Fprintln(w, entryLine(e))
+}
+
+// entryLine is one record as the CLI prints it: position, shard, key,
+// payload, tab-separated.
+func entryLine(e client.Entry) string {
+	return fmt.Sprintf("%d\t%d\t%s\t%s", e.Position, e.Shard, text(e.Record.Key), text(string(e.Record.Payload)))
 }
 
 // text returns s as is when it is printable UTF-8 without tabs or line
