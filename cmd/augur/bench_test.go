@@ -43,7 +43,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "burst", "--no-lagfix"}, "--no-lagfix needs a speculative mode in --modes"},
 		{[]string{"bench", "ratechange"}, "ratechange needs a speculative mode in --modes"},
 		{[]string{"bench", "window"}, "window needs a speculative mode in --modes"},
-		{[]string{"bench", "straggler", "--modes", "eager,spec"}, "straggler needs report delays injected"},
+		{[]string{"bench", "straggler"}, "straggler needs a speculative mode in --modes"},
 		{[]string{"bench", "append", "--compute", "1ms"}, "unknown flag: --compute"},
 		{[]string{"bench", "append", "--cluster", cluster, "--shards", "4"}, "--shards shapes the embedded cluster"},
 		{[]string{"bench", "failure", "--cluster", cluster}, "failure stops and restarts servers, so it needs the embedded cluster"},

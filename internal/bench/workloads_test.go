@@ -68,7 +68,10 @@ func TestCheckRejectsBadParams(t *testing.T) {
 		{"burst without a rate", "burst", func(p *Params) { p.Rate, p.ExtraRate = 0, 0 }, "burst needs a positive --extra-rate"},
 		{"ratechange", "ratechange", func(*Params) {}, "ratechange needs a speculative mode in --modes"},
 		{"window", "window", func(*Params) {}, "window needs a speculative mode in --modes"},
-		{"straggler", "straggler", func(p *Params) { p.Modes = []string{"eager", "spec"} }, "straggler needs report delays injected"},
+		{"straggler on a running cluster", "straggler", func(p *Params) {
+			p.Modes = []string{"eager", "spec"}
+			p.Cluster = config.Default()
+		}, "straggler delays one server's reports, so it needs the embedded cluster"},
 		{"failure on a running cluster", "failure", func(p *Params) { p.Cluster = config.Default() }, "failure stops and restarts servers, so it needs the embedded cluster"},
 		{"failure without a backup", "failure", func(p *Params) { p.Replicas = 1 }, "needs --replicas 2 or more"},
 		{"scale on a running cluster", "scale", func(p *Params) { p.Cluster = config.Default() }, "scale sweeps cluster sizes"},
@@ -246,7 +249,7 @@ func TestSmoke(t *testing.T) {
 			t.Fatalf("events %v", evs)
 		}
 	})
-	for _, w := range []string{"ratechange", "window"} {
+	for _, w := range []string{"ratechange", "window", "straggler"} {
 		t.Run(w, func(t *testing.T) {
 			p := smokeParams(t, w)
 			p.Modes = []string{"spec"}
