@@ -1,0 +1,271 @@
+package spec
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
+)
+
+const tord = time.Millisecond
+
+// cluster is a control state with n shards and the sequencer that watches
+// it; apply commits a command and shows the new state to the sequencer.
+type cluster struct {
+	t   *testing.T
+	st  *control.State
+	seq *Sequencer
+	now time.Time
+}
+
+func newCluster(t *testing.T, n int, w uint64, cfg Config) *cluster {
+	c := &cluster{t: t, st: control.NewSpec("test", w), seq: NewSequencer(cfg), now: t0}
+	for i := range n {
+		c.apply(control.Command{Register: &control.RegisterCommand{Group: string(rune('a' + i)),
+			Replicas: []control.Replica{{ID: string(rune('a' + i)), Incarnation: 1}}}})
+	}
+	return c
+}
+
+func (c *cluster) apply(cmd control.Command) control.Event {
+	c.t.Helper()
+	ev, _ := c.st.Apply(cmd)
+	c.seq.Observe(c.st, c.now)
+	return ev
+}
+
+func (c *cluster) plan() *control.WindowCommand {
+	c.t.Helper()
+	w, ok := c.seq.PlanWindow(c.now)
+	if !ok {
+		c.t.Fatalf("no window planned at cut %d", c.st.LastCut.Index)
+	}
+	if ev := c.apply(control.Command{Window: w}); ev.Window == nil {
+		c.t.Fatalf("window %+v not applied", w)
+	}
+	return w
+}
+
+// release commits every satisfied cut and returns how many.
+func (c *cluster) release() uint64 {
+	n := c.seq.Releasable(c.now)
+	if n > 0 {
+		c.apply(control.Command{Cut: &control.CutCommand{ReleaseThrough: c.st.LastCut.Index + n}})
+	}
+	return n
+}
+
+func (c *cluster) report(shard cut.ShardID, length, records uint64) {
+	c.seq.Report(shard, length, records, 0, c.now)
+}
+
+func testConfig() Config {
+	cfg := DefaultConfig(tord)
+	cfg.SuspectAfter = 50 * tord
+	return cfg
+}
+
+// TestReleaseWaitsForEveryQuota checks that a cut is released only once
+// every shard in it reported its quota, and that several satisfied cuts go
+// in one release.
+func TestReleaseWaitsForEveryQuota(t *testing.T) {
+	c := newCluster(t, 2, 10, testConfig())
+	c.plan()
+	c.report(0, 3, 3)
+	if n := c.release(); n != 0 {
+		t.Fatalf("released %d cuts without shard 1", n)
+	}
+	c.report(1, 2, 2)
+	if n := c.release(); n != 2 {
+		t.Fatalf("released %d cuts, want 2 (both shards have 2 entries of quota 1)", n)
+	}
+	if c.st.LastCut.Index != 2 || c.st.LastCut.End != 4 {
+		t.Fatalf("last cut %+v", c.st.LastCut)
+	}
+}
+
+// TestLagFix checks that a shard holding back a cut others are done with is
+// told to catch up: at once when another is two cuts ahead (a burst), after
+// LagAfter when one is one cut ahead, never while nobody waits, and not
+// again while it is answering.
+func TestLagFix(t *testing.T) {
+	c := newCluster(t, 2, 20, testConfig())
+	c.plan()
+	c.release()
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fix with nobody waiting: %v", f)
+	}
+	c.report(0, 1, 1)
+	c.release()
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fix at once for one cut ahead: %v", f)
+	}
+	c.now = c.now.Add(tord)
+	c.release()
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 1, Length: 1}}) {
+		t.Fatalf("lag-fixes after waiting %v: %v", tord, f)
+	}
+	c.report(1, 1, 0)
+	c.release()
+	// A burst: shard 0 is two cuts ahead; shard 1 must reach its length
+	// at the second cut at once.
+	c.report(0, 3, 3)
+	c.release()
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 1, Length: 3}}) {
+		t.Fatalf("lag-fixes in a burst: %v", f)
+	}
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fix repeated at once: %v", f)
+	}
+	c.report(1, 3, 0)
+	if n := c.release(); n != 2 {
+		t.Fatalf("released %d after the lag-fix, want 2", n)
+	}
+	if fixes, _ := c.seq.TakeStats(); fixes != 2 {
+		t.Fatalf("%d lag-fixes counted, want 2", fixes)
+	}
+}
+
+// TestQuotaFollowsRateAtWindowBoundary checks that the next window's quota
+// is the measured rate times the ordering interval, that it changes only
+// in the window announced next (the current one keeps its quotas), and
+// that it grows at most fourfold per window.
+func TestQuotaFollowsRateAtWindowBoundary(t *testing.T) {
+	c := newCluster(t, 2, 10, testConfig())
+	c.plan()
+	c.report(0, 0, 0)
+	c.report(1, 0, 0)
+	// Shard 0 takes 8 records per interval, shard 1 one.
+	var got []uint64
+	for range 3 {
+		c.now = c.now.Add(10 * tord)
+		c.report(0, 0, c.seq.shards[0].records+80)
+		c.report(1, 0, c.seq.shards[1].records+10)
+		w, ok := c.seq.PlanWindow(c.now)
+		if !ok {
+			// Only one window ahead at a time: finish the current one.
+			cur := c.st.Spec.Windows[0]
+			c.report(0, lastLen(cur, 0), c.seq.shards[0].records)
+			c.report(1, lastLen(cur, 1), c.seq.shards[1].records)
+			c.release()
+			w, ok = c.seq.PlanWindow(c.now)
+			if !ok {
+				t.Fatal("no window planned after the current one ended")
+			}
+		}
+		c.apply(control.Command{Window: w})
+		got = append(got, w.Quotas[0].PerCut, w.Quotas[1].PerCut)
+	}
+	want := []uint64{4, 1, 8, 1, 8, 1}
+	if !slices.Equal(got, want) {
+		t.Fatalf("quotas per window (shard 0, shard 1): %v, want %v", got, want)
+	}
+	if _, changes := c.seq.TakeStats(); changes != 2 {
+		t.Fatalf("%d quota changes counted, want 2", changes)
+	}
+}
+
+func lastLen(w fixante.Window, shard cut.ShardID) uint64 {
+	l, _ := w.Length(shard, w.Cuts-1)
+	return l
+}
+
+// TestJoinFlushesWindows checks that a shard registered mid-window makes
+// the others fill the announced windows, so that the next window, which
+// includes it, starts soon.
+func TestJoinFlushesWindows(t *testing.T) {
+	c := newCluster(t, 1, 5, testConfig())
+	c.plan()
+	c.apply(control.Command{Register: &control.RegisterCommand{Group: "z", Replicas: []control.Replica{{ID: "z", Incarnation: 1}}}})
+	c.release()
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 0, Length: 5}}) {
+		t.Fatalf("lag-fixes for a join: %v", f)
+	}
+	c.report(0, 5, 0)
+	c.release()
+	w := c.plan()
+	if len(w.Quotas) != 2 || w.Quotas[1].Shard != 1 {
+		t.Fatalf("window after the join: %+v", w.Quotas)
+	}
+}
+
+// TestStragglerExcludedThenProbed checks straggler mitigation: a shard
+// that alone holds cuts back for longer than StragglerDelay three times
+// gets quota 0 in the next window, then a probe quota of 1, then its rate
+// quota again once it keeps up.
+func TestStragglerExcludedThenProbed(t *testing.T) {
+	cfg := testConfig()
+	cfg.LagFix = false // the straggler must be late on its own
+	c := newCluster(t, 2, 40, cfg)
+	c.plan()
+	var l0, l1 uint64
+	for range 3 {
+		l0++
+		c.report(0, l0, l0)
+		c.release()
+		c.now = c.now.Add(cfg.StragglerDelay + tord)
+		l1++
+		c.report(1, l1, l1)
+		c.release()
+	}
+	quotas := func() map[cut.ShardID]uint64 {
+		// Finish the current window so that the next can be planned.
+		for len(c.st.Spec.Windows) > 0 {
+			cur := c.st.Spec.Windows[0]
+			for _, q := range cur.Quotas {
+				c.report(q.Shard, lastLen(cur, q.Shard), 0)
+			}
+			c.release()
+		}
+		w := c.plan()
+		out := map[cut.ShardID]uint64{}
+		for _, q := range w.Quotas {
+			out[q.Shard] = q.PerCut
+		}
+		return out
+	}
+	if q := quotas(); q[1] != 0 || q[0] == 0 {
+		t.Fatalf("after three late reports: quotas %v, want shard 1 excluded", q)
+	}
+	if q := quotas(); q[1] != 1 {
+		t.Fatalf("the window after: quotas %v, want a probe of 1 for shard 1", q)
+	}
+	if q := quotas(); q[1] == 0 {
+		t.Fatalf("after a probe on time: quotas %v, want shard 1 back", q)
+	}
+}
+
+// TestSuspectOnlyWithoutProgress checks that a shard is taken for failed
+// only when it was asked to catch up and reported nothing for
+// SuspectAfter; one that answers late keeps its place.
+func TestSuspectOnlyWithoutProgress(t *testing.T) {
+	cfg := testConfig()
+	c := newCluster(t, 2, 100, cfg)
+	c.plan()
+	c.report(0, 5, 5)
+	c.release()
+	if f := c.seq.LagFixes(c.now); len(f) != 1 {
+		t.Fatalf("lag-fixes %v", f)
+	}
+	for range 3 {
+		c.now = c.now.Add(cfg.SuspectAfter * 2 / 3)
+		c.report(1, c.seq.shards[1].length+1, 0) // late, but moving
+		c.release()
+		c.seq.LagFixes(c.now)
+		if s := c.seq.Suspects(c.now); len(s) != 0 {
+			t.Fatalf("a shard that moves was suspected: %v", s)
+		}
+	}
+	c.report(0, 50, 50)
+	c.release()
+	c.seq.LagFixes(c.now)
+	c.now = c.now.Add(cfg.SuspectAfter + tord)
+	c.release()
+	c.seq.LagFixes(c.now)
+	if s := c.seq.Suspects(c.now); !slices.Equal(s, []cut.ShardID{1}) {
+		t.Fatalf("suspects %v, want shard 1 silent for %v", s, cfg.SuspectAfter)
+	}
+}

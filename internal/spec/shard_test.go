@@ -1,0 +1,117 @@
+package spec
+
+import (
+	"testing"
+	"time"
+
+	"github.com/augur-log/augur/internal/fixante"
+)
+
+var t0 = time.Unix(1000, 0)
+
+// oneWindow is a window of 4 cuts in which shard 1 holds 3 entries per
+// cut from local index base.
+func oneWindow(base uint64) fixante.Window {
+	return fixante.Window{Cuts: 4, Groups: 1, Start: 100,
+		Quotas: []fixante.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 3, Base: base}}}
+}
+
+// TestShardReportsAtBoundaries checks that a shard reports only when its
+// durable length crosses a quota boundary, and then the boundary itself,
+// never entries it cannot place yet.
+func TestShardReportsAtBoundaries(t *testing.T) {
+	s := NewShard(1, 0, 1500*time.Microsecond, time.Second, t0)
+	s.Stored(2, 2, t0)
+	s.Durable(2)
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported with 2 of 3 entries, no window known")
+	}
+	s.SetWindows([]fixante.Window{oneWindow(0)})
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported between boundaries")
+	}
+	s.Stored(7, 7, t0)
+	s.Durable(7)
+	if l, ok := s.Report(t0); !ok || l != 6 {
+		t.Fatalf("report %d %v, want the boundary 6 (two cuts at once)", l, ok)
+	}
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported the same boundary twice")
+	}
+	// Past the window's last boundary (12) nothing is reported until the
+	// next window is known.
+	s.Stored(20, 20, t0)
+	s.Durable(20)
+	if l, _ := s.Report(t0); l != 12 {
+		t.Fatalf("report %d, want 12, the window's end", l)
+	}
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported past the announced windows")
+	}
+	next := oneWindow(12)
+	next.FirstCut, next.Start = 4, 120
+	s.SetWindows([]fixante.Window{oneWindow(0), next})
+	if l, ok := s.Report(t0); !ok || l != 18 {
+		t.Fatalf("report %d %v, want 18 in the next window", l, ok)
+	}
+	if pos, ok := s.Predict(13); !ok || pos != 120+2+1 {
+		t.Fatalf("predict local 13: %d %v", pos, ok)
+	}
+}
+
+// TestShardFillsNoops checks both fill rules: a shard between boundaries
+// fills the rest of its quota fillAfter after its last report, a shard at a
+// boundary fills its next quota only while it stored records within
+// idleAfter, a fill is not repeated before it is reported, and a lag-fix
+// fills up to the target's boundary.
+func TestShardFillsNoops(t *testing.T) {
+	fill := 1500 * time.Microsecond
+	s := NewShard(1, 0, fill, 10*time.Millisecond, t0)
+	s.SetWindows([]fixante.Window{oneWindow(0)})
+	if _, ok := s.FillAt(); ok {
+		t.Fatal("an idle shard that never stored a record wants to fill")
+	}
+	s.Stored(1, 1, t0)
+	if at, ok := s.FillAt(); !ok || !at.Equal(t0.Add(fill)) {
+		t.Fatalf("fill at %v %v", at, ok)
+	}
+	if n := s.Fill(t0.Add(fill - 1)); n != 0 {
+		t.Fatalf("filled %d before its time", n)
+	}
+	t1 := t0.Add(fill)
+	if n := s.Fill(t1); n != 2 {
+		t.Fatalf("filled %d, want the 2 missing of the quota", n)
+	}
+	s.Stored(3, 1, t1)
+	if n := s.Fill(t1.Add(fill / 2)); n != 0 {
+		t.Fatalf("filled %d again before the fill was reported", n)
+	}
+	s.Durable(3)
+	if l, ok := s.Report(t1); !ok || l != 3 {
+		t.Fatalf("report %d %v", l, ok)
+	}
+	// At a boundary, with records stored lately: the next quota is owed.
+	t2 := t1.Add(fill)
+	if n := s.Fill(t2); n != 3 {
+		t.Fatalf("active shard at a boundary filled %d, want its next quota 3", n)
+	}
+	s.Stored(6, 1, t2)
+	s.Durable(6)
+	s.Report(t2)
+	// Long after its last record the shard stops filling.
+	quiet := NewShard(1, 0, fill, 10*time.Millisecond, t0)
+	quiet.SetWindows([]fixante.Window{oneWindow(0)})
+	quiet.Stored(3, 3, t0)
+	quiet.Durable(3)
+	quiet.Report(t0.Add(20 * time.Millisecond))
+	if _, ok := quiet.FillAt(); ok {
+		t.Fatal("a shard idle past idleAfter still fills")
+	}
+	// A lag-fix fills to the target, cut back to a boundary it knows.
+	if n := quiet.LagFix(8); n != 3 {
+		t.Fatalf("lag-fix to 8 from 3 filled %d, want 3 (to boundary 6)", n)
+	}
+	if n := quiet.LagFix(100); n != 9 {
+		t.Fatalf("lag-fix past the window filled %d, want 9 (to its end, 12)", n)
+	}
+}
