@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -197,6 +198,12 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 			// A view change goes before anything the stream sent with it.
 			if vc := r.ViewChange; vc != nil {
 				m.ViewChange(vc.View, vc.ConfirmedGp, vc.FailedShard)
+			}
+			if r.View > m.View() {
+				// Every stream carries a view change before anything of
+				// the new view; anything else is a broken server.
+				s.setErr(fmt.Errorf("augur: shard %d streamed view %d before its view change", msg.shard, r.View))
+				return
 			}
 			for _, e := range r.Entries {
 				it := spec.Item[Entry]{Pos: e.Position, Shard: e.Shard, Skip: e.Skip}

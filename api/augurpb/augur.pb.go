@@ -771,8 +771,11 @@ type SubscribeResponse struct {
 	// membership_version rises when the shard table changed: the subscriber
 	// looks for shards it does not follow yet.
 	MembershipVersion uint64 `protobuf:"varint,6,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// view is the view (count of whole-shard failures) the server was in
+	// when it sent these entries and confirmation.
+	View          uint64 `protobuf:"varint,7,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubscribeResponse) Reset() {
@@ -843,6 +846,13 @@ func (x *SubscribeResponse) GetViewChange() *ViewChange {
 func (x *SubscribeResponse) GetMembershipVersion() uint64 {
 	if x != nil {
 		return x.MembershipVersion
+	}
+	return 0
+}
+
+func (x *SubscribeResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
 	}
 	return 0
 }
@@ -1764,8 +1774,10 @@ type Cut struct {
 	End               uint64                 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
 	Lengths           []*ShardLength         `protobuf:"bytes,4,rep,name=lengths,proto3" json:"lengths,omitempty"`
 	MembershipVersion uint64                 `protobuf:"varint,5,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// view is the speculative view the cut was released in.
+	View          uint64 `protobuf:"varint,6,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cut) Reset() {
@@ -1829,6 +1841,13 @@ func (x *Cut) GetLengths() []*ShardLength {
 func (x *Cut) GetMembershipVersion() uint64 {
 	if x != nil {
 		return x.MembershipVersion
+	}
+	return 0
+}
+
+func (x *Cut) GetView() uint64 {
+	if x != nil {
+		return x.View
 	}
 	return 0
 }
@@ -3157,7 +3176,7 @@ const file_augur_proto_rawDesc = "" +
 	"\trun_start\x18\x05 \x01(\x04R\brunStart\x12\x1b\n" +
 	"\trun_count\x18\x06 \x01(\x04R\brunCount\x12,\n" +
 	"\arecords\x18\a \x03(\v2\x12.augur.v1.LogEntryR\arecords\x12-\n" +
-	"\x12membership_version\x18\b \x01(\x04R\x11membershipVersion\"\x88\x02\n" +
+	"\x12membership_version\x18\b \x01(\x04R\x11membershipVersion\"\x9c\x02\n" +
 	"\x11SubscribeResponse\x12,\n" +
 	"\abatches\x18\x01 \x03(\v2\x12.augur.v1.CutBatchR\abatches\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12-\n" +
@@ -3165,7 +3184,8 @@ const file_augur_proto_rawDesc = "" +
 	"\tconfirmed\x18\x04 \x01(\x04R\tconfirmed\x125\n" +
 	"\vview_change\x18\x05 \x01(\v2\x14.augur.v1.ViewChangeR\n" +
 	"viewChange\x12-\n" +
-	"\x12membership_version\x18\x06 \x01(\x04R\x11membershipVersion\"{\n" +
+	"\x12membership_version\x18\x06 \x01(\x04R\x11membershipVersion\x12\x12\n" +
+	"\x04view\x18\a \x01(\x04R\x04view\"{\n" +
 	"\tSpecEntry\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12(\n" +
@@ -3233,13 +3253,14 @@ const file_augur_proto_rawDesc = "" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
 	"not_leader\x18\x02 \x01(\bR\tnotLeader\x122\n" +
-	"\tlag_fixes\x18\x03 \x03(\v2\x15.augur.v1.ShardLengthR\blagFixes\"\xa3\x01\n" +
+	"\tlag_fixes\x18\x03 \x03(\v2\x15.augur.v1.ShardLengthR\blagFixes\"\xb7\x01\n" +
 	"\x03Cut\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\x04R\x03end\x12/\n" +
 	"\alengths\x18\x04 \x03(\v2\x15.augur.v1.ShardLengthR\alengths\x12-\n" +
-	"\x12membership_version\x18\x05 \x01(\x04R\x11membershipVersion\"S\n" +
+	"\x12membership_version\x18\x05 \x01(\x04R\x11membershipVersion\x12\x12\n" +
+	"\x04view\x18\x06 \x01(\x04R\x04view\"S\n" +
 	"\vReplicaAddr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12 \n" +

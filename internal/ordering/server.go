@@ -299,14 +299,21 @@ func (s *Server) ownsLocked(id string) bool {
 
 func (s *Server) appendEventLocked(ev control.Event) {
 	pe := &pb.Event{Seq: ev.Seq, MembershipVersion: s.state.MembershipVersion, Trim: ev.Trim}
+	var view uint64
+	if s.state.Spec != nil {
+		view = s.state.Spec.View
+	}
 	if ev.Cut != nil {
 		pe.Cut = wire.CutToProto(*ev.Cut, s.state.MembershipVersion)
+		pe.Cut.View = view
 	}
 	if ev.MembershipChanged {
 		pe.Shards = wire.ShardsToProto(s.state.Shards)
 	}
 	for _, c := range ev.Cuts[:max(len(ev.Cuts), 1)-1] {
-		pe.EarlierCuts = append(pe.EarlierCuts, wire.CutToProto(c, s.state.MembershipVersion))
+		pc := wire.CutToProto(c, s.state.MembershipVersion)
+		pc.View = view
+		pe.EarlierCuts = append(pe.EarlierCuts, pc)
 	}
 	if s.state.Spec != nil && (ev.Window != nil || ev.View != nil || len(ev.Cuts) > 0 || ev.MembershipChanged) {
 		pe.Spec = wire.SpecToProto(s.state.Spec)

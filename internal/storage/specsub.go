@@ -150,6 +150,9 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 		resp.MembershipVersion = mv
 		fd.sentMV = mv
 	}
+	// The view of everything in resp: the last view change this stream
+	// has carried, which always goes before what follows it.
+	resp.View = fd.sentView
 	if confirmed > fd.sentConfirmed {
 		resp.Confirmed = confirmed
 		fd.sentConfirmed = confirmed
