@@ -31,6 +31,9 @@ const (
 	flagsNoLagFix
 	flagsNoQuotaChange
 	flagsFailureTimeout
+	// flagsEmulate: --emulate.
+	flagsEmulate
+	flagsNoStagger
 )
 
 // benchWorkload describes one `augur bench` subcommand.
@@ -79,10 +82,22 @@ so it needs a speculative mode.`},
 		long: `The e2e workload; a third into the window two shards are added through the
 SDK (AddShard, on the live shards' groups in turn), two thirds in they are
 finalized (FinalizeShard, 10 cuts of grace), with a time series.`},
-	{name: "scale", flags: benchConsumerFlags,
-		short: "Throughput and latency vs number of shards (SpecLog Fig. 14, Scalog Fig. 5)",
+	{name: "scale", flags: benchConsumerFlags | flagsEmulate | flagsNoStagger,
+		short: "Throughput and latency vs number of shards, real or emulated (SpecLog Fig. 14, Scalog Fig. 5)",
 		long: `The e2e workload, closed loop by default, on an embedded cluster of each
---shards size (default 1,2,4).`},
+--shards size (default 1,2,4).
+
+--emulate 10,20,40 sweeps emulated shards instead (SpecLog §6.8, Scalog §6.3):
+the embedded cluster is 3 ordering replicas and no storage, and this process
+plays each shard as a fake storage server that registers, heartbeats on its own
+stream, and reports like a primary whose storage is instant: in eager mode its
+length at most once per ordering interval, in spec mode at quota boundaries,
+with no-op fills and lag-fixes. Records arrive open loop at --rate per second
+over all shards (required), split evenly. The JSON reports ordered records/s
+(throughput_rps), cuts_per_s, order_latency_us (arrival to the commit of the
+cut that orders it, as the leader's Watch stream delivers it), noop_rps,
+lag_fixes and stagger_groups for spec. --no-stagger puts every shard in every
+cut of a spec lease window (by default more than 6 are split into groups).`},
 	{name: "straggler", flags: benchConsumerFlags | flagsSeries,
 		short: "Delay one shard's reports mid-run: e2e latency over time (SpecLog Fig. 15; not available yet)",
 		long:  `Needs mode spec and report-delay injection, neither available yet.`},
@@ -146,6 +161,7 @@ type benchFlags struct {
 	shards      string
 	compute     string
 	window      string
+	emulate     string
 	clusterPath string
 	cpuProfile  string
 	plot        string
@@ -206,6 +222,12 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	if f&flagsNoQuotaChange != 0 {
 		fs.BoolVar(&b.p.NoQuotaChange, "no-quota-change", false, "speculative modes: turn quota changes off (SpecLog's no-qc)")
 	}
+	if f&flagsEmulate != 0 {
+		fs.StringVar(&b.emulate, "emulate", "", "emulated shards on a real ordering layer instead of real shards, e.g. 10,20,40 (a comma list sweeps; needs --rate)")
+	}
+	if f&flagsNoStagger != 0 {
+		fs.BoolVar(&b.p.NoStagger, "no-stagger", false, "speculative modes: every shard in every cut of a lease window, however many (stagger_above 0)")
+	}
 	if f&flagsFailureTimeout != 0 {
 		fs.DurationVar(&b.p.FailureTimeout, "failure-timeout", config.DefaultFailureTimeout, "embedded cluster: silence after which a storage server's shards are finalized")
 	}
@@ -227,6 +249,18 @@ func (b *benchFlags) params(cmd *cobra.Command) (bench.Params, error) {
 	}
 	if p.Window, err = parseList(b.window, "--window", strconv.Atoi); err != nil {
 		errs = append(errs, err)
+	}
+	if p.Emulate, err = parseList(b.emulate, "--emulate", strconv.Atoi); err != nil {
+		errs = append(errs, err)
+	}
+	if len(p.Emulate) > 0 {
+		// Emulated shards store nothing and have no clients or subscribers.
+		for _, f := range []string{"shards", "replicas", "fsync", "record-bytes", "clients", "inflight", "subscribers", "compute"} {
+			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
+				errs = append(errs, fmt.Errorf("--%s applies to real shards; --emulate runs emulated ones", f))
+			}
+		}
+		p.Compute, p.Subscribers = nil, 0
 	}
 	if b.plot != "" {
 		if err := bench.CheckPlotPath(b.plot); err != nil {
@@ -266,7 +300,11 @@ func (b *benchFlags) run(cmd *cobra.Command) error {
 	if _, err := bench.Check(b.w.name, p); err != nil {
 		return err
 	}
-	if runs := len(p.Modes) * max(len(p.Shards), 1) * max(len(p.Compute), 1) * max(len(p.Window), 1); runs > 1 {
+	sizes := len(p.Shards)
+	if len(p.Emulate) > 0 {
+		sizes = len(p.Emulate)
+	}
+	if runs := len(p.Modes) * max(sizes, 1) * max(len(p.Compute), 1) * max(len(p.Window), 1); runs > 1 {
 		p.Progress = cmd.ErrOrStderr()
 	}
 	if b.cpuProfile != "" {

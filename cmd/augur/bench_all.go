@@ -32,8 +32,9 @@ func newBenchAllCmd() *cobra.Command {
 		Use:   "all --out DIR",
 		Short: "Run a short version of every workload; write DIR/*.json, *.svg, *.png and REPORT.md",
 		Long: `Run a short version of every workload (each with its own sweep: e2e at 2 and 4
-shards, compute at 0.5, 1.5 and 4 ms, append and scale at 1, 2 and 4 shards;
-time series twice --duration) on fresh embedded clusters, and write, for each,
+shards, compute at 0.5, 1.5 and 4 ms, append and scale at 1, 2 and 4 shards,
+scale-emulated at 40 emulated shards taking 1000 records/s each; time series
+twice --duration) on fresh embedded clusters, and write, for each,
 DIR/NAME.json (its JSON lines), DIR/NAME.svg and DIR/NAME.png (its figure),
 then DIR/REPORT.md, which lays each figure and its numbers next to the SpecLog
 and Scalog papers' headline numbers. Workloads that need a mode not available

@@ -47,6 +47,15 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "append", "--compute", "1ms"}, "unknown flag: --compute"},
 		{[]string{"bench", "append", "--cluster", cluster, "--shards", "4"}, "--shards shapes the embedded cluster"},
 		{[]string{"bench", "failure", "--cluster", cluster}, "failure stops and restarts servers, so it needs the embedded cluster"},
+		{[]string{"bench", "scale", "--emulate", "8"}, "--emulate needs an open-loop --rate"},
+		{[]string{"bench", "scale", "--emulate", "0", "--rate", "1000"}, "emulate must be in [1, 1000] shards, got 0"},
+		{[]string{"bench", "scale", "--emulate", "10,1001", "--rate", "100000"}, "emulate must be in [1, 1000] shards, got 1001"},
+		{[]string{"bench", "scale", "--emulate", "10,x", "--rate", "1000"}, `--emulate: "x" is not a valid element`},
+		{[]string{"bench", "scale", "--emulate", "8", "--rate", "8000", "--cluster", cluster}, "--emulate runs its own ordering layer with emulated shards, so it needs the embedded cluster"},
+		{[]string{"bench", "scale", "--emulate", "8", "--rate", "8000", "--compute", "1ms"}, "--compute applies to real shards; --emulate runs emulated ones"},
+		{[]string{"bench", "scale", "--emulate", "8", "--rate", "8000", "--shards", "4"}, "--shards applies to real shards"},
+		{[]string{"bench", "scale", "--emulate", "8", "--rate", "8000", "--no-stagger"}, "--no-stagger needs a speculative mode in --modes"},
+		{[]string{"bench", "e2e", "--emulate", "8"}, "unknown flag: --emulate"},
 		{[]string{"bench", "all"}, "--out DIR is required"},
 		{[]string{"bench", "all", "--out", t.TempDir(), "--modes", "lazy"}, "mode lazy is not available yet"},
 		{[]string{"bench", "all", "--out", t.TempDir(), "--duration", "-1s"}, "duration must be positive"},
@@ -92,5 +101,22 @@ func TestBenchCommandsRun(t *testing.T) {
 	out, err = runAugur(t, "bench", "idle", "--shards", "1", "--replicas", "1", "--duration", "100ms", "--warmup", "50ms")
 	if err != nil || !strings.Contains(out, `"cpu_percent_of_one_core"`) {
 		t.Fatalf("bench idle: %v: %s", err, out)
+	}
+
+	// Emulated shards, not staggered, with their figure.
+	plot = filepath.Join(dir, "scale.svg")
+	out, err = runAugur(t, "bench", "scale", "--emulate", "4", "--rate", "2000", "--modes", "spec", "--no-stagger",
+		"--duration", "200ms", "--warmup", "100ms", "--plot", plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if r["emulated"] != true || r["stagger_above"] != 0.0 || r["order_latency_us"] == nil || r["records_ordered"] != r["records_arrived"] {
+		t.Fatalf("bench scale --emulate: %s", out)
+	}
+	if data, err := os.ReadFile(plot); err != nil || !bytes.Contains(data, []byte("order latency p50")) {
+		t.Fatalf("plot: %v", err)
 	}
 }

@@ -59,6 +59,9 @@ func checkSpecFlags(p Params) error {
 	if p.NoQuotaChange {
 		errs = append(errs, needSpeculative("--no-quota-change", p))
 	}
+	if p.NoStagger {
+		errs = append(errs, needSpeculative("--no-stagger", p))
+	}
 	return errors.Join(errs...)
 }
 

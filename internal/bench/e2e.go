@@ -59,7 +59,9 @@ func (windowWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 // scaleWorkload measures throughput and latency against the number of real
 // shards (SpecLog §6.8, Fig. 14(a–c); Scalog §6.3): the e2e workload on an
 // embedded cluster of each --shards size, closed loop by default so that
-// throughput shows where the machine saturates.
+// throughput shows where the machine saturates. With --emulate it sweeps
+// emulated shards instead, on a real ordering layer (Fig. 14(d); Scalog
+// Fig. 5): see runEmulated.
 type scaleWorkload struct{}
 
 func (scaleWorkload) Name() string { return "scale" }
@@ -72,9 +74,17 @@ func (scaleWorkload) Defaults(p *Params) {
 }
 
 func (scaleWorkload) Check(p Params) error {
+	if len(p.Emulate) > 0 {
+		return checkEmulate(p)
+	}
 	return errors.Join(needEmbedded("scale", "sweeps cluster sizes (--shards)", p), checkLoad(p, true))
 }
 
+// Run runs one point on real shards, or, with Params.Emulate, on emulated
+// ones (see runEmulated).
 func (scaleWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
+	if e.Variant.Emulate > 0 {
+		return runEmulated(ctx, e)
+	}
 	return runLoad(ctx, e, loadSpec{Subscribers: e.Params.Subscribers, Compute: e.Variant.Compute})
 }

@@ -27,6 +27,9 @@ func figureOf(rep *Report) *figure {
 			barsOf(rep, "throughput", "records/s", func(r *Result) float64 { return valOf(r.ThroughputRPS) }),
 		}}
 	case "scale":
+		if emulated(rep) {
+			return emulatedFigure(rep)
+		}
 		return &figure{title: "scale: throughput and latency vs shards (SpecLog Fig. 14, Scalog Fig. 5)", panels: []panel{
 			linesByShards(rep, "throughput", "records/s", func(r *Result) float64 { return valOf(r.ThroughputRPS) }),
 			linesByShards(rep, "e2e latency p50", "ms", func(r *Result) float64 { return ms(p50Of(r.E2ELatencyUS)) }),
@@ -40,6 +43,35 @@ func figureOf(rep *Report) *figure {
 		}}
 	}
 	return e2eFigure(rep)
+}
+
+// emulated reports whether rep's results ran on emulated shards.
+func emulated(rep *Report) bool {
+	for _, r := range rep.Results() {
+		if r.Emulated {
+			return true
+		}
+	}
+	return false
+}
+
+// emulatedFigure draws scale on emulated shards: ordered records, order
+// latency and the cut rate against the number of shards, one line per mode
+// (Scalog Fig. 5; SpecLog Fig. 14(d)).
+func emulatedFigure(rep *Report) *figure {
+	title := "scale: emulated shards on a real ordering layer: throughput and latency vs shards (SpecLog Fig. 14(d), Scalog Fig. 5)"
+	for _, r := range rep.Results() {
+		if r.StaggerAbove != nil && *r.StaggerAbove == 0 {
+			title += "; spec not staggered"
+			break
+		}
+	}
+	return &figure{title: title, panels: []panel{
+		linesByShards(rep, "ordered records", "records/s", func(r *Result) float64 { return valOf(r.ThroughputRPS) }),
+		linesByShards(rep, "order latency p50 (arrival -> cut committed)", "ms", func(r *Result) float64 { return ms(p50Of(r.OrderLatencyUS)) }),
+		linesByShards(rep, "order latency p99", "ms", func(r *Result) float64 { return ms(p99Of(r.OrderLatencyUS)) }),
+		linesByShards(rep, "cuts committed", "cuts/s", func(r *Result) float64 { return valOf(r.CutsPerS) }),
+	}}
 }
 
 var figureTitles = map[string]string{

@@ -33,7 +33,7 @@ func (specMode) Configure(o *devcluster.Options, p Params, v Variant) {
 	if v.Window > 0 {
 		o.WindowCuts = uint64(v.Window)
 	}
-	o.NoLagFix, o.NoQuotaChange = p.NoLagFix, p.NoQuotaChange
+	o.NoLagFix, o.NoQuotaChange, o.NoStagger = p.NoLagFix, p.NoQuotaChange, p.NoStagger
 }
 
 func (specMode) Subscribe(ctx context.Context, cl *client.Client, from uint64) (Consumer, error) {

@@ -69,6 +69,14 @@ func writeReportEntry(w io.Writer, e *allEntry) {
 // describeParams lists a job's sweep and load briefly.
 func describeParams(p Params) string {
 	var parts []string
+	if len(p.Emulate) > 0 {
+		parts = append(parts, "emulated shards "+joinInts(p.Emulate), fmt.Sprintf("%d records/s open loop over all shards", p.Rate))
+		if p.NoStagger {
+			parts = append(parts, "spec not staggered")
+		}
+		parts = append(parts, fmt.Sprintf("%v measured", p.Duration))
+		return ": " + strings.Join(parts, "; ")
+	}
 	if len(p.Shards) > 0 {
 		parts = append(parts, "shards "+joinInts(p.Shards))
 	}
@@ -101,6 +109,10 @@ func joinInts(xs []int) string {
 
 // writeResultsTable tabulates every result; time series add their extremes.
 func writeResultsTable(w io.Writer, rep *Report) {
+	if emulated(rep) {
+		writeEmulatedTable(w, rep)
+		return
+	}
 	series := false
 	for _, r := range rep.Results() {
 		series = series || len(r.Series) > 0
@@ -145,9 +157,49 @@ func writeResultsTable(w io.Writer, rep *Report) {
 	}
 }
 
+// writeEmulatedTable tabulates results on emulated shards.
+func writeEmulatedTable(w io.Writer, rep *Report) {
+	fmt.Fprintln(w, "| mode | point | ordered (rec/s) | order p50 / p99 (ms) | cuts/s | no-ops/s | lag-fixes | stagger groups | records arrived / ordered | CPU (% of a core) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	labels := pointLabels(rep)
+	for pi, pt := range rep.Points {
+		for _, r := range pt.Results {
+			groups := "—"
+			if r.StaggerGroups != nil {
+				groups = fmt.Sprint(*r.StaggerGroups)
+			}
+			lagFixes := "—"
+			if r.LagFixes != nil {
+				lagFixes = fmt.Sprint(*r.LagFixes)
+			}
+			counts := "—"
+			if r.RecordsArrived != nil && r.RecordsOrdered != nil {
+				counts = fmt.Sprintf("%d / %d", *r.RecordsArrived, *r.RecordsOrdered)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s / %s | %s | %s | %s | %s | %s | %s |\n", r.Mode, orDefault(oneLine(labels[pi]), "—"),
+				fmtNum(r.ThroughputRPS, 0), fmtMs(p50Of(r.OrderLatencyUS)), fmtMs(p99Of(r.OrderLatencyUS)),
+				fmtNum(r.CutsPerS, 0), fmtNum(r.NoopRPS, 0), lagFixes, groups, counts, fmtNum(r.CPUPercentOfOneCore, 0))
+		}
+	}
+	fmt.Fprintln(w)
+}
+
 func writeComparisonsTable(w io.Writer, rep *Report) {
 	cs := rep.Comparisons()
 	if len(cs) == 0 {
+		return
+	}
+	if emulated(rep) {
+		fmt.Fprintln(w, "| candidate ÷ baseline | point | order p50 | throughput |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+		labels := pointLabels(rep)
+		for pi, pt := range rep.Points {
+			for _, c := range pt.Comparisons {
+				fmt.Fprintf(w, "| %s vs %s | %s | %s | %s |\n", c.Candidate, c.Baseline, orDefault(oneLine(labels[pi]), "—"),
+					fmtRatio(c.Ratios.OrderP50), fmtRatio(c.Ratios.Throughput))
+			}
+		}
+		fmt.Fprintln(w)
 		return
 	}
 	fmt.Fprintln(w, "| candidate ÷ baseline | point | delivery p50 | e2e p50 | e2e p99 | append p50 | throughput |")

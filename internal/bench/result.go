@@ -11,11 +11,16 @@ import (
 // left zero and omitted; fields whose zero value is meaningful (a rate of 0
 // means closed loop) are pointers.
 type Result struct {
-	Workload    string `json:"workload"`
-	Mode        string `json:"mode,omitempty"`
-	Shards      int    `json:"shards,omitempty"`
-	Replicas    int    `json:"replicas,omitempty"`
-	RecordBytes int    `json:"record_bytes,omitempty"`
+	Workload string `json:"workload"`
+	Mode     string `json:"mode,omitempty"`
+	Shards   int    `json:"shards,omitempty"`
+	// Emulated marks a run whose shards were emulated by the benchmark
+	// process (scale --emulate): the ordering layer was real, the shards
+	// registered, heartbeat and reported like storage servers, but stored
+	// nothing; records took no bytes and no client appended them.
+	Emulated    bool `json:"emulated,omitempty"`
+	Replicas    int  `json:"replicas,omitempty"`
+	RecordBytes int  `json:"record_bytes,omitempty"`
 	// Rate is the offered load in appends per second over all clients; 0
 	// means closed loop.
 	Rate    *int `json:"rate,omitempty"`
@@ -27,6 +32,14 @@ type Result struct {
 	ComputeUS *float64 `json:"compute_us,omitempty"`
 	// Window is the speculation lease window in cuts, when the run set one.
 	Window int `json:"window,omitempty"`
+	// StaggerAbove is, for speculative modes on an embedded cluster, the
+	// largest number of shards that shared every cut (more were split into
+	// staggered groups); 0 means staggering was off (--no-stagger).
+	StaggerAbove *int `json:"stagger_above,omitempty"`
+	// StaggerGroups is how many groups the last lease window announced
+	// during the measured window split the shards into (emulated
+	// speculative runs; 1: every shard in every cut).
+	StaggerGroups *int `json:"stagger_groups,omitempty"`
 	// DurationS is the measured window, warm-up excluded.
 	DurationS float64 `json:"duration_s,omitempty"`
 	// ThroughputRPS counts real records acknowledged in the measured window
@@ -35,9 +48,19 @@ type Result struct {
 	// NoopRPS counts no-op entries the cluster added per second (speculative
 	// modes that report it).
 	NoopRPS *float64 `json:"noop_rps,omitempty"`
+	// CutsPerS counts the global cuts committed in the measured window per
+	// second (emulated runs, where the benchmark watches them).
+	CutsPerS *float64 `json:"cuts_per_s,omitempty"`
 	// AppendLatencyUS is from an append's start (its scheduled start in open
 	// loop, so queueing behind a slow cluster counts) to its acknowledgement.
 	AppendLatencyUS *LatencySummary `json:"append_latency_us,omitempty"`
+	// OrderLatencyUS is, with emulated shards, from a record's arrival at
+	// its shard (its scheduled time: the load is open loop) to the moment
+	// the benchmark's Watch stream of the ordering leader delivers the
+	// committed cut that orders it. It is what an append's latency would be
+	// with instant storage and acknowledgement, over records that arrived
+	// in the measured window.
+	OrderLatencyUS *LatencySummary `json:"order_latency_us,omitempty"`
 	// DeliveryLatencyUS is from an append's start to its first delivery to
 	// a subscriber (speculative or not), over every subscriber.
 	DeliveryLatencyUS *LatencySummary `json:"delivery_latency_us,omitempty"`
@@ -66,6 +89,12 @@ type Result struct {
 	// RecordsAppended.
 	RecordsAppended  *int64  `json:"records_appended,omitempty"`
 	RecordsDelivered []int64 `json:"records_delivered,omitempty"`
+	// RecordsArrived counts the records that arrived at emulated shards in
+	// the measured window; RecordsOrdered counts those of them a committed
+	// cut ordered by the end of the run's drain. Without failures they are
+	// equal.
+	RecordsArrived *int64 `json:"records_arrived,omitempty"`
+	RecordsOrdered *int64 `json:"records_ordered,omitempty"`
 	// Errors counts appends started in the measured window that failed.
 	Errors int64 `json:"errors,omitempty"`
 	// CPUSeconds is this process's user+system CPU time over the measured
@@ -144,6 +173,7 @@ type Comparison struct {
 	Candidate string `json:"candidate"`
 	// The point of the sweep both results are at.
 	Shards    int      `json:"shards,omitempty"`
+	Emulated  bool     `json:"emulated,omitempty"`
 	ComputeUS *float64 `json:"compute_us,omitempty"`
 	Window    int      `json:"window,omitempty"`
 	Ratios    Ratios   `json:"ratios"`
@@ -155,7 +185,9 @@ type Ratios struct {
 	E2EP50      *float64 `json:"e2e_p50,omitempty"`
 	E2EP99      *float64 `json:"e2e_p99,omitempty"`
 	AppendP50   *float64 `json:"append_p50,omitempty"`
-	Throughput  *float64 `json:"throughput,omitempty"`
+	// OrderP50 compares the order latency of emulated runs.
+	OrderP50   *float64 `json:"order_p50,omitempty"`
+	Throughput *float64 `json:"throughput,omitempty"`
 }
 
 // Compare computes the comparison of candidate against baseline.
@@ -165,6 +197,7 @@ func Compare(baseline, candidate *Result) *Comparison {
 		Baseline:  baseline.Mode,
 		Candidate: candidate.Mode,
 		Shards:    baseline.Shards,
+		Emulated:  baseline.Emulated,
 		ComputeUS: baseline.ComputeUS,
 		Window:    baseline.Window,
 	}
@@ -190,6 +223,7 @@ func Compare(baseline, candidate *Result) *Comparison {
 	c.Ratios.E2EP50 = ratio(p50(baseline.E2ELatencyUS), p50(candidate.E2ELatencyUS))
 	c.Ratios.E2EP99 = ratio(p99(baseline.E2ELatencyUS), p99(candidate.E2ELatencyUS))
 	c.Ratios.AppendP50 = ratio(p50(baseline.AppendLatencyUS), p50(candidate.AppendLatencyUS))
+	c.Ratios.OrderP50 = ratio(p50(baseline.OrderLatencyUS), p50(candidate.OrderLatencyUS))
 	c.Ratios.Throughput = ratio(val(candidate.ThroughputRPS), val(baseline.ThroughputRPS))
 	return c
 }

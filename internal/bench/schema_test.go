@@ -38,7 +38,7 @@ func goldenReport() *Report {
 	}
 	spec := &Result{
 		Workload: "e2e", Mode: "spec", Shards: 2, Replicas: 2, RecordBytes: 4096,
-		Rate: Ptr(2000), Clients: 4, Subscribers: 2, ComputeUS: Ptr(1500.0), Window: 100, DurationS: 10,
+		Rate: Ptr(2000), Clients: 4, Subscribers: 2, ComputeUS: Ptr(1500.0), Window: 100, StaggerAbove: Ptr(6), DurationS: 10,
 		ThroughputRPS:     Ptr(2000.0),
 		NoopRPS:           Ptr(12.5),
 		AppendLatencyUS:   lat(4100),
@@ -60,9 +60,34 @@ func goldenReport() *Report {
 		},
 	}
 	idle := &Result{Workload: "idle", Mode: "eager", Shards: 1, Replicas: 1, DurationS: 10, CPUSeconds: Ptr(0.36), CPUPercentOfOneCore: Ptr(3.6)}
+	emuEager := &Result{
+		Workload: "scale", Mode: "eager", Shards: 40, Emulated: true, Rate: Ptr(40000), DurationS: 10,
+		ThroughputRPS:       Ptr(40010.5),
+		CutsPerS:            Ptr(310.5),
+		OrderLatencyUS:      lat(9000),
+		RecordsArrived:      Ptr(int64(400000)),
+		RecordsOrdered:      Ptr(int64(400000)),
+		CPUSeconds:          Ptr(13.7),
+		CPUPercentOfOneCore: Ptr(137.0),
+	}
+	emuSpec := &Result{
+		Workload: "scale", Mode: "spec", Shards: 40, Emulated: true, Rate: Ptr(40000), StaggerAbove: Ptr(0), StaggerGroups: Ptr(1), DurationS: 10,
+		ThroughputRPS:       Ptr(39990.0),
+		NoopRPS:             Ptr(8600.0),
+		CutsPerS:            Ptr(1100.0),
+		OrderLatencyUS:      lat(4500),
+		LagFixes:            Ptr(int64(700)),
+		QuotaChanges:        Ptr(int64(180)),
+		ViewChanges:         Ptr(int64(0)),
+		RecordsArrived:      Ptr(int64(400000)),
+		RecordsOrdered:      Ptr(int64(400000)),
+		CPUSeconds:          Ptr(10.0),
+		CPUPercentOfOneCore: Ptr(100.0),
+	}
 	rep := &Report{Workload: "e2e"}
 	rep.add([]*Result{eager, spec})
 	rep.add([]*Result{idle})
+	rep.add([]*Result{emuEager, emuSpec})
 	return rep
 }
 
@@ -84,19 +109,24 @@ func TestReportJSONGolden(t *testing.T) {
 	if got := buf.String(); got != string(want) {
 		t.Fatalf("JSON differs from %s (rerun with -update and review the diff):\ngot:\n%s\nwant:\n%s", path, got, want)
 	}
-	// Each line is one object; the third is the comparison.
+	// Each line is one object; the third and the last are comparisons.
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("%d lines, want 4 (two results, a comparison, a result)", len(lines))
+	if len(lines) != 7 {
+		t.Fatalf("%d lines, want 7 (two results, a comparison, a result, two emulated results, a comparison)", len(lines))
 	}
-	var c map[string]any
-	if err := json.Unmarshal([]byte(lines[2]), &c); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"workload", "baseline", "candidate", "ratios"} {
-		if _, ok := c[k]; !ok {
-			t.Errorf("comparison lacks %q: %s", k, lines[2])
+	for _, i := range []int{2, 6} {
+		var c map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &c); err != nil {
+			t.Fatal(err)
 		}
+		for _, k := range []string{"workload", "baseline", "candidate", "ratios"} {
+			if _, ok := c[k]; !ok {
+				t.Errorf("comparison lacks %q: %s", k, lines[i])
+			}
+		}
+	}
+	if !strings.Contains(lines[6], `"emulated":true`) || !strings.Contains(lines[6], `"order_p50":2`) {
+		t.Errorf("emulated comparison: %s", lines[6])
 	}
 }
 

@@ -58,6 +58,12 @@ type Params struct {
 	Shards []int
 	// Replicas is the number of storage servers per group.
 	Replicas int
+	// Emulate, when set, are the numbers of emulated shards to sweep
+	// instead of Shards (workload scale only): the embedded cluster is its
+	// ordering layer alone, and the benchmark process plays that many
+	// shards that register, heartbeat and report to it, taking Rate
+	// records/s between them (SpecLog §6.8, Scalog §6.3).
+	Emulate []int
 	// OrderingInterval is the embedded cluster's cut interval.
 	OrderingInterval time.Duration
 	// FailureTimeout is the embedded cluster's failure detection timeout
@@ -93,6 +99,10 @@ type Params struct {
 	// modes (the no-lf and no-qc variants of SpecLog §6.4 and §6.5).
 	NoLagFix      bool
 	NoQuotaChange bool
+	// NoStagger puts every shard in every cut of a speculative lease
+	// window (stagger_above 0) instead of splitting more than
+	// config.DefaultStaggerAbove shards into staggered groups.
+	NoStagger bool
 	// Seed makes the run's payload bytes and record stamps reproducible.
 	Seed uint64
 	// Warmup runs the load unmeasured before the measured Duration.
@@ -115,12 +125,17 @@ type Variant struct {
 	Compute time.Duration
 	// Window is the lease window, 0 for the mode's default.
 	Window int
+	// Emulate is the number of emulated shards, 0 for real ones.
+	Emulate int
 }
 
 func (v Variant) String() string {
 	var parts []string
 	if v.Shards > 0 {
 		parts = append(parts, plural(v.Shards, "shard"))
+	}
+	if v.Emulate > 0 {
+		parts = append(parts, plural(v.Emulate, "emulated shard"))
 	}
 	if v.Compute > 0 {
 		parts = append(parts, fmt.Sprintf("compute %v", v.Compute))
@@ -131,8 +146,9 @@ func (v Variant) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// variants lists the points of p's sweep: shards, then windows, then
-// compute times, each in the order given.
+// variants lists the points of p's sweep: shards (or emulated shards),
+// then windows, then compute times, each in the order given. Emulated
+// shards have no consumers, so they take no compute times.
 func variants(p Params) []Variant {
 	shards := p.Shards
 	if p.Cluster != nil || len(shards) == 0 {
@@ -141,6 +157,15 @@ func variants(p Params) []Variant {
 	computes := p.Compute
 	if len(computes) == 0 {
 		computes = []time.Duration{0}
+	}
+	if len(p.Emulate) > 0 {
+		var out []Variant
+		for _, n := range p.Emulate {
+			for _, w := range orZero(p.Window) {
+				out = append(out, Variant{Emulate: n, Window: w})
+			}
+		}
+		return out
 	}
 	windows := p.Window
 	if len(windows) == 0 {
@@ -272,6 +297,9 @@ func Check(name string, p Params) (Workload, error) {
 	}
 	ms, modeErr := p.modes()
 	errs := []error{p.checkCommon(), modeErr}
+	if _, emulates := w.(emulatingWorkload); len(p.Emulate) > 0 && !emulates {
+		errs = append(errs, errors.New("--emulate applies to the scale workload only"))
+	}
 	for _, m := range ms {
 		if err := m.Check(p); err != nil {
 			errs = append(errs, fmt.Errorf("mode %s: %w", m.Name(), err))
@@ -362,6 +390,14 @@ func (p Params) checkCommon() error {
 	return errors.Join(errs...)
 }
 
+// orZero is xs, or one zero value when xs is empty.
+func orZero[T any](xs []T) []T {
+	if len(xs) == 0 {
+		return make([]T, 1)
+	}
+	return xs
+}
+
 func firstDuplicate[T comparable](xs []T) *T {
 	seen := map[T]bool{}
 	for _, x := range xs {
@@ -416,6 +452,7 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant) (*Resu
 		opts := devcluster.Options{
 			Shards:           v.Shards,
 			Replicas:         p.Replicas,
+			NoStorage:        v.Emulate > 0,
 			OrderingInterval: p.OrderingInterval,
 			FailureTimeout:   p.FailureTimeout,
 			Fsync:            p.Fsync,
@@ -443,10 +480,19 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant) (*Resu
 	if v.Shards > 0 {
 		r.Shards = v.Shards
 	}
-	if p.Compute != nil {
+	if v.Emulate > 0 {
+		r.Shards, r.Emulated = v.Emulate, true
+	} else if p.Compute != nil {
 		r.ComputeUS = Ptr(micros(float64(v.Compute)))
 	}
 	r.Window = v.Window
+	if m.Speculative() && p.Cluster == nil {
+		stagger := config.DefaultStaggerAbove
+		if p.NoStagger {
+			stagger = 0
+		}
+		r.StaggerAbove = Ptr(stagger)
+	}
 	return r, nil
 }
 

@@ -76,6 +76,21 @@ func TestCheckRejectsBadParams(t *testing.T) {
 		{"failure without a backup", "failure", func(p *Params) { p.Replicas = 1 }, "needs --replicas 2 or more"},
 		{"scale on a running cluster", "scale", func(p *Params) { p.Cluster = config.Default() }, "scale sweeps cluster sizes"},
 		{"idle on a running cluster", "idle", func(p *Params) { p.Cluster = config.Default() }, "needs the embedded cluster"},
+		{"emulate on a running cluster", "scale", func(p *Params) {
+			p.Emulate, p.Rate = []int{8}, 8000
+			p.Cluster = config.Default()
+		}, "--emulate runs its own ordering layer with emulated shards, so it needs the embedded cluster"},
+		{"emulate zero shards", "scale", func(p *Params) { p.Emulate, p.Rate = []int{0}, 8000 }, "emulate must be in [1, 1000] shards, got 0"},
+		{"emulate too many shards", "scale", func(p *Params) { p.Emulate, p.Rate = []int{1001}, 100000 }, "emulate must be in [1, 1000] shards, got 1001"},
+		{"emulate twice", "scale", func(p *Params) { p.Emulate, p.Rate = []int{8, 8}, 8000 }, "emulated shard count 8 is named twice"},
+		{"emulate closed loop", "scale", func(p *Params) { p.Emulate, p.Rate = []int{8}, 0 }, "--emulate needs an open-loop --rate"},
+		{"emulate too slow a rate", "scale", func(p *Params) { p.Emulate, p.Rate, p.Duration = []int{40}, 10, time.Second }, "with 40 emulated shards: rate 10/s over 40 clients sends less than one operation"},
+		{"emulate a compute sweep", "scale", func(p *Params) {
+			p.Emulate, p.Rate = []int{8}, 8000
+			p.Compute = []time.Duration{time.Millisecond, 2 * time.Millisecond}
+		}, "emulated shards have none"},
+		{"emulate another workload", "e2e", func(p *Params) { p.Emulate, p.Rate = []int{8}, 8000 }, "--emulate applies to the scale workload only"},
+		{"no-stagger with eager only", "scale", func(p *Params) { p.Emulate, p.Rate, p.NoStagger = []int{8}, 8000, true }, "--no-stagger needs a speculative mode in --modes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,7 +110,7 @@ func TestCheckRejectsBadParams(t *testing.T) {
 func TestVariantsSweepInOrder(t *testing.T) {
 	p := Params{Shards: []int{2, 4}, Compute: []time.Duration{time.Millisecond, 2 * time.Millisecond}}
 	got := variants(p)
-	want := []Variant{{2, time.Millisecond, 0}, {2, 2 * time.Millisecond, 0}, {4, time.Millisecond, 0}, {4, 2 * time.Millisecond, 0}}
+	want := []Variant{{Shards: 2, Compute: time.Millisecond}, {Shards: 2, Compute: 2 * time.Millisecond}, {Shards: 4, Compute: time.Millisecond}, {Shards: 4, Compute: 2 * time.Millisecond}}
 	if len(got) != len(want) {
 		t.Fatalf("%v", got)
 	}
@@ -107,6 +122,16 @@ func TestVariantsSweepInOrder(t *testing.T) {
 	p.Cluster = config.Default()
 	if got := variants(p); len(got) != 2 || got[0].Shards != 0 {
 		t.Fatalf("with a running cluster: %v", got)
+	}
+	// Emulated shards replace the shard sweep and take no compute times.
+	p = Params{Shards: []int{2}, Emulate: []int{10, 40}, Compute: []time.Duration{time.Millisecond}, Window: []int{50, 100}}
+	got = variants(p)
+	want = []Variant{{Emulate: 10, Window: 50}, {Emulate: 10, Window: 100}, {Emulate: 40, Window: 50}, {Emulate: 40, Window: 100}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("emulated variants %v, want %v", got, want)
+	}
+	if s := got[0].String(); s != "10 emulated shards, window 50" {
+		t.Fatalf("variant name %q", s)
 	}
 }
 
@@ -289,8 +314,13 @@ func TestRunAllWritesReport(t *testing.T) {
 	t.Cleanup(func() { allJobs = saved })
 	var jobs []allJob
 	for _, j := range saved {
-		if j.Name == "e2e" || j.Name == "window" {
+		switch j.Name {
+		case "e2e", "window":
 			j.Edit = func(p *Params) { p.Shards = []int{1}; p.Compute = []time.Duration{time.Millisecond} }
+			jobs = append(jobs, j)
+		case "scale-emulated":
+			edit := j.Edit
+			j.Edit = func(p *Params) { edit(p); p.Emulate, p.Rate = []int{4}, 2000 }
 			jobs = append(jobs, j)
 		}
 	}
@@ -302,7 +332,7 @@ func TestRunAllWritesReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"e2e.json", "e2e.svg", "e2e.png", "REPORT.md"} {
+	for _, f := range []string{"e2e.json", "e2e.svg", "e2e.png", "scale-emulated.json", "scale-emulated.svg", "REPORT.md"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +344,8 @@ func TestRunAllWritesReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## e2e", "![e2e](e2e.svg)", "SpecLog §6.1, Fig. 7(a)", "## window", "**Not run:** window: window needs", "| eager |"} {
+	for _, want := range []string{"## e2e", "![e2e](e2e.svg)", "SpecLog §6.1, Fig. 7(a)", "## window", "**Not run:** window: window needs", "| eager |",
+		"## scale-emulated", "emulated shards 4; 2000 records/s open loop", "| mode | point | ordered (rec/s) | order p50 / p99 (ms) |", "/ 500 |"} {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("REPORT.md lacks %q:\n%s", want, report)
 		}
@@ -327,7 +358,8 @@ func TestRunAllWritesReport(t *testing.T) {
 func TestFiguresRender(t *testing.T) {
 	series := goldenReport()
 	series.Workload = "elastic"
-	reports := []*Report{goldenReport(), series, {Workload: "append", Points: goldenReport().Points[:1]}, {Workload: "scale", Points: goldenReport().Points[:1]}}
+	reports := []*Report{goldenReport(), series, {Workload: "append", Points: goldenReport().Points[:1]}, {Workload: "scale", Points: goldenReport().Points[:1]},
+		{Workload: "scale", Points: goldenReport().Points[2:]}}
 	for i, rep := range reports {
 		f := figureOf(rep)
 		if len(f.panels) == 0 {

@@ -57,6 +57,11 @@ const (
 	DefaultDataDir          = "./augur-data"
 )
 
+// DefaultStaggerAbove is the default stagger_above: in speculative mode, the
+// largest number of shards that share every cut of a lease window; more are
+// split into groups of at most this many (staggered cuts).
+const DefaultStaggerAbove = 6
+
 // Bounds checked by Validate.
 const (
 	// recordBytesMaxLimit is the largest record_bytes_max accepted; the
@@ -89,6 +94,11 @@ type Cluster struct {
 	// for experiments.
 	NoLagFix      bool `yaml:"no_lag_fix,omitempty"`
 	NoQuotaChange bool `yaml:"no_quota_change,omitempty"`
+	// StaggerAbove is, in speculative mode, the largest number of shards
+	// that share every cut; more are split into groups of at most this
+	// many, and cut j waits only for group j mod groups (staggered cuts).
+	// 0 turns staggering off: every shard is in every cut.
+	StaggerAbove int `yaml:"stagger_above"`
 	// OrderingInterval is how often the ordering leader may commit a cut.
 	OrderingInterval Duration `yaml:"ordering_interval"`
 	// FailureTimeout is how long a storage server may stay silent before its
@@ -162,6 +172,7 @@ func Default() *Cluster {
 	return &Cluster{
 		Mode:             ModeEager,
 		WindowCuts:       DefaultWindowCuts,
+		StaggerAbove:     DefaultStaggerAbove,
 		OrderingInterval: Duration(DefaultOrderingInterval),
 		FailureTimeout:   Duration(DefaultFailureTimeout),
 		Fsync:            DefaultFsync,
@@ -321,6 +332,7 @@ func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Confi
 	if c.Mode == ModeSpec {
 		sc := spec.DefaultConfig(c.OrderingInterval.D())
 		sc.LagFix, sc.QuotaChange = !c.NoLagFix, !c.NoQuotaChange
+		sc.StaggerAbove = c.StaggerAbove
 		sc.SuspectAfter = c.FailureTimeout.D()
 		sp = &sc
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/spec"
 )
 
 const minimal = `
@@ -217,4 +218,59 @@ func TestServerConfigs(t *testing.T) {
 	if _, err := c.StorageConfig("o1", nil); err == nil {
 		t.Error("StorageConfig of an ordering replica: no error")
 	}
+}
+
+func TestStaggerAbove(t *testing.T) {
+	c, err := Parse([]byte(minimal + "mode: spec\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StaggerAbove != DefaultStaggerAbove || DefaultStaggerAbove != spec.DefaultConfig(time.Millisecond).StaggerAbove {
+		t.Fatalf("stagger_above defaults to %d; the cluster default is %d, the policy's %d",
+			c.StaggerAbove, DefaultStaggerAbove, spec.DefaultConfig(time.Millisecond).StaggerAbove)
+	}
+	// 0 turns staggering off, and survives a round trip.
+	c, err = Parse([]byte(minimal + "mode: spec\nstagger_above: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(mustMarshalCluster(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := back.OrderingConfig("o1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oc.Spec == nil || oc.Spec.StaggerAbove != 0 {
+		t.Fatalf("stagger_above 0 gave the policy %+v", oc.Spec)
+	}
+	if _, err := Parse([]byte(minimal + "stagger_above: -1\n")); err == nil || !strings.Contains(err.Error(), "stagger_above must not be negative") {
+		t.Fatalf("negative stagger_above: %v", err)
+	}
+}
+
+func TestValidateWithoutStorage(t *testing.T) {
+	c := Default()
+	c.ClusterID = "x"
+	c.Ordering = []OrderingNode{{ID: "o1", Addr: "127.0.0.1:1"}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "storage lists no servers") {
+		t.Fatalf("Validate: %v", err)
+	}
+	if err := c.ValidateWithoutStorage(); err != nil {
+		t.Fatalf("ValidateWithoutStorage: %v", err)
+	}
+	c.Ordering = nil
+	if err := c.ValidateWithoutStorage(); err == nil {
+		t.Fatal("ValidateWithoutStorage accepted a cluster without ordering replicas")
+	}
+}
+
+func mustMarshalCluster(t *testing.T, c *Cluster) []byte {
+	t.Helper()
+	data, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

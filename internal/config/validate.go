@@ -14,7 +14,15 @@ import (
 
 // Validate checks every field and bound of the cluster file and reports all
 // problems at once, one per line.
-func (c *Cluster) Validate() error {
+func (c *Cluster) Validate() error { return c.validate(true) }
+
+// ValidateWithoutStorage is Validate for an ordering layer run on its own,
+// whose shards are registered by something other than the storage servers
+// of the file (the emulated shards of a benchmark): an empty storage list is
+// allowed. Such a cluster is not a valid cluster file.
+func (c *Cluster) ValidateWithoutStorage() error { return c.validate(false) }
+
+func (c *Cluster) validate(needStorage bool) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
@@ -31,6 +39,9 @@ func (c *Cluster) Validate() error {
 	}
 	if c.Mode == ModeSpec && (c.WindowCuts == 0 || c.WindowCuts > windowCutsMax) {
 		bad("window_cuts must be between 1 and %d, got %d", windowCutsMax, c.WindowCuts)
+	}
+	if c.StaggerAbove < 0 {
+		bad("stagger_above must not be negative (0 turns staggered cuts off), got %d", c.StaggerAbove)
 	}
 	if c.OrderingInterval <= 0 {
 		bad("ordering_interval must be positive, got %v", c.OrderingInterval)
@@ -68,7 +79,7 @@ func (c *Cluster) Validate() error {
 	if len(c.Ordering) == 0 {
 		bad("ordering lists no replicas; at least one is required (three tolerate one failure)")
 	}
-	if len(c.Storage) == 0 {
+	if needStorage && len(c.Storage) == 0 {
 		bad("storage lists no servers; at least one is required")
 	}
 	ids := map[string]string{}   // id -> where it was first seen

@@ -55,6 +55,12 @@ type Options struct {
 	ClusterID string
 	// Shards is the number of storage groups (each forms one shard).
 	Shards int
+	// NoStorage starts the ordering replicas only, with no storage group
+	// (Shards and Replicas are ignored): whoever uses the cluster registers
+	// its own shards, as the emulated shards of a benchmark do. Config then
+	// returns a cluster without storage servers, which is not a valid
+	// cluster file.
+	NoStorage bool
 	// Replicas is the number of storage servers per group.
 	Replicas         int
 	OrderingReplicas int
@@ -73,6 +79,10 @@ type Options struct {
 	WindowCuts    uint64
 	NoLagFix      bool
 	NoQuotaChange bool
+	// NoStagger puts every shard in every cut of a lease window, however
+	// many shards there are (stagger_above 0); by default more than
+	// config.DefaultStaggerAbove shards are split into staggered groups.
+	NoStagger bool
 	// Logger receives the servers' logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -151,6 +161,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		cfg.WindowCuts = opts.WindowCuts
 	}
 	cfg.NoLagFix, cfg.NoQuotaChange = opts.NoLagFix, opts.NoQuotaChange
+	if opts.NoStagger {
+		cfg.StaggerAbove = 0
+	}
 	if opts.OrderingInterval != 0 {
 		cfg.OrderingInterval = config.Duration(opts.OrderingInterval)
 	}
@@ -211,7 +224,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			cfg.Storage = append(cfg.Storage, config.StorageNode{ID: id, Group: group, Addr: addr})
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	validate := cfg.Validate
+	if opts.NoStorage {
+		validate = cfg.ValidateWithoutStorage
+	}
+	if err := validate(); err != nil {
 		closeListeners()
 		c.removeTemp()
 		return nil, fmt.Errorf("devcluster: %w", err)
@@ -244,10 +261,12 @@ func (o *Options) defaults() error {
 	if o.ClusterID == "" {
 		o.ClusterID = DefaultClusterID
 	}
-	if o.Shards == 0 {
+	if o.NoStorage {
+		o.Shards, o.Replicas = 0, 0
+	} else if o.Shards == 0 {
 		o.Shards = DefaultShards
 	}
-	if o.Replicas == 0 {
+	if o.Replicas == 0 && !o.NoStorage {
 		o.Replicas = DefaultReplicas
 	}
 	if o.OrderingReplicas == 0 {

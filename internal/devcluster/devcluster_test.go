@@ -110,6 +110,43 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 }
 
+// TestOrderingOnly starts the ordering layer alone, as the emulated shards
+// of `augur bench scale --emulate` use it.
+func TestOrderingOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an ordering layer")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{NoStorage: true, Shards: 3, Mode: config.ModeSpec, NoStagger: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.Config()
+	if len(cfg.Storage) != 0 || len(cfg.Ordering) != DefaultOrderingReplicas || cfg.StaggerAbove != 0 {
+		t.Fatalf("config: %d storage servers, %d ordering replicas, stagger_above %d", len(cfg.Storage), len(cfg.Ordering), cfg.StaggerAbove)
+	}
+	if err := cfg.ValidateWithoutStorage(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LeaderId == "" || len(st.Shards) != 0 {
+		t.Fatalf("status: leader %q, %d shards", st.LeaderId, len(st.Shards))
+	}
+}
+
 func TestBadOptions(t *testing.T) {
 	for _, o := range []Options{{Shards: -1}, {Replicas: 100}, {OrderingReplicas: -3}, {Fsync: "sometimes"}} {
 		if c, err := Start(context.Background(), o); err == nil {
