@@ -448,7 +448,10 @@ func (q *Sequencer) PlanWindow(now time.Time) (*control.WindowCommand, bool) {
 	}
 	cmd := &control.WindowCommand{Groups: groups}
 	for i, id := range ids {
-		cmd.Quotas = append(cmd.Quotas, fixante.Quota{Shard: id, PerCut: perCut[id], Group: i % groups})
+		// A shard is in one cut of every groups: its quota covers that
+		// many ordering intervals, or its records would queue.
+		p := min(perCut[id]*uint64(groups), q.cfg.QuotaMax)
+		cmd.Quotas = append(cmd.Quotas, fixante.Quota{Shard: id, PerCut: p, Group: i % groups})
 	}
 	return cmd, true
 }

@@ -269,3 +269,20 @@ func TestSuspectOnlyWithoutProgress(t *testing.T) {
 		t.Fatalf("suspects %v, want shard 1 silent for %v", s, cfg.SuspectAfter)
 	}
 }
+
+// TestStaggeredQuotasCoverTheirGroups checks that with staggered cuts a
+// shard's quota covers all the ordering intervals between its cuts.
+func TestStaggeredQuotasCoverTheirGroups(t *testing.T) {
+	cfg := testConfig()
+	cfg.StaggerAbove = 2
+	c := newCluster(t, 5, 10, cfg)
+	w := c.plan()
+	if w.Groups != 3 {
+		t.Fatalf("%d groups for 5 shards of at most 2, want 3", w.Groups)
+	}
+	for _, q := range w.Quotas {
+		if q.PerCut != 3 {
+			t.Fatalf("quota %+v, want 3: one record per interval, in one cut of 3", q)
+		}
+	}
+}
