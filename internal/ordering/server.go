@@ -23,6 +23,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/raftnode"
 	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/wire"
@@ -384,8 +385,11 @@ func (s *Server) leaderLoop() {
 	defer s.stopped.Done()
 	detect := time.NewTicker(s.cfg.FailureTimeout / 4)
 	defer detect.Stop()
-	cutTimer := time.NewTimer(time.Hour)
-	cutTimer.Stop()
+	// The wait for the rest of an ordering interval is usually well under a
+	// millisecond, which a Go timer of an otherwise idle process rounds up
+	// to a whole one: cuts came every 1.6 ms instead of every 1 ms.
+	cutTimer := ptimer.New()
+	defer cutTimer.Close()
 	timerArmed := false
 	wasLeader := false
 	for {

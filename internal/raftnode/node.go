@@ -5,8 +5,9 @@
 //
 // One goroutine, the driver, owns the raft.RawNode and the FSM. Per Ready it
 // writes the WAL once (and fsyncs once, when raft needs durability), then
-// hands messages to per-peer sender goroutines without waiting, then applies
-// committed entries. Lifecycle: New, RegisterGRPC, Start, ..., Stop.
+// hands messages to per-peer sender goroutines without waiting and applies
+// committed entries (the leader applies first, a follower sends first).
+// Lifecycle: New, RegisterGRPC, Start, ..., Stop.
 package raftnode
 
 import (
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/rpcopt"
 )
 
 // FSM is the replicated state machine. Apply is called for committed normal
@@ -178,9 +180,10 @@ func (n *Node) RegisterGRPC(s *grpc.Server) {
 	augurpb.RegisterRaftTransportServer(s, &raftService{n: n})
 }
 
-// ServerOptions are the options a gRPC server hosting RaftTransport needs.
+// ServerOptions are the options a gRPC server hosting RaftTransport needs:
+// rpcopt's, which accept messages of MsgBytesMax.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MsgBytesMax)}
+	return rpcopt.ServerOptions()
 }
 
 // Start starts the driver goroutine and the outbound peer streams. It does
@@ -380,7 +383,8 @@ func (n *Node) report(r peerReport) {
 	n.rn.ReportUnreachable(r.peer)
 }
 
-// handleReady follows raft's ordering rules: persist, then send, then apply.
+// handleReady follows raft's ordering rules: persist before sending and
+// before applying.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
@@ -389,14 +393,27 @@ func (n *Node) handleReady() error {
 	if err := n.storage.saveReady(&rd); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
-	n.send(rd.Messages)
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.restore(rd.Snapshot); err != nil {
 			return err
 		}
 	}
+	// Committed entries are durable on a quorum, so they may be applied
+	// before or after this Ready's messages go out; the order only decides
+	// who waits. A leader applies first: the Ready that commits an entry
+	// carries the messages that merely tell the followers so, and the FSM's
+	// watchers (storage servers waiting for the cut) should not queue
+	// behind those sends. A follower sends first: its messages acknowledge
+	// the entries the leader is waiting to commit.
+	leader := n.isLeader.Load()
+	if !leader {
+		n.send(rd.Messages)
+	}
 	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
+	}
+	if leader {
+		n.send(rd.Messages)
 	}
 	if err := n.maybeSnapshot(); err != nil {
 		return err

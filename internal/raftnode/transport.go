@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/rpcopt"
 )
 
 const (
@@ -62,7 +63,9 @@ func newTransport(cfg Config, reportc chan<- peerReport, log *slog.Logger) (*tra
 		addr := cfg.Peers[id]
 		// gRPC's own reconnect backoff grows to two minutes by default; a
 		// restarted replica must rejoin within an election or two.
-		conn, err := grpc.NewClient(addr,
+		// rpcopt's options: fixed flow-control windows (no BDP ping for
+		// every raft message) and the pooled codec.
+		conn, err := grpc.NewClient(addr, append(rpcopt.DialOptions(),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff: backoff.Config{
@@ -73,7 +76,7 @@ func newTransport(cfg Config, reportc chan<- peerReport, log *slog.Logger) (*tra
 				},
 				MinConnectTimeout: peerConnectTimeout,
 			}),
-		)
+		)...)
 		if err != nil {
 			t.closeConns()
 			cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
 	"github.com/augur-log/augur/internal/spec"
@@ -42,13 +43,6 @@ type appendReq struct {
 	entries  []*pb.AppendEntry
 }
 
-type replBatch struct {
-	first   uint64
-	records []*pb.StoredRecord
-	// done receives the error of a rejected batch.
-	done chan error
-}
-
 // cutMsg carries one committed cut's consequence for one shard.
 type cutMsg struct {
 	cutIndex uint64
@@ -66,13 +60,10 @@ type cutMsg struct {
 	spec *control.Spec
 }
 
-type backupAck struct {
-	backup  int
-	durable uint64
-}
-
 // replica is this server's copy of one shard. Its loop goroutine owns the
-// store's writes and every field below "loop state".
+// store's writes and every field below "loop state", except that on a
+// backup the Replicate stream's goroutine writes the primary's batches
+// itself (see appendReplicated).
 type replica struct {
 	id    cut.ShardID
 	role  role
@@ -81,17 +72,23 @@ type replica struct {
 	log   *slog.Logger
 
 	appendCh chan appendReq
-	replCh   chan replBatch
 	cutCh    chan cutMsg
-	ackCh    chan backupAck
-	stop     chan struct{}
-	done     chan struct{}
+	// kick wakes the loop of a speculative primary when durable moved
+	// outside it, so specStep sees the new length.
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
 
 	// durable is how many records every replica holds: what a primary
 	// reports. On a backup it is what this server holds durably.
 	durable atomic.Uint64
 	// durableCh wakes whoever forwards durable (heartbeats, backup acks).
 	durableCh chan struct{}
+	// backupDurable is what each backup acknowledged holding; each entry
+	// is written only by its backup link's receiving goroutine.
+	backupDurable []atomic.Uint64
+	// replMu serializes the batches a backup stores (appendReplicated).
+	replMu sync.Mutex
 	// finalized and finalLen are published for readers.
 	finalized atomic.Bool
 	finalLen  atomic.Uint64
@@ -102,8 +99,7 @@ type replica struct {
 	changed chan struct{} // closed and replaced when runs or finality change
 
 	// loop state
-	backups       []Peer
-	backupDurable []uint64
+	backups []Peer
 	// primary is the append bookkeeping, on a primary only.
 	primary *shard.Primary[*appendStream]
 	lastCut uint64
@@ -115,12 +111,16 @@ type replica struct {
 	// subscription streams; on a primary, adh decides reports and no-op
 	// fills, reported is the last length reported and records counts the
 	// real records stored.
-	spec      atomic.Pointer[control.Spec]
-	adh       *spec.Shard
-	reported  atomic.Uint64
-	records   atomic.Uint64
-	lagCh     chan uint64
-	fillTimer *time.Timer
+	spec     atomic.Pointer[control.Spec]
+	adh      *spec.Shard
+	reported atomic.Uint64
+	records  atomic.Uint64
+	lagCh    chan uint64
+	// fillTimer wakes the loop for the next fill. Fills are due a little
+	// over an ordering interval after a report, and a Go timer of an idle
+	// process can fire up to a millisecond late; every late fill holds up
+	// speculative delivery on every shard.
+	fillTimer *ptimer.Timer
 }
 
 func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backups []Peer) *replica {
@@ -131,23 +131,21 @@ func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backu
 		srv:           srv,
 		log:           srv.log.With("shard", id),
 		appendCh:      make(chan appendReq, appendQueueMax),
-		replCh:        make(chan replBatch, appendQueueMax),
 		cutCh:         make(chan cutMsg, 64),
-		ackCh:         make(chan backupAck, 64),
+		kick:          make(chan struct{}, 1),
 		stop:          make(chan struct{}),
 		done:          make(chan struct{}),
 		durableCh:     make(chan struct{}, 1),
 		changed:       make(chan struct{}),
 		backups:       backups,
-		backupDurable: make([]uint64, len(backups)),
+		backupDurable: make([]atomic.Uint64, len(backups)),
 	}
 	if r == rolePrimary {
 		rp.primary = shard.NewPrimary[*appendStream](store.Len(), store.GlobalOf)
 		if srv.cfg.Spec {
 			rp.adh = spec.NewShard(id, store.Len(), srv.cfg.FillAfter, srv.cfg.FillIdleAfter, time.Now())
 			rp.lagCh = make(chan uint64, 16)
-			rp.fillTimer = time.NewTimer(time.Hour)
-			rp.fillTimer.Stop()
+			rp.fillTimer = ptimer.New()
 		}
 	}
 	if runs := store.Runs(0); len(runs) > 0 {
@@ -184,12 +182,14 @@ func (r *replica) run() {
 	defer close(r.done)
 	var fillC <-chan time.Time
 	if r.fillTimer != nil {
+		defer r.fillTimer.Close()
 		fillC = r.fillTimer.C
 	}
 	for {
 		r.specStep()
 		select {
 		case <-fillC:
+		case <-r.kick:
 		case target := <-r.lagCh:
 			if r.adh != nil && !r.finalized.Load() {
 				r.appendNoops(r.adh.LagFix(target))
@@ -209,13 +209,6 @@ func (r *replica) run() {
 				}
 			}
 			r.appendLoop(batch)
-		case b := <-r.replCh:
-			b.done <- r.appendReplicated(b)
-		case a := <-r.ackCh:
-			if a.durable > r.backupDurable[a.backup] {
-				r.backupDurable[a.backup] = a.durable
-				r.updateDurable()
-			}
 		case m := <-r.cutCh:
 			r.applyCut(m)
 		}
@@ -316,16 +309,24 @@ func checkRecord(rec *pb.Record, limit int) string {
 	return ""
 }
 
-// appendReplicated stores a batch from the primary on a backup.
-func (r *replica) appendReplicated(b replBatch) error {
+// appendReplicated stores a batch from the primary on a backup. The
+// Replicate stream's goroutine calls it directly rather than through the
+// loop: handing each batch to the loop and waiting for its answer cost two
+// goroutine switches on the path of every append, and the store serializes
+// its writers anyway. Nothing else writes records to a backup's store; the
+// loop only assigns positions and trims, and a cut never orders records
+// before this backup acknowledged them.
+func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) error {
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
 	if r.role != roleBackup {
 		return fmt.Errorf("shard %d: not a backup here", r.id)
 	}
-	if b.first != r.store.Len() {
-		return fmt.Errorf("shard %d: replicated batch starts at %d, have %d", r.id, b.first, r.store.Len())
+	if first != r.store.Len() {
+		return fmt.Errorf("shard %d: replicated batch starts at %d, have %d", r.id, first, r.store.Len())
 	}
-	entries := make([]segment.Entry, len(b.records))
-	for i, rec := range b.records {
+	entries := make([]segment.Entry, len(records))
+	for i, rec := range records {
 		if rec.Noops > 0 {
 			entries[i] = segment.Entry{Noops: rec.Noops}
 			continue
@@ -343,19 +344,41 @@ func (r *replica) appendReplicated(b replBatch) error {
 	return nil
 }
 
-// updateDurable recomputes what every replica holds and publishes it.
+// backupAcked records that backup i holds d records. The backup link's
+// receiving goroutine calls it, so a backup's acknowledgement reaches the
+// heartbeat without a detour through the loop, which may be busy storing
+// the next batch.
+func (r *replica) backupAcked(i int, d uint64) {
+	if d > r.backupDurable[i].Load() {
+		r.backupDurable[i].Store(d)
+		r.updateDurable()
+	}
+}
+
+// updateDurable recomputes what every replica holds and publishes it. It
+// runs on the loop and on backup links' goroutines; durable only grows.
 func (r *replica) updateDurable() {
 	d := r.store.Len()
-	for _, b := range r.backupDurable {
-		d = min(d, b)
+	for i := range r.backupDurable {
+		d = min(d, r.backupDurable[i].Load())
 	}
-	if d > r.durable.Load() {
-		r.durable.Store(d)
-		r.srv.signalHeartbeat()
-		if r.adh != nil {
-			// Speculative subscribers get records as soon as they are
-			// durable.
-			r.broadcast()
+	for {
+		cur := r.durable.Load()
+		if d <= cur {
+			return
+		}
+		if r.durable.CompareAndSwap(cur, d) {
+			break
+		}
+	}
+	r.srv.signalHeartbeat()
+	if r.adh != nil {
+		// Speculative subscribers get records as soon as they are
+		// durable, and the loop reports at quota boundaries.
+		r.broadcast()
+		select {
+		case r.kick <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -19,9 +19,6 @@ import (
 const (
 	// subscribeBatchBytesMax bounds one subscription message.
 	subscribeBatchBytesMax = 1 << 20
-	// replicateQueueMax bounds batches queued for one backup; the primary's
-	// loop waits when a backup falls this far behind.
-	replicateQueueMax = 1024
 	// appendEntriesMax bounds the entries of one Append message.
 	appendEntriesMax = 4096
 )
@@ -360,18 +357,17 @@ func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
 			}
 		}
 	}()
-	done := make(chan error, 1)
 	for req := first; ; {
 		if req.Shard != r.id {
 			return status.Errorf(codes.InvalidArgument, "replication stream switched from shard %d to %d", r.id, req.Shard)
 		}
 		if len(req.Records) > 0 {
 			select {
-			case r.replCh <- replBatch{first: req.FirstLocal, records: req.Records, done: done}:
 			case <-r.done:
 				return status.Error(codes.Unavailable, "server stopping")
+			default:
 			}
-			if err := <-done; err != nil {
+			if err := r.appendReplicated(req.FirstLocal, req.Records); err != nil {
 				return status.Errorf(codes.FailedPrecondition, "replicate: %v", err)
 			}
 		}
@@ -440,97 +436,100 @@ func (s *Server) AddShard(ctx context.Context, req *pb.AddShardRequest) (*pb.Add
 	return &pb.AddShardResponse{Shard: id}, nil
 }
 
-// backupLink replicates one shard to one backup in order.
+// backupLink replicates one shard to one backup in order. The replica's
+// loop sends each batch on the stream itself: a queue and a goroutine of
+// the link's own between them cost a goroutine switch on the path of every
+// append. gRPC's Send returns once the message is queued for the
+// connection's writer, and blocks only while the backup is a flow-control
+// window (rpcopt.StreamWindowBytes) behind, which slows the primary down
+// rather than losing order.
 type backupLink struct {
-	srv    *Server
-	r      *replica
-	index  int
-	peer   Peer
-	queue  chan *pb.ReplicateRequest
-	stop   chan struct{}
-	once   sync.Once
+	srv   *Server
+	r     *replica
+	index int
+	peer  Peer
+	// st is the open stream, nil when it could not be opened; cancel ends
+	// it. broken is set, by the loop, once a send failed.
+	st     pb.Replica_ReplicateClient
+	cancel context.CancelFunc
 	broken bool
 }
 
-func (s *Server) newBackupLink(r *replica, index int, p Peer) *backupLink {
-	l := &backupLink{srv: s, r: r, index: index, peer: p,
-		queue: make(chan *pb.ReplicateRequest, replicateQueueMax), stop: make(chan struct{})}
-	s.wg.Add(1)
-	go l.run()
+// openBackupLink opens the replication stream to p. The caller starts the
+// link once the replica is in place. A link that cannot be opened is broken
+// from the start: the shard is reported broken and finalized, and the group
+// forms a new one.
+func (s *Server) openBackupLink(r *replica, index int, p Peer) *backupLink {
+	l := &backupLink{srv: s, r: r, index: index, peer: p}
+	ctx, cancel := context.WithCancel(s.ctx)
+	l.cancel = cancel
+	c, err := s.conn(p.Addr)
+	if err == nil {
+		l.st, err = pb.NewReplicaClient(c).Replicate(ctx)
+	}
+	if err != nil {
+		l.fail(err)
+	}
 	return l
 }
 
-func (l *backupLink) close() { l.once.Do(func() { close(l.stop) }) }
+// startLocked starts receiving the backup's acknowledgements; s.mu is held
+// and the server is not stopping.
+func (l *backupLink) startLocked() {
+	if l.broken {
+		return
+	}
+	l.srv.wg.Add(1)
+	go l.receive()
+}
 
-// send queues a batch; it blocks while the backup is replicateQueueMax
-// batches behind, which slows the primary down rather than losing order.
+func (l *backupLink) close() { l.cancel() }
+
+// fail stops sending on a link whose stream broke; only the loop (or the
+// opener, before the loop starts) calls it.
+func (l *backupLink) fail(err error) {
+	l.broken = true
+	l.cancel()
+	l.lost(err)
+}
+
+// lost records that replication to the backup broke. A broken link cannot be
+// resumed: the shard is reported broken and finalized, and the group forms a
+// new one.
+func (l *backupLink) lost(err error) {
+	if l.srv.ctx.Err() != nil {
+		return
+	}
+	if !l.r.failed.Swap(true) {
+		l.srv.log.Warn("replication to backup failed", "shard", l.r.id, "backup", l.peer.ID, "err", err)
+	}
+	l.srv.signalHeartbeat()
+}
+
+// send sends a batch; only the replica's loop calls it.
 func (l *backupLink) send(first uint64, recs []*pb.StoredRecord) {
 	if l.broken {
 		return
 	}
-	select {
-	case l.queue <- &pb.ReplicateRequest{ClusterId: l.srv.cfg.ClusterID, Shard: l.r.id, FirstLocal: first, Records: recs}:
-	case <-l.stop:
+	req := &pb.ReplicateRequest{ClusterId: l.srv.cfg.ClusterID, Shard: l.r.id, FirstLocal: first, Records: recs}
+	if err := l.st.Send(req); err != nil {
+		l.fail(fmt.Errorf("send: %w", err))
 	}
 }
 
-func (l *backupLink) run() {
+// receive passes the backup's acknowledgements to the replica until the
+// stream ends; the loop's next send then finds it broken.
+func (l *backupLink) receive() {
 	defer l.srv.wg.Done()
-	err := l.stream()
-	if l.srv.ctx.Err() != nil {
-		return
-	}
-	// A broken link cannot be resumed: the shard is finalized and the group
-	// forms a new one.
-	l.srv.log.Warn("replication to backup failed", "shard", l.r.id, "backup", l.peer.ID, "err", err)
-	l.r.failed.Store(true)
-	l.srv.signalHeartbeat()
 	for {
-		select {
-		case <-l.queue:
-		case <-l.stop:
+		resp, err := l.st.Recv()
+		if err != nil {
+			// The loop finds the stream broken at its next send, but that
+			// may be a while (no appends): report the shard broken now.
+			l.cancel()
+			l.lost(fmt.Errorf("receive: %w", err))
 			return
 		}
-	}
-}
-
-func (l *backupLink) stream() error {
-	c, err := l.srv.conn(l.peer.Addr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(l.srv.ctx)
-	defer cancel()
-	st, err := pb.NewReplicaClient(c).Replicate(ctx)
-	if err != nil {
-		return err
-	}
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			resp, err := st.Recv()
-			if err != nil {
-				recvErr <- err
-				cancel()
-				return
-			}
-			select {
-			case l.r.ackCh <- backupAck{backup: l.index, durable: resp.Durable}:
-			case <-l.r.done:
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case req := <-l.queue:
-			if err := st.Send(req); err != nil {
-				return fmt.Errorf("send: %w", err)
-			}
-		case err := <-recvErr:
-			return err
-		case <-l.stop:
-			return nil
-		}
+		l.r.backupAcked(l.index, resp.Durable)
 	}
 }

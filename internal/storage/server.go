@@ -611,15 +611,6 @@ func (s *Server) heartbeatTo(addr string) error {
 	}()
 	tick := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer tick.Stop()
-	// Reports go out as soon as durability moves, but at most two per
-	// ordering interval: the leader cuts once per interval anyway.
-	minGap := s.cfg.OrderingInterval / 2
-	if s.cfg.Spec {
-		// Fix-ante reports come only at quota boundaries and must go at
-		// once, several per interval during a burst.
-		minGap = 0
-	}
-	var last time.Time
 	// Held-back reports, oldest first, while a report delay is set.
 	type heldReports struct {
 		due     time.Time
@@ -628,6 +619,12 @@ func (s *Server) heartbeatTo(addr string) error {
 	var held []heldReports
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
+	// Reports go out as soon as durability moves; wake-ups that arrive
+	// while one is being sent collapse into the next, so the rate is bounded
+	// by how often backups acknowledge. (A minimum gap of half an ordering
+	// interval between reports delayed a record's report by 0.5 ms at the
+	// 90th percentile and saved no measurable CPU.) Fix-ante reports come
+	// only at quota boundaries and go at once too.
 	for {
 		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation}
 		s.mu.Lock()
@@ -667,7 +664,6 @@ func (s *Server) heartbeatTo(addr string) error {
 		if err := stream.Send(req); err != nil {
 			return err
 		}
-		last = time.Now()
 		select {
 		case err := <-redirected:
 			return err
@@ -676,11 +672,6 @@ func (s *Server) heartbeatTo(addr string) error {
 		case <-tick.C:
 		case <-due.C:
 		case <-s.hbWake:
-			if gap := time.Since(last); gap < minGap {
-				if !s.sleep(minGap - gap) {
-					return nil
-				}
-			}
 		}
 	}
 }
@@ -807,11 +798,20 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 		return 0, err
 	}
 	r := newReplica(s, id, rolePrimary, st, s.cfg.Group[1:])
+	// The replication streams open before s.mu is taken: opening one may
+	// wait for the connection.
+	var links []*backupLink
+	for i, p := range s.cfg.Group[1:] {
+		links = append(links, s.openBackupLink(r, i, p))
+	}
 	s.mu.Lock()
 	if err := s.ctx.Err(); err != nil {
 		// Stop already closed the replicas it knew of; one started now
 		// would never be stopped.
 		s.mu.Unlock()
+		for _, l := range links {
+			l.close()
+		}
 		st.Close()
 		return 0, fmt.Errorf("register shard %d: server stopping: %w", id, err)
 	}
@@ -823,9 +823,8 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 	s.replicas[id] = r
 	s.registeredAt = time.Now()
 	s.lastFailed = false
-	var links []*backupLink
-	for i, p := range s.cfg.Group[1:] {
-		links = append(links, s.newBackupLink(r, i, p))
+	for _, l := range links {
+		l.startLocked()
 	}
 	s.links[id] = links
 	s.startReplicaLocked(r)
