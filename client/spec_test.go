@@ -219,9 +219,13 @@ func TestSpeculativeWholeShardFailure(t *testing.T) {
 			t.Fatalf("index %d: speculative (%d, %q), eager (%d, %q)", i, got[i].Position, got[i].Record.Payload, want[i].Position, want[i].Record.Payload)
 		}
 	}
+	// The failure is a view change when the shard held slots of the
+	// announced windows; a shard the leader had already excluded (a
+	// straggler under load) is simply finalized. Only a view change may
+	// fail speculation.
 	st, err = cl.Status(ctx)
-	if err != nil || st.Spec.View != 1 {
-		t.Fatalf("view after the failure: %v %v", st.GetSpec(), err)
+	if err != nil || st.Spec.View > 1 || fails > 0 && st.Spec.View != 1 {
+		t.Fatalf("view after the failure: %v (%d fail_spec events) %v", st.GetSpec(), fails, err)
 	}
 	t.Logf("%d records, %d fail_spec events, %d appends of unknown outcome", len(got), fails, unknown)
 }
