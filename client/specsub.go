@@ -7,9 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/spec"
 )
@@ -114,27 +111,7 @@ func (s *SpecSubscription) follow(st *pb.StatusResponse) {
 // stream follows one shard, moving to another replica when one fails.
 func (s *SpecSubscription) stream(sh *pb.ShardInfo) {
 	defer s.wg.Done()
-	for attempt := 0; ; attempt++ {
-		info := s.c.shardInfo(sh.Id)
-		if info == nil {
-			info = sh
-		}
-		rep := info.Replicas[attempt%len(info.Replicas)]
-		err := s.streamFrom(info.Id, rep.Addr)
-		if s.ctx.Err() != nil {
-			return
-		}
-		if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange {
-			s.send(shardMsg{shard: sh.Id, err: translate(err)})
-			return
-		}
-		if attempt%len(info.Replicas) == len(info.Replicas)-1 {
-			if s.c.pause(s.ctx) != nil {
-				return
-			}
-			s.c.refresh(s.ctx)
-		}
-	}
+	s.c.followShard(s.ctx, sh, s.streamFrom, func(err error) { s.send(shardMsg{shard: sh.Id, err: err}) })
 }
 
 func (s *SpecSubscription) send(m shardMsg) bool {
@@ -146,10 +123,12 @@ func (s *SpecSubscription) send(m shardMsg) bool {
 	}
 }
 
-func (s *SpecSubscription) streamFrom(shard uint32, addr string) error {
+// streamFrom follows shard on the replica at addr; a speculative stream
+// never ends by itself, so it is done only when the subscription closes.
+func (s *SpecSubscription) streamFrom(shard uint32, addr string) (bool, error) {
 	cc, err := s.c.conn(addr)
 	if err != nil {
-		return err
+		return false, err
 	}
 	s.mu.Lock()
 	from := s.position
@@ -157,15 +136,15 @@ func (s *SpecSubscription) streamFrom(shard uint32, addr string) error {
 	stream, err := pb.NewLogClient(cc).Subscribe(s.ctx, &pb.SubscribeRequest{
 		ClusterId: s.c.cfg.ClusterID, Shard: shard, From: from, Filter: s.filter, Speculative: true})
 	if err != nil {
-		return err
+		return false, err
 	}
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !s.send(shardMsg{shard: shard, resp: resp}) {
-			return nil
+			return true, nil
 		}
 	}
 }

@@ -108,25 +108,33 @@ func (s *Subscription) follow(st *pb.StatusResponse) {
 // stream follows one shard, moving to another replica when one fails.
 func (s *Subscription) stream(sh *pb.ShardInfo) {
 	defer s.wg.Done()
+	s.c.followShard(s.ctx, sh, s.streamFrom, func(err error) { s.send(shardMsg{shard: sh.Id, err: err}) })
+}
+
+// followShard keeps a subscription stream of shard sh open until ctx ends
+// or streamFrom says the shard is done: it tries the shard's replicas in
+// turn, pausing after each full round. A trimmed position ends it through
+// onTrimmed.
+func (c *Client) followShard(ctx context.Context, sh *pb.ShardInfo, streamFrom func(shard uint32, addr string) (bool, error), onTrimmed func(error)) {
 	for attempt := 0; ; attempt++ {
-		info := s.c.shardInfo(sh.Id)
+		info := c.shardInfo(sh.Id)
 		if info == nil {
 			info = sh
 		}
 		rep := info.Replicas[attempt%len(info.Replicas)]
-		done, err := s.streamFrom(info.Id, rep.Addr)
-		if done || s.ctx.Err() != nil {
+		done, err := streamFrom(info.Id, rep.Addr)
+		if done || ctx.Err() != nil {
 			return
 		}
 		if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange {
-			s.send(shardMsg{shard: sh.Id, err: translate(err)})
+			onTrimmed(translate(err))
 			return
 		}
 		if attempt%len(info.Replicas) == len(info.Replicas)-1 {
-			if err := s.c.pause(s.ctx); err != nil {
+			if err := c.pause(ctx); err != nil {
 				return
 			}
-			s.c.refresh(s.ctx)
+			c.refresh(ctx)
 		}
 	}
 }

@@ -243,20 +243,6 @@ func (w Window) ShardEnd(shard cut.ShardID) (uint64, bool) {
 // Quota returns shard's quota, if it has a non-zero one in w.
 func (w Window) Quota(shard cut.ShardID) (Quota, bool) { return w.quota(shard) }
 
-// Next is the window after w with new quotas and groups: it starts where w
-// ends, with the next cut index. Quota changes, joins and leaves take effect
-// only here, so no prediction made within w changes.
-func (w Window) Next(quotas []Quota, groups int) Window {
-	return Window{
-		Index:    w.Index + 1,
-		FirstCut: w.FirstCut + w.Cuts,
-		Cuts:     w.Cuts,
-		Start:    w.End(),
-		Groups:   groups,
-		Quotas:   slices.Clone(quotas),
-	}
-}
-
 // Satisfied reports whether the reports satisfy the window's j-th cut:
 // every shard the cut includes has reported at least the entries it owes by
 // then. reported gives a shard's entries reported in this window.
@@ -277,19 +263,6 @@ func RateQuota(rate float64, interval time.Duration) uint64 {
 		return 1
 	}
 	return uint64(q)
-}
-
-// Stagger assigns the given shards (sorted) to groups round-robin by
-// position; with at most staggerAbove shards it keeps one group.
-func Stagger(shards []cut.ShardID, perCut func(cut.ShardID) uint64, groups, staggerAbove int) []Quota {
-	if len(shards) <= staggerAbove || groups < 1 {
-		groups = 1
-	}
-	out := make([]Quota, len(shards))
-	for i, s := range shards {
-		out[i] = Quota{Shard: s, PerCut: perCut(s), Group: i % groups}
-	}
-	return out
 }
 
 // Range is a run of consecutive global positions.

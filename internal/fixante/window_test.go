@@ -145,24 +145,6 @@ func TestSatisfiedWaitsOnlyForTheCutsGroup(t *testing.T) {
 	}
 }
 
-// TestNextWindowChangesQuotasOnlyAtTheBoundary: predictions in a window are
-// unaffected by the next one, which starts exactly at its end.
-func TestNextWindowChangesQuotasOnlyAtTheBoundary(t *testing.T) {
-	w := Window{Cuts: 3, Groups: 1, Quotas: []Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 1}}}
-	before, _, _ := w.Predict(1, 2)
-	n := w.Next([]Quota{{Shard: 0, PerCut: 4}, {Shard: 1, PerCut: 1}, {Shard: 5, PerCut: 2}}, 1)
-	after, _, _ := w.Predict(1, 2)
-	if before != after || before != 8 {
-		t.Fatalf("shard 1 entry 2 moved from %d to %d", before, after)
-	}
-	if n.Start != w.End() || n.FirstCut != w.FirstCut+w.Cuts || n.Index != w.Index+1 {
-		t.Fatalf("next window %+v after %+v", n, w)
-	}
-	if pos, _, _ := n.Predict(5, 0); pos != w.End()+4+1 {
-		t.Fatalf("joined shard's first entry at %d", pos)
-	}
-}
-
 func TestValidateRefusesBadWindows(t *testing.T) {
 	ok := []Quota{{Shard: 1, PerCut: 1}, {Shard: 2, PerCut: 1}}
 	cases := map[string]struct {
@@ -192,24 +174,5 @@ func TestRateQuota(t *testing.T) {
 		if got := RateQuota(c.rate, time.Millisecond); got != c.want {
 			t.Errorf("RateQuota(%v) = %d, want %d", c.rate, got, c.want)
 		}
-	}
-}
-
-func TestStaggerOnlyAboveThreshold(t *testing.T) {
-	shards := []cut.ShardID{0, 1, 2, 3, 4, 5, 6, 7}
-	one := func(cut.ShardID) uint64 { return 1 }
-	qs := Stagger(shards[:6], one, 3, 6)
-	for _, q := range qs {
-		if q.Group != 0 {
-			t.Fatalf("6 shards must not be staggered: %+v", qs)
-		}
-	}
-	qs = Stagger(shards, one, 3, 6)
-	w := Window{Cuts: 9, Groups: 3, Quotas: qs}
-	if err := w.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if qs[0].Group != 0 || qs[1].Group != 1 || qs[3].Group != 0 {
-		t.Fatalf("groups %+v", qs)
 	}
 }

@@ -29,10 +29,9 @@ type Config struct {
 	Dir      string
 	Sync     segment.SyncPolicy
 	// SyncInterval is how often SyncInterval policy fsyncs.
-	SyncInterval     time.Duration
-	SegmentBytes     int64
-	RecordBytesMax   int
-	OrderingInterval time.Duration
+	SyncInterval   time.Duration
+	SegmentBytes   int64
+	RecordBytesMax int
 	// HeartbeatInterval is how often an idle server tells the ordering layer
 	// it is alive; it must be well under the ordering layer's failure timeout.
 	HeartbeatInterval time.Duration
@@ -65,8 +64,6 @@ func (c *Config) Validate() error {
 		return errors.New("storage: data directory is empty")
 	case c.RecordBytesMax <= 0:
 		return fmt.Errorf("storage: record size limit must be positive, got %d", c.RecordBytesMax)
-	case c.OrderingInterval <= 0:
-		return fmt.Errorf("storage: ordering interval must be positive, got %v", c.OrderingInterval)
 	case c.HeartbeatInterval <= 0:
 		return fmt.Errorf("storage: heartbeat interval must be positive, got %v", c.HeartbeatInterval)
 	case c.Spec && c.FillAfter <= 0:

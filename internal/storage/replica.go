@@ -121,6 +121,7 @@ type replica struct {
 	// process can fire up to a millisecond late; every late fill holds up
 	// speculative delivery on every shard.
 	fillTimer *ptimer.Timer
+	fillDue   time.Time // the deadline fillTimer is armed for
 }
 
 func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backups []Peer) *replica {
@@ -400,7 +401,10 @@ func (r *replica) specStep() {
 		r.reported.Store(l)
 		r.srv.signalHeartbeat()
 	}
-	if at, ok := r.adh.FillAt(); ok {
+	// Re-arm only for a new deadline: specStep runs on every turn of the
+	// loop, and arming the timer is a system call.
+	if at, ok := r.adh.FillAt(); ok && !at.Equal(r.fillDue) {
+		r.fillDue = at
 		r.fillTimer.Reset(time.Until(at))
 	}
 }
