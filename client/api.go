@@ -35,12 +35,21 @@ type Ack struct {
 }
 
 // Filter selects records in a subscription; the zero Filter selects all. A
-// record matches when its key is one of Keys (if any) and it carries at
-// least one of Tags (if any).
+// record matches when its key is one of Keys (if any), it carries at least
+// one of Tags (if any), and it is stored on Shard (if set).
 type Filter struct {
 	Keys []string
 	Tags []string
+	// Shard, when set, makes the subscription follow that shard alone, as
+	// a per-shard downstream task does: its records come as soon as the
+	// shard has them (on a speculative cluster: as soon as they are
+	// durable), in position order, without waiting for the positions of
+	// other shards in between.
+	Shard *uint32
 }
+
+// OnShard returns a Filter that keeps only the records of shard id.
+func OnShard(id uint32) Filter { return Filter{Shard: &id} }
 
 // Placement chooses the shard of an append that does not name one.
 type Placement int
@@ -86,6 +95,10 @@ var (
 	// ErrOutcomeUnknown fails an append whose shard failed whole before
 	// acknowledging it: no copy is left to say whether it was stored.
 	ErrOutcomeUnknown = errors.New("augur: append outcome unknown")
+	// ErrShardFailed ends a subscription that follows one shard (Filter.
+	// Shard) when that shard failed whole: after the Fail event nothing
+	// more can come from it.
+	ErrShardFailed = errors.New("augur: shard failed whole")
 	// ErrNoop is Read's answer for a position that holds a no-op: in
 	// speculative mode shards fill their quotas with no-ops, which take
 	// positions but carry no record.

@@ -61,8 +61,19 @@ func TestAppendReadSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tagged.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneShard := st.Shards[len(st.Shards)-1].Id
+	ofShard, err := c.Subscribe(ctx, 0, client.OnShard(oneShard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ofShard.Close()
 	const n = 40
 	acks := map[uint64]string{}
+	var shardAcks []client.Ack
 	for i := 0; i < n; i++ {
 		rec := client.Record{Key: fmt.Sprintf("k%d", i%3), Payload: []byte(fmt.Sprintf("r%d", i))}
 		if i%2 == 1 {
@@ -76,6 +87,21 @@ func TestAppendReadSubscribe(t *testing.T) {
 			t.Fatalf("position %d acknowledged twice", a.Position)
 		}
 		acks[a.Position] = string(rec.Payload)
+		if a.Shard == oneShard {
+			shardAcks = append(shardAcks, a)
+		}
+	}
+	if len(shardAcks) == 0 {
+		t.Fatalf("no append went to shard %d", oneShard)
+	}
+	for _, a := range shardAcks {
+		e, err := ofShard.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Position != a.Position || e.Shard != oneShard || string(e.Record.Payload) != acks[a.Position] {
+			t.Fatalf("subscriber of shard %d got %d:%s from shard %d, want %d:%s", oneShard, e.Position, e.Record.Payload, e.Shard, a.Position, acks[a.Position])
+		}
 	}
 	for p := uint64(0); p < n; p++ {
 		e, err := sub.Next(ctx)

@@ -155,6 +155,25 @@ func TestSpeculativeWholeShardFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eager.Close()
+	// One-shard subscribers of the shard that fails and of the survivor.
+	var failed, survivor uint32
+	for _, sh := range st.Shards {
+		if sh.Group == "b" {
+			failed = sh.Id
+		} else {
+			survivor = sh.Id
+		}
+	}
+	ofFailed, err := cl.SubscribeSpec(ctx, 0, client.OnShard(failed), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ofFailed.Close()
+	ofSurvivor, err := cl.SubscribeSpec(ctx, 0, client.OnShard(survivor), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ofSurvivor.Close()
 
 	var last uint64
 	unknown := 0
@@ -227,5 +246,128 @@ func TestSpeculativeWholeShardFailure(t *testing.T) {
 	if err != nil || st.Spec.View > 1 || fails > 0 && st.Spec.View != 1 {
 		t.Fatalf("view after the failure: %v (%d fail_spec events) %v", st.GetSpec(), fails, err)
 	}
-	t.Logf("%d records, %d fail_spec events, %d appends of unknown outcome", len(got), fails, unknown)
+	t.Logf("%d records, view %d, %d fail_spec events, %d appends of unknown outcome", len(got), st.Spec.View, fails, unknown)
+
+	// The survivor's subscriber ends with the survivor's part of the
+	// order; the failed shard's, after a view change, with its part below
+	// confirmed-gp and ErrShardFailed.
+	part := func(shard uint32) []client.Entry {
+		var p []client.Entry
+		for _, e := range want {
+			if e.Shard == shard {
+				p = append(p, e)
+			}
+		}
+		return p
+	}
+	checkShardSub(t, ctx, "survivor", ofSurvivor, part(survivor), false)
+	if st.Spec.View == 1 {
+		checkShardSub(t, ctx, "failed shard", ofFailed, part(failed), true)
+	}
+}
+
+// checkShardSub reads a one-shard speculative subscription until it
+// delivered the last of want (or, with mustEnd, until it ends with
+// ErrShardFailed), undoing what Fail events void, and checks that it holds
+// exactly want.
+func checkShardSub(t *testing.T, ctx context.Context, name string, sub *client.SpecSubscription, want []client.Entry, mustEnd bool) {
+	t.Helper()
+	var got []client.Entry
+	for mustEnd || len(want) > 0 && (len(got) == 0 || got[len(got)-1].Position < want[len(want)-1].Position) {
+		ev, err := sub.Next(ctx)
+		if mustEnd && errors.Is(err, client.ErrShardFailed) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s subscriber after %d records: %v", name, len(got), err)
+		}
+		switch ev.Kind {
+		case client.EventDeliver:
+			got = append(got, ev.Entry)
+		case client.EventFail:
+			for len(got) > 0 && got[len(got)-1].Position >= ev.Position {
+				got = got[:len(got)-1]
+			}
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s subscriber holds %d records, the order gives it %d", name, len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Position != want[i].Position || string(got[i].Record.Payload) != string(want[i].Record.Payload) {
+			t.Fatalf("%s subscriber, index %d: (%d, %q), the order says (%d, %q)", name, i, got[i].Position, got[i].Record.Payload, want[i].Position, want[i].Record.Payload)
+		}
+	}
+}
+
+// TestOneShardSubscription follows each shard of a speculative cluster
+// alone: every subscriber gets exactly its shard's records at their
+// acknowledged positions, most before their cuts, and a confirmed-only
+// one gets them at the same positions; an unknown shard is refused.
+func TestOneShardSubscription(t *testing.T) {
+	_, cl := startSpecCluster(t, 2)
+	ctx := testCtx(t)
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := map[uint32]*client.SpecSubscription{}
+	confirmed := map[uint32]*client.Subscription{}
+	for _, sh := range st.Shards {
+		if subs[sh.Id], err = cl.SubscribeSpec(ctx, 0, client.OnShard(sh.Id), false); err != nil {
+			t.Fatal(err)
+		}
+		defer subs[sh.Id].Close()
+		if confirmed[sh.Id], err = cl.Subscribe(ctx, 0, client.OnShard(sh.Id)); err != nil {
+			t.Fatal(err)
+		}
+		defer confirmed[sh.Id].Close()
+	}
+	if _, err := cl.SubscribeSpec(ctx, 0, client.OnShard(99), false); !errors.Is(err, client.ErrUnknownShard) {
+		t.Fatalf("subscription to shard 99: %v, want ErrUnknownShard", err)
+	}
+	want := map[uint32][]client.Entry{}
+	for i := 0; i < 100; i++ {
+		rec := client.Record{Payload: []byte(fmt.Sprintf("r%d", i))}
+		ack, err := cl.AppendToShard(ctx, rec, st.Shards[i%2].Id)
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		want[ack.Shard] = append(want[ack.Shard], client.Entry{Position: ack.Position, Shard: ack.Shard, Record: rec})
+	}
+	for id, sub := range subs {
+		speculative := 0
+		var got []client.Entry
+		for len(got) < len(want[id]) {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch ev.Kind {
+			case client.EventFail:
+				t.Fatalf("shard %d: misspeculation without failures: fail at %d", id, ev.Position)
+			case client.EventDeliver:
+				got = append(got, ev.Entry)
+				if ev.Speculative {
+					speculative++
+				}
+			}
+		}
+		for i, e := range got {
+			w := want[id][i]
+			if e.Position != w.Position || e.Shard != id || string(e.Record.Payload) != string(w.Record.Payload) {
+				t.Fatalf("shard %d, record %d: got (%d, shard %d, %q), acknowledged (%d, %q)", id, i, e.Position, e.Shard, e.Record.Payload, w.Position, w.Record.Payload)
+			}
+			c, err := confirmed[id].Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Position != w.Position || string(c.Record.Payload) != string(w.Record.Payload) {
+				t.Fatalf("shard %d, record %d: confirmed-only subscriber got (%d, %q), acknowledged (%d, %q)", id, i, c.Position, c.Record.Payload, w.Position, w.Record.Payload)
+			}
+		}
+		if speculative == 0 {
+			t.Fatalf("shard %d: no delivery was speculative", id)
+		}
+	}
 }

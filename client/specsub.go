@@ -59,6 +59,9 @@ type SpecSubscription struct {
 	errMu  sync.Mutex
 	err    error
 
+	// only, when set, is the one shard followed (Filter.Shard).
+	only *uint32
+
 	mu       sync.Mutex
 	position uint64 // where a reconnecting stream restarts
 	followed map[uint32]bool
@@ -79,6 +82,13 @@ func (c *Client) SubscribeSpec(ctx context.Context, from uint64, f Filter, confi
 	if from < st.Trim {
 		return nil, errTrimmedBelow(from, st.Trim)
 	}
+	m := spec.NewMerger[Entry](from, confirmedOnly)
+	if f.Shard != nil {
+		if err := checkShard(st, *f.Shard); err != nil {
+			return nil, err
+		}
+		m = spec.NewShardMerger[Entry](from, confirmedOnly)
+	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &SpecSubscription{
 		c:        c,
@@ -90,16 +100,30 @@ func (c *Client) SubscribeSpec(ctx context.Context, from uint64, f Filter, confi
 		done:     make(chan struct{}),
 		position: from,
 		followed: map[uint32]bool{},
+		only:     f.Shard,
 	}
 	s.follow(st)
-	go s.merge(spec.NewMerger[Entry](from, confirmedOnly))
+	go s.merge(m)
 	return s, nil
+}
+
+// checkShard tells whether a subscription may follow shard id alone.
+func checkShard(st *pb.StatusResponse, id uint32) error {
+	for _, sh := range st.Shards {
+		if sh.Id == id {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %d", ErrUnknownShard, id)
 }
 
 func (s *SpecSubscription) follow(st *pb.StatusResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sh := range st.Shards {
+		if s.only != nil && sh.Id != *s.only {
+			continue
+		}
 		if !s.followed[sh.Id] {
 			s.followed[sh.Id] = true
 			s.wg.Add(1)
@@ -158,6 +182,9 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 	refresh := time.NewTicker(statusRefreshEvery)
 	defer refresh.Stop()
 	var knownMV uint64
+	// shardFailed: the one shard followed failed whole at failedAt.
+	shardFailed := false
+	var failedAt uint64
 	for {
 		select {
 		case msg := <-s.msgs:
@@ -196,10 +223,23 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 				m.Confirm(r.Confirmed)
 			}
 		case <-refresh.C:
-			if st, err := s.c.refresh(s.ctx); err == nil {
-				s.follow(st)
+			st, err := s.c.refresh(s.ctx)
+			if err != nil {
+				continue
 			}
-			continue
+			s.follow(st)
+			if s.only == nil || st.Spec == nil {
+				continue
+			}
+			// A dead shard's stream cannot announce its own failure: a
+			// one-shard subscription learns of view changes here too.
+			for _, vc := range st.Spec.Void {
+				m.ViewChange(vc.View, vc.ConfirmedGp, vc.FailedShard)
+				if vc.FailedShard == *s.only {
+					failedAt = vc.ConfirmedGp
+					shardFailed = true
+				}
+			}
 		case <-s.ctx.Done():
 			s.setErr(ErrClosed)
 			return
@@ -219,6 +259,10 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 				s.setErr(ErrClosed)
 				return
 			}
+		}
+		if shardFailed {
+			s.setErr(fmt.Errorf("%w: shard %d; its records from position %d on are void", ErrShardFailed, *s.only, failedAt))
+			return
 		}
 		s.mu.Lock()
 		s.position = m.Position()

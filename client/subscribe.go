@@ -43,7 +43,10 @@ type Subscription struct {
 
 	// followed is owned by the merge goroutine.
 	followed map[uint32]bool
-	wg       sync.WaitGroup
+	// only, when set, is the one shard followed (Filter.Shard): each of
+	// its batches is delivered as it comes, without the other shards'.
+	only *uint32
+	wg   sync.WaitGroup
 	// spec, when set, carries the subscription on a speculative cluster.
 	spec *SpecSubscription
 }
@@ -76,6 +79,11 @@ func (c *Client) Subscribe(ctx context.Context, from uint64, f Filter) (*Subscri
 		}
 		return &Subscription{spec: ss}, nil
 	}
+	if f.Shard != nil {
+		if err := checkShard(st, *f.Shard); err != nil {
+			return nil, err
+		}
+	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Subscription{
 		c:        c,
@@ -86,6 +94,7 @@ func (c *Client) Subscribe(ctx context.Context, from uint64, f Filter) (*Subscri
 		out:      make(chan Entry, subscriptionBufferMax),
 		done:     make(chan struct{}),
 		followed: map[uint32]bool{},
+		only:     f.Shard,
 	}
 	s.next.Store(from)
 	s.follow(st)
@@ -96,7 +105,7 @@ func (c *Client) Subscribe(ctx context.Context, from uint64, f Filter) (*Subscri
 // follow starts a stream for every shard in st not followed yet.
 func (s *Subscription) follow(st *pb.StatusResponse) {
 	for _, sh := range st.Shards {
-		if s.followed[sh.Id] {
+		if s.followed[sh.Id] || (s.only != nil && sh.Id != *s.only) {
 			continue
 		}
 		s.followed[sh.Id] = true
@@ -271,7 +280,7 @@ func (s *Subscription) emit(cuts map[uint64]*pendingCut) bool {
 				}
 			}
 		}
-		if covered < pc.end-next {
+		if covered < pc.end-next && s.only == nil {
 			return true
 		}
 		if covered > pc.end-next {

@@ -90,7 +90,11 @@ type Event[R any] struct {
 // slots and before confirmations of cuts released in the new view).
 type Merger[R any] struct {
 	confirmedOnly bool
-	from          uint64
+	// oneStream: the items come from a single shard's stream, so the
+	// positions between them belong to shards the subscriber does not
+	// follow; each item is delivered as soon as it is the lowest held.
+	oneStream bool
+	from      uint64
 	// next is the first position not yet delivered in this view.
 	next uint64
 	// high is the highest confirmed end heard; confirmed is the last
@@ -127,6 +131,16 @@ func NewMerger[R any](from uint64, confirmedOnly bool) *Merger[R] {
 	}
 }
 
+// NewShardMerger returns a merger of one shard's stream from from on: the
+// positions between the shard's items belong to other shards and are
+// never waited for, so a record is delivered as soon as its shard sends
+// it. Confirmations and view changes mean what they mean for NewMerger.
+func NewShardMerger[R any](from uint64, confirmedOnly bool) *Merger[R] {
+	m := NewMerger[R](from, confirmedOnly)
+	m.oneStream = true
+	return m
+}
+
 // Add takes items from any shard stream, in any order, repeats included.
 func (m *Merger[R]) Add(items ...Item[R]) {
 	for _, it := range items {
@@ -136,6 +150,11 @@ func (m *Merger[R]) Add(items ...Item[R]) {
 }
 
 func (m *Merger[R]) add(it Item[R]) {
+	if m.oneStream && it.Skip != 0 {
+		// Nothing to deliver, and a filler's skips of a failed shard's
+		// slots run ahead of the stream's own records.
+		return
+	}
 	if gp, ok := m.failed[it.Shard]; ok && it.end() > gp {
 		// The failed shard's entries after confirmed-gp are void.
 		if it.Pos >= gp || it.Skip == 0 {
@@ -284,7 +303,7 @@ func (m *Merger[R]) pump() {
 			}
 			continue
 		}
-		if pos > m.next || (m.confirmedOnly && pos >= m.high) {
+		if (pos > m.next && !m.oneStream) || (m.confirmedOnly && pos >= m.high) {
 			break
 		}
 		heap.Pop(&m.keys)
@@ -295,7 +314,13 @@ func (m *Merger[R]) pump() {
 		m.next = it.end()
 		m.done = append(m.done, it)
 	}
-	if k := min(m.high, m.next); k > m.confirmed {
+	k := min(m.high, m.next)
+	if m.oneStream {
+		// The other shards' positions below high are final too; a record
+		// of this stream below high that comes later is delivered final.
+		k = m.high
+	}
+	if k > m.confirmed {
 		m.confirmed = k
 		m.emit(Event[R]{Kind: EventConfirm, Pos: k, View: m.view})
 		n := 0

@@ -308,3 +308,64 @@ func TestMergerRandom(t *testing.T) {
 		}
 	}
 }
+
+func TestShardMergerDeliversWithoutWaitingForOtherShards(t *testing.T) {
+	m := NewShardMerger[string](0, false)
+	// Shard 1's stream: positions 0, 2 and 3 belong to other shards.
+	m.Add(rec(1, 1, "a"))
+	expect(t, m, "d1~a")
+	m.Add(skip(4, 1, 2), rec(6, 1, "b"), rec(1, 1, "a")) // no-ops, then a repeat
+	expect(t, m, "d6~b")
+	// A confirmation covers the other shards' positions it passes.
+	m.Confirm(5)
+	expect(t, m, "c5")
+	m.Confirm(9)
+	expect(t, m, "c9")
+	// A record of this stream below the confirmed end comes final.
+	m.Add(rec(8, 1, "c"))
+	expect(t, m, "d8=c")
+	m.Add(rec(10, 1, "d"))
+	expect(t, m, "d10~d")
+
+	// A whole-shard failure elsewhere voids this stream's deliveries from
+	// confirmed-gp on; they come again at the same positions.
+	m.ViewChange(1, 9, 3)
+	expect(t, m, "f9 d10~d")
+	m.Confirm(11)
+	expect(t, m, "c11")
+
+	// This stream's own shard failing voids its items from confirmed-gp on.
+	m.Add(rec(12, 1, "e"))
+	expect(t, m, "d12~e")
+	m.ViewChange(2, 12, 1)
+	expect(t, m, "f12")
+	m.Add(rec(13, 1, "f"))
+	expect(t, m, "")
+	if m.Buffered() != 0 {
+		t.Fatalf("%d items buffered after the failure", m.Buffered())
+	}
+}
+
+// TestShardMergerFiller follows the shard that fills a failed shard's
+// slots: the filler's stream sends skips for all of them at once, ahead of
+// its own records in between, which must still come.
+func TestShardMergerFiller(t *testing.T) {
+	m := NewShardMerger[string](0, false)
+	m.Add(rec(0, 0, "a"))
+	m.ViewChange(1, 1, 1)
+	m.Add(skip(3, 0, 1), skip(5, 0, 1), skip(7, 0, 1)) // shard 1's void slots
+	m.Add(rec(2, 0, "b"), rec(4, 0, "c"), rec(6, 0, "d"))
+	expect(t, m, "d0~a d2~b d4~c d6~d")
+	m.Confirm(8)
+	expect(t, m, "c8")
+}
+
+func TestShardMergerConfirmedOnly(t *testing.T) {
+	m := NewShardMerger[string](0, true)
+	m.Add(rec(1, 1, "a"), rec(4, 1, "b"))
+	expect(t, m, "")
+	m.Confirm(3)
+	expect(t, m, "d1=a c3")
+	m.Confirm(5)
+	expect(t, m, "d4=b c5")
+}

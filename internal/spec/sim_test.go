@@ -77,6 +77,8 @@ type scenario struct {
 	subs       int
 	eagerSub   bool
 	lateFrom   uint64
+	// oneShard is the index of the shard an extra subscriber follows alone.
+	oneShard int
 }
 
 func newScenario(r *rand.Rand) scenario {
@@ -145,13 +147,14 @@ func newScenario(r *rand.Rand) scenario {
 		sc.failoverAt = time.Duration(10+r.IntN(220)) * t
 		sc.electionGap = time.Duration(1+r.IntN(10)) * t
 	}
+	sc.oneShard = r.IntN(sc.shards)
 	return sc
 }
 
 func (sc scenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (eager %v, late from %d)",
-		sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.cfg.StaggerAbove, sc.subs, sc.eagerSub, sc.lateFrom)
+	fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (eager %v, late from %d) and one of shard #%d",
+		sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.cfg.StaggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard)
 	for _, x := range sc.bursts {
 		fmt.Fprintf(&b, "; burst on #%d at %v for %v ×%.1f", x.shard, x.at, x.dur, x.multiply)
 	}
@@ -209,6 +212,9 @@ func newSim(seed uint64, trace func(string)) *sim {
 		sb.m = NewMerger[int64](sb.from, sb.confirmedOnly)
 		s.subs = append(s.subs, sb)
 	}
+	one := &simSub{s: s, id: sc.subs, oneShard: true, shard: cut.ShardID(sc.oneShard)}
+	one.m = NewShardMerger[int64](0, false)
+	s.subs = append(s.subs, one)
 	joinRates := map[string]float64{}
 	register := func(name string, quota uint64) {
 		s.ld.propose(control.Command{Register: &control.RegisterCommand{

@@ -121,9 +121,11 @@ type sim struct {
 	lastCut  cut.Cut
 	cutCount uint64
 	eager    []int64
-	views    []control.ViewChange
-	voidFrom map[cut.ShardID]uint64
-	finals   map[cut.ShardID]bool
+	// eagerShard is the shard of each eager position.
+	eagerShard []cut.ShardID
+	views      []control.ViewChange
+	voidFrom   map[cut.ShardID]uint64
+	finals     map[cut.ShardID]bool
 	// orderedAt maps each record to its position; nextRec counts records.
 	orderedAt map[int64]uint64
 	nextRec   int64
@@ -381,6 +383,14 @@ func (s *sim) learn(c control.Command, ev control.Event, snap *control.State) {
 		s.views = append(s.views, *v)
 		s.voidFrom[v.Void.Shard] = v.Void.From
 		s.checkSlots(v.Void, snap)
+		// A one-shard subscriber also learns of view changes from the
+		// cluster status it polls, so it hears of its own shard's failure.
+		vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Void.Shard}
+		for _, sb := range s.subs {
+			if sb.oneShard {
+				s.after(statusPollDelay, func() { sb.on(&subMsg{shard: sb.shard, views: []*viewMsg{vc}}) })
+			}
+		}
 	}
 	cuts := ev.Cuts
 	if len(cuts) == 0 && ev.Cut != nil {
@@ -486,6 +496,7 @@ func (s *sim) commit(c cut.Cut) {
 				s.orderedAt[e] = pos
 			}
 			s.eager = append(s.eager, e)
+			s.eagerShard = append(s.eagerShard, sl.Shard)
 		}
 	}
 	s.lastCut = c
