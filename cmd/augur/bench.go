@@ -207,6 +207,7 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	}
 	if f&flagsConsumers != 0 {
 		fs.IntVar(&b.p.Subscribers, "subscribers", d.Subscribers, "downstream tasks following the log")
+		fs.StringVar(&b.p.Follow, "follow", d.Follow, "how each task follows the log: shards (one subscription per shard, records as each shard delivers them) or log (one subscription in log order)")
 		fs.StringVar(&b.compute, "compute", joinDurations(d.Compute), "downstream compute per batch (e.g. 1.5ms); a comma list sweeps")
 		fs.StringVar(&b.window, "window", joinInts(d.Window), "speculation lease window in cuts (speculative modes); a comma list sweeps")
 	}
@@ -255,7 +256,7 @@ func (b *benchFlags) params(cmd *cobra.Command) (bench.Params, error) {
 	}
 	if len(p.Emulate) > 0 {
 		// Emulated shards store nothing and have no clients or subscribers.
-		for _, f := range []string{"shards", "replicas", "fsync", "record-bytes", "clients", "inflight", "subscribers", "compute"} {
+		for _, f := range []string{"shards", "replicas", "fsync", "record-bytes", "clients", "inflight", "subscribers", "follow", "compute"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				errs = append(errs, fmt.Errorf("--%s applies to real shards; --emulate runs emulated ones", f))
 			}

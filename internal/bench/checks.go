@@ -39,11 +39,35 @@ func checkLoad(p Params, consumers bool) error {
 		if len(p.Compute) == 0 {
 			errs = append(errs, errors.New("name at least one compute time (0 for none)"))
 		}
+		if p.Follow != FollowShards && p.Follow != FollowLog {
+			errs = append(errs, fmt.Errorf("follow must be %s or %s, got %q", FollowShards, FollowLog, p.Follow))
+		}
 		errs = append(errs, checkSpecFlags(p))
 	} else if len(p.Compute) > 0 {
 		errs = append(errs, errors.New("compute applies to workloads with downstream consumers, and this one has none"))
 	}
 	return errors.Join(errs...)
+}
+
+// The ways a downstream task follows the log (Params.Follow).
+const (
+	// FollowShards gives each task one subscription per live shard
+	// (client.OnShard), taking each shard's records as soon as that shard
+	// delivers them, as SpecLog's downstream tasks do (§4.1). The run's
+	// shards must stay the same.
+	FollowShards = "shards"
+	// FollowLog gives each task one subscription of the whole log, in
+	// position order: a record also waits for every earlier position.
+	FollowLog = "log"
+)
+
+// needFollowLog rejects FollowShards for a workload that changes the
+// shards during the run.
+func needFollowLog(name string, p Params) error {
+	if p.Follow == FollowShards {
+		return fmt.Errorf("%s changes the shards during the run, so its tasks must follow the log (--follow %s)", name, FollowLog)
+	}
+	return nil
 }
 
 // checkSpecFlags rejects the flags of speculative modes unless one of the

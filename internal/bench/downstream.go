@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -8,19 +9,21 @@ import (
 	"time"
 )
 
-// downstream is one downstream task, after SpecLog §6.1: a reader takes
-// the consumer's events and queues delivered records; a compute loop takes
-// everything queued as one batch and "computes" over it for the compute
-// time by waiting (so the machine's cores stay with the cluster). A record
-// is finished once its batch is computed and its position is final; a
-// speculative delivery is final at the EventConfirm covering it, and void
-// at an EventFail below it (its result is rolled back and it comes again).
+// downstream is one downstream task, after SpecLog §6.1: a reader per
+// consumer takes its events and queues delivered records; a compute loop
+// takes everything queued as one batch and "computes" over it for the
+// compute time by waiting (so the machine's cores stay with the cluster).
+// A record is finished once its batch is computed and its position is
+// final; a speculative delivery is final at the EventConfirm covering it,
+// and void at an EventFail below it from its consumer (its result is
+// rolled back and it comes again). A task has one consumer of the whole
+// log, or one per shard (FollowShards), whose deliveries interleave.
 //
 // Lock order: downstream.mu before series.mu and Latency.mu.
 type downstream struct {
 	idx         int
 	run         *loadRun
-	cons        Consumer
+	cons        []Consumer
 	compute     time.Duration
 	speculative bool
 	// wake (capacity 1) tells the compute loop that the queue grew.
@@ -36,13 +39,14 @@ type downstream struct {
 	pending []*item
 	// open counts delivered items neither finished nor void.
 	open int
-	// lastPos is the highest position delivered and not void, -1 before
-	// the first delivery.
-	lastPos int64
-	// target is the last acknowledged position, -1 until the load ended.
-	target   int64
-	seen     map[recID]struct{}
-	finished []finishedRec
+	// streams follow each consumer's progress; ended says their targets
+	// are set.
+	streams []streamPos
+	ended   bool
+	// failedViews are the views whose Fail events were counted.
+	failedViews map[uint64]bool
+	seen        map[recID]struct{}
+	finished    []finishedRec
 	// finishedWindow counts finished records started in the measured window.
 	finishedWindow int64
 	misspec        int64
@@ -55,9 +59,20 @@ type downstream struct {
 	err         error
 }
 
+// streamPos is one consumer's progress.
+type streamPos struct {
+	// last is the highest position delivered and not void, -1 before the
+	// first delivery.
+	last int64
+	// target is the last acknowledged position the consumer must reach
+	// once the load ended, -1 if none.
+	target int64
+}
+
 // item is one delivery of a record to a downstream task.
 type item struct {
 	pos      uint64
+	stream   int // the consumer that delivered it
 	id       recID
 	start    time.Time // the append's start
 	measured bool      // started in the measured window
@@ -78,8 +93,8 @@ type breakdownSums struct {
 	delivery, queue, compute, wait time.Duration
 }
 
-func newDownstream(idx int, run *loadRun, cons Consumer, compute time.Duration, speculative bool) *downstream {
-	return &downstream{
+func newDownstream(idx int, run *loadRun, cons []Consumer, compute time.Duration, speculative bool) *downstream {
+	d := &downstream{
 		idx:         idx,
 		run:         run,
 		cons:        cons,
@@ -87,16 +102,19 @@ func newDownstream(idx int, run *loadRun, cons Consumer, compute time.Duration, 
 		speculative: speculative,
 		wake:        make(chan struct{}, 1),
 		reached:     make(chan struct{}),
-		lastPos:     -1,
-		target:      -1,
+		failedViews: map[uint64]bool{},
 		seen:        map[recID]struct{}{},
 	}
+	for range cons {
+		d.streams = append(d.streams, streamPos{last: -1, target: -1})
+	}
+	return d
 }
 
-// readLoop takes events until ctx ends or the consumer fails.
-func (d *downstream) readLoop(ctx context.Context) {
+// readLoop takes consumer s's events until ctx ends or it fails.
+func (d *downstream) readLoop(ctx context.Context, s int) {
 	for {
-		ev, err := d.cons.Next(ctx)
+		ev, err := d.cons[s].Next(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.mu.Lock()
@@ -107,7 +125,7 @@ func (d *downstream) readLoop(ctx context.Context) {
 		}
 		now := time.Now()
 		d.mu.Lock()
-		d.handleLocked(ev, now)
+		d.handleLocked(s, ev, now)
 		d.mu.Unlock()
 		if ev.Kind == EventDeliver {
 			select {
@@ -166,7 +184,8 @@ func (d *downstream) computeLoop(ctx context.Context) {
 	}
 }
 
-func (d *downstream) handleLocked(ev ConsumerEvent, now time.Time) {
+func (d *downstream) handleLocked(s int, ev ConsumerEvent, now time.Time) {
+	st := &d.streams[s]
 	if ev.View > d.view {
 		if d.run.inWindow(now) {
 			d.viewChanges += int64(ev.View - d.view)
@@ -175,16 +194,16 @@ func (d *downstream) handleLocked(ev ConsumerEvent, now time.Time) {
 	}
 	switch ev.Kind {
 	case EventDeliver:
-		if d.lastPos >= 0 && int64(ev.Position) <= d.lastPos {
-			d.failLocked(fmt.Errorf("subscriber %d: delivered position %d after %d", d.idx+1, ev.Position, d.lastPos))
+		if st.last >= 0 && int64(ev.Position) <= st.last {
+			d.failLocked(fmt.Errorf("subscriber %d: delivered position %d after %d", d.idx+1, ev.Position, st.last))
 			return
 		}
-		d.lastPos = int64(ev.Position)
+		st.last = int64(ev.Position)
 		start, id, ok := readHeader(ev.Payload, d.run.id)
 		if !ok {
 			return // another writer's record, or a no-op
 		}
-		it := &item{pos: ev.Position, id: id, start: start, measured: d.run.inWindow(start), delivered: now}
+		it := &item{pos: ev.Position, stream: s, id: id, start: start, measured: d.run.inWindow(start), delivered: now}
 		if _, again := d.seen[id]; !again {
 			d.seen[id] = struct{}{}
 			if it.measured {
@@ -193,7 +212,9 @@ func (d *downstream) handleLocked(ev ConsumerEvent, now time.Time) {
 			d.run.series.delivered(now, now.Sub(start))
 		}
 		if ev.Speculative {
-			d.pending = append(d.pending, it)
+			// Consumers of different shards interleave their positions.
+			i, _ := slices.BinarySearchFunc(d.pending, it.pos, func(p *item, pos uint64) int { return cmp.Compare(p.pos, pos) })
+			d.pending = slices.Insert(d.pending, i, it)
 		} else {
 			it.confirmed = now
 		}
@@ -217,19 +238,26 @@ func (d *downstream) handleLocked(ev ConsumerEvent, now time.Time) {
 		d.pending = slices.Delete(d.pending, 0, n)
 		d.checkReachedLocked()
 	case EventFail:
-		d.misspec++
-		if d.idx == 0 {
-			// Every subscriber sees the same failures; count them once.
-			d.run.series.failed(now)
+		// Each consumer that delivered past confirmed-gp fails; count
+		// the view's misspeculation once.
+		if !d.failedViews[ev.View] {
+			d.failedViews[ev.View] = true
+			d.misspec++
+			if d.idx == 0 {
+				// Every subscriber sees the same failures; count them once.
+				d.run.series.failed(now)
+			}
 		}
-		for len(d.pending) > 0 && d.pending[len(d.pending)-1].pos >= ev.Position {
-			it := d.pending[len(d.pending)-1]
-			d.pending = d.pending[:len(d.pending)-1]
+		d.pending = slices.DeleteFunc(d.pending, func(it *item) bool {
+			if it.stream != s || it.pos < ev.Position {
+				return false
+			}
 			it.void = true
 			d.open--
 			d.rolledBack++
-		}
-		d.lastPos = min(d.lastPos, int64(ev.Position)-1)
+			return true
+		})
+		st.last = min(st.last, int64(ev.Position)-1)
 	default:
 		d.failLocked(fmt.Errorf("subscriber %d: unknown event kind %v", d.idx+1, ev.Kind))
 	}
@@ -256,19 +284,28 @@ func (d *downstream) finishLocked(it *item) {
 	d.sums.wait += done.Sub(it.computed)
 }
 
-// setTarget says the load ended with its last acknowledged record at
-// position target.
-func (d *downstream) setTarget(target int64) {
+// setTargets says the load ended with the last acknowledged record of
+// consumer i's part of the log at position targets[i] (-1: none).
+func (d *downstream) setTargets(targets []int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.target = target
+	for i, t := range targets {
+		d.streams[i].target = t
+	}
+	d.ended = true
 	d.checkReachedLocked()
 }
 
 func (d *downstream) checkReachedLocked() {
-	if d.target >= 0 && d.lastPos >= d.target && d.open == 0 {
-		d.closeReachedLocked()
+	if !d.ended || d.open != 0 {
+		return
 	}
+	for _, st := range d.streams {
+		if st.last < st.target {
+			return
+		}
+	}
+	d.closeReachedLocked()
 }
 
 func (d *downstream) failLocked(err error) {

@@ -26,9 +26,16 @@ func (c chanConsumer) Next(ctx context.Context) (ConsumerEvent, error) {
 
 func (chanConsumer) Close() {}
 
-// testTask starts a downstream task over a chanConsumer, with every record
-// inside the measured window.
+// testTask starts a downstream task over one chanConsumer, with every
+// record inside the measured window.
 func testTask(t *testing.T, speculative bool) (*downstream, *loadRun, chan ConsumerEvent) {
+	t.Helper()
+	d, r, events := testTaskOf(t, speculative, 1)
+	return d, r, events[0]
+}
+
+// testTaskOf starts a downstream task over n chanConsumers.
+func testTaskOf(t *testing.T, speculative bool, n int) (*downstream, *loadRun, []chan ConsumerEvent) {
 	t.Helper()
 	now := time.Now()
 	_, id := filler(1, headerBytes)
@@ -37,13 +44,25 @@ func testTask(t *testing.T, speculative bool) (*downstream, *loadRun, chan Consu
 		warmEnd: now.Add(-time.Hour), end: now.Add(time.Hour),
 		appendLat: NewLatency(), delivery: NewLatency(), confirm: NewLatency(), e2e: NewLatency(),
 	}
-	events := make(chan ConsumerEvent, 64)
-	d := newDownstream(0, r, chanConsumer{events}, 0, speculative)
+	var events []chan ConsumerEvent
+	var cons []Consumer
+	for range n {
+		events = append(events, make(chan ConsumerEvent, 64))
+		cons = append(cons, chanConsumer{events[len(events)-1]})
+	}
+	d := newDownstream(0, r, cons, 0, speculative)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	go func() { d.readLoop(ctx); done <- struct{}{} }()
+	done := make(chan struct{}, n+1)
+	for s := range n {
+		go func() { d.readLoop(ctx, s); done <- struct{}{} }()
+	}
 	go func() { d.computeLoop(ctx); done <- struct{}{} }()
-	t.Cleanup(func() { cancel(); <-done; <-done })
+	t.Cleanup(func() {
+		cancel()
+		for range n + 1 {
+			<-done
+		}
+	})
 	return d, r, events
 }
 
@@ -60,7 +79,7 @@ func waitReached(t *testing.T, d *downstream) {
 	case <-time.After(10 * time.Second):
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		t.Fatalf("not reached: last position %d, %d open, target %d", d.lastPos, d.open, d.target)
+		t.Fatalf("not reached: %d open, last and target per consumer %v", d.open, d.streams)
 	}
 	if d.err != nil {
 		t.Fatal(d.err)
@@ -81,7 +100,7 @@ func TestDownstreamSpeculative(t *testing.T) {
 	// Position 2 comes again, now holding record 3; record 2 moves to 3.
 	events <- ConsumerEvent{Kind: EventDeliver, Position: 2, Payload: stamped(r, 3), Speculative: true, View: 1}
 	events <- ConsumerEvent{Kind: EventDeliver, Position: 3, Payload: stamped(r, 2), Speculative: true, View: 1}
-	d.setTarget(3)
+	d.setTargets([]int64{3})
 	select {
 	case <-d.reached:
 		t.Fatal("reached before positions 2 and 3 were confirmed")
@@ -116,7 +135,7 @@ func TestDownstreamEagerAndBadOrder(t *testing.T) {
 	for pos := range uint64(3) {
 		events <- ConsumerEvent{Kind: EventDeliver, Position: pos, Payload: stamped(r, pos)}
 	}
-	d.setTarget(2)
+	d.setTargets([]int64{2})
 	waitReached(t, d)
 	if got := r.e2e.Count(); got != 3 {
 		t.Fatalf("%d finished, want 3", got)
@@ -124,11 +143,11 @@ func TestDownstreamEagerAndBadOrder(t *testing.T) {
 
 	// A position delivered again without a failure is a bug of the mode.
 	// Handle events directly here, so the error is there when we look.
-	bad := newDownstream(1, r, chanConsumer{}, 0, false)
+	bad := newDownstream(1, r, []Consumer{chanConsumer{}}, 0, false)
 	bad.mu.Lock()
 	defer bad.mu.Unlock()
-	bad.handleLocked(ConsumerEvent{Kind: EventDeliver, Position: 2, Payload: stamped(r, 9)}, time.Now())
-	bad.handleLocked(ConsumerEvent{Kind: EventDeliver, Position: 1, Payload: stamped(r, 10)}, time.Now())
+	bad.handleLocked(0, ConsumerEvent{Kind: EventDeliver, Position: 2, Payload: stamped(r, 9)}, time.Now())
+	bad.handleLocked(0, ConsumerEvent{Kind: EventDeliver, Position: 1, Payload: stamped(r, 10)}, time.Now())
 	if bad.err == nil || !strings.Contains(bad.err.Error(), "subscriber 2: delivered position 1 after 2") {
 		t.Fatalf("error %v", bad.err)
 	}
@@ -136,5 +155,39 @@ func TestDownstreamEagerAndBadOrder(t *testing.T) {
 	case <-bad.reached:
 	default:
 		t.Fatal("a failed task must release whoever waits for it")
+	}
+}
+
+// TestDownstreamFollowsShards gives a task one consumer per shard, whose
+// positions interleave: a confirmation from either finishes both shards'
+// records below it, a failure voids only the failing consumer's
+// deliveries, and a view's failures count as one misspeculation.
+func TestDownstreamFollowsShards(t *testing.T) {
+	d, r, ev := testTaskOf(t, true, 2)
+	deliver := func(s int, pos, seq uint64, view uint64) {
+		ev[s] <- ConsumerEvent{Kind: EventDeliver, Position: pos, Payload: stamped(r, seq), Speculative: true, View: view}
+	}
+	deliver(0, 1, 1, 0)
+	deliver(0, 3, 3, 0)
+	deliver(1, 0, 0, 0)
+	deliver(1, 2, 2, 0)
+	ev[1] <- ConsumerEvent{Kind: EventConfirm, Position: 2} // 0 and 1
+	// Shard 1 fails whole at confirmed-gp 2: its position 2 is void;
+	// shard 0's consumer fails too and gets 3 again.
+	ev[1] <- ConsumerEvent{Kind: EventFail, Position: 2, View: 1}
+	ev[0] <- ConsumerEvent{Kind: EventFail, Position: 2, View: 1}
+	deliver(0, 3, 3, 1)
+	d.setTargets([]int64{3, 0})
+	ev[0] <- ConsumerEvent{Kind: EventConfirm, Position: 4, View: 1}
+	waitReached(t, d)
+
+	d.mu.Lock()
+	finished, misspec, rolledBack := d.finishedWindow, d.misspec, d.rolledBack
+	d.mu.Unlock()
+	if finished != 3 || misspec != 1 || rolledBack != 2 {
+		t.Fatalf("finished %d, misspeculations %d, rolled back %d; want 3, 1, 2", finished, misspec, rolledBack)
+	}
+	if n, _, err := d.digest(3); err != nil || n != 3 {
+		t.Fatalf("digest: %d records, %v; want positions 0, 1 and 3", n, err)
 	}
 }

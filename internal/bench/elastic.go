@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,9 +29,12 @@ func (elasticWorkload) Name() string { return "elastic" }
 
 func (elasticWorkload) Defaults(p *Params) {
 	p.Compute = []time.Duration{1500 * time.Microsecond}
+	p.Follow = FollowLog
 }
 
-func (elasticWorkload) Check(p Params) error { return checkLoad(p, true) }
+func (elasticWorkload) Check(p Params) error {
+	return errors.Join(checkLoad(p, true), needFollowLog("elastic", p))
+}
 
 func (elasticWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 	admin, err := e.Target.Dial(ctx)

@@ -69,8 +69,11 @@ type loadRun struct {
 	appended      atomic.Int64 // acknowledged, started in the window
 	errors        atomic.Int64 // failed, started in the window
 	maxPos        atomic.Int64 // highest acknowledged position, -1 for none
-	firstErr      atomic.Pointer[error]
-	pending       sync.WaitGroup
+	// shardMax holds, when tasks follow shards, each followed shard's
+	// highest acknowledged position (read-only map once the load starts).
+	shardMax map[uint32]*atomic.Int64
+	firstErr atomic.Pointer[error]
+	pending  sync.WaitGroup
 }
 
 func (r *loadRun) inWindow(t time.Time) bool { return !t.Before(r.warmEnd) && t.Before(r.end) }
@@ -99,11 +102,9 @@ func (r *loadRun) done(start time.Time) func(client.Ack, error) {
 			r.firstErr.CompareAndSwap(nil, &err)
 			return
 		}
-		for {
-			m := r.maxPos.Load()
-			if int64(a.Position) <= m || r.maxPos.CompareAndSwap(m, int64(a.Position)) {
-				break
-			}
+		raise(&r.maxPos, int64(a.Position))
+		if m := r.shardMax[a.Shard]; m != nil {
+			raise(m, int64(a.Position))
 		}
 		if r.inWindow(start) {
 			r.appendLat.Record(now.Sub(start))
@@ -112,6 +113,16 @@ func (r *loadRun) done(start time.Time) func(client.Ack, error) {
 		if r.inWindow(now) {
 			r.ackedInWindow.Add(1)
 			r.series.ack(now, now.Sub(start))
+		}
+	}
+}
+
+// raise makes v at least x.
+func raise(v *atomic.Int64, x int64) {
+	for {
+		m := v.Load()
+		if x <= m || v.CompareAndSwap(m, x) {
+			return
 		}
 	}
 }
@@ -176,23 +187,42 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("check tail: %w", err)
 		}
+		filters := []client.Filter{{}}
+		if p.Follow == FollowShards {
+			filters = filters[:0]
+			r.shardMax = map[uint32]*atomic.Int64{}
+			for _, sh := range live {
+				filters = append(filters, client.OnShard(sh.Id))
+				r.shardMax[sh.Id] = &atomic.Int64{}
+				r.shardMax[sh.Id].Store(-1)
+			}
+		}
 		for i := range ls.Subscribers {
 			cl, err := dial()
 			if err != nil {
 				return nil, err
 			}
-			cons, err := e.Mode.Subscribe(runCtx, cl, from)
-			if err != nil {
-				return nil, fmt.Errorf("subscribe: %w", err)
+			var cons []Consumer
+			for _, f := range filters {
+				c, err := e.Mode.Subscribe(runCtx, cl, from, f)
+				if err != nil {
+					for _, c := range cons {
+						c.Close()
+					}
+					return nil, fmt.Errorf("subscribe: %w", err)
+				}
+				cons = append(cons, c)
 			}
 			d := newDownstream(i, r, cons, ls.Compute, e.Mode.Speculative())
 			tasks = append(tasks, d)
-			taskWG.Add(2)
-			go func() {
-				defer taskWG.Done()
-				defer cons.Close()
-				d.readLoop(runCtx)
-			}()
+			taskWG.Add(len(cons) + 1)
+			for s, c := range cons {
+				go func() {
+					defer taskWG.Done()
+					defer c.Close()
+					d.readLoop(runCtx, s)
+				}()
+			}
 			go func() {
 				defer taskWG.Done()
 				d.computeLoop(runCtx)
@@ -297,8 +327,14 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		}
 		return nil, errors.New("no append was acknowledged in the measured window")
 	}
-	target := r.maxPos.Load()
-	if err := r.drainTasks(ctx, tasks, target); err != nil {
+	targets := []int64{r.maxPos.Load()}
+	if r.shardMax != nil {
+		targets = targets[:0]
+		for _, sh := range live {
+			targets = append(targets, r.shardMax[sh.Id].Load())
+		}
+	}
+	if err := r.drainTasks(ctx, tasks, targets); err != nil {
 		return nil, err
 	}
 	cancel()
@@ -328,6 +364,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		res.ViewChanges = Ptr(c1.ViewChanges - c0.ViewChanges)
 	}
 	if len(tasks) > 0 {
+		res.Follow = p.Follow
 		r.summarizeTasks(res, tasks, e.Mode.Speculative())
 	}
 	return res, nil
@@ -440,14 +477,15 @@ func (r *loadRun) pollCounters(ctx context.Context, cm CountingMode, t *Target, 
 }
 
 // drainTasks waits until every subscriber finished every record up to
-// target, the last acknowledged position.
-func (r *loadRun) drainTasks(ctx context.Context, tasks []*downstream, target int64) error {
+// the last acknowledged position of each consumer's part of the log.
+func (r *loadRun) drainTasks(ctx context.Context, tasks []*downstream, targets []int64) error {
 	if len(tasks) == 0 {
 		return nil
 	}
 	for _, d := range tasks {
-		d.setTarget(target)
+		d.setTargets(targets)
 	}
+	target := slices.Max(targets)
 	timer := time.NewTimer(drainTimeout)
 	defer timer.Stop()
 	for _, d := range tasks {
@@ -455,10 +493,10 @@ func (r *loadRun) drainTasks(ctx context.Context, tasks []*downstream, target in
 		case <-d.reached:
 		case <-timer.C:
 			d.mu.Lock()
-			last, open := d.lastPos, d.open
+			streams, open := slices.Clone(d.streams), d.open
 			d.mu.Unlock()
-			return fmt.Errorf("subscriber %d reached position %d with %d records unfinished, not position %d, within %v",
-				d.idx+1, last, open, target, drainTimeout)
+			return fmt.Errorf("subscriber %d reached %v with %d records unfinished (last delivered, target per consumer), within %v",
+				d.idx+1, streams, open, drainTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -31,9 +31,9 @@ type Mode interface {
 	// one run at point v of the sweep. It is not called when the run
 	// targets a running cluster (Params.Cluster).
 	Configure(o *devcluster.Options, p Params, v Variant)
-	// Subscribe starts a consumer of cl's log from position from, with no
-	// filter. The consumer belongs to the caller, who closes it.
-	Subscribe(ctx context.Context, cl *client.Client, from uint64) (Consumer, error)
+	// Subscribe starts a consumer of cl's log from position from with
+	// filter f. The consumer belongs to the caller, who closes it.
+	Subscribe(ctx context.Context, cl *client.Client, from uint64, f client.Filter) (Consumer, error)
 }
 
 // Consumer is one downstream subscriber's stream of events, in the order

@@ -22,8 +22,8 @@ func (eagerMode) Check(Params) error {
 // Configure leaves the cluster as the common parameters shaped it.
 func (eagerMode) Configure(*devcluster.Options, Params, Variant) {}
 
-func (eagerMode) Subscribe(ctx context.Context, cl *client.Client, from uint64) (Consumer, error) {
-	sub, err := cl.Subscribe(ctx, from, client.Filter{})
+func (eagerMode) Subscribe(ctx context.Context, cl *client.Client, from uint64, f client.Filter) (Consumer, error) {
+	sub, err := cl.Subscribe(ctx, from, f)
 	if err != nil {
 		return nil, err
 	}

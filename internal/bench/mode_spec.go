@@ -36,8 +36,8 @@ func (specMode) Configure(o *devcluster.Options, p Params, v Variant) {
 	o.NoLagFix, o.NoQuotaChange, o.NoStagger = p.NoLagFix, p.NoQuotaChange, p.NoStagger
 }
 
-func (specMode) Subscribe(ctx context.Context, cl *client.Client, from uint64) (Consumer, error) {
-	sub, err := cl.SubscribeSpec(ctx, from, client.Filter{}, false)
+func (specMode) Subscribe(ctx context.Context, cl *client.Client, from uint64, f client.Filter) (Consumer, error) {
+	sub, err := cl.SubscribeSpec(ctx, from, f, false)
 	if err != nil {
 		return nil, err
 	}

@@ -22,8 +22,8 @@ func (fakeSpecMode) Speculative() bool                              { return tru
 func (fakeSpecMode) Check(Params) error                             { return nil }
 func (fakeSpecMode) Configure(*devcluster.Options, Params, Variant) {}
 
-func (fakeSpecMode) Subscribe(ctx context.Context, cl *client.Client, from uint64) (Consumer, error) {
-	sub, err := cl.Subscribe(ctx, from, client.Filter{})
+func (fakeSpecMode) Subscribe(ctx context.Context, cl *client.Client, from uint64, f client.Filter) (Consumer, error) {
+	sub, err := cl.Subscribe(ctx, from, f)
 	if err != nil {
 		return nil, err
 	}

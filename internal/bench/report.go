@@ -93,7 +93,7 @@ func describeParams(p Params) string {
 		parts = append(parts, "compute "+strings.Join(cs, ", ")+" per batch")
 	}
 	if p.Subscribers > 0 {
-		parts = append(parts, plural(p.Subscribers, "subscriber"))
+		parts = append(parts, plural(p.Subscribers, "subscriber")+" following the "+p.Follow)
 	}
 	parts = append(parts, fmt.Sprintf("%v measured", p.Duration))
 	return ": " + strings.Join(parts, "; ")

@@ -25,8 +25,10 @@ type Result struct {
 	// means closed loop.
 	Rate    *int `json:"rate,omitempty"`
 	Clients int  `json:"clients,omitempty"`
-	// Subscribers is how many downstream consumers followed the log.
-	Subscribers int `json:"subscribers,omitempty"`
+	// Subscribers is how many downstream consumers followed the log, and
+	// Follow how: "shards" (one subscription per shard) or "log".
+	Subscribers int    `json:"subscribers,omitempty"`
+	Follow      string `json:"follow,omitempty"`
 	// ComputeUS is the simulated downstream compute per batch, set when the
 	// workload has consumers (0 is a valid point of a sweep).
 	ComputeUS *float64 `json:"compute_us,omitempty"`

@@ -21,7 +21,7 @@ func goldenReport() *Report {
 	}
 	eager := &Result{
 		Workload: "e2e", Mode: "eager", Shards: 2, Replicas: 2, RecordBytes: 4096,
-		Rate: Ptr(2000), Clients: 4, Subscribers: 2, ComputeUS: Ptr(1500.0), DurationS: 10,
+		Rate: Ptr(2000), Clients: 4, Subscribers: 2, Follow: "shards", ComputeUS: Ptr(1500.0), DurationS: 10,
 		ThroughputRPS:     Ptr(1999.5),
 		AppendLatencyUS:   lat(4000),
 		DeliveryLatencyUS: lat(4200),
@@ -38,7 +38,7 @@ func goldenReport() *Report {
 	}
 	spec := &Result{
 		Workload: "e2e", Mode: "spec", Shards: 2, Replicas: 2, RecordBytes: 4096,
-		Rate: Ptr(2000), Clients: 4, Subscribers: 2, ComputeUS: Ptr(1500.0), Window: 100, StaggerAbove: Ptr(6), DurationS: 10,
+		Rate: Ptr(2000), Clients: 4, Subscribers: 2, Follow: "shards", ComputeUS: Ptr(1500.0), Window: 100, StaggerAbove: Ptr(6), DurationS: 10,
 		ThroughputRPS:     Ptr(2000.0),
 		NoopRPS:           Ptr(12.5),
 		AppendLatencyUS:   lat(4100),

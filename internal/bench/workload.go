@@ -84,6 +84,9 @@ type Params struct {
 	Inflight int
 	// Subscribers is how many downstream consumers follow the log.
 	Subscribers int
+	// Follow is how each downstream task follows the log: FollowShards or
+	// FollowLog.
+	Follow string
 	// Compute are the simulated downstream compute times per batch to
 	// sweep; nil for workloads without consumers.
 	Compute []time.Duration
@@ -280,6 +283,7 @@ func DefaultParams(name string) (Params, error) {
 		Clients:          4,
 		Inflight:         1,
 		Subscribers:      1,
+		Follow:           FollowShards,
 		Seed:             1,
 		Warmup:           2 * time.Second,
 		Duration:         10 * time.Second,

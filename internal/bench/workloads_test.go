@@ -62,6 +62,8 @@ func TestCheckRejectsBadParams(t *testing.T) {
 		{"no compute", "e2e", func(p *Params) { p.Compute = nil }, "name at least one compute time"},
 		{"compute without consumers", "append", func(p *Params) { p.Compute = []time.Duration{time.Millisecond} }, "compute applies to workloads with downstream consumers"},
 		{"zero subscribers", "e2e", func(p *Params) { p.Subscribers = 0 }, "subscribers must be in [1, 64]"},
+		{"unknown follow", "e2e", func(p *Params) { p.Follow = "shard" }, `follow must be shards or log, got "shard"`},
+		{"elastic following shards", "elastic", func(p *Params) { p.Follow = FollowShards }, "elastic changes the shards during the run, so its tasks must follow the log"},
 		{"window with eager only", "e2e", func(p *Params) { p.Window = []int{100} }, "--window (the speculation lease window) needs a speculative mode in --modes"},
 		{"no-lagfix with eager only", "burst", func(p *Params) { p.NoLagFix = true }, "--no-lagfix needs a speculative mode in --modes"},
 		{"series interval too fine", "burst", func(p *Params) { p.Interval = time.Microsecond }, "more than 10000 points"},
