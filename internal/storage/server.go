@@ -539,10 +539,15 @@ func (s *Server) applyEvent(ev *pb.Event) {
 			msgs = append(msgs, cutMsg{slice: cut.Slice{Shard: id}, spec: sp})
 		}
 	}
+	// A shard is final only after the event's last cut: a release of
+	// several cuts can finalize a shard, and a primary told of finality
+	// before it applied the earlier cuts would drop, unanswered, the
+	// appends that the later cuts order.
+	last := len(msgs) - len(s.replicas)
 	targets := make([]*replica, len(msgs))
 	for i := range msgs {
 		id := msgs[i].slice.Shard
-		if sh := s.view.shards[id]; sh != nil && sh.State == pb.ShardState_SHARD_FINALIZED {
+		if sh := s.view.shards[id]; i >= last && sh != nil && sh.State == pb.ShardState_SHARD_FINALIZED {
 			msgs[i].final, msgs[i].finalLen = true, sh.FinalLength
 		}
 		if trimmed {
