@@ -36,6 +36,11 @@ const (
 	eventHistoryMax = 1 << 16
 	// cutsInflightMax is how many cut proposals may await commit at once.
 	cutsInflightMax = 1
+	// releasesInflightMax is how many speculative releases may await
+	// commit at once. Releases are idempotent and each reaches further
+	// than the last, so they pipeline through Raft: a cut satisfied while
+	// one is in flight need not wait for its commit.
+	releasesInflightMax = 4
 	// watchBatchMax is how many events one Watch message carries.
 	watchBatchMax = 256
 	// proposalStaleAfter frees an in-flight slot whose proposal raft dropped.
@@ -129,7 +134,9 @@ type Server struct {
 	inflight     int
 	inflightAt   time.Time
 	lastProposal time.Time
-	finalizing   map[cut.ShardID]time.Time
+	// releasedThrough is the last cut the leader proposed to release.
+	releasedThrough uint64
+	finalizing      map[cut.ShardID]time.Time
 	// seenAt is when each shard first appeared here; a new shard's replicas
 	// get a full failure timeout before silence counts against them.
 	seenAt map[cut.ShardID]time.Time
@@ -437,6 +444,7 @@ func (s *Server) resetLeaderState() {
 	clear(s.broken)
 	clear(s.finalizing)
 	s.inflight = 0
+	s.releasedThrough = 0
 	s.windowInflight = false
 	s.leaderSince = time.Now()
 	s.seq = nil
@@ -644,6 +652,7 @@ func (s *Server) maybeProposeSpec() time.Duration {
 	}
 	if s.inflight > 0 && now.Sub(s.inflightAt) > proposalStaleAfter {
 		s.inflight = 0
+		s.releasedThrough = 0
 	}
 	if s.windowInflight && now.Sub(s.windowAt) > proposalStaleAfter {
 		s.windowInflight = false
@@ -655,10 +664,11 @@ func (s *Server) maybeProposeSpec() time.Duration {
 			cmds = append(cmds, control.Command{Window: w})
 		}
 	}
-	if n := s.seq.Releasable(now); n > 0 && s.inflight < cutsInflightMax {
+	if through := s.state.LastCut.Index + s.seq.Releasable(now); through > max(s.state.LastCut.Index, s.releasedThrough) && s.inflight < releasesInflightMax {
 		s.inflight++
 		s.inflightAt = now
-		cmds = append(cmds, control.Command{Cut: &control.CutCommand{ReleaseThrough: s.state.LastCut.Index + n}})
+		s.releasedThrough = through
+		cmds = append(cmds, control.Command{Cut: &control.CutCommand{ReleaseThrough: through}})
 	}
 	byServer := map[string][]*pb.ShardLength{}
 	for _, f := range s.seq.LagFixes(now) {

@@ -213,9 +213,14 @@ type simLeader struct {
 	raft  link
 	links map[cut.ShardID]*link
 
-	releaseInflight, windowInflight bool
-	tickArmed                       bool
-	suspected                       map[cut.ShardID]bool
+	// releases counts the leader's releases awaiting commit, and
+	// releasedThrough is the furthest it proposed; windowInflight says a
+	// window announcement awaits commit.
+	releases        int
+	releasedThrough uint64
+	windowInflight  bool
+	tickArmed       bool
+	suspected       map[cut.ShardID]bool
 	// term counts leader changes; flushAt is when the entries the old
 	// leader left in flight commit.
 	term    int
@@ -243,7 +248,7 @@ func (ld *simLeader) apply(c control.Command, term int) {
 	ev, changed := ld.st.Apply(c)
 	// Only the leader's own proposals free its in-flight slots.
 	if c.Cut != nil && term == ld.term {
-		ld.releaseInflight = false
+		ld.releases--
 	}
 	if c.Window != nil && term == ld.term {
 		ld.windowInflight = false
@@ -279,7 +284,8 @@ func (ld *simLeader) failover(gap time.Duration) {
 	s.after(gap, func() {
 		ld.seq = NewSequencer(s.sc.cfg)
 		ld.seq.Observe(ld.st.Clone(), s.now)
-		ld.releaseInflight, ld.windowInflight, ld.tickArmed = false, false, false
+		ld.releases, ld.releasedThrough = 0, 0
+		ld.windowInflight, ld.tickArmed = false, false
 		ld.suspected = map[cut.ShardID]bool{}
 		ld.step()
 	})
@@ -316,11 +322,13 @@ func (ld *simLeader) step() {
 			ld.propose(control.Command{Window: w})
 		}
 	}
-	if n := ld.seq.Releasable(s.now); n > 0 && !ld.releaseInflight {
-		ld.releaseInflight = true
+	// Like the ordering server, pipeline up to 4 releases.
+	if through := ld.st.LastCut.Index + ld.seq.Releasable(s.now); through > max(ld.st.LastCut.Index, ld.releasedThrough) && ld.releases < 4 {
+		ld.releases++
+		ld.releasedThrough = through
 		s.stats.releases++
-		s.tracef("leader: propose release of %d cuts after cut %d", n, ld.st.LastCut.Index)
-		ld.propose(control.Command{Cut: &control.CutCommand{ReleaseThrough: ld.st.LastCut.Index + n}})
+		s.tracef("leader: propose release through cut %d (last released %d)", through, ld.st.LastCut.Index)
+		ld.propose(control.Command{Cut: &control.CutCommand{ReleaseThrough: through}})
 	}
 	for _, f := range ld.seq.LagFixes(s.now) {
 		sh := s.shards[f.Shard]
