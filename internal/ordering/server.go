@@ -35,7 +35,9 @@ const (
 	// catch-up; a watcher further behind gets a snapshot instead.
 	eventHistoryMax = 1 << 16
 	// cutsInflightMax is how many cut proposals may await commit at once.
-	cutsInflightMax = 1
+	// A cut every ordering interval keeps going while a slow Raft round
+	// commits the one before; a cut that grows nothing applies as nothing.
+	cutsInflightMax = 3
 	// releasesInflightMax is how many speculative releases may await
 	// commit at once. Releases are idempotent and each reaches further
 	// than the last, so they pipeline through Raft: a cut satisfied while
@@ -134,8 +136,10 @@ type Server struct {
 	inflight     int
 	inflightAt   time.Time
 	lastProposal time.Time
-	// releasedThrough is the last cut the leader proposed to release.
+	// releasedThrough is the last cut the leader proposed to release;
+	// proposedLens are the lengths of its last cut proposal.
 	releasedThrough uint64
+	proposedLens    map[cut.ShardID]uint64
 	finalizing      map[cut.ShardID]time.Time
 	// seenAt is when each shard first appeared here; a new shard's replicas
 	// get a full failure timeout before silence counts against them.
@@ -168,20 +172,21 @@ func New(cfg Config) (*Server, error) {
 		state = control.NewSpec(cfg.ClusterID, cfg.WindowCuts)
 	}
 	s := &Server{
-		cfg:        cfg,
-		log:        lg.With("ordering", cfg.ID),
-		state:      state,
-		lagOut:     map[string]chan []*pb.ShardLength{},
-		changed:    make(chan struct{}),
-		waiters:    map[string]chan control.Event{},
-		reports:    map[cut.ShardID]uint64{},
-		beats:      map[string]beat{},
-		broken:     map[cut.ShardID]bool{},
-		finalizing: map[cut.ShardID]time.Time{},
-		seenAt:     map[cut.ShardID]time.Time{},
-		wake:       make(chan struct{}, 1),
-		stop:       make(chan struct{}),
-		firstSeq:   1,
+		cfg:          cfg,
+		log:          lg.With("ordering", cfg.ID),
+		state:        state,
+		lagOut:       map[string]chan []*pb.ShardLength{},
+		changed:      make(chan struct{}),
+		waiters:      map[string]chan control.Event{},
+		reports:      map[cut.ShardID]uint64{},
+		proposedLens: map[cut.ShardID]uint64{},
+		beats:        map[string]beat{},
+		broken:       map[cut.ShardID]bool{},
+		finalizing:   map[cut.ShardID]time.Time{},
+		seenAt:       map[cut.ShardID]time.Time{},
+		wake:         make(chan struct{}, 1),
+		stop:         make(chan struct{}),
+		firstSeq:     1,
 	}
 	peers := map[uint64]string{}
 	for i, m := range cfg.Members {
@@ -445,6 +450,7 @@ func (s *Server) resetLeaderState() {
 	clear(s.finalizing)
 	s.inflight = 0
 	s.releasedThrough = 0
+	clear(s.proposedLens)
 	s.windowInflight = false
 	s.leaderSince = time.Now()
 	s.seq = nil
@@ -461,6 +467,7 @@ func (s *Server) maybeProposeCut() time.Duration {
 	s.mu.Lock()
 	if s.inflight > 0 && now.Sub(s.inflightAt) > proposalStaleAfter {
 		s.inflight = 0
+		clear(s.proposedLens)
 	}
 	var lengths []cut.Length
 	grew := false
@@ -477,7 +484,7 @@ func (s *Server) maybeProposeCut() time.Duration {
 			continue
 		}
 		lengths = append(lengths, cut.Length{Shard: sh.ID, Length: r})
-		if r > s.state.LastCut.Len(sh.ID) {
+		if r > max(s.state.LastCut.Len(sh.ID), s.proposedLens[sh.ID]) {
 			grew = true
 		}
 	}
@@ -496,6 +503,9 @@ func (s *Server) maybeProposeCut() time.Duration {
 	s.inflight++
 	s.inflightAt = now
 	s.lastProposal = now
+	for _, l := range lengths {
+		s.proposedLens[l.Shard] = l.Length
+	}
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
 	defer cancel()
