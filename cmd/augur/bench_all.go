@@ -53,6 +53,7 @@ yet are listed there as not run.`,
 			check := p
 			check.Shards, check.Compute = []int{2}, []time.Duration{0}
 			check.Clients = 4
+			check.Follow = bench.FollowShards
 			if _, err := bench.Check("e2e", check); err != nil {
 				return err
 			}

@@ -56,6 +56,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "scale", "--emulate", "8", "--rate", "8000", "--shards", "4"}, "--shards applies to real shards"},
 		{[]string{"bench", "scale", "--emulate", "8", "--rate", "8000", "--no-stagger"}, "--no-stagger needs a speculative mode in --modes"},
 		{[]string{"bench", "e2e", "--emulate", "8"}, "unknown flag: --emulate"},
+		{[]string{"bench", "e2e", "--follow", "shard"}, `follow must be shards or log, got "shard"`},
+		{[]string{"bench", "elastic", "--follow", "shards"}, "elastic changes the shards during the run"},
 		{[]string{"bench", "all"}, "--out DIR is required"},
 		{[]string{"bench", "all", "--out", t.TempDir(), "--modes", "lazy"}, "mode lazy is not available yet"},
 		{[]string{"bench", "all", "--out", t.TempDir(), "--duration", "-1s"}, "duration must be positive"},
@@ -67,6 +69,12 @@ func TestBenchFlagErrors(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+	// all checks its common flags as e2e sees them, with e2e's defaults
+	// for the flags it does not have.
+	_, err := runAugur(t, "bench", "all", "--out", t.TempDir(), "--duration", "-1s")
+	if err == nil || strings.Contains(err.Error(), "follow") {
+		t.Fatalf("bench all --duration -1s: %q, want errors about the duration only", err)
 	}
 }
 
