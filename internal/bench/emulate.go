@@ -231,12 +231,12 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 
 	// Measure CPU and the mode's counters over the window only.
 	cm, counting := e.Mode.(CountingMode)
-	var cpu0, cpu1 time.Duration
+	var cpu0, cpu1 CPUSample
 	var c0, c1 Counters
 	if err := r.waitUntil(ctx, r.warmEnd); err != nil {
 		return nil, err
 	}
-	cpu0, err := CPUTime()
+	cpu0, err := SampleCPU()
 	if err == nil && counting {
 		c0, err = cm.Counters(ctx, e.Target)
 	}
@@ -244,7 +244,7 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 		err = r.waitUntil(ctx, r.end)
 	}
 	if err == nil {
-		cpu1, err = CPUTime()
+		cpu1, err = SampleCPU()
 	}
 	if err == nil && counting {
 		c1, err = cm.Counters(ctx, e.Target)
@@ -263,7 +263,8 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 
 	secs := p.Duration.Seconds()
 	arrived := r.endOps - r.sched.Due(r.warmEnd.Add(-1))
-	cpu := (cpu1 - cpu0).Seconds()
+	cpuTime, steal := cpu1.Since(cpu0)
+	cpu := cpuTime.Seconds()
 	res := &Result{
 		Rate:                Ptr(p.Rate),
 		DurationS:           round(secs, 3),
@@ -273,6 +274,7 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 		RecordsArrived:      Ptr(arrived),
 		RecordsOrdered:      Ptr(r.arrivedOrdered.Load()),
 		CPUSeconds:          Ptr(round(cpu, 3)),
+		StealPercent:        steal,
 		CPUPercentOfOneCore: Ptr(round(100*cpu/secs, 2)),
 	}
 	if r.spec {

@@ -27,7 +27,7 @@ func (idleWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 	if err := sleepUntil(ctx, time.Now().Add(p.Warmup)); err != nil {
 		return nil, err
 	}
-	cpu0, err := CPUTime()
+	cpu0, err := SampleCPU()
 	if err != nil {
 		return nil, err
 	}
@@ -35,16 +35,18 @@ func (idleWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 	if err := sleepUntil(ctx, start.Add(p.Duration)); err != nil {
 		return nil, err
 	}
-	cpu1, err := CPUTime()
+	cpu1, err := SampleCPU()
 	if err != nil {
 		return nil, err
 	}
 	wall := time.Since(start)
-	cpu := (cpu1 - cpu0).Seconds()
+	cpuTime, steal := cpu1.Since(cpu0)
+	cpu := cpuTime.Seconds()
 	return &Result{
 		Replicas:            p.Replicas,
 		DurationS:           round(wall.Seconds(), 3),
 		CPUSeconds:          Ptr(round(cpu, 3)),
 		CPUPercentOfOneCore: Ptr(round(100*cpu/wall.Seconds(), 2)),
+		StealPercent:        steal,
 	}, nil
 }

@@ -286,11 +286,11 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 
 	// Measure CPU and the mode's counters over the window only.
 	cm, counting := e.Mode.(CountingMode)
-	var cpu0, cpu1 time.Duration
+	var cpu0, cpu1 CPUSample
 	var c0, c1 Counters
 	var measureErr error
 	if err := sleepUntil(ctx, r.warmEnd); err == nil {
-		cpu0, measureErr = CPUTime()
+		cpu0, measureErr = SampleCPU()
 		if counting && measureErr == nil {
 			c0, measureErr = cm.Counters(ctx, e.Target)
 		}
@@ -302,7 +302,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 			}
 		}
 		if measureErr == nil {
-			cpu1, measureErr = CPUTime()
+			cpu1, measureErr = SampleCPU()
 		}
 		if counting && measureErr == nil {
 			c1, measureErr = cm.Counters(ctx, e.Target)
@@ -341,6 +341,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	taskWG.Wait()
 
 	secs := p.Duration.Seconds()
+	cpu, steal := cpu1.Since(cpu0)
 	res := &Result{
 		Shards:          len(live),
 		Replicas:        replicas,
@@ -353,7 +354,8 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		AppendLatencyUS: r.appendLat.Summary(),
 		RecordsAppended: Ptr(r.appended.Load()),
 		Errors:          r.errors.Load(),
-		CPUSeconds:      Ptr(round((cpu1 - cpu0).Seconds(), 3)),
+		CPUSeconds:      Ptr(round(cpu.Seconds(), 3)),
+		StealPercent:    steal,
 		Events:          events,
 		Series:          r.series.points(e.Mode.Speculative()),
 	}

@@ -117,8 +117,8 @@ func writeResultsTable(w io.Writer, rep *Report) {
 	for _, r := range rep.Results() {
 		series = series || len(r.Series) > 0
 	}
-	head := "| mode | point | throughput (rec/s) | append p50 / p99 (ms) | delivery p50 (ms) | e2e p50 / p99 (ms) | errors |"
-	rule := "|---|---|---|---|---|---|---|"
+	head := "| mode | point | throughput (rec/s) | append p50 / p99 (ms) | delivery p50 (ms) | e2e p50 / p99 (ms) | errors | CPU stolen |"
+	rule := "|---|---|---|---|---|---|---|---|"
 	if series {
 		head += " lowest interval throughput | highest interval e2e p50 (ms) |"
 		rule += "---|---|"
@@ -128,9 +128,9 @@ func writeResultsTable(w io.Writer, rep *Report) {
 	labels := pointLabels(rep)
 	for pi, pt := range rep.Points {
 		for _, r := range pt.Results {
-			fmt.Fprintf(w, "| %s | %s | %s | %s / %s | %s | %s / %s | %d |", r.Mode, orDefault(oneLine(labels[pi]), "—"),
+			fmt.Fprintf(w, "| %s | %s | %s | %s / %s | %s | %s / %s | %d | %s |", r.Mode, orDefault(oneLine(labels[pi]), "—"),
 				fmtNum(r.ThroughputRPS, 0), fmtMs(p50Of(r.AppendLatencyUS)), fmtMs(p99Of(r.AppendLatencyUS)),
-				fmtMs(p50Of(r.DeliveryLatencyUS)), fmtMs(p50Of(r.E2ELatencyUS)), fmtMs(p99Of(r.E2ELatencyUS)), r.Errors)
+				fmtMs(p50Of(r.DeliveryLatencyUS)), fmtMs(p50Of(r.E2ELatencyUS)), fmtMs(p99Of(r.E2ELatencyUS)), r.Errors, fmtPercent(r.StealPercent))
 			if series {
 				low, high := math.Inf(1), math.Inf(-1)
 				for _, s := range r.Series {
@@ -271,4 +271,12 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// fmtPercent renders a percentage, or "—" when unknown.
+func fmtPercent(v *float64) string {
+	if v == nil {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f%%", *v)
 }

@@ -105,6 +105,10 @@ type Result struct {
 	// CPUPercentOfOneCore is CPUSeconds over the window's wall time, in
 	// percent of one core.
 	CPUPercentOfOneCore *float64 `json:"cpu_percent_of_one_core,omitempty"`
+	// StealPercent is the share of the machine's CPU time over the window
+	// that the hypervisor gave to other guests (Linux only): on a shared
+	// host above a few percent, every latency of the run is inflated.
+	StealPercent *float64 `json:"steal_percent,omitempty"`
 	// Events are what a time-series workload did to the cluster, and when.
 	Events []Event `json:"events,omitempty"`
 	// Series are per-interval points of a time-series workload.
