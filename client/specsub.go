@@ -211,6 +211,11 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 				s.setErr(fmt.Errorf("augur: shard %d streamed view %d before its view change", msg.shard, r.View))
 				return
 			}
+			// The confirmed end was a fact when the server sent the
+			// entries: those below it are final, not predictions.
+			if r.Confirmed > 0 {
+				m.Confirm(r.Confirmed)
+			}
 			for _, e := range r.Entries {
 				it := spec.Item[Entry]{Pos: e.Position, Shard: e.Shard, Skip: e.Skip}
 				if e.Record != nil {
@@ -218,9 +223,6 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 					it.Rec = Entry{Position: e.Position, Shard: e.Shard, Record: Record{Key: rec.Key, Tags: rec.Tags, Payload: rec.Payload}}
 				}
 				m.Add(it)
-			}
-			if r.Confirmed > 0 {
-				m.Confirm(r.Confirmed)
 			}
 		case <-refresh.C:
 			st, err := s.c.refresh(s.ctx)
