@@ -260,12 +260,13 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 
 func newSubscribeCmd() *cobra.Command {
 	var (
-		cf   connFlags
-		from uint64
-		keys []string
-		tags []string
-		n    int
-		spec bool
+		cf    connFlags
+		from  uint64
+		keys  []string
+		tags  []string
+		n     int
+		spec  bool
+		shard uint32
 	)
 	cmd := &cobra.Command{
 		Use:   "subscribe",
@@ -273,8 +274,10 @@ func newSubscribeCmd() *cobra.Command {
 		Long: `Follow the log from --from on, printing each record as it is ordered, one per
 line, tab-separated: position, shard, key, payload (as text if printable, else
 Go-quoted). --key and --tag filter (a record matches when its key is one of
-the keys, if any, and it carries one of the tags, if any). Stops on Ctrl-C or
-after --n records.
+the keys, if any, and it carries one of the tags, if any). --shard follows
+one shard alone: its records print as soon as that shard has them, without
+waiting for other shards' positions in between. Stops on Ctrl-C or after --n
+records.
 
 With --speculative (clusters in mode spec) records print as soon as they are
 durable, marked "spec" in a fifth column while their position is a
@@ -292,10 +295,14 @@ on are void; the correct records follow).`,
 				return err
 			}
 			defer cl.Close()
-			if spec {
-				return followSpec(ctx, cmd.OutOrStdout(), cl, from, client.Filter{Keys: keys, Tags: tags}, n)
+			f := client.Filter{Keys: keys, Tags: tags}
+			if cmd.Flags().Changed("shard") {
+				f.Shard = &shard
 			}
-			sub, err := cl.Subscribe(ctx, from, client.Filter{Keys: keys, Tags: tags})
+			if spec {
+				return followSpec(ctx, cmd.OutOrStdout(), cl, from, f, n)
+			}
+			sub, err := cl.Subscribe(ctx, from, f)
 			if err != nil {
 				if interrupted(ctx, err) {
 					return nil
@@ -321,6 +328,7 @@ on are void; the correct records follow).`,
 	cmd.Flags().Uint64Var(&from, "from", 0, "first position")
 	cmd.Flags().StringArrayVar(&keys, "key", nil, "only records with this key; repeat for several")
 	cmd.Flags().StringArrayVar(&tags, "tag", nil, "only records with this tag; repeat for several")
+	cmd.Flags().Uint32Var(&shard, "shard", 0, "follow this shard alone")
 	cmd.Flags().IntVar(&n, "n", 0, "stop after this many records (0: run until interrupted)")
 	cmd.Flags().BoolVar(&spec, "speculative", false, "deliver records before their cut, with confirm and fail lines (mode spec)")
 	return cmd
