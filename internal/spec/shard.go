@@ -132,10 +132,26 @@ func (s *Shard) between() (uint64, bool) {
 // FillAt is when Fill will next have no-ops to add, if the log ends
 // between boundaries.
 func (s *Shard) FillAt() (time.Time, bool) {
-	if _, ok := s.short(); !ok {
+	next, ok := s.short()
+	if !ok {
 		return time.Time{}, false
 	}
-	return s.quietSince().Add(s.fillAfter), true
+	return s.quietSince().Add(s.fillDelay(next)), true
+}
+
+// fillDelay is how long the shard waits for records before it fills up to
+// boundary next: fillAfter per cut between its reports. In a window of g
+// staggered groups the shard has a slot in every g-th cut only, so it
+// reports about every g ordering intervals; filling after 1.5 intervals
+// there would fill most of every quota with no-ops and run the cuts ahead
+// of the records.
+func (s *Shard) fillDelay(next uint64) time.Duration {
+	for _, w := range s.windows {
+		if _, ok := w.Boundary(s.id, next-1); ok {
+			return s.fillAfter * time.Duration(max(w.Groups, 1))
+		}
+	}
+	return s.fillAfter
 }
 
 // quietSince is when the shard last reported or filled.
@@ -164,7 +180,7 @@ func (s *Shard) short() (uint64, bool) {
 // once the shard has been short for fillAfter since its last report.
 func (s *Shard) Fill(now time.Time) uint64 {
 	next, ok := s.short()
-	if !ok || now.Sub(s.quietSince()) < s.fillAfter {
+	if !ok || now.Sub(s.quietSince()) < s.fillDelay(next) {
 		return 0
 	}
 	s.lastFill = now

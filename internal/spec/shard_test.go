@@ -115,3 +115,24 @@ func TestShardFillsNoops(t *testing.T) {
 		t.Fatalf("lag-fix past the window filled %d, want 9 (to its end, 12)", n)
 	}
 }
+
+// TestShardFillWaitsForItsStaggeredSlot checks that in a window of g
+// staggered groups, where the shard holds a slot in every g-th cut only, it
+// waits g times as long before filling: filling after 1.5 intervals there
+// filled most quotas with no-ops and ran the cuts ahead of the records.
+func TestShardFillWaitsForItsStaggeredSlot(t *testing.T) {
+	fill := 1500 * time.Microsecond
+	s := NewShard(1, 0, fill, time.Second, t0)
+	s.SetWindows([]fixante.Window{{Cuts: 6, Groups: 3, Start: 100,
+		Quotas: []fixante.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 6, Group: 1}, {Shard: 2, PerCut: 2, Group: 2}}}})
+	s.Stored(1, 1, t0)
+	if at, ok := s.FillAt(); !ok || !at.Equal(t0.Add(3*fill)) {
+		t.Fatalf("fill at %v %v, want %v: three cuts per slot", at, ok, t0.Add(3*fill))
+	}
+	if n := s.Fill(t0.Add(3*fill - 1)); n != 0 {
+		t.Fatalf("filled %d before its time", n)
+	}
+	if n := s.Fill(t0.Add(3 * fill)); n != 5 {
+		t.Fatalf("filled %d, want the 5 missing of the quota", n)
+	}
+}
