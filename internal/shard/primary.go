@@ -205,18 +205,25 @@ func (p *Primary[W]) Order(sl cut.Slice) []Answer[W] {
 }
 
 // Finalize ends the shard at length: records stored at or after it are
-// never ordered, and their waiters are told so.
-func (p *Primary[W]) Finalize(length uint64) []Answer[W] {
-	var out []Answer[W]
+// never ordered, and their waiters are told so. Every cut up to length
+// must have been applied first; unanswered reports how many records below
+// length still waited for their position, which only a bug leaves (their
+// clients would wait forever, so the caller says so loudly).
+func (p *Primary[W]) Finalize(length uint64) (out []Answer[W], unanswered int) {
 	for i, s := range p.pending {
-		if p.base+uint64(i) >= length && s.set {
+		if !s.set {
+			continue
+		}
+		if p.base+uint64(i) >= length {
 			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq, Final: true})
+		} else {
+			unanswered++
 		}
 	}
 	p.base += uint64(len(p.pending))
 	p.pending = nil
 	p.finalized = true
-	return out
+	return out, unanswered
 }
 
 // Waiting returns every pending answer's waiter and sequence, for failing

@@ -60,9 +60,9 @@ func TestFinalizeAnswersUnorderedOnly(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("ordered %d", len(got))
 	}
-	fin := p.Finalize(3)
-	if len(fin) != 2 || !fin[0].Final || fin[0].Seq != 4 || fin[1].Seq != 5 {
-		t.Fatalf("finalize answers %+v", fin)
+	fin, unanswered := p.Finalize(3)
+	if len(fin) != 2 || !fin[0].Final || fin[0].Seq != 4 || fin[1].Seq != 5 || unanswered != 0 {
+		t.Fatalf("finalize answers %+v, %d unanswered", fin, unanswered)
 	}
 	if v, _ := p.Admit(1, 6, "s"); v != Finalized {
 		t.Fatalf("append after finalize: %v", v)
@@ -152,7 +152,11 @@ func TestRandomHistories(t *testing.T) {
 				global += n + uint64(rng.IntN(3)) // other shards' records
 			}
 		}
-		for _, a := range p.Finalize(ordered) {
+		fin, unanswered := p.Finalize(ordered)
+		if unanswered != 0 {
+			t.Fatalf("seed %d: %d records below the final length never answered", seed, unanswered)
+		}
+		for _, a := range fin {
 			if !a.Final {
 				t.Fatalf("seed %d: non-final answer at finalize", seed)
 			}
@@ -205,7 +209,9 @@ func TestRetryOfOrderedRecordAfterFinalize(t *testing.T) {
 	p.Stored(7, 1, 0, "s")
 	order(p, pos, cut.Slice{LocalStart: 0, GlobalStart: 40, Count: 1})
 	p.Stored(7, 2, 1, "s")
-	p.Finalize(1)
+	if _, unanswered := p.Finalize(1); unanswered != 0 {
+		t.Fatalf("%d unanswered", unanswered)
+	}
 	if v, at := p.Admit(7, 1, "s2"); v != Ordered || at != 40 {
 		t.Fatalf("retry of ordered record: %v at %d, want Ordered at 40", v, at)
 	}
@@ -214,5 +220,19 @@ func TestRetryOfOrderedRecordAfterFinalize(t *testing.T) {
 	}
 	if v, _ := p.Admit(7, 3, "s2"); v != Finalized {
 		t.Fatalf("new append after finalize: %v, want Finalized", v)
+	}
+}
+
+// TestFinalizeCountsUnansweredBelowLength checks that finalizing past
+// records whose cuts were never applied reports them: their clients would
+// otherwise wait without a word.
+func TestFinalizeCountsUnansweredBelowLength(t *testing.T) {
+	p := NewPrimary[string](0, func(uint64) (uint64, bool) { return 0, false })
+	for i := uint64(0); i < 4; i++ {
+		p.Stored(1, i+1, i, "s")
+	}
+	fin, unanswered := p.Finalize(3)
+	if len(fin) != 1 || fin[0].Seq != 4 || unanswered != 3 {
+		t.Fatalf("finalize: answers %+v, %d unanswered; want seq 4 final and 3 unanswered", fin, unanswered)
 	}
 }

@@ -482,7 +482,12 @@ func (r *replica) applyCut(m cutMsg) {
 		r.finalLen.Store(m.finalLen)
 		r.finalized.Store(true)
 		if r.primary != nil {
-			r.answer(r.primary.Finalize(m.finalLen))
+			answers, unanswered := r.primary.Finalize(m.finalLen)
+			if unanswered > 0 {
+				r.log.Error("shard finalized before the cuts of some appends were applied: their clients get no answer",
+					"final_length", m.finalLen, "unanswered", unanswered)
+			}
+			r.answer(answers)
 		}
 	}
 	r.broadcast()
