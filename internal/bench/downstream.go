@@ -83,8 +83,9 @@ type item struct {
 }
 
 type finishedRec struct {
-	pos  uint64
-	hash uint64
+	pos    uint64
+	stream int
+	hash   uint64
 }
 
 // breakdownSums add up the e2e parts of finished measured records.
@@ -221,12 +222,12 @@ func (d *downstream) handleLocked(s int, ev ConsumerEvent, now time.Time) {
 		d.queue = append(d.queue, it)
 		d.open++
 	case EventConfirm:
-		n := 0
-		for _, it := range d.pending {
-			if it.pos >= ev.Position {
-				break
+		// Only the consumer's own deliveries: another consumer may still
+		// hold void ones below this end, its Fail not yet seen.
+		d.pending = slices.DeleteFunc(d.pending, func(it *item) bool {
+			if it.stream != s || it.pos >= ev.Position {
+				return false
 			}
-			n++
 			it.confirmed = now
 			if it.measured {
 				d.run.confirm.Record(now.Sub(it.start))
@@ -234,8 +235,8 @@ func (d *downstream) handleLocked(s int, ev ConsumerEvent, now time.Time) {
 			if !it.computed.IsZero() {
 				d.finishLocked(it)
 			}
-		}
-		d.pending = slices.Delete(d.pending, 0, n)
+			return true
+		})
 		d.checkReachedLocked()
 	case EventFail:
 		// Each consumer that delivered past confirmed-gp fails; count
@@ -270,7 +271,7 @@ func (d *downstream) finishLocked(it *item) {
 	if it.confirmed.After(done) {
 		done = it.confirmed
 	}
-	d.finished = append(d.finished, finishedRec{pos: it.pos, hash: positionHash(d.run.hashSeed, it.pos, it.id)})
+	d.finished = append(d.finished, finishedRec{pos: it.pos, stream: it.stream, hash: positionHash(d.run.hashSeed, it.pos, it.id)})
 	d.run.series.finished(done, done.Sub(it.start))
 	if !it.measured {
 		return
@@ -323,14 +324,15 @@ func (d *downstream) closeReachedLocked() {
 	}
 }
 
-// digest sums the hashes of the records finished at positions ≤ upTo and
-// counts them; it fails if a position was finished twice.
-func (d *downstream) digest(upTo int64) (n int, sum uint64, err error) {
+// digest sums the hashes of the records each consumer s finished at
+// positions ≤ upTo[s] and counts them; it fails if a position was
+// finished twice.
+func (d *downstream) digest(upTo []int64) (n int, sum uint64, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	seen := make(map[uint64]bool, len(d.finished))
 	for _, f := range d.finished {
-		if int64(f.pos) > upTo {
+		if int64(f.pos) > upTo[f.stream] {
 			continue
 		}
 		if seen[f.pos] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func TestDownstreamSpeculative(t *testing.T) {
 	if sums.n != 4 || sums.wait < 0 {
 		t.Fatalf("breakdown %+v", sums)
 	}
-	if n, _, err := d.digest(3); err != nil || n != 4 {
+	if n, _, err := d.digest([]int64{3}); err != nil || n != 4 {
 		t.Fatalf("digest: %d records, %v", n, err)
 	}
 }
@@ -159,26 +160,46 @@ func TestDownstreamEagerAndBadOrder(t *testing.T) {
 }
 
 // TestDownstreamFollowsShards gives a task one consumer per shard, whose
-// positions interleave: a confirmation from either finishes both shards'
-// records below it, a failure voids only the failing consumer's
-// deliveries, and a view's failures count as one misspeculation.
+// positions interleave. Events are handed in directly, in the order under
+// test: a confirmation finishes only its own consumer's records (another
+// consumer may still hold void ones below it, its Fail not seen yet), a
+// failure voids only the failing consumer's deliveries, and a view's
+// failures count as one misspeculation.
 func TestDownstreamFollowsShards(t *testing.T) {
-	d, r, ev := testTaskOf(t, true, 2)
-	deliver := func(s int, pos, seq uint64, view uint64) {
-		ev[s] <- ConsumerEvent{Kind: EventDeliver, Position: pos, Payload: stamped(r, seq), Speculative: true, View: view}
+	d, r, _ := testTaskOf(t, true, 2)
+	handle := func(s int, ev ConsumerEvent) {
+		d.mu.Lock()
+		d.handleLocked(s, ev, time.Now())
+		d.mu.Unlock()
+		if ev.Kind == EventDeliver {
+			select {
+			case d.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	deliver := func(s int, pos, seq, view uint64) {
+		handle(s, ConsumerEvent{Kind: EventDeliver, Position: pos, Payload: stamped(r, seq), Speculative: true, View: view})
 	}
 	deliver(0, 1, 1, 0)
 	deliver(0, 3, 3, 0)
 	deliver(1, 0, 0, 0)
 	deliver(1, 2, 2, 0)
-	ev[1] <- ConsumerEvent{Kind: EventConfirm, Position: 2} // 0 and 1
-	// Shard 1 fails whole at confirmed-gp 2: its position 2 is void;
-	// shard 0's consumer fails too and gets 3 again.
-	ev[1] <- ConsumerEvent{Kind: EventFail, Position: 2, View: 1}
-	ev[0] <- ConsumerEvent{Kind: EventFail, Position: 2, View: 1}
+	handle(1, ConsumerEvent{Kind: EventConfirm, Position: 2}) // shard 1's 0
+	// Shard 1 fails whole at confirmed-gp 2. Shard 0's consumer hears it
+	// first, gets its 3 again and a confirmation past it, all before
+	// shard 1's consumer hears of the failure: shard 1's 2 must stay open.
+	handle(0, ConsumerEvent{Kind: EventFail, Position: 2, View: 1})
 	deliver(0, 3, 3, 1)
+	handle(0, ConsumerEvent{Kind: EventConfirm, Position: 4, View: 1})
+	d.mu.Lock()
+	open := slices.ContainsFunc(d.pending, func(it *item) bool { return it.stream == 1 && it.pos == 2 })
+	d.mu.Unlock()
+	if !open {
+		t.Fatal("another consumer's confirmation finished shard 1's delivery at 2, which its Fail will void")
+	}
+	handle(1, ConsumerEvent{Kind: EventFail, Position: 2, View: 1})
 	d.setTargets([]int64{3, 0})
-	ev[0] <- ConsumerEvent{Kind: EventConfirm, Position: 4, View: 1}
 	waitReached(t, d)
 
 	d.mu.Lock()
@@ -187,7 +208,7 @@ func TestDownstreamFollowsShards(t *testing.T) {
 	if finished != 3 || misspec != 1 || rolledBack != 2 {
 		t.Fatalf("finished %d, misspeculations %d, rolled back %d; want 3, 1, 2", finished, misspec, rolledBack)
 	}
-	if n, _, err := d.digest(3); err != nil || n != 3 {
+	if n, _, err := d.digest([]int64{3, 3}); err != nil || n != 3 {
 		t.Fatalf("digest: %d records, %v; want positions 0, 1 and 3", n, err)
 	}
 }

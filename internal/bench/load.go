@@ -487,7 +487,6 @@ func (r *loadRun) drainTasks(ctx context.Context, tasks []*downstream, targets [
 	for _, d := range tasks {
 		d.setTargets(targets)
 	}
-	target := slices.Max(targets)
 	timer := time.NewTimer(drainTimeout)
 	defer timer.Stop()
 	for _, d := range tasks {
@@ -510,18 +509,18 @@ func (r *loadRun) drainTasks(ctx context.Context, tasks []*downstream, targets [
 		}
 	}
 	// Every subscriber must hold the same records at the same positions.
-	n0, sum0, err := tasks[0].digest(target)
+	n0, sum0, err := tasks[0].digest(targets)
 	if err != nil {
 		return err
 	}
 	for _, d := range tasks[1:] {
-		n, sum, err := d.digest(target)
+		n, sum, err := d.digest(targets)
 		if err != nil {
 			return err
 		}
 		if n != n0 || sum != sum0 {
-			return fmt.Errorf("subscribers 1 and %d disagree on positions up to %d: %d vs %d records, digests %x vs %x",
-				d.idx+1, target, n0, n, sum0, sum)
+			return fmt.Errorf("subscribers 1 and %d disagree on positions up to %v: %d vs %d records, digests %x vs %x",
+				d.idx+1, targets, n0, n, sum0, sum)
 		}
 	}
 	return nil
