@@ -34,9 +34,9 @@ const (
 	// eventHistoryMax is how many applied events a replica keeps for Watch
 	// catch-up; a watcher further behind gets a snapshot instead.
 	eventHistoryMax = 1 << 16
-	// cutsInflightMax is how many cut proposals may await commit at once.
-	// A cut every ordering interval keeps going while a slow Raft round
-	// commits the one before; a cut that grows nothing applies as nothing.
+	// cutsInflightMax is how many cut proposals may await commit at once,
+	// so that a cut every ordering interval keeps going while a slow Raft
+	// round commits the one before.
 	cutsInflightMax = 3
 	// releasesInflightMax is how many speculative releases may await
 	// commit at once. Releases are idempotent and each reaches further
@@ -136,8 +136,9 @@ type Server struct {
 	inflight     int
 	inflightAt   time.Time
 	lastProposal time.Time
-	// releasedThrough is the last cut the leader proposed to release;
-	// proposedLens are the lengths of its last cut proposal.
+	// releasedThrough and proposedLens are the furthest release and the
+	// lengths of the last cut the leader proposed: with several proposals
+	// in flight, it must not propose again what one of them carries.
 	releasedThrough uint64
 	proposedLens    map[cut.ShardID]uint64
 	finalizing      map[cut.ShardID]time.Time
@@ -512,10 +513,23 @@ func (s *Server) maybeProposeCut() time.Duration {
 	metrics.CutProposals.WithLabelValues(s.cfg.ID).Inc()
 	if _, err := s.propose(ctx, control.Command{Cut: &control.CutCommand{Lengths: lengths, Force: force}}, false); err != nil {
 		s.log.Debug("cut proposal failed", "err", err)
+		s.proposalFailed()
 	}
 	// Reports that arrive while this proposal is in flight need another cut;
 	// a finalizing shard needs cuts until its final one.
 	return s.cfg.OrderingInterval
+}
+
+// proposalFailed frees the in-flight slot of a cut proposal Raft refused,
+// and forgets what the leader proposed, so the next step proposes it again.
+func (s *Server) proposalFailed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight > 0 {
+		s.inflight--
+	}
+	s.releasedThrough = 0
+	clear(s.proposedLens)
 }
 
 // detectFailures finalizes shards whose replicas went silent, restarted, or
@@ -713,6 +727,9 @@ func (s *Server) maybeProposeSpec() time.Duration {
 		}
 		if _, err := s.propose(ctx, c, false); err != nil {
 			s.log.Debug("proposal failed", "err", err)
+			if c.Cut != nil {
+				s.proposalFailed()
+			}
 		}
 		cancel()
 	}

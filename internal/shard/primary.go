@@ -205,10 +205,10 @@ func (p *Primary[W]) Order(sl cut.Slice) []Answer[W] {
 }
 
 // Finalize ends the shard at length: records stored at or after it are
-// never ordered, and their waiters are told so. Every cut up to length
-// must have been applied first; unanswered reports how many records below
-// length still waited for their position, which only a bug leaves (their
-// clients would wait forever, so the caller says so loudly).
+// never ordered, and their waiters are told so. Records below length were
+// ordered; unanswered counts those still waiting for their position because
+// this copy never applied their cuts (a bug, or a copy that restored a
+// snapshot). Their clients get no answer here, so the caller says so.
 func (p *Primary[W]) Finalize(length uint64) (out []Answer[W], unanswered int) {
 	for i, s := range p.pending {
 		if !s.set {

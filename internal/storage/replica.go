@@ -484,7 +484,7 @@ func (r *replica) applyCut(m cutMsg) {
 		if r.primary != nil {
 			answers, unanswered := r.primary.Finalize(m.finalLen)
 			if unanswered > 0 {
-				r.log.Error("shard finalized before the cuts of some appends were applied: their clients get no answer",
+				r.log.Error("shard finalized before this copy applied the cuts of some appends: their clients get no answer",
 					"final_length", m.finalLen, "unanswered", unanswered)
 			}
 			r.answer(answers)
