@@ -41,10 +41,12 @@ type Filter struct {
 	Keys []string
 	Tags []string
 	// Shard, when set, makes the subscription follow that shard alone, as
-	// a per-shard downstream task does: its records come as soon as the
-	// shard has them (on a speculative cluster: as soon as they are
-	// durable), in position order, without waiting for the positions of
-	// other shards in between.
+	// a per-shard downstream task does: its records come in position order
+	// as soon as the shard has them (with SubscribeSpec's speculative
+	// delivery: as soon as they are durable), without waiting for the
+	// positions of other shards in between. When an eager cluster's shard
+	// is finalized, Next returns ErrShardFinalized after its last record;
+	// on a speculative cluster the subscription goes quiet instead.
 	Shard *uint32
 }
 
@@ -95,10 +97,6 @@ var (
 	// ErrOutcomeUnknown fails an append whose shard failed whole before
 	// acknowledging it: no copy is left to say whether it was stored.
 	ErrOutcomeUnknown = errors.New("augur: append outcome unknown")
-	// ErrShardFailed ends a subscription that follows one shard (Filter.
-	// Shard) when that shard failed whole: after the Fail event nothing
-	// more can come from it.
-	ErrShardFailed = errors.New("augur: shard failed whole")
 	// ErrNoop is Read's answer for a position that holds a no-op: in
 	// speculative mode shards fill their quotas with no-ops, which take
 	// positions but carry no record.

@@ -438,3 +438,44 @@ func TestLaggingSubscriptionAcrossTrim(t *testing.T) {
 		}
 	}
 }
+
+// TestOneShardSubscriptionEndsWithItsShard follows one shard of an eager
+// cluster alone while it is finalized: the subscriber gets every record the
+// shard ordered, then ErrShardFinalized.
+func TestOneShardSubscriptionEndsWithItsShard(t *testing.T) {
+	_, c := startCluster(t)
+	ctx := testCtx(t)
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Shards[0].Id
+	sub, err := c.Subscribe(ctx, 0, client.OnShard(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var want []client.Ack
+	for i := 0; i < 10; i++ {
+		a, err := c.AppendToShard(ctx, client.Record{Payload: []byte(fmt.Sprint("r", i))}, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, a)
+	}
+	if err := c.FinalizeShard(ctx, id, 2); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range want {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if e.Position != a.Position || string(e.Record.Payload) != fmt.Sprint("r", i) {
+			t.Fatalf("record %d at %d (%q), acknowledged at %d", i, e.Position, e.Record.Payload, a.Position)
+		}
+	}
+	if e, err := sub.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
+		t.Fatalf("after the shard's last record: %+v, %v; want ErrShardFinalized", e, err)
+	}
+}

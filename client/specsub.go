@@ -182,9 +182,6 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 	refresh := time.NewTicker(statusRefreshEvery)
 	defer refresh.Stop()
 	var knownMV uint64
-	// shardFailed: the one shard followed failed whole at failedAt.
-	shardFailed := false
-	var failedAt uint64
 	for {
 		select {
 		case msg := <-s.msgs:
@@ -233,15 +230,14 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 			if s.only == nil || st.Spec == nil {
 				continue
 			}
-			// A dead shard's stream cannot announce its own failure: a
-			// one-shard subscription learns of view changes here too.
+			// A dead or finalized shard's stream announces neither its
+			// own failure nor later cuts: a one-shard subscription learns
+			// both here too. The view changes go first, so that what they
+			// void is not confirmed.
 			for _, vc := range st.Spec.Void {
 				m.ViewChange(vc.View, vc.ConfirmedGp, vc.FailedShard)
-				if vc.FailedShard == *s.only {
-					failedAt = vc.ConfirmedGp
-					shardFailed = true
-				}
 			}
+			m.Confirm(st.Tail)
 		case <-s.ctx.Done():
 			s.setErr(ErrClosed)
 			return
@@ -261,10 +257,6 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 				s.setErr(ErrClosed)
 				return
 			}
-		}
-		if shardFailed {
-			s.setErr(fmt.Errorf("%w: shard %d; its records from position %d on are void", ErrShardFailed, *s.only, failedAt))
-			return
 		}
 		s.mu.Lock()
 		s.position = m.Position()

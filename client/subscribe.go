@@ -243,6 +243,11 @@ func (s *Subscription) merge() {
 		if !s.emit(cuts) {
 			return
 		}
+		if s.only != nil && m.resp.Done {
+			// The followed shard is finalized and sent its last batch.
+			s.setErr(fmt.Errorf("%w: shard %d has no more records", ErrShardFinalized, *s.only))
+			return
+		}
 		if len(cuts) > 0 && !stuckArmed {
 			stuck.Reset(stuckRefreshAfter)
 			stuckArmed = true

@@ -241,10 +241,7 @@ func (sb *simSub) fail(ev Event[int64]) {
 func (sb *simSub) finish() {
 	s := sb.s
 	end := uint64(len(s.eager))
-	// A dead shard's stream says nothing more: its one-shard subscriber
-	// confirms only what it heard before.
-	deadShard := sb.oneShard && s.failed != nil && s.failed.id == sb.shard
-	if sb.confirmed < max(end, sb.from) && end > sb.from && !deadShard {
+	if sb.confirmed < max(end, sb.from) && end > sb.from {
 		s.errorf("sub %d: confirmed up to %d, the cuts end at %d", sb.id, sb.confirmed, end)
 	}
 	for p := sb.from; p < max(end, uint64(len(sb.cur))); p++ {

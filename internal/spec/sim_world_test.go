@@ -391,14 +391,6 @@ func (s *sim) learn(c control.Command, ev control.Event, snap *control.State) {
 		s.views = append(s.views, *v)
 		s.voidFrom[v.Void.Shard] = v.Void.From
 		s.checkSlots(v.Void, snap)
-		// A one-shard subscriber also learns of view changes from the
-		// cluster status it polls, so it hears of its own shard's failure.
-		vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Void.Shard}
-		for _, sb := range s.subs {
-			if sb.oneShard {
-				s.after(statusPollDelay, func() { sb.on(&subMsg{shard: sb.shard, views: []*viewMsg{vc}}) })
-			}
-		}
 	}
 	cuts := ev.Cuts
 	if len(cuts) == 0 && ev.Cut != nil {
@@ -406,6 +398,9 @@ func (s *sim) learn(c control.Command, ev control.Event, snap *control.State) {
 	}
 	for _, c := range cuts {
 		s.commit(c)
+	}
+	if ev.View != nil || len(cuts) > 0 {
+		s.pollStatus()
 	}
 	if ev.Window != nil {
 		for _, q := range ev.Window.Quotas {
@@ -509,6 +504,23 @@ func (s *sim) commit(c cut.Cut) {
 	}
 	s.lastCut = c
 	s.cutCount++
+}
+
+// pollStatus has each one-shard subscriber hear, a poll later, what the
+// cluster status says now: every view change and the committed end. Its
+// own shard's stream cannot tell it of that shard's failure, nor, once
+// the shard is dead or gone, of later cuts.
+func (s *sim) pollStatus() {
+	var views []*viewMsg
+	for _, v := range s.views {
+		views = append(views, &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Void.Shard})
+	}
+	end := s.lastCut.End
+	for _, sb := range s.subs {
+		if sb.oneShard {
+			s.after(statusPollDelay, func() { sb.on(&subMsg{shard: sb.shard, views: views, confirm: end}) })
+		}
+	}
 }
 
 // ---- shards ----
