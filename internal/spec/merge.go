@@ -92,7 +92,8 @@ type Merger[R any] struct {
 	confirmedOnly bool
 	// oneStream: the items come from a single shard's stream, so the
 	// positions between them belong to shards the subscriber does not
-	// follow; each item is delivered as soon as it is the lowest held.
+	// follow, and nobody will fill them: the merger must not wait for
+	// them.
 	oneStream bool
 	from      uint64
 	// next is the first position not yet delivered in this view.

@@ -77,8 +77,11 @@ type scenario struct {
 	subs       int
 	eagerSub   bool
 	lateFrom   uint64
-	// oneShard is the index of the shard an extra subscriber follows alone.
-	oneShard int
+	// oneShard is the index of the shard an extra subscriber follows
+	// alone, from oneShardFrom, confirmed-only if oneShardConfirmed.
+	oneShard          int
+	oneShardFrom      uint64
+	oneShardConfirmed bool
 }
 
 func newScenario(r *rand.Rand) scenario {
@@ -148,13 +151,17 @@ func newScenario(r *rand.Rand) scenario {
 		sc.electionGap = time.Duration(1+r.IntN(10)) * t
 	}
 	sc.oneShard = r.IntN(sc.shards)
+	if r.IntN(3) == 0 {
+		sc.oneShardFrom = uint64(r.IntN(200))
+	}
+	sc.oneShardConfirmed = r.IntN(4) == 0
 	return sc
 }
 
 func (sc scenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (eager %v, late from %d) and one of shard #%d",
-		sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.cfg.StaggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard)
+	fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (eager %v, late from %d) and one of shard #%d (from %d, confirmed only %v)",
+		sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.cfg.StaggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard, sc.oneShardFrom, sc.oneShardConfirmed)
 	for _, x := range sc.bursts {
 		fmt.Fprintf(&b, "; burst on #%d at %v for %v ×%.1f", x.shard, x.at, x.dur, x.multiply)
 	}
@@ -212,8 +219,9 @@ func newSim(seed uint64, trace func(string)) *sim {
 		sb.m = NewMerger[int64](sb.from, sb.confirmedOnly)
 		s.subs = append(s.subs, sb)
 	}
-	one := &simSub{s: s, id: sc.subs, oneShard: true, shard: cut.ShardID(sc.oneShard)}
-	one.m = NewShardMerger[int64](0, false)
+	one := &simSub{s: s, id: sc.subs, oneShard: true, shard: cut.ShardID(sc.oneShard),
+		from: sc.oneShardFrom, confirmedOnly: sc.oneShardConfirmed}
+	one.m = NewShardMerger[int64](one.from, one.confirmedOnly)
 	s.subs = append(s.subs, one)
 	joinRates := map[string]float64{}
 	register := func(name string, quota uint64) {
