@@ -310,25 +310,66 @@ func (q *Sequencer) held(shard cut.ShardID) bool {
 // aheadOf is how many cuts from idx on shard has reported enough for,
 // counting cuts without it, when it has reported anything not yet ordered.
 func (q *Sequencer) aheadOf(idx uint64, shard cut.ShardID) uint64 {
-	if q.reported(shard) <= q.st.LastCut.Len(shard) {
+	r := q.reported(shard)
+	if r <= q.st.LastCut.Len(shard) {
 		return 0
 	}
+	return aheadIn(q.st.Spec.Windows, idx, shard, r)
+}
+
+// aheadIn is aheadOf over windows ws for a shard that reported length r:
+// counting from cut idx, the cuts up to the shard's last own cut that r
+// satisfies, stopping at the first cut it does not. The leader asks this
+// of every shard on every report, so it is arithmetic over the shard's
+// cuts (every Groups-th from its Group), not a walk over the cuts.
+func aheadIn(ws []fixante.Window, idx uint64, shard cut.ShardID, r uint64) uint64 {
 	var ahead uint64
-	for k := idx; ; k++ {
-		w, ok := q.st.Spec.Window(k)
-		if !ok {
-			return ahead
+	next := idx // the first cut not looked at yet
+	for _, w := range ws {
+		if w.FirstCut+w.Cuts <= idx {
+			continue
 		}
-		j := k - w.FirstCut
-		if need, has := w.Length(shard, j); has && q.reported(shard) < need {
-			return ahead
+		if w.FirstCut > next {
+			return ahead // no window announces cut next
 		}
-		// Only the shard's own cuts count: other groups' cuts it is
-		// not in say nothing about how far ahead it is.
-		if w.Includes(shard, j) {
-			ahead = k - idx + 1
+		next = w.FirstCut + w.Cuts
+		qu, has := w.Quota(shard)
+		if !has {
+			continue // the shard is in none of these cuts
+		}
+		from := max(idx, w.FirstCut) - w.FirstCut
+		if r < qu.Base {
+			return ahead // even the window's first cut needs more
+		}
+		g := uint64(w.Groups)
+		mine := w.Capacity(shard) / qu.PerCut // the shard's cuts here
+		if mine == 0 {
+			continue // a window shorter than the groups may skip it
+		}
+		done := (r - qu.Base) / qu.PerCut // of which r satisfies
+		last, stop := uint64(0), false
+		if done < mine {
+			// The first of its cuts r leaves short holds every later
+			// cut back.
+			short := uint64(qu.Group) + done*g
+			if short < from {
+				return ahead
+			}
+			if done == 0 {
+				return ahead
+			}
+			last, stop = short-g, true
+		} else {
+			last = uint64(qu.Group) + (mine-1)*g
+		}
+		if last >= from {
+			ahead = w.FirstCut + last - idx + 1
+		}
+		if stop {
+			return ahead
 		}
 	}
+	return ahead
 }
 
 // lengthAt is shard's length once cut k is released.

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -283,6 +284,66 @@ func TestStaggeredQuotasCoverTheirGroups(t *testing.T) {
 	for _, q := range w.Quotas {
 		if q.PerCut != 3 {
 			t.Fatalf("quota %+v, want 3: one record per interval, in one cut of 3", q)
+		}
+	}
+}
+
+// aheadSlow is aheadIn's definition, walked cut by cut.
+func aheadSlow(ws []fixante.Window, idx uint64, shard cut.ShardID, r uint64) uint64 {
+	var ahead uint64
+	for k := idx; ; k++ {
+		var w fixante.Window
+		found := false
+		for _, c := range ws {
+			if k >= c.FirstCut && k < c.FirstCut+c.Cuts {
+				w, found = c, true
+			}
+		}
+		if !found {
+			return ahead
+		}
+		j := k - w.FirstCut
+		if need, has := w.Length(shard, j); has && r < need {
+			return ahead
+		}
+		if w.Includes(shard, j) {
+			ahead = k - idx + 1
+		}
+	}
+}
+
+// TestAheadInMatchesTheCutByCutWalk compares the arithmetic with the walk
+// on random windows: staggered groups, shards without a quota, every
+// starting cut and reported length.
+func TestAheadInMatchesTheCutByCutWalk(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := range 2000 {
+		shards := 1 + r.IntN(4)
+		base := make([]uint64, shards)
+		var ws []fixante.Window
+		first := uint64(r.IntN(5))
+		for range 1 + r.IntN(3) {
+			groups := 1 + r.IntN(min(shards, 3))
+			w := fixante.Window{FirstCut: first, Cuts: uint64(1 + r.IntN(9)), Groups: groups}
+			for s := range shards {
+				per := uint64(r.IntN(4))
+				w.Quotas = append(w.Quotas, fixante.Quota{Shard: cut.ShardID(s), PerCut: per, Group: r.IntN(groups), Base: base[s]})
+			}
+			for s := range shards {
+				base[s] += w.Capacity(cut.ShardID(s))
+			}
+			ws = append(ws, w)
+			first += w.Cuts
+		}
+		for s := range shards {
+			for idx := uint64(0); idx <= first+1; idx++ {
+				for rep := uint64(0); rep <= base[s]+2; rep++ {
+					want := aheadSlow(ws, idx, cut.ShardID(s), rep)
+					if got := aheadIn(ws, idx, cut.ShardID(s), rep); got != want {
+						t.Fatalf("trial %d: shard %d from cut %d with %d reported: %d, the walk says %d (windows %+v)", trial, s, idx, rep, got, want, ws)
+					}
+				}
+			}
 		}
 	}
 }
