@@ -104,6 +104,18 @@ type Sequencer struct {
 
 	lagFixes     uint64
 	quotaChanges uint64
+
+	// front caches the first blocked cut, its blockers and how far the
+	// others are ahead of it; every leader step asks for them twice, and
+	// only Observe and Report change them.
+	front      frontier
+	frontValid bool
+}
+
+type frontier struct {
+	idx      uint64
+	blockers []cut.ShardID
+	furthest uint64
 }
 
 // TakeStats returns how many lag-fixes the sequencer started and how many
@@ -123,6 +135,7 @@ func NewSequencer(cfg Config) *Sequencer {
 // keeps st; the caller must not change it afterwards.
 func (q *Sequencer) Observe(st *control.State, now time.Time) {
 	q.st = st
+	q.frontValid = false
 	for _, sh := range st.Shards {
 		v, ok := q.shards[sh.ID]
 		if sh.State == control.Finalized {
@@ -153,6 +166,7 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 	if !ok {
 		return
 	}
+	q.frontValid = false
 	if length > v.length {
 		v.length = length
 		if v.lagTarget > 0 {
@@ -215,7 +229,8 @@ func (q *Sequencer) Releasable(now time.Time) uint64 {
 		return 0
 	}
 	next := q.st.LastCut.Index + 1
-	idx, blocked := q.firstBlocked()
+	f := q.frontier()
+	idx, blocked := f.idx, f.blockers
 	n := idx - next
 	if q.hasSole && q.blockedCut < idx {
 		// The shard that alone held a cut back has reported.
@@ -227,9 +242,23 @@ func (q *Sequencer) Releasable(now time.Time) uint64 {
 		q.hasSole = false
 	}
 	if len(blocked) > 0 {
-		q.track(idx, q.furthest(idx, blocked), blocked, now)
+		q.track(idx, f.furthest, blocked, now)
 	}
 	return n
+}
+
+// frontier returns the first blocked cut, what blocks it, and how far the
+// other shards are ahead of it.
+func (q *Sequencer) frontier() frontier {
+	if !q.frontValid {
+		idx, blockers := q.firstBlocked()
+		q.front = frontier{idx: idx, blockers: blockers}
+		if len(blockers) > 0 {
+			q.front.furthest = q.furthest(idx, blockers)
+		}
+		q.frontValid = true
+	}
+	return q.front
 }
 
 // furthest is how many cuts from idx on the shards other than blockers
@@ -393,7 +422,8 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 	if !q.cfg.LagFix || q.st == nil || q.st.Spec == nil {
 		return nil
 	}
-	idx, blockers := q.firstBlocked()
+	f := q.frontier()
+	idx, blockers := f.idx, f.blockers
 	for id, v := range q.shards {
 		// A shard that no longer holds the cut back owes nothing: it is
 		// neither asked again nor suspected.
@@ -404,7 +434,7 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 	if len(blockers) == 0 {
 		return nil
 	}
-	furthest := q.furthest(idx, blockers)
+	furthest := f.furthest
 	if furthest == 0 {
 		// Nobody is waiting for anybody: nobody owes a catch-up.
 		for _, v := range q.shards {
