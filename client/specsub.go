@@ -84,7 +84,7 @@ func (c *Client) SubscribeSpec(ctx context.Context, from uint64, f Filter, confi
 	}
 	m := spec.NewMerger[Entry](from, confirmedOnly)
 	if f.Shard != nil {
-		if err := checkShard(st, *f.Shard); err != nil {
+		if err := c.checkShard(*f.Shard); err != nil {
 			return nil, err
 		}
 		m = spec.NewShardMerger[Entry](from, confirmedOnly)
@@ -107,14 +107,13 @@ func (c *Client) SubscribeSpec(ctx context.Context, from uint64, f Filter, confi
 	return s, nil
 }
 
-// checkShard tells whether a subscription may follow shard id alone.
-func checkShard(st *pb.StatusResponse, id uint32) error {
-	for _, sh := range st.Shards {
-		if sh.Id == id {
-			return nil
-		}
+// checkShard tells whether a subscription may follow shard id alone, by
+// the status just refreshed.
+func (c *Client) checkShard(id uint32) error {
+	if c.shardInfo(id) == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownShard, id)
 	}
-	return fmt.Errorf("%w: %d", ErrUnknownShard, id)
+	return nil
 }
 
 func (s *SpecSubscription) follow(st *pb.StatusResponse) {

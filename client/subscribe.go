@@ -80,7 +80,7 @@ func (c *Client) Subscribe(ctx context.Context, from uint64, f Filter) (*Subscri
 		return &Subscription{spec: ss}, nil
 	}
 	if f.Shard != nil {
-		if err := checkShard(st, *f.Shard); err != nil {
+		if err := c.checkShard(*f.Shard); err != nil {
 			return nil, err
 		}
 	}

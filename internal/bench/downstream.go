@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -34,9 +33,6 @@ type downstream struct {
 	mu sync.Mutex
 	// queue holds delivered items not yet taken into a batch.
 	queue []*item
-	// pending holds speculative deliveries not yet confirmed, positions
-	// strictly ascending.
-	pending []*item
 	// open counts delivered items neither finished nor void.
 	open int
 	// streams follow each consumer's progress; ended says their targets
@@ -59,8 +55,13 @@ type downstream struct {
 	err         error
 }
 
-// streamPos is one consumer's progress.
+// streamPos is one consumer's progress. A consumer's confirmations and
+// failures settle only its own deliveries: another consumer may still hold
+// void ones below a confirmed end, its Fail not seen yet.
 type streamPos struct {
+	// pending holds the speculative deliveries not yet confirmed,
+	// positions strictly ascending.
+	pending []*item
 	// last is the highest position delivered and not void, -1 before the
 	// first delivery.
 	last int64
@@ -68,6 +69,9 @@ type streamPos struct {
 	// once the load ended, -1 if none.
 	target int64
 }
+
+// String shows the consumer's progress in drain errors: last/target.
+func (s streamPos) String() string { return fmt.Sprintf("%d/%d", s.last, s.target) }
 
 // item is one delivery of a record to a downstream task.
 type item struct {
@@ -213,21 +217,19 @@ func (d *downstream) handleLocked(s int, ev ConsumerEvent, now time.Time) {
 			d.run.series.delivered(now, now.Sub(start))
 		}
 		if ev.Speculative {
-			// Consumers of different shards interleave their positions.
-			i, _ := slices.BinarySearchFunc(d.pending, it.pos, func(p *item, pos uint64) int { return cmp.Compare(p.pos, pos) })
-			d.pending = slices.Insert(d.pending, i, it)
+			st.pending = append(st.pending, it)
 		} else {
 			it.confirmed = now
 		}
 		d.queue = append(d.queue, it)
 		d.open++
 	case EventConfirm:
-		// Only the consumer's own deliveries: another consumer may still
-		// hold void ones below this end, its Fail not yet seen.
-		d.pending = slices.DeleteFunc(d.pending, func(it *item) bool {
-			if it.stream != s || it.pos >= ev.Position {
-				return false
+		n := 0
+		for _, it := range st.pending {
+			if it.pos >= ev.Position {
+				break
 			}
+			n++
 			it.confirmed = now
 			if it.measured {
 				d.run.confirm.Record(now.Sub(it.start))
@@ -235,8 +237,8 @@ func (d *downstream) handleLocked(s int, ev ConsumerEvent, now time.Time) {
 			if !it.computed.IsZero() {
 				d.finishLocked(it)
 			}
-			return true
-		})
+		}
+		st.pending = slices.Delete(st.pending, 0, n)
 		d.checkReachedLocked()
 	case EventFail:
 		// Each consumer that delivered past confirmed-gp fails; count
@@ -249,15 +251,13 @@ func (d *downstream) handleLocked(s int, ev ConsumerEvent, now time.Time) {
 				d.run.series.failed(now)
 			}
 		}
-		d.pending = slices.DeleteFunc(d.pending, func(it *item) bool {
-			if it.stream != s || it.pos < ev.Position {
-				return false
-			}
+		for len(st.pending) > 0 && st.pending[len(st.pending)-1].pos >= ev.Position {
+			it := st.pending[len(st.pending)-1]
+			st.pending = st.pending[:len(st.pending)-1]
 			it.void = true
 			d.open--
 			d.rolledBack++
-			return true
-		})
+		}
 		st.last = min(st.last, int64(ev.Position)-1)
 	default:
 		d.failLocked(fmt.Errorf("subscriber %d: unknown event kind %v", d.idx+1, ev.Kind))

@@ -193,7 +193,7 @@ func TestDownstreamFollowsShards(t *testing.T) {
 	deliver(0, 3, 3, 1)
 	handle(0, ConsumerEvent{Kind: EventConfirm, Position: 4, View: 1})
 	d.mu.Lock()
-	open := slices.ContainsFunc(d.pending, func(it *item) bool { return it.stream == 1 && it.pos == 2 })
+	open := slices.ContainsFunc(d.streams[1].pending, func(it *item) bool { return it.pos == 2 })
 	d.mu.Unlock()
 	if !open {
 		t.Fatal("another consumer's confirmation finished shard 1's delivery at 2, which its Fail will void")

@@ -372,29 +372,15 @@ func aheadIn(ws []fixante.Window, idx uint64, shard cut.ShardID, r uint64) uint6
 		}
 		g := uint64(w.Groups)
 		mine := w.Capacity(shard) / qu.PerCut // the shard's cuts here
-		if mine == 0 {
-			continue // a window shorter than the groups may skip it
+		done := (r - qu.Base) / qu.PerCut     // of which r satisfies
+		if n := min(done, mine); n > 0 {
+			if last := uint64(qu.Group) + (n-1)*g; last >= from {
+				ahead = w.FirstCut + last - idx + 1
+			}
 		}
-		done := (r - qu.Base) / qu.PerCut // of which r satisfies
-		last, stop := uint64(0), false
 		if done < mine {
 			// The first of its cuts r leaves short holds every later
 			// cut back.
-			short := uint64(qu.Group) + done*g
-			if short < from {
-				return ahead
-			}
-			if done == 0 {
-				return ahead
-			}
-			last, stop = short-g, true
-		} else {
-			last = uint64(qu.Group) + (mine-1)*g
-		}
-		if last >= from {
-			ahead = w.FirstCut + last - idx + 1
-		}
-		if stop {
 			return ahead
 		}
 	}

@@ -259,16 +259,10 @@ func newSim(seed uint64, trace func(string)) *sim {
 	s.joinRates = joinRates
 	for _, at := range sc.leaves {
 		s.after(at, func() {
-			var cand []*simShard
-			for _, sh := range s.order {
-				if sh.accepting {
-					cand = append(cand, sh)
-				}
-			}
-			if len(cand) < 2 {
+			sh := s.pick(2, func(sh *simShard) bool { return sh.accepting })
+			if sh == nil {
 				return
 			}
-			sh := cand[s.r.IntN(len(cand))]
 			sh.accepting, sh.leaving = false, true
 			s.tracef("shard %d leaves", sh.id)
 			s.ld.propose(control.Command{Finalize: &control.FinalizeCommand{Shard: sh.id}})
@@ -276,16 +270,10 @@ func newSim(seed uint64, trace func(string)) *sim {
 	}
 	if x := sc.straggle; x != nil {
 		s.after(x.at, func() {
-			var cand []*simShard
-			for _, sh := range s.order {
-				if sh.alive && !sh.leaving {
-					cand = append(cand, sh)
-				}
-			}
-			if len(cand) == 0 {
+			sh := s.pick(1, func(sh *simShard) bool { return sh.alive && !sh.leaving })
+			if sh == nil {
 				return
 			}
-			sh := cand[s.r.IntN(len(cand))]
 			sh.straggleFrom, sh.straggleUntil, sh.straggleExtra = s.now, s.now.Add(x.dur), x.extra
 			s.tracef("shard %d straggles", sh.id)
 		})
@@ -295,20 +283,28 @@ func newSim(seed uint64, trace func(string)) *sim {
 	}
 	if sc.failAt > 0 {
 		s.after(sc.failAt, func() {
-			var cand []*simShard
-			for _, sh := range s.order {
-				if sh.accepting {
-					cand = append(cand, sh)
-				}
+			if sh := s.pick(2, func(sh *simShard) bool { return sh.accepting }); sh != nil {
+				s.failed = sh
+				sh.fail()
 			}
-			if len(cand) < 2 {
-				return
-			}
-			s.failed = cand[s.r.IntN(len(cand))]
-			s.failed.fail()
 		})
 	}
 	return s
+}
+
+// pick returns a random shard that ok accepts, or nil when fewer than
+// least do.
+func (s *sim) pick(least int, ok func(*simShard) bool) *simShard {
+	var cand []*simShard
+	for _, sh := range s.order {
+		if ok(sh) {
+			cand = append(cand, sh)
+		}
+	}
+	if len(cand) < least {
+		return nil
+	}
+	return cand[s.r.IntN(len(cand))]
 }
 
 // check runs the end-of-run assertions.

@@ -287,6 +287,21 @@ func (pc *procCluster) checkAlive() {
 	}
 }
 
+// startAll starts every server; when the test ends, it stops them and, if
+// the test failed, prints their logs.
+func (pc *procCluster) startAll() {
+	t := pc.t
+	t.Cleanup(func() {
+		if t.Failed() {
+			pc.printLogs()
+		}
+	})
+	t.Cleanup(pc.stopAll)
+	for _, id := range pc.ids() {
+		pc.start(id)
+	}
+}
+
 // stopAll sends SIGTERM to every running server and waits for it to exit,
 // falling back to SIGKILL.
 func (pc *procCluster) stopAll() {
@@ -418,15 +433,7 @@ func TestProcessFaults(t *testing.T) {
 	bin := augurBinary(t)
 	ctx := t.Context()
 	pc := newProcCluster(t, bin, time.Millisecond, "")
-	t.Cleanup(func() {
-		if t.Failed() {
-			pc.printLogs()
-		}
-	})
-	t.Cleanup(pc.stopAll)
-	for _, id := range pc.ids() {
-		pc.start(id)
-	}
+	pc.startAll()
 
 	admin := pc.dial(ctx)
 	st := waitStatus(t, ctx, admin, procReadyTimeout, "cluster ready", func(st *pb.StatusResponse) string {

@@ -155,15 +155,7 @@ func TestSpecProcess(t *testing.T) {
 	if err := pc.cfg.Save(pc.cfgPath); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			pc.printLogs()
-		}
-	})
-	t.Cleanup(pc.stopAll)
-	for _, id := range pc.ids() {
-		pc.start(id)
-	}
+	pc.startAll()
 	admin := pc.dial(ctx)
 	st := waitStatus(t, ctx, admin, procReadyTimeout, "cluster ready", func(st *pb.StatusResponse) string {
 		if st.Spec == nil {
