@@ -222,19 +222,18 @@ func (s *State) finalizeSpec(sh *Shard, failed bool) (*ViewChange, bool) {
 }
 
 // fillerFor picks the live shard that delivers failed's no-op slots: the
-// lowest-id shard with a quota in an announced window that has not failed,
-// other than failed and gone. It returns failed when there is none.
+// lowest-id live shard other than failed and gone. It need not hold a quota:
+// it only streams the slots as skips, and when the failed shard was the
+// only one the windows give a quota (the others excluded as stragglers),
+// nobody else would. It returns failed when there is none.
 func (s *State) fillerFor(failed, gone cut.ShardID) cut.ShardID {
 	best := failed
-	for _, w := range s.Spec.Windows {
-		for _, q := range w.Quotas {
-			sh := s.Shard(q.Shard)
-			if q.PerCut == 0 || q.Shard == failed || q.Shard == gone || sh == nil || sh.State == Finalized && sh.Failed {
-				continue
-			}
-			if best == failed || q.Shard < best {
-				best = q.Shard
-			}
+	for _, sh := range s.Shards {
+		if sh.ID == failed || sh.ID == gone || sh.State != Live {
+			continue
+		}
+		if best == failed || sh.ID < best {
+			best = sh.ID
 		}
 	}
 	return best

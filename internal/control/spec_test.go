@@ -145,3 +145,16 @@ func TestSpecViewChange(t *testing.T) {
 		t.Fatalf("restore: %v", err)
 	}
 }
+
+// TestSpecFillerNeedNotHoldAQuota fails the only shard the windows give a
+// quota (the other excluded, as a straggler is): the other live shard must
+// still fill its slots, or no subscriber could pass them.
+func TestSpecFillerNeedNotHoldAQuota(t *testing.T) {
+	s := specTwoShards(t, 4)
+	mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 2}, fixante.Quota{Shard: 1, PerCut: 0}))
+	mustApply(t, s, release(s, 1))
+	ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}})
+	if ev.View == nil || ev.View.Void.Filler != 1 {
+		t.Fatalf("view change %+v: want shard 1 to fill", ev.View)
+	}
+}
