@@ -243,7 +243,21 @@ func (r *replica) appendLoop(reqs []appendReq) {
 	if len(entries) == 0 {
 		return
 	}
-	first, err := r.store.Append(entries)
+	// The backups get the batch before this copy writes it, so their writes
+	// overlap this one: a record is durable only once every copy holds it.
+	// The loop is the store's only writer, so the batch starts at Len.
+	first := r.store.Len()
+	recs := make([]*pb.StoredRecord, len(entries))
+	for i, e := range entries {
+		recs[i] = &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
+	}
+	for _, b := range r.srv.backupLinks(r) {
+		b.send(first, recs)
+	}
+	stored, err := r.store.Append(entries)
+	if err == nil {
+		assert(stored == first, "a primary's batch was stored where the loop did not expect it")
+	}
 	if err != nil {
 		// A store that cannot write loses nothing acknowledged, but this
 		// shard can take no more: fail the batch and let the shard be
@@ -262,13 +276,6 @@ func (r *replica) appendLoop(reqs []appendReq) {
 		r.primary.Stored(e.ClientID, e.Seq, first+uint64(i), waiters[i])
 	}
 	r.records.Add(uint64(len(entries)))
-	recs := make([]*pb.StoredRecord, len(entries))
-	for i, e := range entries {
-		recs[i] = &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
-	}
-	for _, b := range r.srv.backupLinks(r) {
-		b.send(first, recs)
-	}
 	r.updateDurable()
 }
 
