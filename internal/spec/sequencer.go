@@ -77,6 +77,9 @@ type shardView struct {
 	lagLastSent  time.Time
 	strikes      int
 	stage        stage
+	// reached remembers when the latest reports arrived, to time how late
+	// a straggler reports a cut after the others.
+	reached reportTimes
 	// moving is set while the shard joins or leaves: the announced
 	// windows are flushed with no-ops so that it can at the next one.
 	moving bool
@@ -169,6 +172,7 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 	q.frontValid = false
 	if length > v.length {
 		v.length = length
+		v.reached.add(length, now)
 		if v.lagTarget > 0 {
 			// It moves: a shard that reacts to lag-fixes, however
 			// late, is not failed.
@@ -233,8 +237,16 @@ func (q *Sequencer) Releasable(now time.Time) uint64 {
 	idx, blocked := f.idx, f.blockers
 	n := idx - next
 	if q.hasSole && q.blockedCut < idx {
-		// The shard that alone held a cut back has reported.
-		if now.Sub(q.soleSince) > q.cfg.StragglerDelay {
+		// The shard that alone held a cut back has reported. It is late
+		// from when every other shard had reported that cut, which is
+		// before the cut became the first blocked one if they ran ahead:
+		// a shard whose every report comes late releases the cuts one by
+		// one, each blocked only briefly.
+		since := q.soleSince
+		if done, ok := q.othersReached(q.blockedCut, q.soleBlocker); ok && done.Before(since) {
+			since = done
+		}
+		if now.Sub(since) > q.cfg.StragglerDelay {
 			if v, ok := q.shards[q.soleBlocker]; ok {
 				v.strikes++
 			}
@@ -309,6 +321,72 @@ func (q *Sequencer) track(idx, furthest uint64, blockers []cut.ShardID, now time
 	if !q.hasSole || q.soleBlocker != blockers[0] {
 		q.hasSole, q.soleBlocker, q.soleSince = true, blockers[0], now
 	}
+}
+
+// othersReached returns when every shard of cut idx but except had reported
+// it, or false when a report that old is forgotten.
+func (q *Sequencer) othersReached(idx uint64, except cut.ShardID) (time.Time, bool) {
+	w, ok := q.st.Spec.Window(idx)
+	if !ok {
+		return time.Time{}, false
+	}
+	j := idx - w.FirstCut
+	var last time.Time
+	for _, qu := range w.Quotas {
+		if qu.Shard == except || !w.Includes(qu.Shard, j) {
+			continue
+		}
+		v, ok := q.shards[qu.Shard]
+		if !ok {
+			return time.Time{}, false
+		}
+		at, ok := v.reached.at(qu.Base + w.Entries(qu.Shard, j))
+		if !ok {
+			return time.Time{}, false
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last, !last.IsZero()
+}
+
+// reportTimesMax is how many reports of a shard the leader times; a
+// straggler is judged within a few windows' worth of reports.
+const reportTimesMax = 64
+
+// reportTimes is a ring of a shard's latest report lengths, growing, and
+// when each arrived.
+type reportTimes struct {
+	lengths [reportTimesMax]uint64
+	ats     [reportTimesMax]time.Time
+	n       int // reports added in all
+}
+
+func (r *reportTimes) add(length uint64, at time.Time) {
+	r.lengths[r.n%reportTimesMax], r.ats[r.n%reportTimesMax] = length, at
+	r.n++
+}
+
+// at returns when a report first reached length, or false when no
+// remembered report did or an older, forgotten one may have.
+func (r *reportTimes) at(length uint64) (time.Time, bool) {
+	oldest := max(r.n-reportTimesMax, 0)
+	for i := r.n - 1; i >= oldest; i-- {
+		k := i % reportTimesMax
+		if r.lengths[k] < length {
+			if i == r.n-1 {
+				return time.Time{}, false
+			}
+			k = (i + 1) % reportTimesMax
+			return r.ats[k], true
+		}
+	}
+	if oldest == 0 && r.n > 0 {
+		// Every report is remembered and the first already reached it.
+		return r.ats[0], true
+	}
+	return time.Time{}, false
 }
 
 // included is how many shards cut idx waits for.

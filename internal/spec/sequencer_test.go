@@ -212,31 +212,61 @@ func TestStragglerExcludedThenProbed(t *testing.T) {
 		c.report(1, l1, l1)
 		c.release()
 	}
-	quotas := func() map[cut.ShardID]uint64 {
-		// Finish the current window so that the next can be planned.
-		for len(c.st.Spec.Windows) > 0 {
-			cur := c.st.Spec.Windows[0]
-			for _, q := range cur.Quotas {
-				c.report(q.Shard, lastLen(cur, q.Shard), 0)
-			}
-			c.release()
-		}
-		w := c.plan()
-		out := map[cut.ShardID]uint64{}
-		for _, q := range w.Quotas {
-			out[q.Shard] = q.PerCut
-		}
-		return out
-	}
-	if q := quotas(); q[1] != 0 || q[0] == 0 {
+	if q := c.nextQuotas(); q[1] != 0 || q[0] == 0 {
 		t.Fatalf("after three late reports: quotas %v, want shard 1 excluded", q)
 	}
-	if q := quotas(); q[1] != 1 {
+	if q := c.nextQuotas(); q[1] != 1 {
 		t.Fatalf("the window after: quotas %v, want a probe of 1 for shard 1", q)
 	}
-	if q := quotas(); q[1] == 0 {
+	if q := c.nextQuotas(); q[1] == 0 {
 		t.Fatalf("after a probe on time: quotas %v, want shard 1 back", q)
 	}
+}
+
+// TestStragglerLateOnEveryCutExcluded checks that lateness counts from when
+// the other shards reported a cut: a shard that reports every cut
+// StragglerDelay after the others, while they are ahead, releases the cuts
+// one at a time, each blocked only for one interval, and is still excluded.
+func TestStragglerLateOnEveryCutExcluded(t *testing.T) {
+	cfg := testConfig()
+	cfg.LagFix = false
+	c := newCluster(t, 2, 40, cfg)
+	c.plan()
+	start := c.now
+	for i := range uint64(3) {
+		c.now = start.Add(time.Duration(i) * tord)
+		c.report(0, i+1, i+1)
+		c.release()
+	}
+	for i := range uint64(3) {
+		c.now = start.Add(cfg.StragglerDelay + time.Duration(i+1)*tord)
+		c.report(1, i+1, i+1)
+		if n := c.release(); n != 1 {
+			t.Fatalf("late report %d released %d cuts, want 1", i+1, n)
+		}
+	}
+	if q := c.nextQuotas(); q[1] != 0 || q[0] == 0 {
+		t.Fatalf("after three cuts each reported late: quotas %v, want shard 1 excluded", q)
+	}
+}
+
+// nextQuotas finishes the current windows and plans the next one, whose
+// quotas it returns.
+func (c *cluster) nextQuotas() map[cut.ShardID]uint64 {
+	c.t.Helper()
+	for len(c.st.Spec.Windows) > 0 {
+		cur := c.st.Spec.Windows[0]
+		for _, q := range cur.Quotas {
+			c.report(q.Shard, lastLen(cur, q.Shard), 0)
+		}
+		c.release()
+	}
+	w := c.plan()
+	out := map[cut.ShardID]uint64{}
+	for _, q := range w.Quotas {
+		out[q.Shard] = q.PerCut
+	}
+	return out
 }
 
 // TestSuspectOnlyWithoutProgress checks that a shard is taken for failed
@@ -344,6 +374,43 @@ func TestAheadInMatchesTheCutByCutWalk(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestReportTimes checks the ring of report times: the first report that
+// reached a length, and no answer for lengths not reached yet or reached
+// by a report the ring has dropped.
+func TestReportTimes(t *testing.T) {
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * tord) }
+	var r reportTimes
+	if _, ok := r.at(1); ok {
+		t.Fatal("an empty ring answered")
+	}
+	r.add(5, at(5))
+	r.add(10, at(10))
+	for _, c := range []struct {
+		length uint64
+		want   time.Time
+		ok     bool
+	}{{3, at(5), true}, {5, at(5), true}, {7, at(10), true}, {10, at(10), true}, {11, time.Time{}, false}} {
+		if got, ok := r.at(c.length); ok != c.ok || !got.Equal(c.want) {
+			t.Errorf("two reports: at(%d) = %v, %v; want %v, %v", c.length, got, ok, c.want, c.ok)
+		}
+	}
+	var full reportTimes
+	for i := 1; i <= 100; i++ {
+		full.add(uint64(10*i), at(i))
+	}
+	// Reports 37..100 are remembered; whether report 36 or an earlier one
+	// already reached 365 or 370 is not.
+	for _, c := range []struct {
+		length uint64
+		want   time.Time
+		ok     bool
+	}{{365, time.Time{}, false}, {370, time.Time{}, false}, {371, at(38), true}, {1000, at(100), true}, {360, time.Time{}, false}, {5, time.Time{}, false}, {1001, time.Time{}, false}} {
+		if got, ok := full.at(c.length); ok != c.ok || !got.Equal(c.want) {
+			t.Errorf("wrapped ring: at(%d) = %v, %v; want %v, %v", c.length, got, ok, c.want, c.ok)
 		}
 	}
 }
