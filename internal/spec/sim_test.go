@@ -68,9 +68,14 @@ type scenario struct {
 	leaves      []time.Duration
 	straggle    *simStraggle
 	failAt      time.Duration // 0: no whole-shard failure
-	failoverAt  time.Duration // 0: no leader failover
-	electionGap time.Duration
-	heartbeat   time.Duration
+	// failSoleHolder times the whole-shard failure for when the failing
+	// shard is the only one with a quota in the newest window, the other
+	// excluded as a straggler: a filler must then come from the shards
+	// without a quota.
+	failSoleHolder bool
+	failoverAt     time.Duration // 0: no leader failover
+	electionGap    time.Duration
+	heartbeat      time.Duration
 
 	lagFixLoss float64
 	dupProb    float64
@@ -145,6 +150,19 @@ func newScenario(r *rand.Rand) scenario {
 	if r.IntN(3) == 0 {
 		sc.failAt = time.Duration(30+r.IntN(150)) * t
 	}
+	if r.IntN(12) == 0 {
+		// Two shards, one straggling long enough to be excluded; the
+		// other fails once it holds the newest window's only quota.
+		sc.shards, sc.rates, sc.quotas, sc.joins, sc.leaves = 2, sc.rates[:2], sc.quotas[:2], nil, nil
+		for i := range sc.bursts {
+			sc.bursts[i].shard %= 2
+		}
+		for i := range sc.rateChanges {
+			sc.rateChanges[i].shard %= 2
+		}
+		sc.straggle = &simStraggle{at: time.Duration(10+r.IntN(40)) * t, dur: 150 * t, extra: time.Duration(12+r.IntN(20)) * t}
+		sc.failAt, sc.failSoleHolder = sc.straggle.at, true
+	}
 	sc.heartbeat = sc.cfg.SuspectAfter / 5
 	if r.IntN(4) == 0 {
 		sc.failoverAt = time.Duration(10+r.IntN(220)) * t
@@ -177,7 +195,9 @@ func (sc scenario) String() string {
 	if x := sc.straggle; x != nil {
 		fmt.Fprintf(&b, "; straggler at %v for %v, reports +%v", x.at, x.dur, x.extra)
 	}
-	if sc.failAt > 0 {
+	if sc.failSoleHolder {
+		fmt.Fprintf(&b, "; whole-shard failure of the sole quota holder after %v", sc.failAt)
+	} else if sc.failAt > 0 {
 		fmt.Fprintf(&b, "; whole-shard failure at %v", sc.failAt)
 	}
 	if sc.failoverAt > 0 {
@@ -281,7 +301,10 @@ func newSim(seed uint64, trace func(string)) *sim {
 	if sc.failoverAt > 0 {
 		s.after(sc.failoverAt, func() { s.ld.failover(sc.electionGap) })
 	}
-	if sc.failAt > 0 {
+	switch {
+	case sc.failSoleHolder:
+		s.after(sc.failAt, s.failSoleHolder)
+	case sc.failAt > 0:
 		s.after(sc.failAt, func() {
 			if sh := s.pick(2, func(sh *simShard) bool { return sh.accepting }); sh != nil {
 				s.failed = sh
@@ -290,6 +313,31 @@ func newSim(seed uint64, trace func(string)) *sim {
 		})
 	}
 	return s
+}
+
+// failSoleHolder fails the shard that holds the only quota of the newest
+// window, as soon as there is one, looking again every millisecond until
+// the straggler stops straggling.
+func (s *sim) failSoleHolder() {
+	if ws := s.ld.st.Spec.Windows; len(ws) > 0 {
+		var holders []cut.ShardID
+		for _, q := range ws[len(ws)-1].Quotas {
+			if q.PerCut > 0 {
+				holders = append(holders, q.Shard)
+			}
+		}
+		if len(holders) == 1 {
+			if sh := s.shards[holders[0]]; sh.accepting && s.now.After(sh.straggleUntil) {
+				s.failed, s.failedSoleHolder = sh, true
+				s.tracef("shard %d holds the only quota of window %d", sh.id, ws[len(ws)-1].Index)
+				sh.fail()
+				return
+			}
+		}
+	}
+	if s.now.Before(s.start.Add(s.sc.straggle.at + s.sc.straggle.dur)) {
+		s.after(time.Millisecond, s.failSoleHolder)
+	}
 }
 
 // pick returns a random shard that ok accepts, or nil when fewer than
@@ -406,6 +454,7 @@ func TestSim(t *testing.T) {
 		summary string
 		errs    []string
 		failure bool
+		sole    bool
 		fails   uint64
 	}
 	results := make([]result, seeds)
@@ -417,7 +466,7 @@ func TestSim(t *testing.T) {
 			defer wg.Done()
 			for i := range next {
 				s := runSeed(uint64(i), nil)
-				results[i] = result{seed: s.seed, sc: s.sc.String(), summary: s.summary(), errs: s.errs, failure: s.failed != nil, fails: s.stats.fails}
+				results[i] = result{seed: s.seed, sc: s.sc.String(), summary: s.summary(), errs: s.errs, failure: s.failed != nil, sole: s.failedSoleHolder, fails: s.stats.fails}
 			}
 		}()
 	}
@@ -426,11 +475,14 @@ func TestSim(t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
-	bad, withFailure, fails := 0, 0, uint64(0)
+	bad, withFailure, soleHolder, fails := 0, 0, 0, uint64(0)
 	for _, r := range results {
 		if r.failure {
 			withFailure++
 			fails += r.fails
+		}
+		if r.sole {
+			soleHolder++
 		}
 		if len(r.errs) == 0 {
 			continue
@@ -443,7 +495,13 @@ func TestSim(t *testing.T) {
 	if bad > *flagSimShow {
 		t.Errorf("... %d failing seeds in all", bad)
 	}
-	t.Logf("%d seeds, %d with a whole-shard failure (%d Fail events in those)", seeds, withFailure, fails)
+	t.Logf("%d seeds, %d with a whole-shard failure (%d Fail events in those), %d of them of the sole quota holder",
+		seeds, withFailure, fails, soleHolder)
+	// The seeds are fixed, so this holds or fails the same way every run;
+	// it keeps the sole-holder case from silently dropping out of the mix.
+	if seeds >= 40 && soleHolder == 0 {
+		t.Errorf("no seed failed a shard while it held the only quota")
+	}
 	// One busy seed without a whole-shard failure, for the counts.
 	show := min(2, seeds-1)
 	t.Logf("seed %d: %s", show, results[show].sc)
