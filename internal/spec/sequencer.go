@@ -276,17 +276,20 @@ func (q *Sequencer) frontier() frontier {
 // furthest is how many cuts from idx on the shards other than blockers
 // have data for: they wait for the blockers. A joining or leaving shard,
 // or one with records but no quota (a straggler), waits for the end of the
-// announced windows: only a new window can change its lot.
+// announced windows: only a new window can change its lot. A leaving shard
+// waits so even when it holds the cut back itself: on an idle cluster
+// nobody else is ahead, and without a catch-up no shard would fill its
+// slots and the leave would never end.
 func (q *Sequencer) furthest(idx uint64, blockers []cut.ShardID) uint64 {
 	var f uint64
 	ws := q.st.Spec.Windows
 	for id, v := range q.shards {
-		if slices.Contains(blockers, id) {
-			continue
-		}
 		if (v.moving || v.backlog > 0 && !q.held(id)) && len(ws) > 0 {
 			last := ws[len(ws)-1]
 			f = max(f, last.FirstCut+last.Cuts-idx)
+			continue
+		}
+		if slices.Contains(blockers, id) {
 			continue
 		}
 		f = max(f, q.aheadOf(idx, id))

@@ -193,6 +193,38 @@ func TestJoinFlushesWindows(t *testing.T) {
 	}
 }
 
+// TestLeaveFlushesWindowsWhenIdle checks that a shard leaving an idle
+// cluster, where every shard reported its last quota and nobody is ahead,
+// makes every shard, itself included, fill the announced windows, so that
+// the window ends and the shard can leave.
+func TestLeaveFlushesWindowsWhenIdle(t *testing.T) {
+	c := newCluster(t, 2, 5, testConfig())
+	c.plan()
+	c.report(0, 2, 2)
+	c.report(1, 2, 2)
+	if n := c.release(); n != 2 {
+		t.Fatalf("released %d cuts, want 2", n)
+	}
+	if f := c.seq.LagFixes(c.now.Add(10 * tord)); len(f) != 0 {
+		t.Fatalf("lag-fixes on an idle cluster: %v", f)
+	}
+	c.apply(control.Command{Finalize: &control.FinalizeCommand{Shard: 0}})
+	f := c.seq.LagFixes(c.now)
+	if !slices.Equal(f, []cut.Length{{Shard: 0, Length: 5}, {Shard: 1, Length: 5}}) &&
+		!slices.Equal(f, []cut.Length{{Shard: 1, Length: 5}, {Shard: 0, Length: 5}}) {
+		t.Fatalf("lag-fixes for a leave on an idle cluster: %v, want both shards to the window's end", f)
+	}
+	c.report(0, 5, 2)
+	c.report(1, 5, 2)
+	if n := c.release(); n != 3 {
+		t.Fatalf("released %d cuts after the fills, want the window's last 3", n)
+	}
+	w := c.plan()
+	if len(w.Quotas) != 1 || w.Quotas[0].Shard != 1 {
+		t.Fatalf("window after the leave: %+v", w.Quotas)
+	}
+}
+
 // TestStragglerExcludedThenProbed checks straggler mitigation: a shard
 // that alone holds cuts back for longer than StragglerDelay three times
 // gets quota 0 in the next window, then a probe quota of 1, then its rate

@@ -144,6 +144,10 @@ func newScenario(r *rand.Rand) scenario {
 	for range r.IntN(2) + r.IntN(2) {
 		sc.leaves = append(sc.leaves, time.Duration(20+r.IntN(200))*t)
 	}
+	if r.IntN(4) == 0 {
+		// A leave once the appends stopped: the shards have gone idle.
+		sc.leaves = append(sc.leaves, sc.appendFor+time.Duration(20+r.IntN(100))*t)
+	}
 	if r.IntN(3) == 0 {
 		sc.straggle = &simStraggle{at: time.Duration(10+r.IntN(120)) * t, dur: time.Duration(30+r.IntN(60)) * t, extra: time.Duration(12+r.IntN(20)) * t}
 	}
@@ -393,6 +397,12 @@ func (s *sim) check() {
 	}
 	if missing > 0 {
 		s.errorf("%d of %d records never ordered", missing, s.nextRec)
+	}
+	// Every leave ended, busy or idle.
+	for _, sh := range s.order {
+		if sh.leaving && sh.alive && !sh.finalized {
+			s.errorf("shard %d began to leave but was never finalized", sh.id)
+		}
 	}
 	// Every shard still live has all it holds ordered.
 	for _, sh := range s.order {
