@@ -44,9 +44,10 @@ type Filter struct {
 	// a per-shard downstream task does: its records come in position order
 	// as soon as the shard has them (with SubscribeSpec's speculative
 	// delivery: as soon as they are durable), without waiting for the
-	// positions of other shards in between. When an eager cluster's shard
-	// is finalized, Next returns ErrShardFinalized after its last record;
-	// on a speculative cluster the subscription goes quiet instead.
+	// positions of other shards in between. When the shard is finalized,
+	// Next returns ErrShardFinalized after its last record (and, with
+	// SubscribeSpec, after the confirmation that covers it). A shard whose
+	// every replica died says nothing more: the subscription goes quiet.
 	Shard *uint32
 }
 

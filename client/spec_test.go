@@ -416,3 +416,93 @@ func TestOneShardSubscription(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecOneShardSubscriptionEndsWithItsShard follows one shard of a
+// speculative cluster alone while the shard leaves: the subscriber gets the
+// shard's records at their acknowledged positions, a confirmation covering
+// them, then ErrShardFinalized. A whole-log subscriber keeps going with the
+// shard that stays.
+func TestSpecOneShardSubscriptionEndsWithItsShard(t *testing.T) {
+	_, cl := startSpecCluster(t, 2)
+	ctx := testCtx(t)
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaving, staying := st.Shards[0].Id, st.Shards[1].Id
+	one, err := cl.SubscribeSpec(ctx, 0, client.OnShard(leaving), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	all, err := cl.SubscribeSpec(ctx, 0, client.Filter{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	var want []client.Ack
+	for i := 0; i < 10; i++ {
+		a, err := cl.AppendToShard(ctx, client.Record{Payload: []byte(fmt.Sprint("r", i))}, leaving)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, a)
+	}
+	if err := cl.FinalizeShard(ctx, leaving, 2); err != nil {
+		t.Fatal(err)
+	}
+	var got []client.Entry
+	var confirmed uint64
+	for {
+		ev, err := one.Next(ctx)
+		if errors.Is(err, client.ErrShardFinalized) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d records: %v", len(got), err)
+		}
+		switch ev.Kind {
+		case client.EventDeliver:
+			got = append(got, ev.Entry)
+		case client.EventConfirm:
+			confirmed = ev.Position
+		case client.EventFail:
+			t.Fatalf("misspeculation without failures: fail at %d", ev.Position)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d records before the end, want %d", len(got), len(want))
+	}
+	for i, a := range want {
+		if got[i].Position != a.Position || string(got[i].Record.Payload) != fmt.Sprint("r", i) {
+			t.Fatalf("record %d at %d (%q), acknowledged at %d", i, got[i].Position, got[i].Record.Payload, a.Position)
+		}
+	}
+	if last := want[len(want)-1].Position; confirmed <= last {
+		t.Fatalf("ended with confirmations up to %d, before the last record at %d", confirmed, last)
+	}
+	// The whole-log subscriber still delivers the staying shard's records,
+	// after the leaving shard's.
+	a, err := cl.AppendToShard(ctx, client.Record{Payload: []byte("after")}, staying)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; ; {
+		ev, err := all.Next(ctx)
+		if err != nil {
+			t.Fatalf("whole-log subscriber after %d records: %v", n, err)
+		}
+		if ev.Kind != client.EventDeliver {
+			continue
+		}
+		if n < len(want) && ev.Position != want[n].Position {
+			t.Fatalf("whole-log record %d at %d, acknowledged at %d", n, ev.Position, want[n].Position)
+		}
+		if n++; ev.Position == a.Position {
+			if string(ev.Entry.Record.Payload) != "after" {
+				t.Fatalf("whole-log subscriber got %q at %d", ev.Entry.Record.Payload, a.Position)
+			}
+			break
+		}
+	}
+}

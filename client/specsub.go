@@ -146,8 +146,8 @@ func (s *SpecSubscription) send(m shardMsg) bool {
 	}
 }
 
-// streamFrom follows shard on the replica at addr; a speculative stream
-// never ends by itself, so it is done only when the subscription closes.
+// streamFrom follows shard on the replica at addr until the subscription
+// closes or the shard, finalized, has sent everything.
 func (s *SpecSubscription) streamFrom(shard uint32, addr string) (bool, error) {
 	cc, err := s.c.conn(addr)
 	if err != nil {
@@ -166,7 +166,7 @@ func (s *SpecSubscription) streamFrom(shard uint32, addr string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if !s.send(shardMsg{shard: shard, resp: resp}) {
+		if !s.send(shardMsg{shard: shard, resp: resp}) || resp.Done {
 			return true, nil
 		}
 	}
@@ -182,6 +182,9 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 	defer refresh.Stop()
 	var knownMV uint64
 	for {
+		// shardDone is set when the one shard followed is finalized and
+		// sent its last entries: the subscription ends after them.
+		shardDone := false
 		select {
 		case msg := <-s.msgs:
 			if msg.err != nil {
@@ -189,6 +192,7 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 				return
 			}
 			r := msg.resp
+			shardDone = s.only != nil && r.Done
 			if r.MembershipVersion > knownMV {
 				// Follow a new shard at once: its first slots hold up
 				// every position after them.
@@ -260,6 +264,10 @@ func (s *SpecSubscription) merge(m *spec.Merger[Entry]) {
 		s.mu.Lock()
 		s.position = m.Position()
 		s.mu.Unlock()
+		if shardDone {
+			s.setErr(fmt.Errorf("%w: shard %d has no more records", ErrShardFinalized, *s.only))
+			return
+		}
 	}
 }
 

@@ -181,6 +181,10 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		if r.lost.Load() {
 			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", r.id)
 		}
+		// Finality is read before the view: a shard is finalized by a cut
+		// the view then already holds, so the confirmation sent with the
+		// last entries covers them.
+		final := r.finalized.Load()
 		s.mu.Lock()
 		viewChanged, confirmed, mv, sp := s.viewChanged, s.view.lastCut.End, s.view.mv, s.view.spec
 		s.mu.Unlock()
@@ -188,9 +192,16 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		if err := fd.fill(&resp, confirmed, mv, sp); err != nil {
 			return err
 		}
-		if len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
+		// A finalized shard gets no more entries, and a filler is always
+		// a live shard: once everything below the final length went out,
+		// the stream is done.
+		resp.Done = final && fd.placed && fd.local >= r.finalLen.Load()
+		if resp.Done || len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
 				return err
+			}
+			if resp.Done {
+				return nil
 			}
 			continue
 		}
