@@ -630,8 +630,11 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 				s.reports[r.Shard] = r.Length
 				moved = true
 			}
-			if s.seq != nil {
-				s.seq.Report(r.Shard, r.Length, r.Records, r.Backlog, now)
+			// A backlog alone can be news: a shard without a quota
+			// that got records waits for the others to flush the
+			// windows, which an idle leader would not ask for.
+			if s.seq != nil && s.seq.Report(r.Shard, r.Length, r.Records, r.Backlog, now) {
+				moved = true
 			}
 		}
 		if s.cfg.Spec != nil && out == nil {

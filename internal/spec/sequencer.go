@@ -163,13 +163,17 @@ func (q *Sequencer) Observe(st *control.State, now time.Time) {
 }
 
 // Report takes a shard's report: its length at a quota boundary, the real
-// records it stores, and how many entries it holds beyond the report.
-func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, now time.Time) {
+// records it stores, and how many entries it holds beyond the report. It
+// tells whether the leader has something new to act on: a longer length,
+// or a backlog that appeared or went, which decides whether the others
+// are asked to flush the windows for a shard without a quota.
+func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, now time.Time) (changed bool) {
 	v, ok := q.shards[shard]
 	if !ok {
-		return
+		return false
 	}
 	q.frontValid = false
+	changed = length > v.length || (backlog > 0) != (v.backlog > 0)
 	if length > v.length {
 		v.length = length
 		v.reached.add(length, now)
@@ -191,6 +195,7 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 	if v.lagTarget > 0 && v.length >= v.lagTarget {
 		v.lagTarget = 0
 	}
+	return changed
 }
 
 // reported is what the leader knows shard holds durably; a failed shard's

@@ -225,6 +225,26 @@ func TestLeaveFlushesWindowsWhenIdle(t *testing.T) {
 	}
 }
 
+// TestReportSaysWhatIsNews checks that Report tells the leader to look
+// again for a longer length and for a backlog that appears or goes, so
+// that an idle leader flushes the windows for a shard excluded from them
+// that got a record, and not for a heartbeat that repeats itself.
+func TestReportSaysWhatIsNews(t *testing.T) {
+	c := newCluster(t, 2, 10, testConfig())
+	c.plan()
+	for _, r := range []struct {
+		length, backlog uint64
+		news            bool
+	}{{2, 0, true}, {2, 0, false}, {2, 1, true}, {2, 1, false}, {2, 3, false}, {3, 0, true}, {3, 0, false}} {
+		if got := c.seq.Report(0, r.length, r.length, r.backlog, c.now); got != r.news {
+			t.Errorf("report of length %d, backlog %d: news %v, want %v", r.length, r.backlog, got, r.news)
+		}
+	}
+	if c.seq.Report(7, 5, 5, 1, c.now) {
+		t.Error("a report of an unknown shard was news")
+	}
+}
+
 // TestStragglerExcludedThenProbed checks straggler mitigation: a shard
 // that alone holds cuts back for longer than StragglerDelay three times
 // gets quota 0 in the next window, then a probe quota of 1, then its rate
