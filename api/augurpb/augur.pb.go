@@ -656,7 +656,10 @@ func (x *LogEntry) GetRecord() *Record {
 // CutBatch is one shard's share of one cut. Positions [cut_start, cut_end)
 // belong to the cut; [run_start, run_start+run_count) of them belong to this
 // shard; records holds the ones that pass the filter. A client has all of a
-// cut once the run counts of the batches it holds add up to the cut's size.
+// cut once the run counts of the batches it holds add up to the cut's size,
+// except on a speculative cluster after a whole-shard failure: the failed
+// shard's void slots are in no batch, and the status lists them
+// (StatusResponse.spec.void[].slots) for a client that merges batches.
 type CutBatch struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Cut               uint64                 `protobuf:"varint,1,opt,name=cut,proto3" json:"cut,omitempty"`
@@ -760,7 +763,9 @@ func (x *CutBatch) GetMembershipVersion() uint64 {
 type SubscribeResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Batches []*CutBatch            `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
-	// done is set once a finalized shard has sent its last batch.
+	// done is set once a finalized shard has sent its last batch (or, on a
+	// speculative subscription, its last entries and a confirmation that
+	// covers them); the stream then ends.
 	Done bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
 	// Speculative subscriptions get entries, confirmations and view changes
 	// instead of batches.
