@@ -255,9 +255,6 @@ func (r *replica) appendLoop(reqs []appendReq) {
 		b.send(first, recs)
 	}
 	stored, err := r.store.Append(entries)
-	if err == nil {
-		assert(stored == first, "a primary's batch was stored where the loop did not expect it")
-	}
 	if err != nil {
 		// A store that cannot write loses nothing acknowledged, but this
 		// shard can take no more: fail the batch and let the shard be
@@ -270,6 +267,7 @@ func (r *replica) appendLoop(reqs []appendReq) {
 		}
 		return
 	}
+	assert(stored == first, "a primary's batch was stored where the loop did not expect it")
 	r.srv.stored.Add(float64(len(entries)))
 	r.srv.markDirty()
 	for i, e := range entries {
