@@ -232,6 +232,7 @@ func newSim(seed uint64, trace func(string)) *sim {
 	s.ld = &simLeader{s: s, st: control.NewSpec("sim", sc.windowCuts), seq: NewSequencer(sc.cfg),
 		links: map[cut.ShardID]*link{}, suspected: map[cut.ShardID]bool{}}
 	s.ld.seq.Observe(s.ld.st.Clone(), s.now)
+	s.after(sc.cfg.SuspectAfter/4, s.ld.detectTick)
 	for i := range sc.subs {
 		sb := &simSub{s: s, id: i}
 		if i == 1 && sc.eagerSub {

@@ -374,8 +374,18 @@ func (ld *simLeader) onReport(shard cut.ShardID, length, records, backlog uint64
 	}
 	ld.s.stats.reports++
 	ld.s.tracef("leader: report from shard %d: length %d, records %d", shard, length, records)
-	ld.seq.Report(shard, length, records, backlog, ld.s.now)
+	// Like the ordering server, step only for news; a heartbeat that
+	// repeats itself waits for the failure-detection tick.
+	if ld.seq.Report(shard, length, records, backlog, ld.s.now) {
+		ld.step()
+	}
+}
+
+// detectTick steps the leader every quarter of SuspectAfter, as the
+// ordering server's failure-detection ticker wakes its loop.
+func (ld *simLeader) detectTick() {
 	ld.step()
+	ld.s.after(ld.s.sc.cfg.SuspectAfter/4, ld.detectTick)
 }
 
 // learn records the truth an applied change establishes and checks it.
