@@ -99,8 +99,13 @@ cut that orders it, as the leader's Watch stream delivers it), noop_rps,
 lag_fixes and stagger_groups for spec. --no-stagger puts every shard in every
 cut of a spec lease window (by default more than 6 are split into groups).`},
 	{name: "straggler", flags: benchConsumerFlags | flagsSeries,
-		short: "Delay one shard's reports mid-run: e2e latency over time (SpecLog Fig. 15; not available yet)",
-		long:  `Needs mode spec and report-delay injection, neither available yet.`},
+		short: "Delay one shard's reports mid-run: e2e latency over time (SpecLog Fig. 15; needs mode spec)",
+		long: `The e2e workload on the embedded cluster; from a third to two thirds of the
+window, the first shard's primary holds its reports to the ordering layer
+back by 30 ms, as a straggling server's would be. A time series shows e2e
+latency while the leader gives the straggler quota 0, probes it with a quota
+of 1, and lets it back once it keeps up. Needs mode spec (the eager baseline
+runs alongside with --modes eager,spec).`},
 	{name: "failure", flags: benchConsumerFlags | flagsSeries | flagsFailureTimeout,
 		short: "Stop a shard replica, then the ordering leader: throughput and e2e latency over time (SpecLog Fig. 17, Scalog Fig. 4)",
 		long: `The e2e workload on the embedded cluster; at 20% of the window one storage
