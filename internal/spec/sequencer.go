@@ -97,13 +97,17 @@ type Sequencer struct {
 
 	// The first unreleased cut, since when some of its shards wait for
 	// others, and, while only one shard holds it back, that shard and
-	// since when.
+	// since when. soleRun says that shard alone held back the cut
+	// released before too (prevSole, when prevSoleOK).
 	blockedCut   uint64
 	waiting      bool
 	waitingSince time.Time
 	soleBlocker  cut.ShardID
 	soleSince    time.Time
 	hasSole      bool
+	soleRun      bool
+	prevSole     cut.ShardID
+	prevSoleOK   bool
 
 	lagFixes     uint64
 	quotaChanges uint64
@@ -165,15 +169,16 @@ func (q *Sequencer) Observe(st *control.State, now time.Time) {
 // Report takes a shard's report: its length at a quota boundary, the real
 // records it stores, and how many entries it holds beyond the report. It
 // tells whether the leader has something new to act on: a longer length,
-// or a backlog that appeared or went, which decides whether the others
-// are asked to flush the windows for a shard without a quota.
+// or, for a shard without a quota in the announced windows, a backlog that
+// appeared or went, which decides whether the others are asked to flush
+// the windows for it. (A shard with a quota reports its records itself.)
 func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, now time.Time) (changed bool) {
 	v, ok := q.shards[shard]
 	if !ok {
 		return false
 	}
 	q.frontValid = false
-	changed = length > v.length || (backlog > 0) != (v.backlog > 0)
+	changed = length > v.length || (!q.held(shard) && (backlog > 0) != (v.backlog > 0))
 	if length > v.length {
 		v.length = length
 		v.reached.add(length, now)
@@ -241,21 +246,27 @@ func (q *Sequencer) Releasable(now time.Time) uint64 {
 	f := q.frontier()
 	idx, blocked := f.idx, f.blockers
 	n := idx - next
-	if q.hasSole && q.blockedCut < idx {
-		// The shard that alone held a cut back has reported. It is late
-		// from when every other shard had reported that cut, which is
-		// before the cut became the first blocked one if they ran ahead:
-		// a shard whose every report comes late releases the cuts one by
-		// one, each blocked only briefly.
-		since := q.soleSince
-		if done, ok := q.othersReached(q.blockedCut, q.soleBlocker); ok && done.Before(since) {
-			since = done
-		}
-		if now.Sub(since) > q.cfg.StragglerDelay {
-			if v, ok := q.shards[q.soleBlocker]; ok {
-				v.strikes++
+	if q.blockedCut < idx {
+		if q.hasSole {
+			// The shard that alone held a cut back has reported. If it
+			// alone held back the cut before as well, it is late from
+			// when every other shard had reported this one: a shard whose
+			// every report comes late while the others run ahead releases
+			// the cuts one by one, each blocked only briefly. A shard that
+			// only now became the last one (the previous cut waited for
+			// another group, or for several shards) could not have been
+			// asked to catch up sooner.
+			since := q.soleSince
+			if done, ok := q.othersReached(q.blockedCut, q.soleBlocker); ok && q.soleRun && done.Before(since) {
+				since = done
+			}
+			if now.Sub(since) > q.cfg.StragglerDelay {
+				if v, ok := q.shards[q.soleBlocker]; ok {
+					v.strikes++
+				}
 			}
 		}
+		q.prevSole, q.prevSoleOK = q.soleBlocker, q.hasSole
 		q.hasSole = false
 	}
 	if len(blocked) > 0 {
@@ -282,22 +293,29 @@ func (q *Sequencer) frontier() frontier {
 // have data for: they wait for the blockers. A joining or leaving shard,
 // or one with records but no quota (a straggler), waits for the end of the
 // announced windows: only a new window can change its lot. A leaving shard
-// waits so even when it holds the cut back itself: on an idle cluster
-// nobody else is ahead, and without a catch-up no shard would fill its
-// slots and the leave would never end.
+// that holds the cut back itself waits so too when nobody else is ahead:
+// on an idle cluster no shard would fill its slots otherwise, and the leave
+// would never end. (On a busy one it keeps meeting its quotas with
+// records until the window ends.)
 func (q *Sequencer) furthest(idx uint64, blockers []cut.ShardID) uint64 {
 	var f uint64
 	ws := q.st.Spec.Windows
+	if len(ws) == 0 {
+		return 0
+	}
+	windowsEnd := ws[len(ws)-1].FirstCut + ws[len(ws)-1].Cuts - idx
 	for id, v := range q.shards {
-		if (v.moving || v.backlog > 0 && !q.held(id)) && len(ws) > 0 {
-			last := ws[len(ws)-1]
-			f = max(f, last.FirstCut+last.Cuts-idx)
-			continue
-		}
 		if slices.Contains(blockers, id) {
 			continue
 		}
+		if v.moving || v.backlog > 0 && !q.held(id) {
+			f = max(f, windowsEnd)
+			continue
+		}
 		f = max(f, q.aheadOf(idx, id))
+	}
+	if f == 0 && slices.ContainsFunc(blockers, func(id cut.ShardID) bool { return q.shards[id] != nil && q.shards[id].moving }) {
+		f = windowsEnd
 	}
 	return f
 }
@@ -328,6 +346,7 @@ func (q *Sequencer) track(idx, furthest uint64, blockers []cut.ShardID, now time
 	}
 	if !q.hasSole || q.soleBlocker != blockers[0] {
 		q.hasSole, q.soleBlocker, q.soleSince = true, blockers[0], now
+		q.soleRun = q.prevSoleOK && q.prevSole == blockers[0]
 	}
 }
 

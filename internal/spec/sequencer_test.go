@@ -226,22 +226,45 @@ func TestLeaveFlushesWindowsWhenIdle(t *testing.T) {
 }
 
 // TestReportSaysWhatIsNews checks that Report tells the leader to look
-// again for a longer length and for a backlog that appears or goes, so
-// that an idle leader flushes the windows for a shard excluded from them
-// that got a record, and not for a heartbeat that repeats itself.
+// again for a longer length and, for a shard without a quota, for a
+// backlog that appears or goes, so that an idle leader flushes the windows
+// for such a shard that got a record; a heartbeat that repeats itself, or
+// the backlog of a shard that reports its records itself, is no news.
 func TestReportSaysWhatIsNews(t *testing.T) {
-	c := newCluster(t, 2, 10, testConfig())
+	c := newCluster(t, 1, 10, testConfig())
 	c.plan()
+	// Shard 1 registers after the window was announced: it has no quota.
+	c.apply(control.Command{Register: &control.RegisterCommand{Group: "z", Replicas: []control.Replica{{ID: "z", Incarnation: 1}}}})
 	for _, r := range []struct {
+		shard           cut.ShardID
 		length, backlog uint64
 		news            bool
-	}{{2, 0, true}, {2, 0, false}, {2, 1, true}, {2, 1, false}, {2, 3, false}, {3, 0, true}, {3, 0, false}} {
-		if got := c.seq.Report(0, r.length, r.length, r.backlog, c.now); got != r.news {
-			t.Errorf("report of length %d, backlog %d: news %v, want %v", r.length, r.backlog, got, r.news)
+	}{
+		{0, 2, 0, true}, {0, 2, 0, false}, {0, 2, 1, false}, {0, 3, 0, true},
+		{1, 0, 1, true}, {1, 0, 1, false}, {1, 0, 3, false}, {1, 0, 0, true}, {1, 0, 0, false},
+	} {
+		if got := c.seq.Report(r.shard, r.length, r.length, r.backlog, c.now); got != r.news {
+			t.Errorf("shard %d, report of length %d, backlog %d: news %v, want %v", r.shard, r.length, r.backlog, got, r.news)
 		}
 	}
 	if c.seq.Report(7, 5, 5, 1, c.now) {
 		t.Error("a report of an unknown shard was news")
+	}
+}
+
+// TestBusyLeaveKeepsItsQuota checks that a leaving shard that another
+// shard is ahead of is not told to fill the rest of its windows at once: on
+// a busy cluster it keeps meeting its quota with records until the window
+// ends.
+func TestBusyLeaveKeepsItsQuota(t *testing.T) {
+	c := newCluster(t, 2, 10, testConfig())
+	c.plan()
+	c.report(0, 2, 2)
+	c.report(1, 3, 3)
+	c.release()
+	c.apply(control.Command{Finalize: &control.FinalizeCommand{Shard: 0}})
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fixes right after a leave, one cut behind another shard: %v", f)
 	}
 }
 
@@ -299,6 +322,69 @@ func TestStragglerLateOnEveryCutExcluded(t *testing.T) {
 	}
 	if q := c.nextQuotas(); q[1] != 0 || q[0] == 0 {
 		t.Fatalf("after three cuts each reported late: quotas %v, want shard 1 excluded", q)
+	}
+}
+
+// TestStragglerBlameStaysWithTheStraggler checks, with staggered groups,
+// that a shard that becomes the last blocker of a cut only once another
+// group's straggler released the cut before is timed from then, not from
+// when its group's other shard reported: it answers at once and must not
+// collect the straggler's strikes.
+func TestStragglerBlameStaysWithTheStraggler(t *testing.T) {
+	cfg := testConfig()
+	cfg.LagFix = false
+	cfg.StaggerAbove = 2
+	c := newCluster(t, 3, 40, cfg)
+	c.plan()
+	w := c.st.Spec.Windows[0]
+	if w.Groups != 2 {
+		t.Fatalf("window of %d groups, want 2: %+v", w.Groups, w.Quotas)
+	}
+	// straggler is alone in its group; prompt and idle share the other.
+	var straggler cut.ShardID
+	byGroup := map[int][]cut.ShardID{}
+	for _, q := range w.Quotas {
+		byGroup[q.Group] = append(byGroup[q.Group], q.Shard)
+	}
+	for _, ids := range byGroup {
+		if len(ids) == 1 {
+			straggler = ids[0]
+		}
+	}
+	sq, _ := w.Quota(straggler)
+	other := byGroup[1-sq.Group]
+	prompt, idle := other[0], other[1]
+	lenAt := func(shard cut.ShardID, j uint64) uint64 {
+		l, _ := w.Length(shard, j)
+		return l
+	}
+	// Cut j (0-based) of the window waits for group j%2.
+	j := uint64(0)
+	if sq.Group != 0 {
+		c.report(prompt, lenAt(prompt, 0), 0)
+		c.report(idle, lenAt(idle, 0), 0)
+		c.release()
+		j = 1
+	}
+	for round := 0; round < 3; round++ {
+		c.report(prompt, lenAt(prompt, j+1), 0) // the next cut, ahead
+		c.now = c.now.Add(cfg.StragglerDelay + tord)
+		c.report(straggler, lenAt(straggler, j), 0)
+		if n := c.release(); n != 1 {
+			t.Fatalf("round %d: the straggler's report released %d cuts, want 1", round, n)
+		}
+		c.now = c.now.Add(tord / 10)
+		c.report(idle, lenAt(idle, j+1), 0)
+		if n := c.release(); n != 1 {
+			t.Fatalf("round %d: the idle shard's report released %d cuts, want 1", round, n)
+		}
+		j += 2
+	}
+	if s := c.seq.shards[idle].strikes; s != 0 {
+		t.Fatalf("the idle shard, on time once asked, has %d strikes", s)
+	}
+	if q := c.nextQuotas(); q[straggler] != 0 || q[idle] == 0 || q[prompt] == 0 {
+		t.Fatalf("quotas %v: want only shard %d, the straggler, excluded", q, straggler)
 	}
 }
 
