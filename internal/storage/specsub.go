@@ -172,6 +172,17 @@ func addSkip(resp *pb.SubscribeResponse, shard cut.ShardID, pos uint64) {
 	resp.Entries = append(resp.Entries, &pb.SpecEntry{Position: pos, Shard: shard, Skip: 1})
 }
 
+// latestView is the view of the newest whole-shard failure in sp.
+func latestView(sp *control.Spec) uint64 {
+	var v uint64
+	if sp != nil {
+		for _, vd := range sp.Void {
+			v = max(v, vd.View)
+		}
+	}
+	return v
+}
+
 // subscribeSpec serves a speculative subscription to shard r.
 func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.Log_SubscribeServer) error {
 	fd := &specFeed{r: r, f: newFilter(req.Filter), from: req.From}
@@ -192,10 +203,11 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		if err := fd.fill(&resp, confirmed, mv, sp); err != nil {
 			return err
 		}
-		// A finalized shard gets no more entries, and a filler is always
-		// a live shard: once everything below the final length went out,
-		// the stream is done.
-		resp.Done = final && fd.placed && fd.local >= r.finalLen.Load()
+		// A finalized shard gets no more entries: once everything below
+		// the final length and every view change went out (one goes per
+		// message), the stream is done. (Fillers are chosen among live
+		// shards, so a finalized one has no void slots left to send.)
+		resp.Done = final && fd.placed && fd.local >= r.finalLen.Load() && fd.sentView >= latestView(sp)
 		if resp.Done || len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
 				return err
