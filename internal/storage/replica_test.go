@@ -1,10 +1,14 @@
 package storage
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
@@ -110,4 +114,94 @@ func eventToProto(st *control.State, ev control.Event) *pb.Event {
 	}
 	pe.Spec = wire.SpecToProto(st.Spec)
 	return pe
+}
+
+// subscribeRecorder is a speculative subscription stream that records
+// what the server sends.
+type subscribeRecorder struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent []*pb.SubscribeResponse
+}
+
+func (s *subscribeRecorder) Send(r *pb.SubscribeResponse) error {
+	s.sent = append(s.sent, r)
+	return nil
+}
+
+func (s *subscribeRecorder) Context() context.Context { return s.ctx }
+
+// TestFinalizedShardStreamEndsAfterEveryViewChange follows a shard that
+// left a speculative cluster after two other shards failed, from position
+// 0 on a new stream. A message carries one view change, so the stream must
+// not say it is done, and end, before it sent the second: a subscriber
+// that got predictions of the second view's positions would otherwise never
+// hear that they failed.
+func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
+	s, err := New(Config{
+		ClusterID: "c", ID: "s0", Group: []Peer{{ID: "s0", Addr: "127.0.0.1:1"}}, GroupName: "g0",
+		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
+		HeartbeatInterval: time.Second, Spec: true, FillAfter: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.openStore(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(s, 0, rolePrimary, st, nil)
+	defer st.Close()
+	defer r.fillTimer.Close()
+	s.replicas[0] = r
+	as := &appendStream{wake: make(chan struct{}, 1)}
+	r.appendLoop([]appendReq{{stream: as, clientID: 7, entries: []*pb.AppendEntry{
+		{Seq: 1, Record: &pb.Record{Payload: []byte("a")}}, {Seq: 2, Record: &pb.Record{Payload: []byte("b")}}}}})
+
+	// Four shards, one window of two cuts with a quota of one each; shards
+	// 1 and 2 fail (views 1 and 2, shard 0 fills their slots), shard 0
+	// leaves, and both cuts are released: shard 0 is final at 2.
+	cs := control.NewSpec("c", 2)
+	var cmds []control.Command
+	for i := range 4 {
+		name := fmt.Sprint("g", i)
+		cmds = append(cmds, control.Command{Register: &control.RegisterCommand{Group: name, Replicas: []control.Replica{{ID: name, Addr: name}}}})
+	}
+	cmds = append(cmds,
+		control.Command{Window: &control.WindowCommand{Groups: 1, Quotas: []fixante.Quota{{Shard: 0, PerCut: 1}, {Shard: 1, PerCut: 1}, {Shard: 2, PerCut: 1}, {Shard: 3, PerCut: 1}}}},
+		control.Command{Finalize: &control.FinalizeCommand{Shard: 1, Failed: true}},
+		control.Command{Finalize: &control.FinalizeCommand{Shard: 2, Failed: true}},
+		control.Command{Finalize: &control.FinalizeCommand{Shard: 0}},
+		control.Command{Cut: &control.CutCommand{ReleaseThrough: 2}},
+	)
+	for i, c := range cmds {
+		ev, ok := cs.Apply(c)
+		if !ok {
+			t.Fatalf("command %d changed nothing", i)
+		}
+		s.applyEvent(eventToProto(cs, ev))
+		for len(r.cutCh) > 0 {
+			r.applyCut(<-r.cutCh)
+		}
+	}
+	if !r.finalized.Load() || r.finalLen.Load() != 2 || len(cs.Spec.Void) != 2 {
+		t.Fatalf("replica finalized %v at %d with %d voids, want final at 2 after 2 failures", r.finalized.Load(), r.finalLen.Load(), len(cs.Spec.Void))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec := &subscribeRecorder{ctx: ctx}
+	if err := s.subscribeSpec(r, &pb.SubscribeRequest{ClusterId: "c", Shard: 0, Speculative: true}, rec); err != nil {
+		t.Fatalf("stream ended with %v", err)
+	}
+	var views []uint64
+	for _, m := range rec.sent {
+		if m.ViewChange != nil {
+			views = append(views, m.ViewChange.View)
+		}
+	}
+	if last := rec.sent[len(rec.sent)-1]; !last.Done || !slices.Equal(views, []uint64{1, 2}) {
+		t.Fatalf("stream sent view changes %v and ended (done %v); want views 1 and 2 before the end", views, last.Done)
+	}
 }
