@@ -479,3 +479,55 @@ func TestOneShardSubscriptionEndsWithItsShard(t *testing.T) {
 		t.Fatalf("after the shard's last record: %+v, %v; want ErrShardFinalized", e, err)
 	}
 }
+
+// TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded follows the whole
+// log of an eager cluster while every shard it follows is finalized, and
+// only then a new shard joins: with no stream left to announce the new
+// shard table, the subscription must still find the new shard and deliver
+// its records.
+func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
+	dc, c := startCluster(t)
+	ctx := testCtx(t)
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, 0, client.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var want []client.Ack
+	for _, sh := range st.Shards {
+		a, err := c.AppendToShard(ctx, client.Record{Payload: []byte(fmt.Sprint("before ", sh.Id))}, sh.Id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, a)
+	}
+	for _, sh := range st.Shards {
+		if err := c.FinalizeShard(ctx, sh.Id, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every followed stream has ended once both records are out.
+	for range want {
+		if _, err := sub.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dc.AddGroup(ctx, "late"); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Append(ctx, client.Record{Payload: []byte("after")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatalf("after every followed shard ended and a shard joined: %v", err)
+	}
+	if e.Position != a.Position || string(e.Record.Payload) != "after" {
+		t.Fatalf("got %q at %d, the new shard's record is at %d", e.Record.Payload, e.Position, a.Position)
+	}
+}

@@ -21,7 +21,8 @@ const (
 	// past it the merge, and then the servers' streams, wait.
 	subscriptionBufferMax = 4096
 	// stuckRefreshAfter is how long a subscription waits on an incomplete
-	// cut before it looks for shards it does not follow yet.
+	// cut, or with every shard it follows done, before it looks for shards
+	// it does not follow yet.
 	stuckRefreshAfter = 100 * time.Millisecond
 )
 
@@ -41,8 +42,10 @@ type Subscription struct {
 	err     error
 	done    chan struct{}
 
-	// followed is owned by the merge goroutine.
-	followed map[uint32]bool
+	// followed and streaming are owned by the merge goroutine: the shards
+	// followed, and how many of their streams have not said they are done.
+	followed  map[uint32]bool
+	streaming int
 	// only, when set, is the one shard followed (Filter.Shard): each of
 	// its batches is delivered as it comes, without the other shards'.
 	only *uint32
@@ -109,6 +112,7 @@ func (s *Subscription) follow(st *pb.StatusResponse) {
 			continue
 		}
 		s.followed[sh.Id] = true
+		s.streaming++
 		s.wg.Add(1)
 		go s.stream(sh)
 	}
@@ -209,8 +213,9 @@ func (s *Subscription) merge() {
 				s.follow(st)
 			}
 			// A stale answer finds nothing new: look again later rather
-			// than wait for a batch that may never come.
-			if len(cuts) > 0 {
+			// than wait for a batch that may never come, or, with every
+			// followed shard done, for a stream to announce a new shard.
+			if len(cuts) > 0 || s.streaming == 0 {
 				stuck.Reset(stuckRefreshAfter)
 				stuckArmed = true
 			}
@@ -243,12 +248,15 @@ func (s *Subscription) merge() {
 		if !s.emit(cuts) {
 			return
 		}
-		if s.only != nil && m.resp.Done {
-			// The followed shard is finalized and sent its last batch.
-			s.setErr(fmt.Errorf("%w: shard %d has no more records", ErrShardFinalized, *s.only))
-			return
+		if m.resp.Done {
+			if s.only != nil {
+				// The followed shard is finalized and sent its last batch.
+				s.setErr(fmt.Errorf("%w: shard %d has no more records", ErrShardFinalized, *s.only))
+				return
+			}
+			s.streaming--
 		}
-		if len(cuts) > 0 && !stuckArmed {
+		if (len(cuts) > 0 || s.streaming == 0) && !stuckArmed {
 			stuck.Reset(stuckRefreshAfter)
 			stuckArmed = true
 		}
