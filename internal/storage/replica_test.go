@@ -24,23 +24,7 @@ import (
 // earlier cut's successors, or it drops their appends unanswered and the
 // clients wait forever.
 func TestReleaseThatFinalizesAnswersEveryAppend(t *testing.T) {
-	s, err := New(Config{
-		ClusterID: "c", ID: "s1", Group: []Peer{{ID: "s1", Addr: "127.0.0.1:1"}}, GroupName: "g",
-		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
-		HeartbeatInterval: time.Second, Spec: true, FillAfter: time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.openStore(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReplica(s, 0, rolePrimary, st, nil)
-	defer st.Close()
-	defer r.fillTimer.Close()
-	s.replicas[0] = r
+	s, r := specPrimary(t, "s1", "g")
 
 	// Four appends, stored and durable (no backups), none ordered yet.
 	as := &appendStream{wake: make(chan struct{}, 1)}
@@ -63,16 +47,7 @@ func TestReleaseThatFinalizesAnswersEveryAppend(t *testing.T) {
 		{Finalize: &control.FinalizeCommand{Shard: 0, GraceCuts: 1}},
 		{Cut: &control.CutCommand{ReleaseThrough: 2}},
 	}
-	for i, c := range cmds {
-		ev, ok := cs.Apply(c)
-		if !ok {
-			t.Fatalf("command %d changed nothing", i)
-		}
-		s.applyEvent(eventToProto(cs, ev))
-		for len(r.cutCh) > 0 {
-			r.applyCut(<-r.cutCh)
-		}
-	}
+	applyAll(t, s, r, cs, cmds)
 	if sh := cs.Shard(0); sh.State != control.Finalized || sh.FinalLength != 4 {
 		t.Fatalf("shard 0 is %v at length %d, want finalized at 4", sh.State, sh.FinalLength)
 	}
@@ -96,6 +71,48 @@ func TestReleaseThatFinalizesAnswersEveryAppend(t *testing.T) {
 	}
 	if !r.finalized.Load() || r.finalLen.Load() != 4 {
 		t.Fatalf("replica finalized %v at %d, want at 4", r.finalized.Load(), r.finalLen.Load())
+	}
+}
+
+// specPrimary returns a speculative storage server, named id in group,
+// holding shard 0 as its primary without backups; nothing runs its loops.
+func specPrimary(t *testing.T, id, group string) (*Server, *replica) {
+	t.Helper()
+	s, err := New(Config{
+		ClusterID: "c", ID: id, Group: []Peer{{ID: id, Addr: "127.0.0.1:1"}}, GroupName: group,
+		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
+		HeartbeatInterval: time.Second, Spec: true, FillAfter: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.openStore(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReplica(s, 0, rolePrimary, st, nil)
+	t.Cleanup(func() {
+		r.fillTimer.Close()
+		st.Close()
+	})
+	s.replicas[0] = r
+	return s, r
+}
+
+// applyAll commits cmds to the control state cs and hands each event to
+// server s and its replica r as the Watch stream and the loop would.
+func applyAll(t *testing.T, s *Server, r *replica, cs *control.State, cmds []control.Command) {
+	t.Helper()
+	for i, c := range cmds {
+		ev, ok := cs.Apply(c)
+		if !ok {
+			t.Fatalf("command %d changed nothing", i)
+		}
+		s.applyEvent(eventToProto(cs, ev))
+		for len(r.cutCh) > 0 {
+			r.applyCut(<-r.cutCh)
+		}
 	}
 }
 
@@ -138,23 +155,7 @@ func (s *subscribeRecorder) Context() context.Context { return s.ctx }
 // that got predictions of the second view's positions would otherwise never
 // hear that they failed.
 func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
-	s, err := New(Config{
-		ClusterID: "c", ID: "s0", Group: []Peer{{ID: "s0", Addr: "127.0.0.1:1"}}, GroupName: "g0",
-		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
-		HeartbeatInterval: time.Second, Spec: true, FillAfter: time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.openStore(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newReplica(s, 0, rolePrimary, st, nil)
-	defer st.Close()
-	defer r.fillTimer.Close()
-	s.replicas[0] = r
+	s, r := specPrimary(t, "s0", "g0")
 	as := &appendStream{wake: make(chan struct{}, 1)}
 	r.appendLoop([]appendReq{{stream: as, clientID: 7, entries: []*pb.AppendEntry{
 		{Seq: 1, Record: &pb.Record{Payload: []byte("a")}}, {Seq: 2, Record: &pb.Record{Payload: []byte("b")}}}}})
@@ -175,16 +176,7 @@ func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
 		control.Command{Finalize: &control.FinalizeCommand{Shard: 0}},
 		control.Command{Cut: &control.CutCommand{ReleaseThrough: 2}},
 	)
-	for i, c := range cmds {
-		ev, ok := cs.Apply(c)
-		if !ok {
-			t.Fatalf("command %d changed nothing", i)
-		}
-		s.applyEvent(eventToProto(cs, ev))
-		for len(r.cutCh) > 0 {
-			r.applyCut(<-r.cutCh)
-		}
-	}
+	applyAll(t, s, r, cs, cmds)
 	if !r.finalized.Load() || r.finalLen.Load() != 2 || len(cs.Spec.Void) != 2 {
 		t.Fatalf("replica finalized %v at %d with %d voids, want final at 2 after 2 failures", r.finalized.Load(), r.finalLen.Load(), len(cs.Spec.Void))
 	}

@@ -207,7 +207,7 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		// the final length and every view change went out (one goes per
 		// message), the stream is done. (Fillers are chosen among live
 		// shards, so a finalized one has no void slots left to send.)
-		resp.Done = final && fd.placed && fd.local >= r.finalLen.Load() && fd.sentView >= latestView(sp)
+		resp.Done = final && fd.local >= r.finalLen.Load() && fd.sentView >= latestView(sp)
 		if resp.Done || len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
 				return err
