@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -123,6 +125,40 @@ func TestPacersInterleaveToTheSchedule(t *testing.T) {
 		if want := s.At(k); !got.Equal(want) {
 			t.Fatalf("operation %d at +%v, want +%v", k, got.Sub(start), want.Sub(start))
 		}
+	}
+}
+
+func TestAlarmNeverWakesEarly(t *testing.T) {
+	a := NewAlarm()
+	defer a.Close()
+	ctx := context.Background()
+	// A deadline already passed returns at once; the ones after it must
+	// not return before they are due, whatever an earlier arming left on
+	// the timer's channel.
+	if err := a.SleepUntil(ctx, time.Now().Add(-time.Second)); err != nil {
+		t.Fatalf("past deadline: %v", err)
+	}
+	for _, d := range []time.Duration{3 * time.Millisecond, 200 * time.Microsecond, 0, time.Millisecond} {
+		due := time.Now().Add(d)
+		if err := a.SleepUntil(ctx, due); err != nil {
+			t.Fatalf("sleep %v: %v", d, err)
+		}
+		if now := time.Now(); now.Before(due) {
+			t.Fatalf("woke %v before a deadline %v away", due.Sub(now), d)
+		}
+	}
+}
+
+func TestAlarmEndsWithItsContext(t *testing.T) {
+	a := NewAlarm()
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.SleepUntil(ctx, time.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled sleep returned %v", err)
+	}
+	if err := a.SleepUntil(ctx, time.Now().Add(-time.Second)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled sleep past its deadline returned %v", err)
 	}
 }
 

@@ -143,12 +143,8 @@ func (d *downstream) readLoop(ctx context.Context, s int) {
 
 // computeLoop computes batches until ctx ends.
 func (d *downstream) computeLoop(ctx context.Context) {
-	var timer *time.Timer
-	if d.compute > 0 {
-		timer = time.NewTimer(time.Hour)
-		timer.Stop()
-		defer timer.Stop()
-	}
+	alarm := NewAlarm()
+	defer alarm.Close()
 	for {
 		select {
 		case <-d.wake:
@@ -164,13 +160,8 @@ func (d *downstream) computeLoop(ctx context.Context) {
 				break
 			}
 			t0 := time.Now()
-			if timer != nil {
-				timer.Reset(d.compute)
-				select {
-				case <-timer.C:
-				case <-ctx.Done():
-					return
-				}
+			if alarm.SleepUntil(ctx, t0.Add(d.compute)) != nil {
+				return
 			}
 			t1 := time.Now()
 			d.mu.Lock()

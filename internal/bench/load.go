@@ -375,12 +375,14 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 // openLoop issues appends at the pacer's times until the run ends; an
 // append's latency counts from when it was due.
 func (r *loadRun) openLoop(ctx context.Context, cl *client.Client, appender uint32, pc *Pacer) {
+	alarm := NewAlarm()
+	defer alarm.Close()
 	for seq := uint64(0); ; seq++ {
 		at := pc.Next()
 		if !at.Before(r.end) {
 			return
 		}
-		if err := sleepUntil(ctx, at); err != nil {
+		if err := alarm.SleepUntil(ctx, at); err != nil {
 			return
 		}
 		cl.AppendAsync(ctx, r.record(appender, seq, at), r.done(at))
@@ -417,12 +419,14 @@ func (r *loadRun) extraLoop(ctx context.Context, cl *client.Client, appender uin
 	}
 	pc := NewPacer(Schedule{Start: from, Rate: x.Rate}, 0, 1)
 	slots := make(chan struct{}, extraInflightMax)
+	alarm := NewAlarm()
+	defer alarm.Close()
 	for seq := uint64(0); ; seq++ {
 		at := pc.Next()
 		if !at.Before(until) {
 			return
 		}
-		if err := sleepUntil(ctx, at); err != nil {
+		if err := alarm.SleepUntil(ctx, at); err != nil {
 			return
 		}
 		select {
