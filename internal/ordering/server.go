@@ -248,10 +248,14 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ev, ok := s.state.Apply(cmd)
-	if cmd.Cut != nil && s.ownsLocked(cmd.ID) && s.inflight > 0 {
+	// The leader's own cut or window proposal frees its in-flight slot
+	// even when the state refused it (planned on a state that changed
+	// since); the leader must look again then, not at its next tick.
+	own := (cmd.Cut != nil || cmd.Window != nil) && s.ownsLocked(cmd.ID)
+	if cmd.Cut != nil && own && s.inflight > 0 {
 		s.inflight--
 	}
-	if cmd.Window != nil && s.ownsLocked(cmd.ID) {
+	if cmd.Window != nil && own {
 		s.windowInflight = false
 	}
 	if s.seq != nil {
@@ -278,7 +282,7 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 		delete(s.waiters, cmd.ID)
 		w <- ev
 	}
-	if ok {
+	if ok || own {
 		s.signal()
 	}
 }
