@@ -333,19 +333,15 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 		go func() {
 			defer gens.Done()
 			pacer := bench.NewPacer(sched, i, f.appenders)
+			alarm := bench.NewAlarm()
+			defer alarm.Close()
 			for seq := uint64(0); ; seq++ {
 				at := pacer.Next()
 				if !at.Before(end) {
 					return
 				}
-				if d := time.Until(at); d > 0 {
-					t := time.NewTimer(d)
-					select {
-					case <-t.C:
-					case <-ctx.Done():
-						t.Stop()
-						return
-					}
+				if alarm.SleepUntil(ctx, at) != nil {
+					return
 				}
 				rec := demoRecord{appender: uint32(i), seq: seq}
 				payload := make([]byte, f.recordBytes)
