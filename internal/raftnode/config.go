@@ -50,6 +50,10 @@ const (
 	// entry) or sendBatchBytesMax, inside gRPC's default 4 MiB receive limit.
 	sendBatchMsgsMax  = 1024
 	sendBatchBytesMax = 2 << 20
+	// commitHoldMax is how long a sender may hold back an append that only
+	// carries a new commit index, waiting for the peer's next append to
+	// carry it instead (see peer.stream).
+	commitHoldMax = 2 * time.Millisecond
 	// snapshotQueueMax: raft has at most one snapshot in flight per
 	// follower and waits for its report before sending another.
 	snapshotQueueMax = 1

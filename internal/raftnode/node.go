@@ -461,7 +461,7 @@ func (n *Node) send(msgs []*pb.Message) {
 			n.log.Error("raft message encode", "to", to, "err", err)
 		case len(data) > MsgBytesMax:
 			n.log.Error("raft message exceeds MsgBytesMax, dropped", "to", to, "type", m.GetType().String(), "bytes", len(data))
-		case p.enqueue(outMsg{data: data, snapshot: isSnap}):
+		case p.enqueue(outMsg{data: data, snapshot: isSnap, app: m.GetType() == pb.MsgApp, commitOnly: m.GetType() == pb.MsgApp && len(m.Entries) == 0}):
 			continue
 		}
 		n.reports = append(n.reports, peerReport{peer: to})

@@ -36,6 +36,11 @@ const (
 type outMsg struct {
 	data     []byte
 	snapshot bool // MsgSnap: raft waits for ReportSnapshot
+	app      bool // MsgApp
+	// commitOnly marks an MsgApp without entries: raft sends one to every
+	// follower each time the commit index moves, and it only tells the
+	// follower the new commit index (or probes where its log ends).
+	commitOnly bool
 }
 
 // peerReport tells the driver what became of messages it handed off.
@@ -184,6 +189,15 @@ func (p *peer) run(ctx context.Context) {
 
 // stream opens a stream and pumps the queue into it, starting with first,
 // until a send fails. delivered tells whether any batch went out.
+//
+// An append that only carries a new commit index is held back for up to
+// commitHoldMax. Under load the next cut's append to the same peer comes
+// within an ordering interval, carries a commit index at least as new, and
+// replaces it: that saves the message and the follower's reply to it, two of
+// the eight raft messages a cut costs with two followers. Dropping a raft
+// message is always safe; the hold only bounds how late a follower learns
+// of a commit, which nothing on the append path waits for (storage servers
+// follow the leader).
 func (p *peer) stream(ctx context.Context, first outMsg) (delivered bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -194,20 +208,49 @@ func (p *peer) stream(ctx context.Context, first outMsg) (delivered bool, err er
 	stall := time.AfterFunc(sendStallTimeout, cancel)
 	stall.Stop()
 	defer stall.Stop()
+	holdTimer := time.NewTimer(time.Hour)
+	holdTimer.Stop()
+	defer holdTimer.Stop()
 
-	batch := make([][]byte, 0, sendBatchMsgsMax)
+	var (
+		batch = make([]outMsg, 0, sendBatchMsgsMax)
+		data  = make([][]byte, 0, sendBatchMsgsMax)
+		// held is a commit-only append taken out of the last batch, to go
+		// with the next one or alone at holdTill.
+		held     outMsg
+		holding  bool
+		holdTill time.Time
+	)
+	// next is a message taken from the queue and not yet batched.
 	next, have := first, true
 	for {
 		if !have {
+			var holdC <-chan time.Time
+			if holding {
+				holdC = holdTimer.C
+			}
 			select {
 			case <-ctx.Done():
 				return delivered, ctx.Err()
 			case next = <-p.q:
+				have = true
+			case <-holdC:
+				// The held commit's time is up: it goes now.
 			}
 		}
-		have = false
-		batch = append(batch[:0], next.data)
-		size := len(next.data)
+		batch = batch[:0]
+		size := 0
+		wasHolding := holding
+		if holding {
+			batch = append(batch, held)
+			size += len(held.data)
+			holding = false
+		}
+		if have {
+			batch = append(batch, next)
+			size += len(next.data)
+			have = false
+		}
 	fill:
 		for len(batch) < sendBatchMsgsMax {
 			select {
@@ -216,14 +259,38 @@ func (p *peer) stream(ctx context.Context, first outMsg) (delivered bool, err er
 					next, have = m, true
 					break fill
 				}
-				batch = append(batch, m.data)
+				batch = append(batch, m)
 				size += len(m.data)
 			default:
 				break fill
 			}
 		}
+		batch, held, holding = coalesceCommits(batch)
+		switch {
+		case holding && !wasHolding:
+			holdTill = time.Now().Add(commitHoldMax)
+			holdTimer.Reset(commitHoldMax)
+		case holding && time.Now().Before(holdTill):
+			// A newer commit replaced the held one and keeps its
+			// deadline, so a follower learns of a commit at most
+			// commitHoldMax late.
+			holdTimer.Reset(time.Until(holdTill))
+		case holding:
+			batch = append(batch, held)
+			holding = false
+			holdTimer.Stop()
+		default:
+			holdTimer.Stop()
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		data = data[:0]
+		for _, m := range batch {
+			data = append(data, m.data)
+		}
 		stall.Reset(sendStallTimeout)
-		err := s.Send(&augurpb.RaftBatch{Messages: batch})
+		err := s.Send(&augurpb.RaftBatch{Messages: data})
 		stall.Stop()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -236,6 +303,30 @@ func (p *peer) stream(ctx context.Context, first outMsg) (delivered bool, err er
 		}
 		delivered = true
 	}
+}
+
+// coalesceCommits drops the commit-only appends of batch that a later
+// append in it replaces (raft sends appends to one peer with ascending
+// commit indexes), and takes out a commit-only append that ends the batch,
+// to be held back: hold tells whether it did.
+func coalesceCommits(batch []outMsg) (out []outMsg, held outMsg, hold bool) {
+	lastApp := -1
+	for i, m := range batch {
+		if m.app {
+			lastApp = i
+		}
+	}
+	out = batch[:0]
+	for i, m := range batch {
+		if m.commitOnly && i < lastApp {
+			continue
+		}
+		out = append(out, m)
+	}
+	if n := len(out); n > 0 && out[n-1].commitOnly {
+		return out[:n-1], out[n-1], true
+	}
+	return out, outMsg{}, false
 }
 
 // runSnapshots sends snapshots apart from the main stream, so a large
