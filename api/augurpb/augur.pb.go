@@ -2355,7 +2355,12 @@ type WatchRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// from is the first event sequence wanted.
-	From          uint64 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	From uint64 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	// server_id names the storage server watching. One that is the primary
+	// of no live or finalizing shard acknowledges no appends, so once it has
+	// caught up it gets new events in batches, some ten ordering intervals
+	// apart, instead of one message per cut. Empty: every event at once.
+	ServerId      string `protobuf:"bytes,3,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2402,6 +2407,13 @@ func (x *WatchRequest) GetFrom() uint64 {
 		return x.From
 	}
 	return 0
+}
+
+func (x *WatchRequest) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
 }
 
 type WatchResponse struct {
@@ -3305,11 +3317,12 @@ const file_augur_proto_rawDesc = "" +
 	"\awindows\x18\x03 \x03(\v2\x10.augur.v1.WindowR\awindows\x12(\n" +
 	"\x04void\x18\x04 \x03(\v2\x14.augur.v1.ViewChangeR\x04void\x12\x1f\n" +
 	"\vwindow_cuts\x18\x05 \x01(\x04R\n" +
-	"windowCuts\"A\n" +
+	"windowCuts\"^\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\x04R\x04from\"n\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x1b\n" +
+	"\tserver_id\x18\x03 \x01(\tR\bserverId\"n\n" +
 	"\rWatchResponse\x12'\n" +
 	"\x06events\x18\x01 \x03(\v2\x0f.augur.v1.EventR\x06events\x124\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x18.augur.v1.StatusResponseR\bsnapshot\"\xb2\x01\n" +

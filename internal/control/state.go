@@ -336,6 +336,17 @@ func (s *State) Shard(id cut.ShardID) *Shard {
 	return &s.Shards[i]
 }
 
+// Primary reports whether server is the primary of a shard not finalized:
+// one that acknowledges appends when cuts commit.
+func (s *State) Primary(server string) bool {
+	for _, sh := range s.Shards {
+		if sh.State != Finalized && len(sh.Replicas) > 0 && sh.Replicas[0].ID == server {
+			return true
+		}
+	}
+	return false
+}
+
 // Tail is the number of ordered records: the next position to be assigned.
 func (s *State) Tail() uint64 { return s.LastCut.End }
 

@@ -75,6 +75,28 @@ func TestFailedFinalizeFixesLengthAndCapsLaterCuts(t *testing.T) {
 	}
 }
 
+func TestPrimaryUntilFinalized(t *testing.T) {
+	s := twoShards(t)
+	for server, want := range map[string]bool{"a1": true, "a2": false, "b1": true, "b2": false, "": false, "z9": false} {
+		if got := s.Primary(server); got != want {
+			t.Errorf("Primary(%q) = %v, want %v", server, got, want)
+		}
+	}
+	// A finalizing shard's primary still acknowledges appends; a
+	// finalized one's does not.
+	mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, GraceCuts: 1}})
+	if !s.Primary("a1") {
+		t.Fatal("the primary of a finalizing shard is no primary")
+	}
+	mustApply(t, s, cutCmd(true, cut.Length{Shard: 0, Length: 1}))
+	if sh := s.Shard(0); sh.State != Finalized {
+		t.Fatalf("shard 0 is %v after its grace cut", sh.State)
+	}
+	if s.Primary("a1") {
+		t.Fatal("the primary of a finalized shard is still a primary")
+	}
+}
+
 func TestGracefulFinalizeWaitsGraceCuts(t *testing.T) {
 	s := twoShards(t)
 	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 1}))

@@ -407,7 +407,7 @@ func (s *Server) watchFrom(addr string) error {
 	from := s.view.seq + 1
 	s.mu.Unlock()
 	s.checkCaughtUp()
-	stream, err := oc.Watch(ctx, &pb.WatchRequest{ClusterId: s.cfg.ClusterID, From: from})
+	stream, err := oc.Watch(ctx, &pb.WatchRequest{ClusterId: s.cfg.ClusterID, From: from, ServerId: s.cfg.ID})
 	if err != nil {
 		return err
 	}
