@@ -193,8 +193,8 @@ func (p *peer) run(ctx context.Context) {
 // An append that only carries a new commit index is held back for up to
 // commitHoldMax. Under load the next cut's append to the same peer comes
 // within an ordering interval, carries a commit index at least as new, and
-// replaces it: that saves the message and the follower's reply to it, two of
-// the eight raft messages a cut costs with two followers. Dropping a raft
+// replaces it: that saves the message and the follower's reply to it, four
+// of the eight raft messages a cut cost with two followers. Dropping a raft
 // message is always safe; the hold only bounds how late a follower learns
 // of a commit, which nothing on the append path waits for (storage servers
 // follow the leader).
