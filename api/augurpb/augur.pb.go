@@ -2421,7 +2421,11 @@ type WatchResponse struct {
 	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// snapshot is sent instead of events when from predates the retained
 	// history: the current state without the cuts in between.
-	Snapshot      *StatusResponse `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot *StatusResponse `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// leader_addr ends the stream of a replica that does not lead while
+	// another does: a follower learns of commits later than the leader, so
+	// watch that replica instead.
+	LeaderAddr    string `protobuf:"bytes,3,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2468,6 +2472,13 @@ func (x *WatchResponse) GetSnapshot() *StatusResponse {
 		return x.Snapshot
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
 }
 
 type RegisterShardRequest struct {
@@ -3322,10 +3333,12 @@ const file_augur_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x1b\n" +
-	"\tserver_id\x18\x03 \x01(\tR\bserverId\"n\n" +
+	"\tserver_id\x18\x03 \x01(\tR\bserverId\"\x8f\x01\n" +
 	"\rWatchResponse\x12'\n" +
 	"\x06events\x18\x01 \x03(\v2\x0f.augur.v1.EventR\x06events\x124\n" +
-	"\bsnapshot\x18\x02 \x01(\v2\x18.augur.v1.StatusResponseR\bsnapshot\"\xb2\x01\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x18.augur.v1.StatusResponseR\bsnapshot\x12\x1f\n" +
+	"\vleader_addr\x18\x03 \x01(\tR\n" +
+	"leaderAddr\"\xb2\x01\n" +
 	"\x14RegisterShardRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +

@@ -2,10 +2,16 @@ package devcluster
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
 )
@@ -144,6 +150,58 @@ func TestOrderingOnly(t *testing.T) {
 	}
 	if st.LeaderId == "" || len(st.Shards) != 0 {
 		t.Fatalf("status: leader %q, %d shards", st.LeaderId, len(st.Shards))
+	}
+}
+
+// A storage server watching a follower would get every cut late, so a
+// follower that knows the leader ends a Watch by naming it.
+func TestWatchOnAFollowerNamesTheLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an ordering layer")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{NoStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.Config()
+	for _, n := range cfg.Ordering {
+		conn, err := grpc.NewClient(n.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		oc := pb.NewOrderingClient(conn)
+		// Wait until this replica knows a leader; the failure bound is
+		// ctx's.
+		var st *pb.StatusResponse
+		for st == nil || st.LeaderAddr == "" {
+			if st, err = oc.Status(ctx, &pb.StatusRequest{ClusterId: cfg.ClusterID}); err != nil {
+				t.Fatalf("status of %s: %v", n.ID, err)
+			}
+		}
+		if st.LeaderId == n.ID {
+			continue
+		}
+		stream, err := oc.Watch(ctx, &pb.WatchRequest{ClusterId: cfg.ClusterID, From: 1, ServerId: "a2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("watch on follower %s: %v", n.ID, err)
+		}
+		if resp.LeaderAddr != st.LeaderAddr || len(resp.Events) != 0 || resp.Snapshot != nil {
+			t.Fatalf("follower %s answered a watch with %v, want only leader_addr %s", n.ID, resp, st.LeaderAddr)
+		}
+		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("follower %s kept the watch open after naming the leader: %v", n.ID, err)
+		}
 	}
 }
 

@@ -761,6 +761,11 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 	gather.Stop()
 	defer gather.Stop()
 	for {
+		if !s.node.IsLeader() {
+			if _, addr := s.leaderAddr(); addr != "" {
+				return stream.Send(&pb.WatchResponse{LeaderAddr: addr})
+			}
+		}
 		s.mu.Lock()
 		var resp pb.WatchResponse
 		if next < s.firstSeq {

@@ -366,15 +366,35 @@ func (s *Server) syncLoop() {
 	}
 }
 
+// errRedirected ends a stream to an ordering replica that named another
+// one as the leader.
+var errRedirected = errors.New("redirected to the ordering leader")
+
 // onOrdering keeps calling fn with an ordering replica's address, the
 // believed leader first, pausing between attempts, until the server stops.
+// A call that was redirected to the leader is followed at once by one to
+// the leader: after a leader change, reports and cuts must not wait out a
+// pause, and cuts from a follower come later than from the leader.
 func (s *Server) onOrdering(what string, fn func(addr string) error) {
 	defer s.wg.Done()
+	hurried := false
 	for attempt := 0; ; attempt++ {
 		addrs := s.orderingAddrs()
 		addr := addrs[attempt%len(addrs)]
-		if err := fn(addr); err != nil && s.ctx.Err() == nil {
+		start := time.Now()
+		err := fn(addr)
+		if err != nil && s.ctx.Err() == nil {
 			s.log.Debug(what, "addr", addr, "err", err)
+		}
+		if time.Since(start) > retryInterval {
+			hurried = false
+		}
+		if errors.Is(err, errRedirected) && !hurried {
+			// Only once in a row: two replicas naming each other (an
+			// election under way) must not make this loop spin.
+			hurried = true
+			attempt = -1
+			continue
 		}
 		if !s.sleep(retryInterval) {
 			return
@@ -397,8 +417,8 @@ func (s *Server) watchFrom(addr string) error {
 	}
 	s.setLeader(st.LeaderAddr)
 	if st.LeaderAddr != "" && st.LeaderAddr != addr {
-		// Followers learn of commits a heartbeat later than the leader.
-		return fmt.Errorf("watching the leader %s instead", st.LeaderAddr)
+		// Followers learn of commits later than the leader.
+		return fmt.Errorf("%w %s", errRedirected, st.LeaderAddr)
 	}
 	s.mu.Lock()
 	if s.caughtUpSeq == 0 {
@@ -415,6 +435,10 @@ func (s *Server) watchFrom(addr string) error {
 		resp, err := stream.Recv()
 		if err != nil {
 			return err
+		}
+		if resp.LeaderAddr != "" {
+			s.setLeader(resp.LeaderAddr)
+			return fmt.Errorf("%w %s", errRedirected, resp.LeaderAddr)
 		}
 		if resp.Snapshot != nil {
 			s.applySnapshot(resp.Snapshot)
@@ -596,6 +620,9 @@ func (s *Server) heartbeatTo(addr string) error {
 			if err == nil && resp.NotLeader {
 				s.setLeader(resp.LeaderAddr)
 				err = fmt.Errorf("%s is not the leader", addr)
+				if resp.LeaderAddr != "" {
+					err = fmt.Errorf("%w %s", errRedirected, resp.LeaderAddr)
+				}
 			}
 			if err != nil {
 				redirected <- err
