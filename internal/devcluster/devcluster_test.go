@@ -124,14 +124,7 @@ func TestOrderingOnly(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{NoStorage: true, Shards: 3, Mode: config.ModeSpec, NoStagger: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{NoStorage: true, Shards: 3, Mode: config.ModeSpec, NoStagger: true})
 	cfg := c.Config()
 	if len(cfg.Storage) != 0 || len(cfg.Ordering) != DefaultOrderingReplicas || cfg.StaggerAbove != 0 {
 		t.Fatalf("config: %d storage servers, %d ordering replicas, stagger_above %d", len(cfg.Storage), len(cfg.Ordering), cfg.StaggerAbove)
@@ -161,14 +154,7 @@ func TestWatchOnAFollowerNamesTheLeader(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{NoStorage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{NoStorage: true})
 	cfg := c.Config()
 	for _, n := range cfg.Ordering {
 		conn, err := grpc.NewClient(n.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -203,6 +189,21 @@ func TestWatchOnAFollowerNamesTheLeader(t *testing.T) {
 			t.Fatalf("follower %s kept the watch open after naming the leader: %v", n.ID, err)
 		}
 	}
+}
+
+// startReady starts a cluster that the test's end closes, and waits until
+// it is ready.
+func startReady(ctx context.Context, t *testing.T, o Options) *Cluster {
+	t.Helper()
+	c, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestBadOptions(t *testing.T) {
