@@ -2359,7 +2359,8 @@ type WatchRequest struct {
 	// server_id names the storage server watching. One that is the primary
 	// of no live or finalizing shard acknowledges no appends, so once it has
 	// caught up it gets new events in batches, some ten ordering intervals
-	// apart, instead of one message per cut. Empty: every event at once.
+	// apart, instead of one message per cut, unless they change the shard
+	// table or make it a primary. Empty: every event at once.
 	ServerId      string `protobuf:"bytes,3,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

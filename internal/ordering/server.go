@@ -254,8 +254,10 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	defer s.mu.Unlock()
 	ev, ok := s.state.Apply(cmd)
 	// The leader's own cut or window proposal frees its in-flight slot
-	// even when the state refused it (planned on a state that changed
-	// since); the leader must look again then, not at its next tick.
+	// even when the state refused it. A refused window was planned on a
+	// state that changed since, so the leader must plan again now, not
+	// at its next tick. (A refused cut only repeated what an earlier one
+	// ordered.)
 	own := (cmd.Cut != nil || cmd.Window != nil) && s.ownsLocked(cmd.ID)
 	if cmd.Cut != nil && own && s.inflight > 0 {
 		s.inflight--
@@ -779,6 +781,10 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 			next += uint64(end - i)
 		}
 		changed := s.changed
+		// What the watcher knows once this message is out: whether it
+		// is a primary, and the shard table's version.
+		seenPrimary := req.ServerId == "" || s.state.Primary(req.ServerId)
+		seenMV := s.state.MembershipVersion
 		s.mu.Unlock()
 		if resp.Snapshot != nil || len(resp.Events) > 0 {
 			if err := stream.Send(&resp); err != nil {
@@ -793,12 +799,16 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 		case <-s.stop:
 			return status.Error(codes.Unavailable, "ordering replica stopping")
 		}
+		// Let the new events gather only for a server that was no
+		// primary and still is none, and only while the shard table
+		// stands: the cut that finalizes a primary's shard orders appends
+		// it must acknowledge, and a survivor of a failed primary must
+		// learn at once that its shard is final. A catch-up never waits
+		// here, as only new events lead to this point.
 		s.mu.Lock()
-		batched := req.ServerId != "" && !s.state.Primary(req.ServerId)
+		batched := !seenPrimary && !s.state.Primary(req.ServerId) && s.state.MembershipVersion == seenMV
 		s.mu.Unlock()
 		if batched {
-			// Caught up and no primary: let events gather. A catch-up
-			// never waits here, as only new events lead to this point.
 			gather.Reset(backupWatchIntervals * s.cfg.OrderingInterval)
 			select {
 			case <-gather.C:
