@@ -389,12 +389,15 @@ func (s *Server) onOrdering(what string, fn func(addr string) error) {
 		if time.Since(start) > retryInterval {
 			hurried = false
 		}
-		if errors.Is(err, errRedirected) && !hurried {
-			// Only once in a row: two replicas naming each other (an
-			// election under way) must not make this loop spin.
-			hurried = true
+		if errors.Is(err, errRedirected) {
+			// Next to the replica named, and at once, but only once
+			// in a row: two replicas naming each other (an election
+			// under way) must not make this loop spin.
 			attempt = -1
-			continue
+			if !hurried {
+				hurried = true
+				continue
+			}
 		}
 		if !s.sleep(retryInterval) {
 			return
