@@ -195,9 +195,10 @@ func (p *peer) run(ctx context.Context) {
 // within an ordering interval, carries a commit index at least as new, and
 // replaces it: that saves the message and the follower's reply to it, four
 // of the eight raft messages a cut cost with two followers. Dropping a raft
-// message is always safe; the hold only bounds how late a follower learns
-// of a commit, which nothing on the append path waits for (storage servers
-// follow the leader).
+// message is always safe. The hold delays by at most commitHoldMax what
+// such an append does: tell a follower of a commit (nothing on the append
+// path waits for that; storage servers follow the leader), and probe a
+// follower whose inflight window is full or that is being probed.
 func (p *peer) stream(ctx context.Context, first outMsg) (delivered bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
