@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -146,6 +147,19 @@ func TestAlarmNeverWakesEarly(t *testing.T) {
 		if now := time.Now(); now.Before(due) {
 			t.Fatalf("woke %v before a deadline %v away", due.Sub(now), d)
 		}
+	}
+	// A wake-up left over from an earlier deadline is waiting on the
+	// channel: the next sleep must not take it for its own.
+	a.t.Reset(time.Nanosecond)
+	for len(a.t.C) == 0 {
+		runtime.Gosched()
+	}
+	due := time.Now().Add(2 * time.Millisecond)
+	if err := a.SleepUntil(ctx, due); err != nil {
+		t.Fatal(err)
+	}
+	if now := time.Now(); now.Before(due) {
+		t.Fatalf("a stale wake-up ended the sleep %v early", due.Sub(now))
 	}
 }
 

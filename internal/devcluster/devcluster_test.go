@@ -156,6 +156,7 @@ func TestWatchOnAFollowerNamesTheLeader(t *testing.T) {
 	defer cancel()
 	c := startReady(ctx, t, Options{NoStorage: true})
 	cfg := c.Config()
+	followers := 0
 	for _, n := range cfg.Ordering {
 		conn, err := grpc.NewClient(n.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -174,6 +175,7 @@ func TestWatchOnAFollowerNamesTheLeader(t *testing.T) {
 		if st.LeaderId == n.ID {
 			continue
 		}
+		followers++
 		stream, err := oc.Watch(ctx, &pb.WatchRequest{ClusterId: cfg.ClusterID, From: 1, ServerId: "a2"})
 		if err != nil {
 			t.Fatal(err)
@@ -188,6 +190,9 @@ func TestWatchOnAFollowerNamesTheLeader(t *testing.T) {
 		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 			t.Fatalf("follower %s kept the watch open after naming the leader: %v", n.ID, err)
 		}
+	}
+	if followers != len(cfg.Ordering)-1 {
+		t.Fatalf("checked %d followers of %d ordering replicas", followers, len(cfg.Ordering))
 	}
 }
 
