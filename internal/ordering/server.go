@@ -806,7 +806,7 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 		// learn at once that its shard is final. A catch-up never waits
 		// here, as only new events lead to this point.
 		s.mu.Lock()
-		batched := !seenPrimary && !s.state.Primary(req.ServerId) && s.state.MembershipVersion == seenMV
+		batched := mayGather(req.ServerId, seenPrimary, seenMV, s.state)
 		s.mu.Unlock()
 		if batched {
 			gather.Reset(backupWatchIntervals * s.cfg.OrderingInterval)
@@ -819,6 +819,13 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 			}
 		}
 	}
+}
+
+// mayGather reports whether the events that brought the watch of server
+// from the state it last saw (seenPrimary: server was a primary there;
+// seenMV: its shard table's version) to st may wait for more.
+func mayGather(server string, seenPrimary bool, seenMV uint64, st *control.State) bool {
+	return server != "" && !seenPrimary && !st.Primary(server) && st.MembershipVersion == seenMV
 }
 
 func (s *Server) notLeader() (string, bool) {
