@@ -313,8 +313,7 @@ func (f *fsm) Restore(data []byte) error {
 	}
 	s.events = nil
 	s.firstSeq = s.state.EventSeq + 1
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.wakeWatchersLocked()
 	return nil
 }
 
@@ -349,6 +348,12 @@ func (s *Server) appendEventLocked(ev control.Event) {
 		s.firstSeq++
 	}
 	s.events = append(s.events, pe)
+	s.wakeWatchersLocked()
+}
+
+// wakeWatchersLocked wakes every Watch to look at the events and the
+// leader again.
+func (s *Server) wakeWatchersLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -421,6 +426,11 @@ func (s *Server) leaderLoop() {
 		case <-s.stop:
 			return
 		case <-s.node.LeaderChanges():
+			// Watches wait for new events; one on a replica that no
+			// longer leads must learn now where the leader went.
+			s.mu.Lock()
+			s.wakeWatchersLocked()
+			s.mu.Unlock()
 		case <-s.wake:
 		case <-cutTimer.C:
 			timerArmed = false
