@@ -32,6 +32,18 @@ func startSpecCluster(t *testing.T, shards int) (*devcluster.Cluster, *client.Cl
 	return dc, cl
 }
 
+// subscribeSpec opens a speculative subscription from position 0 that the
+// test's end closes.
+func subscribeSpec(ctx context.Context, t *testing.T, cl *client.Client, f client.Filter, confirmedOnly bool) *client.SpecSubscription {
+	t.Helper()
+	sub, err := cl.SubscribeSpec(ctx, 0, f, confirmedOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	return sub
+}
+
 // TestSpeculativeDelivery appends to both shards of a speculative cluster
 // and checks that a speculative subscriber gets every record, most of them
 // before their cut, never a failure, with each position confirmed and equal
@@ -40,11 +52,7 @@ func startSpecCluster(t *testing.T, shards int) (*devcluster.Cluster, *client.Cl
 func TestSpeculativeDelivery(t *testing.T) {
 	_, cl := startSpecCluster(t, 2)
 	ctx := testCtx(t)
-	sub, err := cl.SubscribeSpec(ctx, 0, client.Filter{}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := subscribeSpec(ctx, t, cl, client.Filter{}, false)
 	eager, err := cl.Subscribe(ctx, 0, client.Filter{})
 	if err != nil {
 		t.Fatal(err)
@@ -145,18 +153,10 @@ func TestSpeculativeWholeShardFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := cl.SubscribeSpec(ctx, 0, client.Filter{}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	sub := subscribeSpec(ctx, t, cl, client.Filter{}, false)
 	// The confirmed-only view is what Subscribe gives on this cluster; it
 	// also says how far it has confirmed.
-	eager, err := cl.SubscribeSpec(ctx, 0, client.Filter{}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eager.Close()
+	eager := subscribeSpec(ctx, t, cl, client.Filter{}, true)
 	// One-shard subscribers of the shard that fails and of the survivor.
 	var failed, survivor uint32
 	for _, sh := range st.Shards {
@@ -166,16 +166,8 @@ func TestSpeculativeWholeShardFailure(t *testing.T) {
 			survivor = sh.Id
 		}
 	}
-	ofFailed, err := cl.SubscribeSpec(ctx, 0, client.OnShard(failed), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ofFailed.Close()
-	ofSurvivor, err := cl.SubscribeSpec(ctx, 0, client.OnShard(survivor), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ofSurvivor.Close()
+	ofFailed := subscribeSpec(ctx, t, cl, client.OnShard(failed), false)
+	ofSurvivor := subscribeSpec(ctx, t, cl, client.OnShard(survivor), false)
 
 	var last uint64
 	unknown := 0
@@ -430,16 +422,8 @@ func TestSpecOneShardSubscriptionEndsWithItsShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaving, staying := st.Shards[0].Id, st.Shards[1].Id
-	one, err := cl.SubscribeSpec(ctx, 0, client.OnShard(leaving), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
-	all, err := cl.SubscribeSpec(ctx, 0, client.Filter{}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer all.Close()
+	one := subscribeSpec(ctx, t, cl, client.OnShard(leaving), false)
+	all := subscribeSpec(ctx, t, cl, client.Filter{}, true)
 	var want []client.Ack
 	for i := 0; i < 10; i++ {
 		a, err := cl.AppendToShard(ctx, client.Record{Payload: []byte(fmt.Sprint("r", i))}, leaving)

@@ -450,6 +450,7 @@ func (n *Node) send(msgs []*pb.Message) {
 	for _, m := range msgs {
 		to := m.GetTo()
 		isSnap := m.GetType() == pb.MsgSnap
+		isApp := m.GetType() == pb.MsgApp
 		p := n.transport.peers[to]
 		if p == nil {
 			n.log.Error("raft message for unknown peer dropped", "to", to, "type", m.GetType().String())
@@ -461,7 +462,7 @@ func (n *Node) send(msgs []*pb.Message) {
 			n.log.Error("raft message encode", "to", to, "err", err)
 		case len(data) > MsgBytesMax:
 			n.log.Error("raft message exceeds MsgBytesMax, dropped", "to", to, "type", m.GetType().String(), "bytes", len(data))
-		case p.enqueue(outMsg{data: data, snapshot: isSnap, app: m.GetType() == pb.MsgApp, commitOnly: m.GetType() == pb.MsgApp && len(m.Entries) == 0}):
+		case p.enqueue(outMsg{data: data, snapshot: isSnap, app: isApp, commitOnly: isApp && len(m.Entries) == 0}):
 			continue
 		}
 		n.reports = append(n.reports, peerReport{peer: to})
