@@ -500,20 +500,12 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant) (*Resu
 	return r, nil
 }
 
-// sleepUntil waits until t or until ctx ends.
+// sleepUntil waits until t or until ctx ends, for a goroutine that waits
+// too seldom to keep an Alarm of its own.
 func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	a := NewAlarm()
+	defer a.Close()
+	return a.SleepUntil(ctx, t)
 }
 
 // shape reports the live shards of a target, in ascending id order, and
