@@ -503,7 +503,7 @@ func (r *replica) answer(answers []shard.Answer[*appendStream]) {
 	byStream := map[*appendStream][]*pb.AppendAck{}
 	for _, a := range answers {
 		ack := &pb.AppendAck{Seq: a.Seq, Code: pb.Code_OK, Position: a.Position, Shard: r.id}
-		if a.Final {
+		if a.Verdict == shard.Abandoned {
 			ack = &pb.AppendAck{Seq: a.Seq, Code: pb.Code_FINALIZED, Shard: r.id,
 				Message: fmt.Sprintf("shard %d was finalized before this record was ordered", r.id)}
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -40,12 +41,7 @@ func (fd *specFeed) position(local uint64, sp *control.Spec) (uint64, bool) {
 	if sp == nil {
 		return 0, false
 	}
-	for _, w := range sp.Windows {
-		if pos, _, ok := w.Locate(fd.r.id, local); ok {
-			return pos, true
-		}
-	}
-	return 0, false
+	return spec.Predict(sp.Windows, fd.r.id, local)
 }
 
 // limit is how far this copy may serve: what every replica holds on a
