@@ -58,6 +58,8 @@ type Append[W comparable] struct {
 }
 
 // Batch is a run of entries for a backup to store at local index First.
+// The entries of a batch Propose staged are the core's buffer: they are
+// valid until Store returns, so the owner encodes or copies them before.
 type Batch struct {
 	First   uint64
 	Entries []segment.Entry
@@ -300,8 +302,11 @@ func (r *Replica[W]) LagFix(now time.Time, target uint64, out *Output[W]) {
 	r.appendNoops(now, r.ord.LagFix(target), out)
 }
 
+// observe tells the ordering mode where a primary stands. The primary's
+// bookkeeping knows the log's length without asking the log (the owner is
+// its only writer).
 func (r *Replica[W]) observe(now time.Time) {
-	r.ord.Observe(now, r.log.Len(), r.records.Load(), r.durable.Load())
+	r.ord.Observe(now, r.primary.Next(), r.records.Load(), r.durable.Load())
 }
 
 // appendNoops stores a run of n no-ops as one entry and replicates it as

@@ -322,3 +322,54 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 		t.Fatalf("lag-fix to 9 added %d no-ops, log %d", out.Noops, pr.plog.Len())
 	}
 }
+
+// TestReplicaConcurrentPaths runs what the storage server runs at once:
+// backup acknowledgements and reports beside the owner's appends and
+// ticks on a primary, and replicated batches beside cuts on a backup. It
+// checks the core's concurrency contract under the race detector.
+func TestReplicaConcurrentPaths(t *testing.T) {
+	const n = 200
+	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
+	ord.SetWindows([]fixante.Window{specWindow()})
+	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: 1, Ordering: ord}, NewMemLog())
+	blog := NewMemLog()
+	b := NewReplica[string](Config{ID: 1, Role: RoleBackup}, blog)
+	batches := make(chan Batch, n)
+	done := make(chan struct{})
+	go func() {
+		// The backup's Replicate stream: store, then acknowledge.
+		defer close(done)
+		for bt := range batches {
+			held, err := b.Replicated(bt.First, bt.Entries)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			p.BackupAcked(0, held)
+			p.Report()
+		}
+	}()
+	var cuts uint64
+	for i := range uint64(n) {
+		out := &Output[string]{}
+		p.Propose([]Append[string]{{Waiter: "s", Entry: rec(7, i+1)}}, out)
+		for _, bt := range out.Replicate {
+			batches <- Batch{First: bt.First, Entries: append([]segment.Entry(nil), bt.Entries...)}
+		}
+		p.Store(out)
+		p.Tick(t0.Add(time.Duration(i)*time.Millisecond), out)
+		for _, bt := range out.Replicate[1:] {
+			batches <- bt
+		}
+		// The backup's loop applies cuts over what it acknowledged.
+		if d := p.Durable(); d > cuts {
+			b.ApplyCut(Cut{Index: cuts + 1, Start: cuts, End: d, Slice: cut.Slice{Shard: 1, LocalStart: cuts, GlobalStart: cuts, Count: d - cuts}}, &Output[string]{})
+			cuts = d
+		}
+	}
+	close(batches)
+	<-done
+	if b.Lost() || blog.Len() != p.primary.Next() {
+		t.Fatalf("backup lost %v, holds %d of %d", b.Lost(), blog.Len(), p.primary.Next())
+	}
+}

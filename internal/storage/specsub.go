@@ -49,12 +49,13 @@ func (fd *specFeed) position(local uint64, sp *control.Spec) (uint64, bool) {
 // primary's other backups hold).
 func (fd *specFeed) limit() uint64 {
 	r := fd.r
-	if r.role == rolePrimary && !r.finalized.Load() {
-		return r.durable.Load()
+	finalLen, final := r.core.Final()
+	if r.role == rolePrimary && !final {
+		return r.core.Durable()
 	}
 	n := r.store.Ordered()
-	if r.finalized.Load() {
-		n = min(n, r.finalLen.Load())
+	if final {
+		n = min(n, finalLen)
 	}
 	return n
 }
@@ -185,13 +186,13 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 	ctx := stream.Context()
 	for {
 		changed := r.changedCh()
-		if r.lost.Load() {
+		if r.core.Lost() {
 			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", r.id)
 		}
 		// Finality is read before the view: a shard is finalized by a cut
 		// the view then already holds, so the confirmation sent with the
 		// last entries covers them.
-		final := r.finalized.Load()
+		finalLen, final := r.core.Final()
 		s.mu.Lock()
 		viewChanged, confirmed, mv, sp := s.viewChanged, s.view.lastCut.End, s.view.mv, s.view.spec
 		s.mu.Unlock()
@@ -203,7 +204,7 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		// the final length and every view change went out (one goes per
 		// message), the stream is done. (Fillers are chosen among live
 		// shards, so a finalized one has no void slots left to send.)
-		resp.Done = final && fd.local >= r.finalLen.Load() && fd.sentView >= latestView(sp)
+		resp.Done = final && fd.local >= finalLen && fd.sentView >= latestView(sp)
 		if resp.Done || len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
 				return err
