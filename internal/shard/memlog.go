@@ -200,13 +200,16 @@ func (m *MemLog) Trim(global uint64) error {
 	if k == 0 {
 		return nil
 	}
+	// In place: an emulated shard trims after every cut.
 	m.start = m.frames[k].first
-	m.frames = append([]memFrame(nil), m.frames[k:]...)
+	n := copy(m.frames, m.frames[k:])
+	clear(m.frames[n:])
+	m.frames = m.frames[:n]
 	keep := 0
 	for keep < len(m.runs)-1 && m.runs[keep].LocalStart+m.runs[keep].Count <= m.start {
 		keep++
 	}
-	m.runs = append([]segment.Run(nil), m.runs[keep:]...)
+	m.runs = m.runs[:copy(m.runs, m.runs[keep:])]
 	return nil
 }
 

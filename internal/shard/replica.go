@@ -95,9 +95,13 @@ type Output[W comparable] struct {
 	Answers []Answer[W]
 	// StoreErr is why Unavailable answers failed.
 	StoreErr error
-	// Report asks the owner to tell the ordering leader Replica.Report now:
-	// what every replica holds moved, or the mode reached a report point.
-	// Reports never exceed what every replica holds.
+	// Durable says what every replica holds moved: tell the ordering
+	// leader (Replica.Report; in eager order it is the new report, in
+	// speculative order it brings news of the records and backlog).
+	Durable bool
+	// Report says the ordering mode reached a report point: Replica.Report
+	// has a new length, to send now. Reports never exceed what every
+	// replica holds.
 	Report bool
 	// Changed says what subscribers may read changed (positions,
 	// finality, or, in a mode that acts on durable entries, the durable
@@ -274,6 +278,25 @@ func (r *Replica[W]) Store(out *Output[W]) {
 	r.updateDurable(out)
 }
 
+// Ingest stores records on a primary that nobody waits for and nobody
+// retries (an emulated workload): they take no dedup memory and get no
+// answers, but count as records for the ordering mode.
+func (r *Replica[W]) Ingest(entries []segment.Entry, out *Output[W]) {
+	if r.primary == nil || len(entries) == 0 {
+		return
+	}
+	if _, err := r.log.Append(entries); err != nil {
+		out.Failed = fmt.Errorf("shard %d: append: %w", r.id, err)
+		return
+	}
+	n := uint64(len(entries))
+	r.primary.Noops(n) // slots that answer nobody
+	r.records.Add(n)
+	out.Stored += n
+	out.Unsynced = true
+	r.updateDurable(out)
+}
+
 // Tick lets a live primary's ordering mode act at time now: fill no-ops it
 // owes, report at a point it reached, and say when to wake next.
 func (r *Replica[W]) Tick(now time.Time, out *Output[W]) {
@@ -333,7 +356,7 @@ func (r *Replica[W]) appendNoops(now time.Time, n uint64, out *Output[W]) {
 // stored more.
 func (r *Replica[W]) updateDurable(out *Output[W]) {
 	if r.raiseDurable() {
-		out.Report = true
+		out.Durable = true
 		if r.ord.ActsOnDurable() {
 			out.Changed = true
 		}

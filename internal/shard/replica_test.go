@@ -95,7 +95,7 @@ func TestReplicaAnswersOnlyWhenDurableAndOrdered(t *testing.T) {
 	if len(out.Answers) != 0 || out.Stored != 2 || !out.Unsynced {
 		t.Fatalf("after store: %+v", out)
 	}
-	if out.Report {
+	if out.Report || out.Durable {
 		t.Fatal("a primary with a backup reported before the backup held anything")
 	}
 	if _, ok := pr.p.Report(); ok || pr.p.Durable() != 0 {
@@ -297,7 +297,7 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	if out.Noops != 1 || len(out.Replicate) != 1 || out.Replicate[0].First != 2 || out.Replicate[0].Entries[0].Noops != 1 {
 		t.Fatalf("fill at fillAfter: %+v", out)
 	}
-	if out.Report {
+	if out.Report || out.Durable {
 		t.Fatal("reported the fill before the backup held it")
 	}
 	pr.send(out)

@@ -317,7 +317,7 @@ func (r *replica) carry(out *shard.Output[*appendStream]) {
 	if len(out.Answers) > 0 {
 		r.answer(out.Answers, out.StoreErr, false)
 	}
-	if out.Report {
+	if out.Durable || out.Report {
 		r.srv.signalHeartbeat()
 	}
 	if out.Changed {
