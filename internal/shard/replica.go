@@ -285,9 +285,13 @@ func (r *Replica[W]) Ingest(entries []segment.Entry, out *Output[W]) {
 	if r.primary == nil || len(entries) == 0 {
 		return
 	}
-	if _, err := r.log.Append(entries); err != nil {
+	first, err := r.log.Append(entries)
+	if err != nil {
 		out.Failed = fmt.Errorf("shard %d: append: %w", r.id, err)
 		return
+	}
+	if first != r.primary.Next() {
+		panic(fmt.Sprintf("shard %d: ingested records were stored at %d, not at %d", r.id, first, r.primary.Next()))
 	}
 	n := uint64(len(entries))
 	r.primary.Noops(n) // slots that answer nobody
@@ -348,8 +352,10 @@ func (r *Replica[W]) appendNoops(now time.Time, n uint64, out *Output[W]) {
 	out.Noops += n
 	out.Unsynced = true
 	out.Replicate = append(out.Replicate, Batch{First: first, Entries: run})
-	r.observe(now)
+	// Durable first: without backups the fill is durable at once, and the
+	// mode may report the boundary it reaches in this same step.
 	r.updateDurable(out)
+	r.observe(now)
 }
 
 // updateDurable recomputes what every replica holds after this copy
