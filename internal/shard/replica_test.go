@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,8 +202,9 @@ func TestReplicaCutItCannotFollowMarksLost(t *testing.T) {
 	c := Cut{Index: 1, End: 4, Slice: cut.Slice{Shard: 1, Count: 4}}
 	out := &Output[string]{}
 	pr.backups[0].ApplyCut(c, out)
-	if !pr.backups[0].Lost() || len(out.Problems) != 1 {
-		t.Fatalf("lost %v problems %v, want lost with one problem", pr.backups[0].Lost(), out.Problems)
+	// The core refuses before it asks the log (which would refuse too).
+	if !pr.backups[0].Lost() || len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Error(), "cannot follow cut 1") {
+		t.Fatalf("lost %v problems %v, want lost: cannot follow", pr.backups[0].Lost(), out.Problems)
 	}
 	if pr.blogs[0].Ordered() != 0 {
 		t.Fatal("a lost copy assigned positions")
@@ -371,5 +373,34 @@ func TestReplicaConcurrentPaths(t *testing.T) {
 	<-done
 	if b.Lost() || blog.Len() != p.primary.Next() {
 		t.Fatalf("backup lost %v, holds %d of %d", b.Lost(), blog.Len(), p.primary.Next())
+	}
+}
+
+// TestReplicaIngestAndFillWithoutBackups: records nobody waits for are
+// stored and counted but answered to nobody; without backups a fill is
+// durable at once and the boundary it reaches is reported in the same
+// step.
+func TestReplicaIngestAndFillWithoutBackups(t *testing.T) {
+	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
+	ord.SetWindows([]fixante.Window{specWindow()})
+	log := NewMemLog()
+	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Ordering: ord}, log)
+	out := &Output[string]{}
+	p.Ingest([]segment.Entry{{Seq: 10}, {Seq: 11}}, out)
+	if !out.Durable || out.Stored != 2 || p.Records() != 2 || p.Durable() != 2 {
+		t.Fatalf("ingest: %+v, records %d, durable %d", out, p.Records(), p.Durable())
+	}
+	out.Reset()
+	p.Tick(t0.Add(testFillAfter), out)
+	if out.Noops != 1 || !out.Report {
+		t.Fatalf("fill without backups: %+v, want 1 no-op reported at once", out)
+	}
+	if rep, _ := p.Report(); rep.Length != 3 {
+		t.Fatalf("report %+v, want the boundary 3", rep)
+	}
+	out.Reset()
+	p.ApplyCut(Cut{Index: 1, End: 3, Slice: cut.Slice{Shard: 1, Count: 3}}, out)
+	if len(out.Answers) != 0 || out.Ordered != 3 {
+		t.Fatalf("cut over ingested records: %+v, want no answers", out)
 	}
 }
