@@ -131,6 +131,15 @@ func (o *Output[W]) Reset() {
 // It stores through its Log and decides everything else; its owner sends,
 // answers, reports and syncs as its Output says.
 //
+// An owner drives a primary like this: Propose a batch of appends, send
+// out.Replicate to every backup, Store, carry out the output; pass each
+// backup's acknowledgement to BackupAcked; call Tick on every turn and at
+// out.WakeAt, LagFix for the leader's lag-fixes; and for every committed
+// event Trim, ApplyCut, then Finalize once the shard is final. A backup
+// only takes Replicated, ApplyCut, Trim and Finalize. Report says what to
+// tell the ordering leader whenever an output asks (Durable or Report) and
+// on every heartbeat.
+//
 // One goroutine (the owner) calls the methods, except: Replicated, on a
 // backup, may run concurrently with the owner's calls (it alone writes a
 // backup's entries and durable length; the owner only assigns positions
