@@ -851,6 +851,9 @@ func (s *emuShard) arrive(now time.Time) {
 		es = append(es, segment.Entry{Seq: uint64(k)})
 	}
 	s.arrived = es[:0]
+	if cap(es) > shard.BufferRetainMax {
+		s.arrived = nil
+	}
 	s.next = due
 	s.carry(s.act(func(out *shard.Output[struct{}]) { s.core.Ingest(es, out) }), now)
 }

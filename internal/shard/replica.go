@@ -120,10 +120,19 @@ type Output[W comparable] struct {
 	WakeAt time.Time
 }
 
-// Reset empties o, keeping its slices' capacity.
+// BufferRetainMax bounds the entries a reused buffer (an Output's answers,
+// a Replica's staged batch, an owner's batch of appends) keeps between
+// uses, so that one huge batch does not pin its memory for good.
+const BufferRetainMax = 4096
+
+// Reset empties o, keeping its slices' capacity up to BufferRetainMax.
 func (o *Output[W]) Reset() {
-	clear(o.Answers)
-	*o = Output[W]{Replicate: o.Replicate[:0], Answers: o.Answers[:0], Problems: o.Problems[:0]}
+	answers := o.Answers
+	if cap(answers) > BufferRetainMax {
+		answers = nil
+	}
+	clear(answers)
+	*o = Output[W]{Replicate: o.Replicate[:0], Answers: answers[:0], Problems: o.Problems[:0]}
 }
 
 // Replica is one copy of one shard as a pure state machine: the storage
@@ -261,6 +270,10 @@ func (r *Replica[W]) Store(out *Output[W]) {
 		return
 	}
 	defer func() {
+		if cap(r.staged) > BufferRetainMax {
+			r.staged, r.stagedWaiters = nil, nil
+			return
+		}
 		clear(r.staged)
 		clear(r.stagedWaiters)
 		r.staged, r.stagedWaiters = r.staged[:0], r.stagedWaiters[:0]

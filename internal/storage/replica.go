@@ -256,6 +256,9 @@ func (r *replica) appendLoop(reqs []appendReq) {
 	r.core.Propose(batch, out)
 	clear(batch)
 	r.batch = batch[:0]
+	if cap(batch) > shard.BufferRetainMax {
+		r.batch = nil
+	}
 	if len(out.Answers) > 0 {
 		// Retries and appends to a finalized shard, answered at once.
 		r.answer(out.Answers, nil, true)
@@ -373,6 +376,9 @@ func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) err
 	_, err := r.core.Replicated(first, entries)
 	clear(entries)
 	r.replBuf = entries[:0]
+	if cap(entries) > shard.BufferRetainMax {
+		r.replBuf = nil
+	}
 	if err != nil {
 		return err
 	}
