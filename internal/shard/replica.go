@@ -88,6 +88,11 @@ type Output[W comparable] struct {
 	// Unsynced says the log holds writes not synced yet: sync it (within
 	// the sync interval).
 	Unsynced bool
+	// Failed is set when the log failed a write: the shard can take no
+	// more and must be reported broken.
+	Failed error
+	// Problems are things gone wrong that the owner should log.
+	Problems []error
 	// Answers are the appends to answer now. An append is answered
 	// Ordered only after it is durable on every replica AND a committed
 	// cut gave it a position (a cut orders only what was reported, and a
@@ -107,11 +112,6 @@ type Output[W comparable] struct {
 	// finality, or, in a mode that acts on durable entries, the durable
 	// length): wake them.
 	Changed bool
-	// Failed is set when the log failed a write: the shard can take no
-	// more and must be reported broken.
-	Failed error
-	// Problems are things gone wrong that the owner should log.
-	Problems []error
 	// Stored, Noops and Ordered count the records, no-op indexes and
 	// entries this call stored or ordered, for metrics.
 	Stored, Noops, Ordered uint64
