@@ -62,6 +62,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // Named bounds. Offsets inside a segment are kept as uint32 to make the
@@ -310,6 +311,12 @@ type Store struct {
 	// that ordered and the monotonicity checks survive trims and restarts.
 	runs    []Run
 	ordered uint64 // == end of the last run, or 0; start <= ordered <= length once anything is trimmed
+
+	// synced is a lower bound of the local indexes that survive a crash:
+	// raised after each fsync of the segments, never lowered. It starts at
+	// 0 on Open: recovery cannot tell which of the bytes it found reached
+	// the disk rather than the page cache.
+	synced atomic.Uint64
 }
 
 // Len returns the next local index: the number of local indexes ever
@@ -333,6 +340,20 @@ func (s *Store) Ordered() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.ordered
+}
+
+// SyncedLen returns how many local indexes survive a crash now, at least:
+// everything appended before the last fsync of the segments.
+func (s *Store) SyncedLen() uint64 { return s.synced.Load() }
+
+// noteSynced raises synced to n.
+func (s *Store) noteSynced(n uint64) {
+	for {
+		cur := s.synced.Load()
+		if n <= cur || s.synced.CompareAndSwap(cur, n) {
+			return
+		}
+	}
 }
 
 func (s *Store) active() *segment { return s.segs[len(s.segs)-1] }
@@ -369,6 +390,8 @@ func (s *Store) Sync() error {
 		files = append(files, s.pos)
 		s.posDirty = false
 	}
+	// Mutators hold wmu, so the length is that of the bytes written.
+	length := s.length
 	s.wmu.Unlock()
 	for _, f := range files {
 		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
@@ -378,6 +401,7 @@ func (s *Store) Sync() error {
 			return fmt.Errorf("segment: sync %s: %w", f.Name(), err)
 		}
 	}
+	s.noteSynced(length)
 	return nil
 }
 
@@ -389,6 +413,7 @@ func (s *Store) syncLocked() error {
 		}
 		s.activeDirty = false
 	}
+	s.noteSynced(s.length)
 	if s.posDirty {
 		if err := s.pos.Sync(); err != nil {
 			s.failed = err

@@ -664,21 +664,18 @@ func (s *Server) heartbeatTo(addr string) error {
 		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation}
 		s.mu.Lock()
 		for id, r := range s.replicas {
-			if r.role != rolePrimary || r.finalized.Load() {
+			if r.role != rolePrimary || r.finalized() {
 				continue
 			}
 			if r.failed.Load() {
 				req.Broken = append(req.Broken, id)
 			}
-			if r.adh != nil {
-				// Every heartbeat carries the backlog: a shard without a
-				// quota reports nothing else, but the leader must know
-				// it waits.
-				l := r.reported.Load()
-				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: l, Records: r.records.Load(),
-					Backlog: r.store.Len() - min(l, r.store.Len())})
-			} else if d := r.durable.Load(); d > 0 {
-				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: d})
+			// The core's ordering mode says what to report: the durable
+			// length (eager), or the last quota boundary with the records
+			// and backlog (speculative), never more than every replica
+			// holds.
+			if rep, ok := r.core.Report(); ok {
+				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog})
 			}
 		}
 		s.mu.Unlock()
@@ -756,10 +753,10 @@ func (s *Server) registerLoop() {
 func (s *Server) hasLiveShardLocked() bool {
 	live := false
 	for _, r := range s.replicas {
-		if r.role == rolePrimary && !r.finalized.Load() {
+		if r.role == rolePrimary && !r.finalized() {
 			live = true
 		}
-		if r.role == rolePrimary && r.finalized.Load() {
+		if r.role == rolePrimary && r.finalized() {
 			sh := s.view.shards[r.id]
 			if sh != nil && sh.Failed {
 				s.lastFailed = true
@@ -851,9 +848,9 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 		return 0, fmt.Errorf("register shard %d: server stopping: %w", id, err)
 	}
 	// Events before this point went to the replicas that existed then.
-	if sp := s.view.spec; sp != nil && r.adh != nil {
+	if sp := s.view.spec; sp != nil && r.specOrd != nil {
 		r.spec.Store(sp)
-		r.adh.SetWindows(sp.Windows)
+		r.specOrd.SetWindows(sp.Windows)
 	}
 	s.replicas[id] = r
 	s.registeredAt = time.Now()
