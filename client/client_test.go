@@ -484,7 +484,9 @@ func TestOneShardSubscriptionEndsWithItsShard(t *testing.T) {
 // log of an eager cluster while every shard it follows is finalized, and
 // only then a new shard joins: with no stream left to announce the new
 // shard table, the subscription must still find the new shard and deliver
-// its records.
+// its records. The last live shard cannot be finalized on request, so a
+// failure of its backup ends it; its primary keeps serving its records and
+// cannot form a new shard without the backup.
 func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
 	dc, c := startCluster(t)
 	ctx := testCtx(t)
@@ -505,10 +507,25 @@ func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
 		}
 		want = append(want, a)
 	}
-	for _, sh := range st.Shards {
+	last := st.Shards[len(st.Shards)-1]
+	ofLast, err := c.Subscribe(ctx, 0, client.OnShard(last.Id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ofLast.Close()
+	for _, sh := range st.Shards[:len(st.Shards)-1] {
 		if err := c.FinalizeShard(ctx, sh.Id, 1); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := dc.StopStorage(last.Replicas[1].Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ofLast.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := ofLast.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
+		t.Fatalf("shard %d after its backup failed: %+v, %v; want ErrShardFinalized", last.Id, e, err)
 	}
 	// Every followed stream has ended once both records are out.
 	for range want {
