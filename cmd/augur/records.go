@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -26,6 +25,11 @@ const (
 	stdinBytesMax = 256 << 20
 	// readCountMax bounds `augur read --n`.
 	readCountMax = 100_000
+	// answersAfterStopGrace is how long `augur append`, once stopped, still
+	// takes the answers the client gives right away to the appends it
+	// could not place: they say why (no live shard), where giving up on
+	// them could only say "unanswered".
+	answersAfterStopGrace = 100 * time.Millisecond
 )
 
 func newAppendCmd() *cobra.Command {
@@ -136,31 +140,58 @@ func checkPayloads(payloads [][]byte, limit int, fromStdin bool) error {
 }
 
 // appendPlaced pipelines recs through the client's placement and prints
-// their acks in input order.
+// their acks in input order. It stops waiting when ctx ends (--timeout,
+// SIGINT, SIGTERM), whether or not every append was answered.
 func appendPlaced(ctx context.Context, cl *client.Client, timeout time.Duration, recs []client.Record, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type result struct {
+		i   int
 		ack client.Ack
 		err error
 	}
-	results := make([]result, len(recs))
-	var wg sync.WaitGroup
+	// answers holds every answer, so a late one never blocks the client.
+	answers := make(chan result, len(recs))
 	for i, r := range recs {
-		wg.Add(1)
-		cl.AppendAsync(ctx, r, func(a client.Ack, err error) {
-			results[i] = result{a, err}
-			wg.Done()
-		})
+		cl.AppendAsync(ctx, r, func(a client.Ack, err error) { answers <- result{i, a, err} })
 	}
-	wg.Wait()
+	results := make([]result, len(recs))
+	answered := make([]bool, len(recs))
+	take := func(r result) {
+		results[r.i] = r
+		answered[r.i] = true
+	}
+	var grace <-chan time.Time
+	for n := 0; n < len(recs); n++ {
+		select {
+		case r := <-answers:
+			take(r)
+			continue
+		case <-ctx.Done():
+		}
+		// The client answers at once the appends it could not place, with
+		// the reason; take those before giving up on the rest.
+		if grace == nil {
+			grace = time.After(answersAfterStopGrace)
+		}
+		select {
+		case r := <-answers:
+			take(r)
+			continue
+		case <-grace:
+		}
+		break
+	}
 	var errs []error
 	for i, r := range results {
-		if r.err != nil {
+		switch {
+		case !answered[i]:
+			errs = append(errs, fmt.Errorf("record %d: unanswered when the command stopped; it may still be ordered: %w", i+1, context.Cause(ctx)))
+		case r.err != nil:
 			errs = append(errs, fmt.Errorf("record %d: %w", i+1, r.err))
-			continue
+		default:
+			fmt.Fprintf(out, "%d %d\n", r.ack.Position, r.ack.Shard)
 		}
-		fmt.Fprintf(out, "%d %d\n", r.ack.Position, r.ack.Shard)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%d of %d appends failed: %w", len(errs), len(recs), errors.Join(errs...))
