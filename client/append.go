@@ -26,22 +26,31 @@ type op struct {
 	// sent is set once an append stream took o: from then on a server may
 	// have stored it.
 	sent atomic.Bool
-	// placing is set while o waits in place for a live shard. Whoever
-	// clears it owns o's fate: place, to send o or fail it; or abandon, to
-	// fail o because its caller gave up, when it was certainly not stored.
-	placing atomic.Bool
+	// placement says whether o waits in place for a live shard. Whoever
+	// moves it on from placeWaiting owns o's fate: place, to send o; or
+	// abandon, to fail o, which was certainly not stored.
+	placement atomic.Int32
 }
+
+// The placements of an op.
+const (
+	// placeNone: o went to a shard without waiting.
+	placeNone int32 = iota
+	// placeWaiting: o waits in place for a live shard.
+	placeWaiting
+	// placeSent: place found a shard and sent o there.
+	placeSent
+	// placeFailed: o failed without a shard; its answer is given at once.
+	placeFailed
+)
 
 func (o *op) finish(a Ack, err error) { o.once.Do(func() { o.done(a, err) }) }
 
-// abandon fails o with err if o still waits for a live shard, and reports
-// whether it did.
-func (o *op) abandon(err error) bool {
-	if !o.placing.CompareAndSwap(true, false) {
-		return false
+// abandon fails o with err if o still waits for a live shard.
+func (o *op) abandon(err error) {
+	if o.placement.CompareAndSwap(placeWaiting, placeFailed) {
+		o.finish(Ack{}, err)
 	}
-	o.finish(Ack{}, err)
-	return true
 }
 
 // Append appends rec to a shard chosen by the placement policy and returns
@@ -67,11 +76,14 @@ func (c *Client) appendWait(ctx context.Context, rec Record, shard uint32, expli
 	case r := <-ch:
 		return r.a, r.err
 	case <-ctx.Done():
-		if o != nil && o.abandon(fmt.Errorf("augur: append not placed: %w: %w", ErrNoLiveShard, ctx.Err())) {
-			// o never found a live shard, so it was certainly not stored;
-			// abandon answered through ch.
-			r := <-ch
-			return r.a, r.err
+		if o != nil {
+			o.abandon(fmt.Errorf("augur: append not placed: %w: %w", ErrNoLiveShard, ctx.Err()))
+			if o.placement.Load() == placeFailed {
+				// o never found a live shard, so it was certainly not
+				// stored; whoever failed it is answering through ch.
+				r := <-ch
+				return r.a, r.err
+			}
 		}
 		// The append may still be ordered later; the caller gave up waiting.
 		return Ack{}, ctx.Err()
@@ -118,7 +130,7 @@ func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, expl
 		if err != nil {
 			// The shard table may be stale (a replica that lags, a group
 			// re-forming): wait for a live shard, as long as ctx lets.
-			o.placing.Store(true)
+			o.placement.Store(placeWaiting)
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
@@ -580,11 +592,11 @@ func (c *Client) reroute(o *op, why error) {
 		o.finish(Ack{}, fmt.Errorf("augur: append to shard %d not ordered: %w", o.shard, why))
 		return
 	}
-	o.placing.Store(true)
+	o.placement.Store(placeWaiting)
 	c.place(o, true, why)
 }
 
-// place sends o, which waits with placing set, to a live shard (other than
+// place sends o, which waits with placeWaiting, to a live shard (other than
 // its current one, with skip). It waits until one exists, o's caller gives
 // up or the client closes; then o fails with ErrNoLiveShard (or with why
 // the shard table could not be read).
@@ -598,7 +610,7 @@ func (c *Client) place(o *op, skip bool, why error) {
 		if err == nil {
 			var id uint32
 			if id, err = c.pickShard(o.rec, old, skip); err == nil {
-				if !o.placing.CompareAndSwap(true, false) {
+				if !o.placement.CompareAndSwap(placeWaiting, placeSent) {
 					return // abandoned: its caller gave up
 				}
 				o.shard = id
