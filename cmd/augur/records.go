@@ -245,11 +245,14 @@ func newReadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "read POS",
 		Short: "Print the records from position POS on: 'position shard key payload' per line",
-		Long: `Print N records from position POS on, one per line, tab-separated:
-position, shard, key, payload (as text if it is printable, else Go-quoted).
+		Long: `Print the records at the N positions from position POS on, one per line,
+tab-separated: position, shard, key, payload (as text if it is printable,
+else Go-quoted). In speculative mode positions that hold no-ops print
+nothing, and reading one position that holds a no-op is an error.
 
-Without --wait, reading past the tail is an error; with --wait, read waits
-(up to --timeout) for positions not yet ordered.`,
+Without --wait, reading past the tail is an error and a range that crosses
+the tail stops there; with --wait, read waits (up to --timeout) for
+positions not yet ordered.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pos, err := parsePosition(args[0])
@@ -259,6 +262,9 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 			if n < 1 || n > readCountMax {
 				return fmt.Errorf("--n must be in [1, %d], got %d", readCountMax, n)
 			}
+			// One position asked for: a no-op there (speculative mode) is
+			// an answer to report, not a record to skip.
+			onePosition := n == 1
 			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
 				if !wait {
 					tail, err := cl.CheckTail(ctx)
@@ -270,9 +276,9 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 					}
 					n = int(min(uint64(n), tail-pos))
 				}
-				entries, err := cl.ReadRange(ctx, pos, n)
+				entries, err := readEntries(ctx, cl, pos, n, onePosition)
 				if err != nil {
-					return fmt.Errorf("read from position %d: %w", pos, err)
+					return err
 				}
 				out := bufio.NewWriter(cmd.OutOrStdout())
 				defer out.Flush()
@@ -287,6 +293,23 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 	cmd.Flags().IntVar(&n, "n", 1, "number of records to read")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait (up to --timeout) for positions not yet ordered")
 	return cmd
+}
+
+// readEntries reads the n positions from pos on; with onePosition (n is 1)
+// a no-op at pos is an error (ErrNoop).
+func readEntries(ctx context.Context, cl *client.Client, pos uint64, n int, onePosition bool) ([]client.Entry, error) {
+	if onePosition {
+		e, err := cl.Read(ctx, pos)
+		if err != nil {
+			return nil, fmt.Errorf("read position %d: %w", pos, err)
+		}
+		return []client.Entry{e}, nil
+	}
+	entries, err := cl.ReadRange(ctx, pos, n)
+	if err != nil {
+		return nil, fmt.Errorf("read from position %d: %w", pos, err)
+	}
+	return entries, nil
 }
 
 func newSubscribeCmd() *cobra.Command {
