@@ -418,9 +418,9 @@ func (c *Client) recover(shard uint32, ops map[uint64]*op) {
 			return
 		}
 		if err := c.pause(ctx); err != nil {
-			if errors.Is(err, ErrClosed) {
+			if c.ctx.Err() != nil {
 				for _, o := range ops {
-					o.finish(Ack{}, err)
+					o.finish(Ack{}, ErrClosed)
 				}
 				return
 			}
@@ -496,15 +496,13 @@ func (c *Client) recover(shard uint32, ops map[uint64]*op) {
 // may keep working for them.
 func (c *Client) untilAbandoned(ops map[uint64]*op) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(c.ctx)
-	callers := map[context.Context]bool{}
-	for _, o := range ops {
-		callers[o.ctx] = true
-	}
+	// One watch per op, not per distinct ctx: a caller's ctx need not be
+	// comparable.
 	var waiting atomic.Int64
-	waiting.Store(int64(len(callers)))
-	stops := make([]func() bool, 0, len(callers))
-	for cctx := range callers {
-		stops = append(stops, context.AfterFunc(cctx, func() {
+	waiting.Store(int64(len(ops)))
+	stops := make([]func() bool, 0, len(ops))
+	for _, o := range ops {
+		stops = append(stops, context.AfterFunc(o.ctx, func() {
 			if waiting.Add(-1) == 0 {
 				cancel()
 			}
