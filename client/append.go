@@ -134,7 +134,7 @@ func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, expl
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
-				c.place(o, false, nil)
+				c.place(o, false, err)
 			}()
 			return o
 		}
@@ -595,14 +595,15 @@ func (c *Client) reroute(o *op, why error) {
 }
 
 // place sends o, which waits with placeWaiting, to a live shard (other than
-// its current one, with skip). It waits until one exists, o's caller gives
-// up or the client closes; then o fails with ErrNoLiveShard (or with why
-// the shard table could not be read).
+// its current one, with skip); why says why o needs one. It waits until one
+// exists, o's caller gives up or the client closes; then o fails with what
+// the last look found (ErrNoLiveShard, or why the shard table could not be
+// read).
 func (c *Client) place(o *op, skip bool, why error) {
 	old := o.shard
-	// reason is why the last look found no shard for o; a look cut short
-	// because o's caller gave up tells nothing new.
-	var reason error
+	// reason is why o has no shard yet: why, until a look that o's
+	// caller's deadline did not cut short tells more.
+	reason := why
 	for {
 		_, err := c.refresh(o.ctx)
 		if err == nil {
@@ -616,13 +617,10 @@ func (c *Client) place(o *op, skip bool, why error) {
 				return
 			}
 		}
-		if reason == nil || o.ctx.Err() == nil {
+		if o.ctx.Err() == nil {
 			reason = err
 		}
 		if perr := c.pause(o.ctx); perr != nil {
-			if why != nil {
-				reason = fmt.Errorf("%w (it was moving because %w)", reason, why)
-			}
 			o.abandon(fmt.Errorf("augur: append not placed: %w: %w", reason, perr))
 			return
 		}
