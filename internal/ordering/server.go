@@ -119,6 +119,10 @@ type Server struct {
 	// changed is closed and replaced whenever an event is applied.
 	changed chan struct{}
 	waiters map[string]chan control.Event
+	// finalizeMu makes FinalizeShard's check that another shard stays live
+	// and its proposal one step: two finalizations at once must not each
+	// count on the other's shard.
+	finalizeMu sync.Mutex
 
 	// leader is the leader's soft state while this replica leads, nil
 	// otherwise; only leaderLoop replaces it.
@@ -682,16 +686,26 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 	return &pb.RegisterShardResponse{Shard: ev.Registered}, nil
 }
 
-// FinalizeShard stops a shard after a grace of cuts.
+// FinalizeShard stops a shard after a grace of cuts. It refuses to stop the
+// last live shard: appends would then have nowhere to go until a group
+// formed a new one. (A failure still finalizes any shard.)
 func (s *Server) FinalizeShard(ctx context.Context, req *pb.FinalizeShardRequest) (*pb.FinalizeShardResponse, error) {
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return nil, err
 	}
+	s.finalizeMu.Lock()
+	defer s.finalizeMu.Unlock()
 	s.mu.Lock()
 	sh := s.state.Shard(req.Shard)
 	var st control.ShardState
 	if sh != nil {
 		st = sh.State
+	}
+	othersLive := 0
+	for _, o := range s.state.Shards {
+		if o.ID != req.Shard && o.State == control.Live {
+			othersLive++
+		}
 	}
 	s.mu.Unlock()
 	if sh == nil {
@@ -699,6 +713,9 @@ func (s *Server) FinalizeShard(ctx context.Context, req *pb.FinalizeShardRequest
 	}
 	if st != control.Live {
 		return nil, status.Errorf(codes.FailedPrecondition, "finalize: shard %d is already %s", req.Shard, st)
+	}
+	if othersLive == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "finalize: shard %d is the last live shard; add a shard first (augur shard add)", req.Shard)
 	}
 	if addr, no := s.notLeader(); no {
 		return &pb.FinalizeShardResponse{NotLeader: true, LeaderAddr: addr}, nil
