@@ -356,7 +356,7 @@ func (s *Server) leaderAddr() (id, addr string) {
 // leaderLoop proposes cuts and detects failures while this replica leads.
 func (s *Server) leaderLoop() {
 	defer s.stopped.Done()
-	detect := time.NewTicker(s.cfg.FailureTimeout / 4)
+	detect := time.NewTicker(order.DetectInterval(s.cfg.FailureTimeout))
 	defer detect.Stop()
 	// The wait for the rest of an ordering interval is usually well under a
 	// millisecond, which a Go timer of an otherwise idle process rounds up
