@@ -606,9 +606,9 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
 	defer gather.Stop()
-	// Every half interval, a keepalive goes out unless something else did
-	// since the last tick: the longest quiet stretch is one interval, and
-	// a busy stream pays only for setting sent.
+	// Every half interval, a keepalive goes out unless something (a
+	// keepalive too) did since the last tick: the longest quiet stretch is
+	// one interval, and a busy stream pays only for setting sent.
 	keepalive := time.NewTicker(s.cfg.KeepaliveInterval / 2)
 	defer keepalive.Stop()
 	sent := false
@@ -670,19 +670,21 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 
 // awaitChange waits until changed is closed. At each tick it sends a
 // keepalive on stream if this replica leads and nothing was sent since the
-// last tick (sent), and clears sent.
+// previous tick; sent says whether something was.
 func (s *Server) awaitChange(stream pb.Ordering_WatchServer, changed <-chan struct{}, tick <-chan time.Time, sent *bool) error {
 	for {
 		select {
 		case <-changed:
 			return nil
 		case <-tick:
-			if !*sent && s.node.IsLeader() {
-				if err := stream.Send(&pb.WatchResponse{}); err != nil {
-					return err
-				}
+			if *sent || !s.node.IsLeader() {
+				*sent = false
+				continue
 			}
-			*sent = false
+			if err := stream.Send(&pb.WatchResponse{}); err != nil {
+				return err
+			}
+			*sent = true
 		case <-stream.Context().Done():
 			return stream.Context().Err()
 		case <-s.stop:

@@ -38,15 +38,22 @@ import (
 // retryInterval paces reconnection to the ordering layer and peers.
 const retryInterval = 50 * time.Millisecond
 
-// leaderSilentHeartbeats is how many heartbeat intervals a stream to an
-// ordering replica may stay silent before this server drops it and looks
-// for the leader elsewhere. The leader speaks on every stream at least once
-// per interval (ordering.Config.KeepaliveInterval), so a healthy stream is
-// never dropped; and three intervals (three fifths of the failure timeout
-// with the cluster file's settings) let this server reach a new leader
-// before that leader, which counts silence from its own start, gives up on
-// it.
-const leaderSilentHeartbeats = 3
+// Bounds on a silent ordering replica. The leader speaks on every stream at
+// least once per heartbeat interval (ordering.Config.KeepaliveInterval).
+const (
+	// quietHeartbeats is how many heartbeat intervals a stream to an
+	// ordering replica may stay silent before this server asks the replica
+	// directly whether it still leads.
+	quietHeartbeats = 2
+	// probeHeartbeats bounds that question, in heartbeat intervals. Only a
+	// replica that answers in time that it leads keeps the stream: a
+	// stalled stream of a live leader is kept, a stopped leader is left.
+	// The two add up to three intervals (three fifths of the failure
+	// timeout with the cluster file's settings), which lets this server
+	// reach a new leader before that leader, counting silence from its own
+	// start, gives up on it.
+	probeHeartbeats = 1
+)
 
 // reconnectParams caps gRPC's reconnection backoff (its default grows to two
 // minutes), so a restarted peer is seen within a second.
@@ -381,14 +388,31 @@ func (s *Server) syncLoop() {
 var errRedirected = errors.New("redirected to the ordering leader")
 
 // errSilent ends a stream to an ordering replica that said nothing for
-// leaderSilentHeartbeats heartbeat intervals: it is stopped (SIGSTOP, a
-// long GC stall, a frozen VM) or cut off, though its kernel may still
-// accept what is sent to it.
+// quietHeartbeats heartbeat intervals and did not answer that it leads: it
+// is stopped (SIGSTOP, a long GC stall, a frozen VM) or cut off, though
+// its kernel may still accept what is sent to it.
 var errSilent = errors.New("ordering replica went silent")
 
-// silenceMax is how long a stream to an ordering replica may stay silent.
+// errStalled ends a stream that stayed silent though its ordering replica
+// answered that it leads: a new stream to it takes over.
+var errStalled = errors.New("stream from the ordering leader stalled")
+
+// silenceMax is how long a stream to a stopped ordering replica lasts.
 func (s *Server) silenceMax() time.Duration {
-	return leaderSilentHeartbeats * s.cfg.HeartbeatInterval
+	return (quietHeartbeats + probeHeartbeats) * s.cfg.HeartbeatInterval
+}
+
+// leads asks the ordering replica at addr whether it leads, waiting for
+// the answer no longer than probeHeartbeats heartbeat intervals.
+func (s *Server) leads(ctx context.Context, addr string) bool {
+	c, err := s.conn(addr)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeHeartbeats*s.cfg.HeartbeatInterval)
+	defer cancel()
+	st, err := pb.NewOrderingClient(c).Status(ctx, &pb.StatusRequest{ClusterId: s.cfg.ClusterID})
+	return err == nil && st.LeaderAddr == addr
 }
 
 // hearing is when a stream from an ordering replica last delivered
@@ -397,40 +421,55 @@ type hearing struct{ last atomic.Int64 }
 
 func (h *hearing) heard(now time.Time) { h.last.Store(now.UnixNano()) }
 
-// listen returns a context for one call to the ordering replica, and the
-// hearing of its stream, heard now: the context ends with cause errSilent
-// once nothing was heard for silenceMax. Every reply, including opening
-// the stream, counts from here. The caller cancels the context when done.
-func (s *Server) listen() (context.Context, context.CancelCauseFunc, *hearing) {
+// listen returns a context for one call to the ordering replica at addr,
+// and the hearing of its stream, heard now: once nothing was heard for
+// quietHeartbeats intervals and the replica does not answer at once that
+// it leads, the context ends with cause errSilent; if it answers, but the
+// stream stays silent for that long again, with cause errStalled. Every
+// reply, including opening the stream, counts from here. The caller
+// cancels the context when done.
+func (s *Server) listen(addr string) (context.Context, context.CancelCauseFunc, *hearing) {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	h := &hearing{}
 	h.heard(time.Now())
 	go func() {
-		bound := s.silenceMax()
-		t := time.NewTimer(bound)
+		quietMax := quietHeartbeats * s.cfg.HeartbeatInterval
+		t := time.NewTimer(quietMax)
 		defer t.Stop()
+		// vouched is the last hearing after which the replica answered
+		// that it leads.
+		vouched := int64(0)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case now := <-t.C:
-				quiet := now.Sub(time.Unix(0, h.last.Load()))
-				if quiet >= bound {
+				last := h.last.Load()
+				quiet := now.Sub(time.Unix(0, last))
+				switch {
+				case quiet < quietMax:
+					t.Reset(quietMax - quiet)
+				case last == vouched:
+					cancel(errStalled)
+					return
+				case !s.leads(ctx, addr):
 					cancel(errSilent)
 					return
+				default:
+					vouched = last
+					t.Reset(quietMax)
 				}
-				t.Reset(bound - quiet)
 			}
 		}
 	}()
 	return ctx, cancel, h
 }
 
-// silentCause returns errSilent, naming addr, when ctx ended for silence,
-// and err otherwise.
+// silentCause returns errSilent or errStalled, naming addr, when ctx ended
+// for either, and err otherwise.
 func silentCause(ctx context.Context, addr string, err error) error {
-	if errors.Is(context.Cause(ctx), errSilent) {
-		return fmt.Errorf("%s: %w", addr, errSilent)
+	if cause := context.Cause(ctx); errors.Is(cause, errSilent) || errors.Is(cause, errStalled) {
+		return fmt.Errorf("%s: %w", addr, cause)
 	}
 	return err
 }
@@ -499,11 +538,18 @@ func (s *Server) onOrdering(what string, fn func(addr string) error) {
 			hurried = false
 		}
 		if errors.Is(err, errSilent) {
-			attempt = -1
 			s.log.Info(what+": ordering replica went silent; looking for the leader elsewhere", "addr", addr, "silent_for", s.silenceMax())
 			picker.silent(addr, time.Now())
-			// The next replica in turn, at once: the leader may have
-			// changed while this one was silent.
+			// The first replica that is not quiet, at once: the leader
+			// may have changed while this one was silent.
+			attempt = -1
+			continue
+		}
+		if errors.Is(err, errStalled) {
+			// The same leader again, at once, on a new stream. (A
+			// stream stalls only after two quiet spells, so this
+			// cannot spin.)
+			attempt = -1
 			continue
 		}
 		if errors.Is(err, errRedirected) {
@@ -525,15 +571,15 @@ func (s *Server) onOrdering(what string, fn func(addr string) error) {
 }
 
 // watchFrom follows the ordering layer's committed events and applies them.
-// It gives up on a replica that stays silent for silenceMax: the leader
-// sends keepalives on an idle stream.
+// It gives up on a replica that went silent (see listen): the leader sends
+// keepalives on an idle stream.
 func (s *Server) watchFrom(addr string) (err error) {
 	c, err := s.conn(addr)
 	if err != nil {
 		return err
 	}
 	oc := pb.NewOrderingClient(c)
-	ctx, cancel, h := s.listen()
+	ctx, cancel, h := s.listen(addr)
 	defer cancel(nil)
 	defer func() { err = silentCause(ctx, addr, err) }()
 	st, err := oc.Status(ctx, &pb.StatusRequest{ClusterId: s.cfg.ClusterID})
@@ -728,14 +774,14 @@ func (s *Server) orderedLenLocked(c cut.Cut, id cut.ShardID) uint64 {
 }
 
 // heartbeatTo keeps a stream to the ordering leader carrying liveness and
-// the primary's reports. It gives up on a replica that stays silent for
-// silenceMax: the leader answers at least once per heartbeat interval.
+// the primary's reports. It gives up on a replica that went silent (see
+// listen): the leader answers at least once per heartbeat interval.
 func (s *Server) heartbeatTo(addr string) (err error) {
 	c, err := s.conn(addr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel, h := s.listen()
+	ctx, cancel, h := s.listen(addr)
 	defer cancel(nil)
 	defer func() { err = silentCause(ctx, addr, err) }()
 	stream, err := pb.NewOrderingClient(c).Heartbeat(ctx)

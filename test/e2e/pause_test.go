@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -40,6 +42,9 @@ const (
 	pauseGapSlack = 700 * time.Millisecond
 	// pausePollEvery paces the checks of the shard table during the pause.
 	pausePollEvery = 100 * time.Millisecond
+	// pauseFailureLog is what an ordering replica logs when it proposes
+	// to finalize a shard it takes for failed.
+	pauseFailureLog = "finalizing failed shard"
 )
 
 // TestPausedLeader SIGSTOPs the ordering leader for pauseFor while clients
@@ -131,6 +136,13 @@ func TestPausedLeader(t *testing.T) {
 	watchShards(t, ctx, pc.cfg.ClusterID, replicas, shards, clk, clk.now()+pauseAfter, "after "+leader+" resumed")
 	endAt := clk.now()
 	pc.checkAlive()
+	// Not even a proposal: no replica, the stopped one included, took a
+	// live shard for failed.
+	for _, o := range pc.cfg.Ordering {
+		if lines := pc.logLines(o.ID, pauseFailureLog); len(lines) > 0 {
+			t.Errorf("ordering replica %s set out to finalize shards as failed:\n%s", o.ID, strings.Join(lines, "\n"))
+		}
+	}
 
 	close(stop)
 	drainAppends(t, h, &wg, giveUp, procDrainTimeout)
@@ -243,4 +255,20 @@ func watchShards(t *testing.T, ctx context.Context, clusterID string, replicas m
 			return
 		}
 	}
+}
+
+// logLines returns the lines of server id's log that contain text.
+func (pc *procCluster) logLines(id, text string) []string {
+	data, err := os.ReadFile(filepath.Join(pc.logDir, id+".log"))
+	if err != nil {
+		pc.t.Errorf("read the log of %s: %v", id, err)
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, text) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
