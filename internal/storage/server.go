@@ -432,7 +432,10 @@ func (s *Server) listen(addr string) (context.Context, context.CancelCauseFunc, 
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	h := &hearing{}
 	h.heard(time.Now())
+	// Counted in s.wg, so Stop closes the connections only after it.
+	s.wg.Add(1)
 	go func() {
+		defer s.wg.Done()
 		quietMax := quietHeartbeats * s.cfg.HeartbeatInterval
 		t := time.NewTimer(quietMax)
 		defer t.Stop()
