@@ -388,31 +388,40 @@ func (s *Server) syncLoop() {
 var errRedirected = errors.New("redirected to the ordering leader")
 
 // errSilent ends a stream to an ordering replica that said nothing for
-// quietHeartbeats heartbeat intervals and did not answer that it leads: it
-// is stopped (SIGSTOP, a long GC stall, a frozen VM) or cut off, though
-// its kernel may still accept what is sent to it.
+// quietHeartbeats heartbeat intervals and did not answer when asked whether
+// it leads: it is stopped (SIGSTOP, a long GC stall, a frozen VM) or cut
+// off, though its kernel may still accept what is sent to it.
 var errSilent = errors.New("ordering replica went silent")
 
 // errStalled ends a stream that stayed silent though its ordering replica
 // answered that it leads: a new stream to it takes over.
 var errStalled = errors.New("stream from the ordering leader stalled")
 
+// errNoLeader ends a stream to an ordering replica that went quiet and,
+// asked, knows no leader: an election is under way, or it is cut off from
+// the others.
+var errNoLeader = errors.New("ordering replica knows no leader")
+
 // silenceMax is how long a stream to a stopped ordering replica lasts.
 func (s *Server) silenceMax() time.Duration {
 	return (quietHeartbeats + probeHeartbeats) * s.cfg.HeartbeatInterval
 }
 
-// leads asks the ordering replica at addr whether it leads, waiting for
-// the answer no longer than probeHeartbeats heartbeat intervals.
-func (s *Server) leads(ctx context.Context, addr string) bool {
+// askLeader asks the ordering replica at addr which replica leads, waiting
+// for the answer no longer than probeHeartbeats heartbeat intervals; ok is
+// false if it did not answer.
+func (s *Server) askLeader(ctx context.Context, addr string) (leader string, ok bool) {
 	c, err := s.conn(addr)
 	if err != nil {
-		return false
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeHeartbeats*s.cfg.HeartbeatInterval)
 	defer cancel()
 	st, err := pb.NewOrderingClient(c).Status(ctx, &pb.StatusRequest{ClusterId: s.cfg.ClusterID})
-	return err == nil && st.LeaderAddr == addr
+	if err != nil {
+		return "", false
+	}
+	return st.LeaderAddr, true
 }
 
 // hearing is when a stream from an ordering replica last delivered
@@ -421,13 +430,18 @@ type hearing struct{ last atomic.Int64 }
 
 func (h *hearing) heard(now time.Time) { h.last.Store(now.UnixNano()) }
 
+// dropped is the cause with which listen ends a call's context.
+type dropped struct{ error }
+
 // listen returns a context for one call to the ordering replica at addr,
-// and the hearing of its stream, heard now: once nothing was heard for
-// quietHeartbeats intervals and the replica does not answer at once that
-// it leads, the context ends with cause errSilent; if it answers, but the
-// stream stays silent for that long again, with cause errStalled. Every
-// reply, including opening the stream, counts from here. The caller
-// cancels the context when done.
+// and the hearing of its stream, heard now. Once nothing was heard for
+// quietHeartbeats intervals, it asks the replica which one leads: if it
+// does not answer at once, the context ends with errSilent; if it names
+// another, with errRedirected; if none, with errNoLeader; if itself, the
+// stream may stay quiet that long once more before it ends with
+// errStalled. Every reply, including opening the stream, counts from
+// here. The caller cancels the context when done, and passes the error it
+// ends with through droppedCause.
 func (s *Server) listen(addr string) (context.Context, context.CancelCauseFunc, *hearing) {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	h := &hearing{}
@@ -448,31 +462,43 @@ func (s *Server) listen(addr string) (context.Context, context.CancelCauseFunc, 
 				return
 			case now := <-t.C:
 				last := h.last.Load()
-				quiet := now.Sub(time.Unix(0, last))
-				switch {
-				case quiet < quietMax:
+				if quiet := now.Sub(time.Unix(0, last)); quiet < quietMax {
 					t.Reset(quietMax - quiet)
-				case last == vouched:
-					cancel(errStalled)
-					return
-				case !s.leads(ctx, addr):
-					cancel(errSilent)
-					return
-				default:
-					vouched = last
-					t.Reset(quietMax)
+					continue
 				}
+				if last == vouched {
+					cancel(dropped{fmt.Errorf("%s: %w", addr, errStalled)})
+					return
+				}
+				leader, ok := s.askLeader(ctx, addr)
+				switch {
+				case ctx.Err() != nil:
+					return
+				case !ok:
+					cancel(dropped{fmt.Errorf("%s: %w", addr, errSilent)})
+					return
+				case leader == "":
+					cancel(dropped{fmt.Errorf("%s: %w", addr, errNoLeader)})
+					return
+				case leader != addr:
+					s.setLeader(leader)
+					cancel(dropped{fmt.Errorf("%w %s", errRedirected, leader)})
+					return
+				}
+				vouched = last
+				t.Reset(quietMax)
 			}
 		}
 	}()
 	return ctx, cancel, h
 }
 
-// silentCause returns errSilent or errStalled, naming addr, when ctx ended
-// for either, and err otherwise.
-func silentCause(ctx context.Context, addr string, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, errSilent) || errors.Is(cause, errStalled) {
-		return fmt.Errorf("%s: %w", addr, cause)
+// droppedCause returns the reason listen ended ctx, if it did, and err
+// otherwise.
+func droppedCause(ctx context.Context, err error) error {
+	var d dropped
+	if errors.As(context.Cause(ctx), &d) {
+		return d.error
 	}
 	return err
 }
@@ -584,7 +610,7 @@ func (s *Server) watchFrom(addr string) (err error) {
 	oc := pb.NewOrderingClient(c)
 	ctx, cancel, h := s.listen(addr)
 	defer cancel(nil)
-	defer func() { err = silentCause(ctx, addr, err) }()
+	defer func() { err = droppedCause(ctx, err) }()
 	st, err := oc.Status(ctx, &pb.StatusRequest{ClusterId: s.cfg.ClusterID})
 	if err != nil {
 		return err
@@ -786,7 +812,7 @@ func (s *Server) heartbeatTo(addr string) (err error) {
 	}
 	ctx, cancel, h := s.listen(addr)
 	defer cancel(nil)
-	defer func() { err = silentCause(ctx, addr, err) }()
+	defer func() { err = droppedCause(ctx, err) }()
 	stream, err := pb.NewOrderingClient(c).Heartbeat(ctx)
 	if err != nil {
 		return err

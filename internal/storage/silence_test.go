@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"slices"
@@ -35,7 +36,13 @@ const (
 	fakeLive
 	// fakeMute names itself the leader but says nothing on its streams.
 	fakeMute
+	// fakeLeaderless knows no leader, as during an election.
+	fakeLeaderless
+	// fakeFollower names fakeOtherLeader the leader.
+	fakeFollower
 )
+
+const fakeOtherLeader = "127.0.0.1:3"
 
 // fakeOrdering is an ordering replica for the storage server to talk to.
 type fakeOrdering struct {
@@ -68,6 +75,12 @@ func (f *fakeOrdering) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Sta
 	if f.mode == fakeStopped {
 		<-ctx.Done()
 		return nil, ctx.Err()
+	}
+	switch f.mode {
+	case fakeLeaderless:
+		return &pb.StatusResponse{}, nil
+	case fakeFollower:
+		return &pb.StatusResponse{LeaderId: "other", LeaderAddr: fakeOtherLeader}, nil
 	}
 	return &pb.StatusResponse{LeaderId: "live", LeaderAddr: f.addr}, nil
 }
@@ -205,6 +218,35 @@ func TestStalledStreamOfALeaderIsReopened(t *testing.T) {
 	}
 	if n := other.heartbeatCalls.Load(); n != 0 {
 		t.Errorf("the server left a leader that answered for another replica (%d heartbeat streams)", n)
+	}
+}
+
+// TestQuietReplicaIsAsked checks what a storage server concludes when a
+// stream to an ordering replica stays quiet and it asks the replica which
+// one leads: only a replica that does not answer went silent (and is
+// avoided for a while); one that knows no leader, or names another, is
+// alive and is left without a mark, to the leader it names if any.
+func TestQuietReplicaIsAsked(t *testing.T) {
+	for _, c := range []struct {
+		mode fakeMode
+		want error
+	}{
+		{fakeStopped, errSilent},
+		{fakeLeaderless, errNoLeader},
+		{fakeFollower, errRedirected},
+	} {
+		f := startFakeOrdering(t, c.mode)
+		s := silenceTestServer(t, f.addr)
+		ctx, cancel, _ := s.listen(f.addr)
+		<-ctx.Done()
+		cancel(nil)
+		if err := droppedCause(ctx, nil); !errors.Is(err, c.want) {
+			t.Errorf("mode %d: a quiet call ended with %v, want %v", c.mode, err, c.want)
+		}
+		if leader := s.orderingAddrs()[0]; c.mode == fakeFollower && leader != fakeOtherLeader {
+			t.Errorf("the leader named was not taken up: the believed leader is %s", leader)
+		}
+		s.Stop()
 	}
 }
 
