@@ -365,7 +365,10 @@ func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Confi
 		RaftTick:         c.RaftTick.D(),
 		OrderingInterval: c.OrderingInterval.D(),
 		FailureTimeout:   c.FailureTimeout.D(),
-		Logger:           logger,
+		// The leader speaks on each storage server's streams as often as
+		// the server heartbeats.
+		KeepaliveInterval: c.HeartbeatInterval(),
+		Logger:            logger,
 	}, nil
 }
 
