@@ -76,6 +76,7 @@ type exploreResult struct {
 	violation string
 	trace     []action
 	elapsed   time.Duration
+	covered   map[string]bool
 }
 
 // explore visits every state reachable from b's roots, depth first, pruning
@@ -171,6 +172,7 @@ func explore(b bounds, bg bug) exploreResult {
 		}
 	}
 	res.elapsed = time.Since(start)
+	res.covered = m.covered
 	return res
 }
 
@@ -191,7 +193,7 @@ func livenessAt(w *world, acts []action) string {
 // checked one target with a few messages and failures; two targets add the
 // interference of routing, empty messages and a shared main stream.
 func paperBounds() []bounds {
-	tight := Config{BatchEntriesMax: 2, BatchBytesMax: 1 << 10, QueueEntriesMax: 2, QueueBytesMax: 1 << 10, InflightBatchesMax: 2, EmptyEvery: 2}
+	tight := Config{BatchEntriesMax: 2, BatchBytesMax: 1 << 10, QueueEntriesMax: 1, QueueBytesMax: 1 << 10, InflightBatchesMax: 2, EmptyEvery: 2}
 	return []bounds{
 		{name: "1 target, 3 entries, 2 failures, start anywhere", routes: [][]int{{0}, {0}, {0}}, targets: 1, faultsMax: 2, restarts: true, initial: true, cfg: tight},
 		{name: "1 target, 4 entries, 2 failures, batches of 1", routes: [][]int{{0}, {0}, {0}, {0}}, targets: 1, faultsMax: 2, restarts: true,
@@ -201,7 +203,7 @@ func paperBounds() []bounds {
 }
 
 func bigBounds() []bounds {
-	tight := Config{BatchEntriesMax: 2, BatchBytesMax: 1 << 10, QueueEntriesMax: 2, QueueBytesMax: 1 << 10, InflightBatchesMax: 2, EmptyEvery: 2}
+	tight := Config{BatchEntriesMax: 2, BatchBytesMax: 1 << 10, QueueEntriesMax: 1, QueueBytesMax: 1 << 10, InflightBatchesMax: 2, EmptyEvery: 2}
 	return []bounds{
 		{name: "2 targets, 4 entries, 2 failures, start anywhere", routes: [][]int{{0}, {0, 1}, {1}, {0}}, targets: 2, faultsMax: 2, restarts: true, initial: true, cfg: tight},
 		{name: "2 targets, 5 entries, 2 failures", routes: [][]int{{0}, {0, 1}, {1}, {0}, {1}}, targets: 2, faultsMax: 2, restarts: true, cfg: tight},
@@ -225,6 +227,13 @@ func TestExplore(t *testing.T) {
 				t.Fatalf("%s\ntrace: %s", res.violation, formatTrace(res.trace))
 			}
 			t.Logf("%d states, %d transitions, depth %d, in %v", res.states, res.transitions, res.maxDepth, res.elapsed.Round(time.Millisecond))
+			if b.targets > 1 {
+				for _, c := range coverage {
+					if !res.covered[c] {
+						t.Errorf("the exploration never reached: %s", c)
+					}
+				}
+			}
 		})
 	}
 }
@@ -250,6 +259,17 @@ func TestExploreFindsPlantedBugs(t *testing.T) {
 			}
 			t.Logf("found after %d states in %v: %s\ntrace: %s", res.states, res.elapsed.Round(time.Millisecond), res.violation, formatTrace(res.trace))
 		})
+	}
+}
+
+// TestExploreRecoveryStartIsGuardedTwice shows that starting a recovery
+// fetch at the last applied index instead of the one after it breaks
+// nothing: the dispatcher never pushes an entry at or below the target's
+// last acknowledged index, so the off-by-one is caught before it reaches the
+// target. The core keeps both rules.
+func TestExploreRecoveryStartIsGuardedTwice(t *testing.T) {
+	if res := explore(paperBounds()[2], bugRecoverFromLastApplied); res.violation != "" {
+		t.Fatalf("%s\ntrace: %s", res.violation, formatTrace(res.trace))
 	}
 }
 

@@ -38,6 +38,9 @@ type model struct {
 	// restarts allows player restarts as faults.
 	restarts bool
 	bug      bug
+	// covered records which situations some world reached, to show an
+	// exploration is not vacuous.
+	covered map[string]bool
 }
 
 // fetch is a recovery fetcher: it hands over [next, to] for its target and
@@ -97,7 +100,7 @@ func (a action) String() string {
 
 // newModel builds a model of n entries over cfg's targets.
 func newModel(cfg Config, log []Entry, faultsMax int, restarts bool, b bug) *model {
-	m := &model{cfg: cfg, log: log, faultsMax: faultsMax, restarts: restarts, bug: b}
+	m := &model{cfg: cfg, log: log, faultsMax: faultsMax, restarts: restarts, bug: b, covered: map[string]bool{}}
 	r := newRouter(cfg)
 	m.routed = make([][]Index, len(cfg.Targets))
 	for i := range log {
@@ -147,6 +150,7 @@ func (w *world) restartPlayer() {
 
 // step feeds ev to the core and carries out its output.
 func (w *world) step(ev Event) {
+	w.cover(ev)
 	out := w.core.Step(ev)
 	if out.StartMain != 0 {
 		w.mainNext = out.StartMain
@@ -296,6 +300,8 @@ func (w *world) apply(t int) {
 			return
 		case !m.Empty:
 			tg.applied++
+		default:
+			w.m.covered["empty message applied"] = true
 		case next != 0 && next <= m.Index:
 			w.fail("target %d: empty at %d skips routed entry %d", t, m.Index, next)
 			return
@@ -303,6 +309,60 @@ func (w *world) apply(t int) {
 		tg.lastApplied = m.Index
 	}
 	tg.acks = append(tg.acks, AckReceived{Target: TargetID(t), Term: wb.term, Index: tg.lastApplied})
+}
+
+// cover records the situations ev meets.
+func (w *world) cover(ev Event) {
+	c, cov := w.core, w.m.covered
+	if c.started {
+		if c.mainWait {
+			cov["main fetcher waits"] = true
+		}
+		for i := range c.q {
+			switch q := &c.q[i]; {
+			case q.catchupFull:
+				cov["recovery fetcher waits"] = true
+			case q.state == FetchingCompleted:
+				cov["fetching completed"] = true
+			case len(q.popped) > 1:
+				cov["several batches in flight"] = true
+			}
+		}
+	}
+	switch ev := ev.(type) {
+	case EntryFetched:
+		if ev.Stream == Recovery && ev.Term != c.Term(ev.Target) {
+			cov["recovery entry of an expired term"] = true
+		}
+	case WriteDone:
+		if ev.Term != c.Term(ev.Target) {
+			cov["write completion of an expired term"] = true
+		}
+	case AckReceived:
+		if ev.Term != c.Term(ev.Target) {
+			cov["acknowledgement of an expired term"] = true
+		}
+	case RecoveryFetchDone:
+		if ev.Term != c.Term(ev.Target) {
+			cov["recovery done of an expired term"] = true
+		}
+	case TargetUp:
+		if ev.LastApplied >= c.currentIndex {
+			cov["target up with nothing missed"] = true
+		}
+	case PlayerRestart:
+		if len(ev.LastApplied) < len(c.q) {
+			cov["player restart with a target down"] = true
+		}
+	}
+}
+
+// coverage lists what every exploration of two targets must reach.
+var coverage = []string{
+	"main fetcher waits", "recovery fetcher waits", "fetching completed", "several batches in flight",
+	"recovery entry of an expired term", "write completion of an expired term",
+	"acknowledgement of an expired term", "recovery done of an expired term",
+	"target up with nothing missed", "player restart with a target down", "empty message applied",
 }
 
 // done reports whether every target applied every entry routed to it.
