@@ -268,6 +268,9 @@ func TestExploreFindsPlantedBugs(t *testing.T) {
 // last acknowledged index, so the off-by-one is caught before it reaches the
 // target. The core keeps both rules.
 func TestExploreRecoveryStartIsGuardedTwice(t *testing.T) {
+	if raceEnabled {
+		t.Skip("long, and the race detector has nothing to watch in it")
+	}
 	if res := explore(paperBounds()[2], bugRecoverFromLastApplied); res.violation != "" {
 		t.Fatalf("%s\ntrace: %s", res.violation, formatTrace(res.trace))
 	}

@@ -83,7 +83,7 @@ func randomRun(seed uint64, bg bug) (string, int) {
 // failing seed replays exactly with randomRun(seed, bugNone).
 func TestRandomRuns(t *testing.T) {
 	seeds := 2000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		seeds = 200
 	}
 	if *big {
