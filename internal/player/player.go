@@ -238,7 +238,7 @@ func (c *Core) Step(ev Event) *Output {
 	case RecoveryFetchDone:
 		c.recoveryDone(ev.Target, ev.Term)
 	default:
-		panic(fmt.Sprintf("player: unknown event %T", ev))
+		panic("player: unknown event")
 	}
 	c.updateFlow()
 	return &c.out

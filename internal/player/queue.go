@@ -215,6 +215,9 @@ func (q *targetQueue) fetchingCompleted(term Term) bool {
 // returns it. It returns false when nothing is ready to send.
 func (q *targetQueue) nextBatch(entriesMax, bytesMax int) (Batch, bool) {
 	var b Batch
+	if n := min(entriesMax, q.normal.len()+q.catchup.len()); n > 0 {
+		b.Messages = make([]Message, 0, n)
+	}
 	for len(b.Messages) < entriesMax {
 		m := q.front()
 		if m == nil {
@@ -243,8 +246,11 @@ func (q *targetQueue) erase(index Index, released []Batch) []Batch {
 		n++
 	}
 	released = append(released, q.popped[:n]...)
-	clear(q.popped[:n]) // the queue no longer refers to their messages
-	q.popped = q.popped[n:]
+	// Shift the rest down rather than reslice, so the slice keeps its
+	// capacity and sending the next batch does not allocate.
+	k := copy(q.popped, q.popped[n:])
+	clear(q.popped[k:]) // the queue no longer refers to their messages
+	q.popped = q.popped[:k]
 	return released
 }
 
