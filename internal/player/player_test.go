@@ -325,3 +325,30 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("New took a config with no targets")
 	}
 }
+
+// TestLateCompletionsAfterReconnect checks the term rule on completions: a
+// write completion and an acknowledgement of the connection before a
+// reconnect arrive late and change nothing, a batch is released only when
+// acknowledged, and the new connection still has one write outstanding at
+// a time.
+func TestLateCompletionsAfterReconnect(t *testing.T) {
+	h, _ := start(t, cfgOf(1, RouteAll), allAt(1, 0))
+	h.wantSends(h.main(1), "t0@1[1]")
+	if out := h.step(WriteDone{Target: 0, Term: 1}); len(out.Releases) != 0 || h.c.Status(0).Inflight != 1 {
+		t.Fatal("a batch was released when written, before its acknowledgement")
+	}
+	h.step(TargetDown{Target: 0})
+	h.step(TargetUp{Target: 0, LastApplied: 1})
+	h.wantSends(h.main(2), "t0@2[2]")
+	for _, ev := range []Event{WriteDone{Target: 0, Term: 1}, AckReceived{Target: 0, Term: 1, Index: 1}} {
+		out := h.step(ev)
+		if len(out.Sends)+len(out.Releases)+len(out.Misbehaving) != 0 {
+			t.Fatalf("late %T of term 1 acted: %+v", ev, out)
+		}
+	}
+	h.wantSends(h.main(3), "")
+	if st := h.c.Status(0); st.LastAck != 1 || st.Inflight != 1 || st.Queued != 1 {
+		t.Fatalf("status %+v, want last ack 1, 1 in flight, 1 queued", st)
+	}
+	h.wantSends(h.step(WriteDone{Target: 0, Term: 2}), "t0@2[3]")
+}
