@@ -400,7 +400,7 @@ func (c *Core) targetUp(id TargetID, lastApplied Index) {
 	}
 	q.term++
 	q.state, q.writable, q.lastAck = RecoveryFetching, true, lastApplied
-	q.lastCatchup, q.catchupFull = 0, false
+	q.lastCatchup = 0
 	if lastApplied >= c.currentIndex {
 		q.state = Normal
 		return

@@ -128,8 +128,8 @@ type targetQueue struct {
 	lastCatchup Index
 	// fetch is the recovery fetch running for this term, if any.
 	fetch *RecoveryFetch
-	// mainFull and catchupFull are the back-pressure last reported.
-	mainFull, catchupFull bool
+	// catchupFull is the back-pressure on the recovery fetch last reported.
+	catchupFull bool
 }
 
 // push is Algorithm 1's push: it adds m to the normal queue (isNormal) or to
