@@ -1,0 +1,522 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+)
+
+// # Damage
+//
+// Open tells two kinds of bad frame apart:
+//
+//   - A torn tail: a bad frame of the last segment, or of the positions
+//     file, with no whole frame anywhere after it. That is what a crash in
+//     the middle of a write leaves, so Open truncates it and logs a warning
+//     naming the file, the offset and the bytes dropped.
+//   - Damage: a bad frame with a whole frame after it, or a bad frame of a
+//     segment that has a successor (segments are fsynced before the next one
+//     is created, so no crash tears them). A crash cannot leave that, and
+//     the frames after it hold acknowledged records, so nothing is
+//     truncated: the store opens, keeps every record at its local index,
+//     and lists the local indexes the bad bytes held in Damaged. Reading
+//     them fails with ErrDamaged; everything else is served as usual.
+//
+// The local indexes a damaged region held must be known exactly, or every
+// record after it would be served at the wrong index. The count is known
+// when the region's bytes still verify as one frame under the checksum in
+// its header (only the length word was hit), or when its length word leads
+// exactly to the next whole frame, says it is a record too long to be a
+// no-op, and no whole frame inside the region ends there (only the body or
+// checksum was hit). Otherwise, in a segment with a successor, the count
+// follows from the successor's first local index (regions of unknown
+// count are merged with the frames between them into one); in the last
+// segment, Open refuses with ErrCorrupt rather than guess or truncate.
+// Damage in the middle of the positions file is refused the same way: a
+// damaged run cannot be rebuilt from the store's own bytes.
+//
+// Frames are found again after a bad one by trying the offset its length
+// word names, then every later offset, keeping only whole frames (length
+// in bounds, checksum and body check out) whose successor's header is
+// plausible too. The bytes checksummed during one search are bounded by
+// resyncCheckBytesMax, so a file of random bytes cannot stall Open; a
+// search that runs out counts as "cannot tell", never as a torn tail.
+//
+// # Repair (not built yet)
+//
+// Damaged ranges are what a repair fetches back from a live replica of the
+// shard, verified by checksum, with the same catch-up a restarted replica
+// uses. The contract for it: local indexes never move, so runs and global
+// positions stay valid; a repair rewrites the segment holding the range
+// into a new file renamed over the old (as the positions file is
+// rewritten), then drops the range from Damaged. Until then the storage
+// server must refuse reads of the range and report it (status, metrics).
+
+// resyncCheckBytesMax bounds the bytes checksummed while looking for the
+// next whole frame after a bad one, so that a segment full of random
+// bytes, where one offset in 64 has a plausible length word, costs a
+// fraction of a second rather than hours.
+const resyncCheckBytesMax = 256 << 20
+
+// resyncWindowBytes is the read-ahead window of the search for the next
+// whole frame, which moves one byte at a time.
+const resyncWindowBytes = 1 << 20
+
+// ErrDamaged: the record's bytes were found damaged when the store was
+// opened; see Damaged. Errors wrapping it are *DamagedError.
+var ErrDamaged = errors.New("segment: record damaged on disk")
+
+// DamagedRange is a run of local indexes [First, End) whose stored frames
+// were found damaged by Open: the bytes [Offset, Offset+Bytes) of segment
+// file File held them. Reason says what check failed first.
+type DamagedRange struct {
+	First, End uint64
+	File       string
+	Offset     int64
+	Bytes      int64
+	Reason     string
+}
+
+// DamagedError is the error of a read that reaches a damaged range; it
+// matches ErrDamaged with errors.Is.
+type DamagedError struct {
+	Local uint64 // the index asked for
+	Range DamagedRange
+}
+
+func (e *DamagedError) Error() string {
+	r := &e.Range
+	return fmt.Sprintf("segment: record %d: damaged on disk (local indexes [%d, %d), %d bytes at offset %d of %s: %s)",
+		e.Local, r.First, r.End, r.Bytes, r.Offset, r.File, r.Reason)
+}
+
+func (e *DamagedError) Unwrap() error { return ErrDamaged }
+
+// Damaged returns the damaged ranges at or after Start, ascending. The
+// caller owns the slice. See the Damage section above for what the
+// storage server does with them.
+func (s *Store) Damaged() []DamagedRange {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i := s.damagedFromRLocked(s.start)
+	if i == len(s.damaged) {
+		return nil
+	}
+	return append([]DamagedRange(nil), s.damaged[i:]...)
+}
+
+// damagedFromRLocked returns the position in s.damaged of the first range
+// that ends after local.
+func (s *Store) damagedFromRLocked(local uint64) int {
+	return sort.Search(len(s.damaged), func(i int) bool { return s.damaged[i].End > local })
+}
+
+// checkDamagedRLocked returns a *DamagedError if local is damaged.
+func (s *Store) checkDamagedRLocked(local uint64) error {
+	if i := s.damagedFromRLocked(local); i < len(s.damaged) && s.damaged[i].First <= local {
+		return &DamagedError{Local: local, Range: s.damaged[i]}
+	}
+	return nil
+}
+
+// fileWindow reads a file for the damaged path of recovery: sequential
+// reads come from a read-ahead window, others from a scratch buffer.
+type fileWindow struct {
+	f       io.ReaderAt
+	size    int64
+	buf     []byte
+	off     int64 // file offset of buf[0]
+	scratch []byte
+}
+
+// view returns the file bytes [p, p+n), which must lie inside the file,
+// valid until the next call. With ahead, a miss refills the window from p;
+// without, a miss is read into scratch and the window stays put.
+func (w *fileWindow) view(p int64, n int, ahead bool) ([]byte, error) {
+	if p >= w.off && p+int64(n) <= w.off+int64(len(w.buf)) {
+		return w.buf[p-w.off:][:n], nil
+	}
+	if ahead && n <= resyncWindowBytes {
+		m := int(min(resyncWindowBytes, w.size-p))
+		if cap(w.buf) < m {
+			w.buf = make([]byte, m)
+		}
+		w.buf = w.buf[:m]
+		if _, err := w.f.ReadAt(w.buf, p); err != nil {
+			w.buf = w.buf[:0]
+			return nil, err
+		}
+		w.off = p
+		return w.buf[:n], nil
+	}
+	if cap(w.scratch) < n {
+		w.scratch = make([]byte, n)
+	}
+	b := w.scratch[:n]
+	if _, err := w.f.ReadAt(b, p); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// frameFormat is what the search for the next whole frame needs to know
+// about the frames of one kind of file.
+type frameFormat struct {
+	// bodyLen returns the body length a header claims, if it is within
+	// the bounds of its kind.
+	bodyLen func(h []byte) (int, bool)
+	// whole says whether the body of a frame with header h checks out:
+	// checksum and decoding.
+	whole func(h, body []byte) bool
+}
+
+var segmentFormat = frameFormat{
+	bodyLen: func(h []byte) (int, bool) {
+		_, n, err := segmentFrameHeader(h)
+		return n, err == nil
+	},
+	whole: func(h, body []byte) bool {
+		_, err := checkSegmentFrame(h, body)
+		return err == nil
+	},
+}
+
+var positionsFormat = frameFormat{
+	bodyLen: func(h []byte) (int, bool) {
+		n, _, err := frameHeader(h, runBodyBytesMin, runBodyBytesMax)
+		return n, err == nil
+	},
+	whole: func(h, body []byte) bool {
+		_, err := checkRunFrame(h, body)
+		return err == nil
+	},
+}
+
+// resyncResult says how a search for the next whole frame ended.
+type resyncResult int
+
+const (
+	resyncFound  resyncResult = iota // a whole frame starts at the offset returned
+	resyncNone                       // no whole frame after the bad one
+	resyncGaveUp                     // resyncCheckBytesMax ran out first: cannot tell
+)
+
+// nextWholeFrame returns the first offset after bad where a whole frame of
+// format fm starts whose successor, if at least a header's worth of bytes
+// follows, has a length word in bounds. The successor test is only a
+// filter against random bytes that happen to look like a length word; it
+// accepts a torn successor, which may follow a whole frame at the end of
+// a file.
+func nextWholeFrame(w *fileWindow, fm frameFormat, bad int64) (int64, resyncResult, error) {
+	budget := int64(resyncCheckBytesMax)
+	var h [frameHeaderBytes]byte
+	for p := bad + 1; p+frameHeaderBytes <= w.size; p++ {
+		b, err := w.view(p, frameHeaderBytes, true)
+		if err != nil {
+			return 0, 0, err
+		}
+		copy(h[:], b)
+		n, ok := fm.bodyLen(h[:])
+		end := p + frameHeaderBytes + int64(n)
+		if !ok || end > w.size {
+			continue
+		}
+		if end+frameHeaderBytes <= w.size {
+			next, err := w.view(end, frameHeaderBytes, false)
+			if err != nil {
+				return 0, 0, err
+			}
+			if _, ok := fm.bodyLen(next); !ok {
+				continue
+			}
+		}
+		if budget < int64(n) {
+			return 0, resyncGaveUp, nil
+		}
+		budget -= int64(n)
+		body, err := w.view(p+frameHeaderBytes, n, false)
+		if err != nil {
+			return 0, 0, err
+		}
+		if fm.whole(h[:], body) {
+			return p, resyncFound, nil
+		}
+	}
+	return 0, resyncNone, nil
+}
+
+// wholeFrameAt checks the frame of format fm at p: it returns where the
+// frame ends if it is whole, or ok false.
+func wholeFrameAt(w *fileWindow, fm frameFormat, p int64) (end int64, ok bool, err error) {
+	if p+frameHeaderBytes > w.size {
+		return 0, false, nil
+	}
+	b, err := w.view(p, frameHeaderBytes, true)
+	if err != nil {
+		return 0, false, err
+	}
+	var h [frameHeaderBytes]byte
+	copy(h[:], b)
+	n, ok := fm.bodyLen(h[:])
+	end = p + frameHeaderBytes + int64(n)
+	if !ok || end > w.size {
+		return 0, false, nil
+	}
+	body, err := w.view(p+frameHeaderBytes, n, true)
+	if err != nil {
+		return 0, false, err
+	}
+	return end, fm.whole(h[:], body), nil
+}
+
+// logger returns the logger recovery reports to.
+func (s *Store) logger() *slog.Logger {
+	if s.opts.Logger != nil {
+		return s.opts.Logger
+	}
+	return slog.Default()
+}
+
+// resync returns where the next whole frame of format fm starts after the
+// bad one at p, trying first the offset its length word names (right when
+// only the body or checksum was hit). A length word that names the end of
+// the file makes the bad frame the final one, with nothing after it.
+func resync(w *fileWindow, fm frameFormat, p int64) (int64, resyncResult, error) {
+	if p+frameHeaderBytes <= w.size {
+		h, err := w.view(p, frameHeaderBytes, true)
+		if err != nil {
+			return 0, 0, err
+		}
+		q := p + frameHeaderBytes + int64(binary.LittleEndian.Uint32(h)&^noopFlag)
+		if q == w.size {
+			return 0, resyncNone, nil
+		}
+		if _, ok, err := wholeFrameAt(w, fm, q); err != nil {
+			return 0, 0, err
+		} else if ok {
+			return q, resyncFound, nil
+		}
+	}
+	return nextWholeFrame(w, fm, p)
+}
+
+// span is a stretch of a segment from its first bad frame on: a whole
+// frame, or damaged bytes.
+type span struct {
+	off, end int64
+	// count is the local indexes the span holds; 0 for damaged bytes whose
+	// count is unknown.
+	count   uint64
+	damaged bool
+	// gaveUp marks damaged bytes running to the end of the file because
+	// the search for a whole frame after them ran out of budget.
+	gaveUp bool
+	reason string
+}
+
+// walkDamaged splits the bytes of g from its first bad frame, at g.size,
+// to the end of the file into whole frames and damaged spans.
+func walkDamaged(w *fileWindow, p int64) ([]span, error) {
+	var spans []span
+	for p < w.size {
+		count, end, err := segmentFrameAt(w, p)
+		if err == nil {
+			spans = append(spans, span{off: p, end: end, count: count})
+			p = end
+			continue
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
+		q, res, rerr := resync(w, segmentFormat, p)
+		if rerr != nil {
+			return nil, rerr
+		}
+		d := span{off: p, end: w.size, damaged: true, reason: err.Error()}
+		if res == resyncFound {
+			d.end = q
+		}
+		if res == resyncGaveUp {
+			d.gaveUp = true
+			d.reason += fmt.Sprintf("; no whole frame found again within %d checksummed bytes", resyncCheckBytesMax)
+		} else if d.end-d.off <= frameHeaderBytes+recordBytesMax {
+			region, err := w.view(d.off, int(d.end-d.off), false)
+			if err != nil {
+				return nil, err
+			}
+			// damagedCount may call endsInside, which reads the file too.
+			region = append([]byte(nil), region...)
+			d.count = damagedCount(region, func() bool { return frameEndsAt(w, d.off, d.end) })
+		}
+		spans = append(spans, d)
+		p = d.end
+	}
+	return spans, nil
+}
+
+// segmentFrameAt checks the segment frame at p and returns the local
+// indexes it covers and where it ends, or an ErrCorrupt saying what is
+// wrong with it.
+func segmentFrameAt(w *fileWindow, p int64) (count uint64, end int64, err error) {
+	if p+frameHeaderBytes > w.size {
+		return 0, 0, corruptf("torn frame header at offset %d", p)
+	}
+	b, err := w.view(p, frameHeaderBytes, true)
+	if err != nil {
+		return 0, 0, err
+	}
+	var h [frameHeaderBytes]byte
+	copy(h[:], b)
+	_, n, err := segmentFrameHeader(h[:])
+	if err != nil {
+		return 0, 0, err
+	}
+	end = p + frameHeaderBytes + int64(n)
+	if end > w.size {
+		return 0, 0, corruptf("torn frame at offset %d: file ends inside its %d-byte body", p, n)
+	}
+	body, err := w.view(p+frameHeaderBytes, n, true)
+	if err != nil {
+		return 0, 0, err
+	}
+	count, err = checkSegmentFrame(h[:], body)
+	if err != nil {
+		return 0, 0, err
+	}
+	return count, end, nil
+}
+
+// frameEndsAt says whether a whole segment frame starts inside (p, q) and
+// ends exactly at q.
+func frameEndsAt(w *fileWindow, p, q int64) bool {
+	for r := p + 1; r+frameHeaderBytes < q; r++ {
+		h, err := w.view(r, frameHeaderBytes, true)
+		if err != nil {
+			return true // cannot tell, so do not claim a count
+		}
+		if n, ok := segmentFormat.bodyLen(h); ok && r+frameHeaderBytes+int64(n) == q {
+			if _, ok, err := wholeFrameAt(w, segmentFormat, r); err != nil || ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// recoverDamagedSegment finishes the recovery of g, whose frames are whole
+// up to g.size but not beyond, and which is size bytes long. successor is
+// the first local index of the next segment, nil for the last one. See
+// the Damage section above for the rules it applies.
+func (s *Store) recoverDamagedSegment(g *segment, path string, size int64, successor *uint64) error {
+	w := &fileWindow{f: g.f, size: size}
+	spans, err := walkDamaged(w, g.size)
+	if err != nil {
+		return fmt.Errorf("scan damaged segment %s: %w", path, err)
+	}
+	if successor == nil {
+		// A torn tail: damaged bytes at the end with nothing whole after
+		// them. A search that gave up cannot say that there is nothing.
+		if n := len(spans); n > 0 && spans[n-1].damaged && !spans[n-1].gaveUp {
+			t := spans[n-1]
+			spans = spans[:n-1]
+			s.logger().Warn("segment: truncating torn tail",
+				"file", path, "offset", t.off, "dropped_bytes", size-t.off, "reason", t.reason)
+			if err := truncateFile(g.f, t.off); err != nil {
+				return fmt.Errorf("truncate torn tail of %s to %d bytes: %w", path, t.off, err)
+			}
+		}
+		for _, sp := range spans {
+			if sp.damaged && sp.count == 0 {
+				return corruptf("segment %s: damaged bytes [%d, %d) hold an unknown number of records and are not a torn tail (%s); refusing to guess or to truncate the records after them",
+					path, sp.off, sp.end, sp.reason)
+			}
+		}
+	} else if spans, err = mergeUnknown(spans, g.end(), *successor); err != nil {
+		return fmt.Errorf("segment %s: %w", path, err)
+	}
+	for _, sp := range spans {
+		first := g.end()
+		if first+sp.count < first {
+			return corruptf("segment %s: frame at offset %d covers %d indexes, overflowing the local index space", path, sp.off, sp.count)
+		}
+		k := len(g.offsets)
+		g.offsets = append(g.offsets, uint32(sp.off))
+		if sp.count != 1 {
+			// A frame covering other than one index is listed with the
+			// no-op frames, which is all locate needs; reads tell damaged
+			// frames apart by s.damaged.
+			g.noops = append(g.noops, noopFrame{frame: uint32(k), first: first, end: first + sp.count})
+		}
+		g.indexes += sp.count
+		g.size = sp.end
+		if sp.damaged {
+			d := DamagedRange{First: first, End: g.end(), File: path, Offset: sp.off, Bytes: sp.end - sp.off, Reason: sp.reason}
+			s.damaged = append(s.damaged, d)
+			s.logger().Error("segment: damaged records kept out of service until repaired",
+				"file", path, "offset", d.Offset, "bytes", d.Bytes, "first", d.First, "end", d.End, "reason", d.Reason)
+		}
+	}
+	return nil
+}
+
+// mergeUnknown gives the damaged spans of unknown count of a segment with a
+// successor their count: the segment holds successor-before local indexes
+// from its first bad frame on (before are the indexes ahead of it). The
+// spans of unknown count and the frames between them merge into one
+// damaged span, since where one ends and the next begins is unknown.
+func mergeUnknown(spans []span, before, successor uint64) ([]span, error) {
+	first, last := -1, -1
+	for i := range spans {
+		if spans[i].damaged && spans[i].count == 0 {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	if first < 0 {
+		return spans, nil
+	}
+	known := before
+	for i := range spans {
+		if i < first || i > last {
+			if known+spans[i].count < known {
+				return nil, corruptf("frames overflow the local index space")
+			}
+			known += spans[i].count
+		}
+	}
+	if successor <= known {
+		return nil, corruptf("damaged bytes [%d, %d) must hold at least one record, but the frames around them already reach local index %d, where the next segment starts at %d",
+			spans[first].off, spans[last].end, known, successor)
+	}
+	merged := span{off: spans[first].off, end: spans[last].end, count: successor - known, damaged: true, reason: spans[first].reason}
+	return append(spans[:first], append([]span{merged}, spans[last+1:]...)...), nil
+}
+
+// positionsTornTail handles a bad frame at offset bad of the positions
+// file f, size bytes long: nil if it is a torn tail (logged; the caller
+// truncates it), an ErrCorrupt if whole runs follow it or that cannot be
+// told.
+func (s *Store) positionsTornTail(f *os.File, size, bad int64, problem error) error {
+	w := &fileWindow{f: f, size: size}
+	q, res, err := resync(w, positionsFormat, bad)
+	if err != nil {
+		return fmt.Errorf("scan positions: %w", err)
+	}
+	switch res {
+	case resyncFound:
+		return corruptf("positions: bad run frame at offset %d (%v), but a whole run frame follows at %d; a damaged run cannot be rebuilt from the store's own bytes, and truncating would drop ordered runs",
+			bad, problem, q)
+	case resyncGaveUp:
+		return corruptf("positions: bad run frame at offset %d (%v), and no whole frame could be found again within %d checksummed bytes; not truncating",
+			bad, problem, resyncCheckBytesMax)
+	}
+	s.logger().Warn("segment: truncating torn tail",
+		"file", f.Name(), "offset", bad, "dropped_bytes", size-bad, "reason", problem.Error())
+	return nil
+}
