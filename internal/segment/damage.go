@@ -42,9 +42,10 @@ import (
 // Frames are found again after a bad one by trying the offset its length
 // word names, then every later offset, keeping only whole frames (length
 // in bounds, checksum and body check out) whose successor's header is
-// plausible too. The bytes checksummed during one search are bounded by
-// resyncCheckBytesMax, so a file of random bytes cannot stall Open; a
-// search that runs out counts as "cannot tell", never as a torn tail.
+// plausible too. The bytes checksummed while searching one file are
+// bounded by resyncCheckBytesMax, so a file of random bytes cannot stall
+// Open; a search that runs out counts as "cannot tell", never as a torn
+// tail.
 //
 // # Repair (not built yet)
 //
@@ -56,8 +57,8 @@ import (
 // rewritten), then drops the range from Damaged. Until then the storage
 // server must refuse reads of the range and report it (status, metrics).
 
-// resyncCheckBytesMax bounds the bytes checksummed while looking for the
-// next whole frame after a bad one, so that a segment full of random
+// resyncCheckBytesMax bounds the bytes checksummed in one file while
+// looking for the next whole frame after bad ones, so that a segment full of random
 // bytes, where one offset in 64 has a plausible length word, costs a
 // fraction of a second rather than hours.
 const resyncCheckBytesMax = 256 << 20
@@ -131,6 +132,8 @@ type fileWindow struct {
 	buf     []byte
 	off     int64 // file offset of buf[0]
 	scratch []byte
+	// checkBudget is what is left of resyncCheckBytesMax for this file.
+	checkBudget int64
 }
 
 // view returns the file bytes [p, p+n), which must lie inside the file,
@@ -212,7 +215,6 @@ const (
 // accepts a torn successor, which may follow a whole frame at the end of
 // a file.
 func nextWholeFrame(w *fileWindow, fm frameFormat, bad int64) (int64, resyncResult, error) {
-	budget := int64(resyncCheckBytesMax)
 	var h [frameHeaderBytes]byte
 	for p := bad + 1; p+frameHeaderBytes <= w.size; p++ {
 		b, err := w.view(p, frameHeaderBytes, true)
@@ -234,10 +236,10 @@ func nextWholeFrame(w *fileWindow, fm frameFormat, bad int64) (int64, resyncResu
 				continue
 			}
 		}
-		if budget < int64(n) {
+		if w.checkBudget < int64(n) {
 			return 0, resyncGaveUp, nil
 		}
-		budget -= int64(n)
+		w.checkBudget -= int64(n)
 		body, err := w.view(p+frameHeaderBytes, n, false)
 		if err != nil {
 			return 0, 0, err
@@ -304,58 +306,69 @@ func resync(w *fileWindow, fm frameFormat, p int64) (int64, resyncResult, error)
 	return nextWholeFrame(w, fm, p)
 }
 
-// span is a stretch of a segment from its first bad frame on: a whole
-// frame, or damaged bytes.
+// span is one frame of a segment from its first bad frame on, or a
+// stretch of damaged bytes; it ends where the next span starts, or at the
+// end of the file. Spans are kept small because a damaged segment may
+// hold millions of whole frames after the bad one.
 type span struct {
-	off, end int64
+	off int64
 	// count is the local indexes the span holds; 0 for damaged bytes whose
 	// count is unknown.
-	count   uint64
-	damaged bool
+	count uint64
+}
+
+// damage describes the damaged span spans[span].
+type damage struct {
+	span   int
+	reason string
 	// gaveUp marks damaged bytes running to the end of the file because
 	// the search for a whole frame after them ran out of budget.
 	gaveUp bool
-	reason string
 }
 
-// walkDamaged splits the bytes of g from its first bad frame, at g.size,
+// walkDamaged splits the bytes of a segment from p, its first bad frame,
 // to the end of the file into whole frames and damaged spans.
-func walkDamaged(w *fileWindow, p int64) ([]span, error) {
-	var spans []span
+func walkDamaged(w *fileWindow, p int64) ([]span, []damage, error) {
+	var (
+		spans   []span
+		damages []damage
+	)
 	for p < w.size {
 		count, end, err := segmentFrameAt(w, p)
 		if err == nil {
-			spans = append(spans, span{off: p, end: end, count: count})
+			spans = append(spans, span{off: p, count: count})
 			p = end
 			continue
 		}
 		if !errors.Is(err, ErrCorrupt) {
-			return nil, err
+			return nil, nil, err
 		}
 		q, res, rerr := resync(w, segmentFormat, p)
 		if rerr != nil {
-			return nil, rerr
+			return nil, nil, rerr
 		}
-		d := span{off: p, end: w.size, damaged: true, reason: err.Error()}
+		d := damage{span: len(spans), reason: err.Error()}
+		sp := span{off: p}
+		stop := w.size
 		if res == resyncFound {
-			d.end = q
+			stop = q
 		}
 		if res == resyncGaveUp {
 			d.gaveUp = true
 			d.reason += fmt.Sprintf("; no whole frame found again within %d checksummed bytes", resyncCheckBytesMax)
-		} else if d.end-d.off <= frameHeaderBytes+recordBytesMax {
-			region, err := w.view(d.off, int(d.end-d.off), false)
+		} else if stop-p <= frameHeaderBytes+recordBytesMax {
+			region, err := w.view(p, int(stop-p), false)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			// damagedCount may call endsInside, which reads the file too.
 			region = append([]byte(nil), region...)
-			d.count = damagedCount(region, func() bool { return frameEndsAt(w, d.off, d.end) })
+			sp.count = damagedCount(region, func() bool { return frameEndsAt(w, p, stop) })
 		}
-		spans = append(spans, d)
-		p = d.end
+		spans, damages = append(spans, sp), append(damages, d)
+		p = stop
 	}
-	return spans, nil
+	return spans, damages, nil
 }
 
 // segmentFrameAt checks the segment frame at p and returns the local
@@ -412,33 +425,48 @@ func frameEndsAt(w *fileWindow, p, q int64) bool {
 // the first local index of the next segment, nil for the last one. See
 // the Damage section above for the rules it applies.
 func (s *Store) recoverDamagedSegment(g *segment, path string, size int64, successor *uint64) error {
-	w := &fileWindow{f: g.f, size: size}
-	spans, err := walkDamaged(w, g.size)
+	w := &fileWindow{f: g.f, size: size, checkBudget: resyncCheckBytesMax}
+	spans, damages, err := walkDamaged(w, g.size)
 	if err != nil {
 		return fmt.Errorf("scan damaged segment %s: %w", path, err)
+	}
+	// spanEnd is where spans[i] ends.
+	spanEnd := func(i int) int64 {
+		if i+1 < len(spans) {
+			return spans[i+1].off
+		}
+		return size
 	}
 	if successor == nil {
 		// A torn tail: damaged bytes at the end with nothing whole after
 		// them. A search that gave up cannot say that there is nothing.
-		if n := len(spans); n > 0 && spans[n-1].damaged && !spans[n-1].gaveUp {
-			t := spans[n-1]
-			spans = spans[:n-1]
-			s.logger().Warn("segment: truncating torn tail",
-				"file", path, "offset", t.off, "dropped_bytes", size-t.off, "reason", t.reason)
-			if err := truncateFile(g.f, t.off); err != nil {
-				return fmt.Errorf("truncate torn tail of %s to %d bytes: %w", path, t.off, err)
-			}
+		var torn *damage
+		if n := len(damages); n > 0 && damages[n-1].span == len(spans)-1 && !damages[n-1].gaveUp {
+			torn = &damages[n-1]
+			damages = damages[:n-1]
 		}
-		for _, sp := range spans {
-			if sp.damaged && sp.count == 0 {
+		// Refuse before truncating anything.
+		for _, d := range damages {
+			if sp := spans[d.span]; sp.count == 0 {
 				return corruptf("segment %s: damaged bytes [%d, %d) hold an unknown number of records and are not a torn tail (%s); refusing to guess or to truncate the records after them",
-					path, sp.off, sp.end, sp.reason)
+					path, sp.off, spanEnd(d.span), d.reason)
 			}
 		}
-	} else if spans, err = mergeUnknown(spans, g.end(), *successor); err != nil {
+		if torn != nil {
+			off := spans[torn.span].off
+			spans = spans[:torn.span]
+			size = off
+			s.logger().Warn("segment: truncating torn tail",
+				"file", path, "offset", off, "dropped_bytes", w.size-off, "reason", torn.reason)
+			if err := truncateFile(g.f, off); err != nil {
+				return fmt.Errorf("truncate torn tail of %s to %d bytes: %w", path, off, err)
+			}
+		}
+	} else if spans, damages, err = mergeUnknown(spans, damages, g.end(), *successor); err != nil {
 		return fmt.Errorf("segment %s: %w", path, err)
 	}
-	for _, sp := range spans {
+	next := 0 // damages[next] is the next damaged span
+	for i, sp := range spans {
 		first := g.end()
 		if first+sp.count < first {
 			return corruptf("segment %s: frame at offset %d covers %d indexes, overflowing the local index space", path, sp.off, sp.count)
@@ -452,14 +480,15 @@ func (s *Store) recoverDamagedSegment(g *segment, path string, size int64, succe
 			g.noops = append(g.noops, noopFrame{frame: uint32(k), first: first, end: first + sp.count})
 		}
 		g.indexes += sp.count
-		g.size = sp.end
-		if sp.damaged {
-			d := DamagedRange{First: first, End: g.end(), File: path, Offset: sp.off, Bytes: sp.end - sp.off, Reason: sp.reason}
+		if next < len(damages) && damages[next].span == i {
+			d := DamagedRange{First: first, End: g.end(), File: path, Offset: sp.off, Bytes: spanEnd(i) - sp.off, Reason: damages[next].reason}
+			next++
 			s.damaged = append(s.damaged, d)
 			s.logger().Error("segment: damaged records kept out of service until repaired",
 				"file", path, "offset", d.Offset, "bytes", d.Bytes, "first", d.First, "end", d.End, "reason", d.Reason)
 		}
 	}
+	g.size = size
 	return nil
 }
 
@@ -468,10 +497,10 @@ func (s *Store) recoverDamagedSegment(g *segment, path string, size int64, succe
 // from its first bad frame on (before are the indexes ahead of it). The
 // spans of unknown count and the frames between them merge into one
 // damaged span, since where one ends and the next begins is unknown.
-func mergeUnknown(spans []span, before, successor uint64) ([]span, error) {
-	first, last := -1, -1
-	for i := range spans {
-		if spans[i].damaged && spans[i].count == 0 {
+func mergeUnknown(spans []span, damages []damage, before, successor uint64) ([]span, []damage, error) {
+	first, last := -1, -1 // positions in damages
+	for i, d := range damages {
+		if spans[d.span].count == 0 {
 			if first < 0 {
 				first = i
 			}
@@ -479,23 +508,34 @@ func mergeUnknown(spans []span, before, successor uint64) ([]span, error) {
 		}
 	}
 	if first < 0 {
-		return spans, nil
+		return spans, damages, nil
 	}
+	fs, ls := damages[first].span, damages[last].span
 	known := before
-	for i := range spans {
-		if i < first || i > last {
-			if known+spans[i].count < known {
-				return nil, corruptf("frames overflow the local index space")
+	for i, sp := range spans {
+		if i < fs || i > ls {
+			if known+sp.count < known {
+				return nil, nil, corruptf("frames overflow the local index space")
 			}
-			known += spans[i].count
+			known += sp.count
 		}
 	}
 	if successor <= known {
-		return nil, corruptf("damaged bytes [%d, %d) must hold at least one record, but the frames around them already reach local index %d, where the next segment starts at %d",
-			spans[first].off, spans[last].end, known, successor)
+		end := "the end of the file"
+		if ls+1 < len(spans) {
+			end = fmt.Sprintf("offset %d", spans[ls+1].off)
+		}
+		return nil, nil, corruptf("damaged bytes from offset %d to %s must hold at least one record, but the frames around them already reach local index %d, where the next segment starts at %d",
+			spans[fs].off, end, known, successor)
 	}
-	merged := span{off: spans[first].off, end: spans[last].end, count: successor - known, damaged: true, reason: spans[first].reason}
-	return append(spans[:first], append([]span{merged}, spans[last+1:]...)...), nil
+	spans[fs].count = successor - known
+	spans = append(spans[:fs+1], spans[ls+1:]...)
+	merged := damages[:first+1]
+	for _, d := range damages[last+1:] {
+		d.span -= ls - fs
+		merged = append(merged, d)
+	}
+	return spans, merged, nil
 }
 
 // positionsTornTail handles a bad frame at offset bad of the positions
@@ -503,7 +543,7 @@ func mergeUnknown(spans []span, before, successor uint64) ([]span, error) {
 // truncates it), an ErrCorrupt if whole runs follow it or that cannot be
 // told.
 func (s *Store) positionsTornTail(f *os.File, size, bad int64, problem error) error {
-	w := &fileWindow{f: f, size: size}
+	w := &fileWindow{f: f, size: size, checkBudget: resyncCheckBytesMax}
 	q, res, err := resync(w, positionsFormat, bad)
 	if err != nil {
 		return fmt.Errorf("scan positions: %w", err)

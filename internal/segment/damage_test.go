@@ -243,7 +243,8 @@ func TestDamageLastFrameOfEarlierSegment(t *testing.T) {
 // TestDamageUnknownCountInLastSegmentRefuses hits both the length word
 // and the body of a record of the last segment: the bytes no longer say
 // how many records they held, so Open must refuse rather than guess (every
-// later record would shift) or truncate the records after them.
+// later record would shift) or truncate the records after them. It
+// refuses before touching anything, even the torn tail behind them.
 func TestDamageUnknownCountInLastSegmentRefuses(t *testing.T) {
 	dir := t.TempDir()
 	opts, _ := logTo(Options{Dir: dir})
@@ -252,6 +253,7 @@ func TestDamageUnknownCountInLastSegmentRefuses(t *testing.T) {
 	off := frameOffset(s.active(), 10)
 	mustClose(t, s)
 	path := lastSeg(t, dir)
+	appendFile(t, path, recordFrame(testEntry(30))[:20])
 	size := fileSize(t, path)
 	flipByte(t, path, off+3)
 	flipByte(t, path, off+frameHeaderBytes+2)
