@@ -1,10 +1,8 @@
 package segment
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sort"
@@ -51,21 +49,18 @@ import (
 //
 // Damaged ranges are what a repair fetches back from a live replica of the
 // shard, verified by checksum, with the same catch-up a restarted replica
-// uses. The contract for it: local indexes never move, so runs and global
-// positions stay valid; a repair rewrites the segment holding the range
-// into a new file renamed over the old (as the positions file is
-// rewritten), then drops the range from Damaged. Until then the storage
-// server must refuse reads of the range and report it (status, metrics).
-
-// resyncCheckBytesMax bounds the bytes checksummed in one file while
-// looking for the next whole frame after bad ones, so that a segment full of random
-// bytes, where one offset in 64 has a plausible length word, costs a
-// fraction of a second rather than hours.
-const resyncCheckBytesMax = 256 << 20
-
-// resyncWindowBytes is the read-ahead window of the search for the next
-// whole frame, which moves one byte at a time.
-const resyncWindowBytes = 1 << 20
+// uses. Replicas of a shard hold the same entries at the same local
+// indexes (a backup appends exactly what its primary stored, at the same
+// index), so a range is asked for by local index. The contract: until the
+// repair, the storage server refuses reads of Damaged ranges and reports
+// them in status and metrics; local indexes never move, so runs and
+// global positions stay valid throughout; the repair (a Repair(first,
+// entries) that must cover exactly one damaged range, records and no-op
+// runs as the peer stored them) rewrites the segment holding the range
+// into a new file renamed over the old, as the positions file is
+// rewritten, then drops the range from Damaged. A store that Open refuses
+// (damage of unknown count in the last segment, or mid-file damage of the
+// positions file) needs the same catch-up for the whole shard.
 
 // ErrDamaged: the record's bytes were found damaged when the store was
 // opened; see Damaged. Errors wrapping it are *DamagedError.
@@ -98,8 +93,8 @@ func (e *DamagedError) Error() string {
 func (e *DamagedError) Unwrap() error { return ErrDamaged }
 
 // Damaged returns the damaged ranges at or after Start, ascending. The
-// caller owns the slice. See the Damage section above for what the
-// storage server does with them.
+// caller owns the slice. The notes at the top of damage.go say how ranges
+// are found and what the storage server does with them.
 func (s *Store) Damaged() []DamagedRange {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -124,186 +119,12 @@ func (s *Store) checkDamagedRLocked(local uint64) error {
 	return nil
 }
 
-// fileWindow reads a file for the damaged path of recovery: sequential
-// reads come from a read-ahead window, others from a scratch buffer.
-type fileWindow struct {
-	f       io.ReaderAt
-	size    int64
-	buf     []byte
-	off     int64 // file offset of buf[0]
-	scratch []byte
-	// checkBudget is what is left of resyncCheckBytesMax for this file.
-	checkBudget int64
-}
-
-// view returns the file bytes [p, p+n), which must lie inside the file,
-// valid until the next call. With ahead, a miss refills the window from p;
-// without, a miss is read into scratch and the window stays put.
-func (w *fileWindow) view(p int64, n int, ahead bool) ([]byte, error) {
-	if p >= w.off && p+int64(n) <= w.off+int64(len(w.buf)) {
-		return w.buf[p-w.off:][:n], nil
-	}
-	if ahead && n <= resyncWindowBytes {
-		m := int(min(resyncWindowBytes, w.size-p))
-		if cap(w.buf) < m {
-			w.buf = make([]byte, m)
-		}
-		w.buf = w.buf[:m]
-		if _, err := w.f.ReadAt(w.buf, p); err != nil {
-			w.buf = w.buf[:0]
-			return nil, err
-		}
-		w.off = p
-		return w.buf[:n], nil
-	}
-	if cap(w.scratch) < n {
-		w.scratch = make([]byte, n)
-	}
-	b := w.scratch[:n]
-	if _, err := w.f.ReadAt(b, p); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// frameFormat is what the search for the next whole frame needs to know
-// about the frames of one kind of file.
-type frameFormat struct {
-	// bodyLen returns the body length a header claims, if it is within
-	// the bounds of its kind.
-	bodyLen func(h []byte) (int, bool)
-	// whole says whether the body of a frame with header h checks out:
-	// checksum and decoding.
-	whole func(h, body []byte) bool
-}
-
-var segmentFormat = frameFormat{
-	bodyLen: func(h []byte) (int, bool) {
-		_, n, err := segmentFrameHeader(h)
-		return n, err == nil
-	},
-	whole: func(h, body []byte) bool {
-		_, err := checkSegmentFrame(h, body)
-		return err == nil
-	},
-}
-
-var positionsFormat = frameFormat{
-	bodyLen: func(h []byte) (int, bool) {
-		n, _, err := frameHeader(h, runBodyBytesMin, runBodyBytesMax)
-		return n, err == nil
-	},
-	whole: func(h, body []byte) bool {
-		_, err := checkRunFrame(h, body)
-		return err == nil
-	},
-}
-
-// resyncResult says how a search for the next whole frame ended.
-type resyncResult int
-
-const (
-	resyncFound  resyncResult = iota // a whole frame starts at the offset returned
-	resyncNone                       // no whole frame after the bad one
-	resyncGaveUp                     // resyncCheckBytesMax ran out first: cannot tell
-)
-
-// nextWholeFrame returns the first offset after bad where a whole frame of
-// format fm starts whose successor, if at least a header's worth of bytes
-// follows, has a length word in bounds. The successor test is only a
-// filter against random bytes that happen to look like a length word; it
-// accepts a torn successor, which may follow a whole frame at the end of
-// a file.
-func nextWholeFrame(w *fileWindow, fm frameFormat, bad int64) (int64, resyncResult, error) {
-	var h [frameHeaderBytes]byte
-	for p := bad + 1; p+frameHeaderBytes <= w.size; p++ {
-		b, err := w.view(p, frameHeaderBytes, true)
-		if err != nil {
-			return 0, 0, err
-		}
-		copy(h[:], b)
-		n, ok := fm.bodyLen(h[:])
-		end := p + frameHeaderBytes + int64(n)
-		if !ok || end > w.size {
-			continue
-		}
-		if end+frameHeaderBytes <= w.size {
-			next, err := w.view(end, frameHeaderBytes, false)
-			if err != nil {
-				return 0, 0, err
-			}
-			if _, ok := fm.bodyLen(next); !ok {
-				continue
-			}
-		}
-		if w.checkBudget < int64(n) {
-			return 0, resyncGaveUp, nil
-		}
-		w.checkBudget -= int64(n)
-		body, err := w.view(p+frameHeaderBytes, n, false)
-		if err != nil {
-			return 0, 0, err
-		}
-		if fm.whole(h[:], body) {
-			return p, resyncFound, nil
-		}
-	}
-	return 0, resyncNone, nil
-}
-
-// wholeFrameAt checks the frame of format fm at p: it returns where the
-// frame ends if it is whole, or ok false.
-func wholeFrameAt(w *fileWindow, fm frameFormat, p int64) (end int64, ok bool, err error) {
-	if p+frameHeaderBytes > w.size {
-		return 0, false, nil
-	}
-	b, err := w.view(p, frameHeaderBytes, true)
-	if err != nil {
-		return 0, false, err
-	}
-	var h [frameHeaderBytes]byte
-	copy(h[:], b)
-	n, ok := fm.bodyLen(h[:])
-	end = p + frameHeaderBytes + int64(n)
-	if !ok || end > w.size {
-		return 0, false, nil
-	}
-	body, err := w.view(p+frameHeaderBytes, n, true)
-	if err != nil {
-		return 0, false, err
-	}
-	return end, fm.whole(h[:], body), nil
-}
-
 // logger returns the logger recovery reports to.
 func (s *Store) logger() *slog.Logger {
 	if s.opts.Logger != nil {
 		return s.opts.Logger
 	}
 	return slog.Default()
-}
-
-// resync returns where the next whole frame of format fm starts after the
-// bad one at p, trying first the offset its length word names (right when
-// only the body or checksum was hit). A length word that names the end of
-// the file makes the bad frame the final one, with nothing after it.
-func resync(w *fileWindow, fm frameFormat, p int64) (int64, resyncResult, error) {
-	if p+frameHeaderBytes <= w.size {
-		h, err := w.view(p, frameHeaderBytes, true)
-		if err != nil {
-			return 0, 0, err
-		}
-		q := p + frameHeaderBytes + int64(binary.LittleEndian.Uint32(h)&^noopFlag)
-		if q == w.size {
-			return 0, resyncNone, nil
-		}
-		if _, ok, err := wholeFrameAt(w, fm, q); err != nil {
-			return 0, 0, err
-		} else if ok {
-			return q, resyncFound, nil
-		}
-	}
-	return nextWholeFrame(w, fm, p)
 }
 
 // span is one frame of a segment from its first bad frame on, or a
@@ -422,8 +243,8 @@ func frameEndsAt(w *fileWindow, p, q int64) bool {
 
 // recoverDamagedSegment finishes the recovery of g, whose frames are whole
 // up to g.size but not beyond, and which is size bytes long. successor is
-// the first local index of the next segment, nil for the last one. See
-// the Damage section above for the rules it applies.
+// the first local index of the next segment, nil for the last one. The
+// notes at the top of this file give the rules it applies.
 func (s *Store) recoverDamagedSegment(g *segment, path string, size int64, successor *uint64) error {
 	w := &fileWindow{f: g.f, size: size, checkBudget: resyncCheckBytesMax}
 	spans, damages, err := walkDamaged(w, g.size)
