@@ -338,3 +338,41 @@ func TestDamagePositionsMidFileRefuses(t *testing.T) {
 	}
 	wantLogged(t, log, "WARN", "torn tail", "file="+path)
 }
+
+// TestDamageTrimmedAway checks that a damaged range goes from Damaged once
+// Trim deletes its segment, and stays while its segment is kept.
+func TestDamageTrimmedAway(t *testing.T) {
+	dir := t.TempDir()
+	opts, _ := logTo(Options{Dir: dir, SegmentBytesMax: 500})
+	s := mustOpen(t, opts)
+	appendTest(t, s, 60, 2)
+	if err := s.Assign(Run{Cut: 1, CutEnd: 60, Count: 60}); err != nil {
+		t.Fatal(err)
+	}
+	g := s.segs[1]
+	damaged := g.base + 1
+	off := frameOffset(g, damaged)
+	trimTo := s.segs[2].base
+	mustClose(t, s)
+	paths := segFiles(t, dir)
+	flipByte(t, paths[1], off+frameHeaderBytes+1)
+
+	s = mustOpen(t, opts)
+	defer s.Close()
+	wantOneDamaged(t, s, damaged, damaged+1, paths[1], off)
+	if err := s.Trim(g.base); err != nil {
+		t.Fatal(err)
+	}
+	wantOneDamaged(t, s, damaged, damaged+1, paths[1], off)
+	if err := s.Trim(trimTo); err != nil {
+		t.Fatal(err)
+	}
+	if s.Start() != trimTo {
+		t.Fatalf("Start = %d after trimming, want %d", s.Start(), trimTo)
+	}
+	if d := s.Damaged(); d != nil {
+		t.Fatalf("Damaged() = %+v after its segment was trimmed", d)
+	}
+	_, err := s.Read(damaged)
+	wantErr(t, err, ErrTrimmed, "Read of a trimmed damaged record")
+}
