@@ -30,10 +30,12 @@ import (
 // its header (only the length word was hit), or when its length word leads
 // exactly to the next whole frame, says it is a record too long to be a
 // no-op, and no whole frame inside the region ends there (only the body or
-// checksum was hit). Otherwise, in a segment with a successor, the count
-// follows from the successor's first local index (regions of unknown
-// count are merged with the frames between them into one); in the last
-// segment, Open refuses with ErrCorrupt rather than guess or truncate.
+// checksum was hit). Otherwise the whole frames found after the region
+// cannot be trusted to start where records did either (a payload may hold
+// bytes that form a whole frame). In a segment with a successor, the
+// region then runs to the end of the segment and its count follows from
+// the successor's first local index; in the last segment, Open refuses
+// with ErrCorrupt rather than guess or truncate.
 // Damage in the middle of the positions file is refused the same way: a
 // damaged run cannot be rebuilt from the store's own bytes.
 //
@@ -313,50 +315,39 @@ func (s *Store) recoverDamagedSegment(g *segment, path string, size int64, succe
 	return nil
 }
 
-// mergeUnknown gives the damaged spans of unknown count of a segment with a
-// successor their count: the segment holds successor-before local indexes
-// from its first bad frame on (before are the indexes ahead of it). The
-// spans of unknown count and the frames between them merge into one
-// damaged span, since where one ends and the next begins is unknown.
+// mergeUnknown resolves damage of unknown count in a segment with a
+// successor, which holds successor-before local indexes from its first bad
+// frame on (before are the indexes ahead of it). From the first damaged
+// span of unknown count to the end of the segment becomes one damaged
+// span: the whole frames the search found after it cannot be trusted to
+// start where records did, since a payload may hold bytes that form a
+// whole frame, and one taken for a record would be served at the index
+// of another.
 func mergeUnknown(spans []span, damages []damage, before, successor uint64) ([]span, []damage, error) {
-	first, last := -1, -1 // positions in damages
+	first := -1 // position in damages
 	for i, d := range damages {
 		if spans[d.span].count == 0 {
-			if first < 0 {
-				first = i
-			}
-			last = i
+			first = i
+			break
 		}
 	}
 	if first < 0 {
 		return spans, damages, nil
 	}
-	fs, ls := damages[first].span, damages[last].span
+	fs := damages[first].span
 	known := before
-	for i, sp := range spans {
-		if i < fs || i > ls {
-			if known+sp.count < known {
-				return nil, nil, corruptf("frames overflow the local index space")
-			}
-			known += sp.count
+	for _, sp := range spans[:fs] {
+		known += sp.count // cannot overflow: these are at most the segment's indexes
+		if known > successor {
+			break
 		}
 	}
 	if successor <= known {
-		end := "the end of the file"
-		if ls+1 < len(spans) {
-			end = fmt.Sprintf("offset %d", spans[ls+1].off)
-		}
-		return nil, nil, corruptf("damaged bytes from offset %d to %s must hold at least one record, but the frames around them already reach local index %d, where the next segment starts at %d",
-			spans[fs].off, end, known, successor)
+		return nil, nil, corruptf("damaged bytes from offset %d to the end of the segment must hold at least one record, but the frames before them already reach local index %d, where the next segment starts at %d",
+			spans[fs].off, known, successor)
 	}
 	spans[fs].count = successor - known
-	spans = append(spans[:fs+1], spans[ls+1:]...)
-	merged := damages[:first+1]
-	for _, d := range damages[last+1:] {
-		d.span -= ls - fs
-		merged = append(merged, d)
-	}
-	return spans, merged, nil
+	return spans[:fs+1], damages[:first+1], nil
 }
 
 // positionsTornTail handles a bad frame at offset bad of the positions

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -268,18 +269,21 @@ func TestDamageUnknownCountInLastSegmentRefuses(t *testing.T) {
 }
 
 // TestDamageUnknownCountInEarlierSegment zeroes several frames of a segment
-// that has a successor: the successor's first local index says how many
-// records the zeroes held, so they are reported as one damaged range and
-// the rest is served.
+// that has a successor: the zeroes no longer say how many records they
+// held, and the frames after them might not start where records did, so
+// the rest of the segment is reported as one damaged range, counted by
+// the successor's first local index, and everything else is served.
 func TestDamageUnknownCountInEarlierSegment(t *testing.T) {
 	dir := t.TempDir()
 	opts, _ := logTo(Options{Dir: dir, SegmentBytesMax: 2000})
 	s := mustOpen(t, opts)
 	appendTest(t, s, 80, 4)
 	g := s.segs[0]
+	end := g.end()
 	from, to := frameOffset(g, 3), frameOffset(g, 7) // records 3..6
 	mustClose(t, s)
 	path := segFiles(t, dir)[0]
+	size := fileSize(t, path)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -292,15 +296,87 @@ func TestDamageUnknownCountInEarlierSegment(t *testing.T) {
 	}
 	s = mustOpen(t, opts)
 	defer s.Close()
-	d := wantOneDamaged(t, s, 3, 7, path, from)
-	if d.Bytes != to-from {
-		t.Fatalf("damaged range is %d bytes, want %d", d.Bytes, to-from)
+	d := wantOneDamaged(t, s, 3, end, path, from)
+	if d.Bytes != size-from {
+		t.Fatalf("damaged range is %d bytes, want the %d to the end of the segment", d.Bytes, size-from)
 	}
-	for i := uint64(3); i < 7; i++ {
+	for _, i := range []uint64{3, 6, end - 1} {
 		wantDamaged(t, s, i, d)
 	}
 	checkRecords(t, s, 0, 3)
-	checkRecords(t, s, 7, 80)
+	checkRecords(t, s, end, 80)
+}
+
+// TestDamageEmbeddedFrameNotServed stores records whose payloads hold
+// whole frames of other records, then damages a segment so that the search
+// for the next frame lands inside a payload. No such embedded frame may be
+// served as a record of the store.
+func TestDamageEmbeddedFrameNotServed(t *testing.T) {
+	for _, last := range []bool{false, true} {
+		t.Run(fmt.Sprintf("last segment %v", last), func(t *testing.T) {
+			dir := t.TempDir()
+			opts, _ := logTo(Options{Dir: dir, SegmentBytesMax: 1500})
+			s := mustOpen(t, opts)
+			// Each payload ends with the frame of a record that is not
+			// in the store, so an embedded frame ends where its record
+			// does.
+			var es []Entry
+			for i := uint64(0); i < 40; i++ {
+				e := testEntry(i)
+				e.Payload = append(e.Payload, recordFrame(Entry{Seq: 1000 + i, Payload: []byte("embedded")})...)
+				es = append(es, e)
+			}
+			for i := range es {
+				if _, err := s.Append(es[i : i+1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g := s.segs[0]
+			if last {
+				g = s.active()
+			}
+			if len(g.offsets) < 4 {
+				t.Fatalf("segment at %d holds %d frames, want a few", g.base, len(g.offsets))
+			}
+			// Zero two whole records and the header of the third: only
+			// the frame in the third's payload is whole after them.
+			from := int64(g.offsets[0])
+			to := int64(g.offsets[2]) + frameHeaderBytes
+			mustClose(t, s)
+			path := segFiles(t, dir)[0]
+			if last {
+				path = lastSeg(t, dir)
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(make([]byte, to-from), from); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s, err = Open(opts)
+			if err != nil {
+				wantErr(t, err, ErrCorrupt, "Open")
+				if !last {
+					t.Fatalf("Open refused damage in a segment with a successor: %v", err)
+				}
+				return
+			}
+			defer s.Close()
+			for i := uint64(0); i < s.Len(); i++ {
+				e, err := s.Read(i)
+				if errors.Is(err, ErrDamaged) {
+					continue
+				}
+				if err != nil || !reflect.DeepEqual(e, es[i]) {
+					t.Fatalf("Read(%d) = %+v, %v; want %+v or ErrDamaged", i, e, err, es[i])
+				}
+			}
+		})
+	}
 }
 
 // TestDamagePositionsMidFileRefuses damages a run in the middle of the
@@ -375,4 +451,73 @@ func TestDamageTrimmedAway(t *testing.T) {
 	}
 	_, err := s.Read(damaged)
 	wantErr(t, err, ErrTrimmed, "Read of a trimmed damaged record")
+}
+
+// TestDamageLengthWordLeadingIntoPayload rewrites the length word of a
+// record so that it leads exactly to a whole frame inside the next
+// record's payload. The record's own bytes still verify under a shorter
+// length, which shows the word was hit; taking the word at its value
+// would serve the embedded frame at the next record's index.
+func TestDamageLengthWordLeadingIntoPayload(t *testing.T) {
+	for _, last := range []bool{false, true} {
+		t.Run(fmt.Sprintf("last segment %v", last), func(t *testing.T) {
+			dir := t.TempDir()
+			opts, _ := logTo(Options{Dir: dir, SegmentBytesMax: 1500})
+			s := mustOpen(t, opts)
+			embedded := recordFrame(Entry{Seq: 1000, Payload: []byte("embedded")})
+			var es []Entry
+			for i := uint64(0); i < 40; i++ {
+				e := testEntry(i)
+				e.Payload = append(e.Payload, embedded...)
+				es = append(es, e)
+			}
+			for i := range es {
+				if _, err := s.Append(es[i : i+1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g := s.segs[0]
+			if last {
+				g = s.active()
+			}
+			// Record g.base+1's length word now leads to the frame
+			// embedded at the end of record g.base+2.
+			off := int64(g.offsets[1])
+			into := g.frameEnd(2) - int64(len(embedded))
+			mustClose(t, s)
+			path := segFiles(t, dir)[0]
+			if last {
+				path = lastSeg(t, dir)
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			word := binary.LittleEndian.AppendUint32(nil, uint32(into-off-frameHeaderBytes))
+			if _, err := f.WriteAt(word, off); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s, err = Open(opts)
+			if err != nil {
+				wantErr(t, err, ErrCorrupt, "Open")
+				if !last {
+					t.Fatalf("Open refused damage in a segment with a successor: %v", err)
+				}
+				return
+			}
+			defer s.Close()
+			for i := uint64(0); i < s.Len(); i++ {
+				e, err := s.Read(i)
+				if errors.Is(err, ErrDamaged) {
+					continue
+				}
+				if err != nil || !reflect.DeepEqual(e, es[i]) {
+					t.Fatalf("Read(%d) = %+v, %v; want %+v or ErrDamaged", i, e, err, es[i])
+				}
+			}
+		})
+	}
 }

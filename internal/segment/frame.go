@@ -362,10 +362,31 @@ func damagedCount(region []byte, endsInside func() bool) uint64 {
 	}
 	// The length word leads exactly here and names a record too long to be
 	// a no-op with its kind bit flipped: only the body or checksum was
-	// hit, unless the word was hit too and happens to skip whole frames,
+	// hit, unless the word was hit too. Then either the frame's own bytes
+	// end earlier and still verify, or the word skips whole frames,
 	// which would leave one ending here.
-	if w := binary.LittleEndian.Uint32(h[0:4]); w&noopFlag == 0 && int(w) == n && n > noopBodyBytesMax && n <= recordBytesMax && !endsInside() {
+	if w := binary.LittleEndian.Uint32(h[0:4]); w&noopFlag == 0 && int(w) == n && n > noopBodyBytesMax && n <= recordBytesMax &&
+		!prefixVerifies(sum, body) && !endsInside() {
 		return 1
 	}
 	return 0
+}
+
+// prefixVerifies says whether a proper prefix of body verifies, as a
+// record or a no-op body, under the checksum sum.
+func prefixVerifies(sum uint32, body []byte) bool {
+	crc := uint32(0)
+	for i := range len(body) - 1 {
+		crc = crc32.Update(crc, castagnoli, body[i:i+1])
+		if n := i + 1; n >= recordBodyBytesMin && crc == sum {
+			return true
+		}
+	}
+	for n := noopBodyBytesMin; n <= noopBodyBytesMax && n < len(body); n++ {
+		word := binary.LittleEndian.AppendUint32(nil, noopFlag|uint32(n))
+		if noopChecksum(word, body[:n]) == sum {
+			return true
+		}
+	}
+	return false
 }
