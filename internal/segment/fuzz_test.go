@@ -149,11 +149,20 @@ func checkOpenedOver(t *testing.T, s *Store, seg []byte) {
 // every index that reads without error holds what was appended there.
 // That is the property that the damage rules exist for.
 func FuzzRecoverDamage(f *testing.F) {
-	f.Add(uint8(60), uint16(0), []byte{0x00, 0x10, 0x40})
-	f.Add(uint8(60), uint16(400), []byte{0x01, 0x20, 0x01})
-	f.Add(uint8(200), uint16(700), []byte{0x00, 0x03, 0x40, 0x02, 0x00, 0xff})
-	f.Add(uint8(30), uint16(0), []byte{0xff, 0xff, 0x00, 0x00, 0x05})
-	f.Fuzz(func(t *testing.T, n uint8, segBytes uint16, damage []byte) {
+	f.Add(uint8(60), uint16(0), false, []byte{0x00, 0x10, 0x40})
+	f.Add(uint8(60), uint16(400), true, []byte{0x01, 0x20, 0x01})
+	f.Add(uint8(200), uint16(700), false, []byte{0x00, 0x03, 0x40, 0x02, 0x00, 0xff})
+	f.Add(uint8(30), uint16(0), true, []byte{0xff, 0xff, 0x00, 0x00, 0x05})
+	f.Fuzz(func(t *testing.T, n uint8, segBytes uint16, embed bool, damage []byte) {
+		// With embed, every payload ends with a whole frame of a record
+		// that is not in the store, for the search after damage to find.
+		entry := func(i uint64) Entry {
+			e := testEntry(i)
+			if embed {
+				e.Payload = append(e.Payload, recordFrame(Entry{Seq: 1000 + i, Payload: []byte("embedded")})...)
+			}
+			return e
+		}
 		// The segments Append would write for records 0..n, rolling over
 		// once a segment reaches segBytes, built in memory so that no
 		// fsync slows the fuzzer down.
@@ -163,7 +172,7 @@ func FuzzRecoverDamage(f *testing.F) {
 			if len(segs) == 0 || len(segs[len(segs)-1]) >= max(int(segBytes), 1) {
 				segs, bases = append(segs, nil), append(bases, i)
 			}
-			segs[len(segs)-1] = append(segs[len(segs)-1], recordFrame(testEntry(i))...)
+			segs[len(segs)-1] = append(segs[len(segs)-1], recordFrame(entry(i))...)
 		}
 		// damage is a list of (offset, xor) triples, the offset two bytes
 		// scaled over all segments' bytes; an odd byte left over cuts that
@@ -207,7 +216,7 @@ func FuzzRecoverDamage(f *testing.F) {
 			if err != nil {
 				t.Fatalf("Read(%d) = %v after a clean Open", local, err)
 			}
-			if want := testEntry(local); !reflect.DeepEqual(e, want) {
+			if want := entry(local); !reflect.DeepEqual(e, want) {
 				t.Fatalf("Read(%d) = %+v, want %+v: a record served at the wrong index", local, e, want)
 			}
 		}
