@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,7 +148,8 @@ func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, expl
 func (c *Client) checkRecord(rec Record) error {
 	n := len(rec.Payload) + len(rec.Key)
 	for _, t := range rec.Tags {
-		n += len(t)
+		// Each tag counts with its length prefix, as the server counts it.
+		n += (bits.Len64(uint64(len(t))|1)+6)/7 + len(t)
 	}
 	switch {
 	case len(rec.Payload) == 0:

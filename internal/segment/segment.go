@@ -34,11 +34,13 @@
 //
 // # Durability
 //
-// Open truncates a torn or corrupt tail of the last segment and of the
-// positions file, because that is what a crash in the middle of a write
-// leaves behind. Damage anywhere else cannot come from a crash (a segment is
-// fsynced before the next one is created, whatever the SyncPolicy) and is
-// reported as ErrCorrupt rather than silently dropping acknowledged records.
+// Open truncates a torn tail of the last segment and of the positions file
+// (a bad final frame with no whole frame after it), because that is what a
+// crash in the middle of a write leaves behind, and logs a warning. Damage
+// anywhere else cannot come from a crash (a segment is fsynced before the
+// next one is created, whatever the SyncPolicy) and never drops the records
+// after it: they keep their local indexes, and the damaged ones are listed
+// by Damaged and fail reads with ErrDamaged (see damage.go).
 //
 // # Concurrency
 //
@@ -58,6 +60,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"sort"
@@ -161,6 +164,9 @@ type Options struct {
 	Dir             string     // created if missing; one store per directory (not locked: the caller must not open it twice)
 	SegmentBytesMax int64      // roll over once the active segment reaches this size; 0 means DefaultSegmentBytes
 	Sync            SyncPolicy // see SyncPolicy
+	// Logger gets recovery's warnings (torn tails cut off) and damage
+	// reports; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 func (o Options) validate() (Options, error) {
@@ -317,6 +323,9 @@ type Store struct {
 	// 0 on Open: recovery cannot tell which of the bytes it found reached
 	// the disk rather than the page cache.
 	synced atomic.Uint64
+	// damaged lists the ranges Open found damaged, ascending; ranges below
+	// start stay until reopen but are hidden by Damaged.
+	damaged []DamagedRange
 }
 
 // Len returns the next local index: the number of local indexes ever

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -337,13 +338,17 @@ func (r *replica) carry(out *shard.Output[*appendStream]) {
 	}
 }
 
+// checkRecord says why rec must not be stored, or "" if it may be. Each
+// tag counts with its length prefix, as it is stored: otherwise a record
+// of millions of empty tags would pass any limit, and past the segment's
+// record bound its append would fail the shard.
 func checkRecord(rec *pb.Record, limit int) string {
 	if rec == nil {
 		return "missing record"
 	}
 	n := len(rec.Payload) + len(rec.Key)
 	for _, t := range rec.Tags {
-		n += len(t)
+		n += uvarintBytes(len(t)) + len(t)
 	}
 	switch {
 	case len(rec.Payload) == 0:
@@ -353,6 +358,9 @@ func checkRecord(rec *pb.Record, limit int) string {
 	}
 	return ""
 }
+
+// uvarintBytes is the length of the uvarint encoding of n.
+func uvarintBytes(n int) int { return (bits.Len64(uint64(n)|1) + 6) / 7 }
 
 // appendReplicated stores a batch from the primary on a backup. The
 // Replicate stream's goroutine calls it directly rather than through the

@@ -185,6 +185,7 @@ func (s *Server) openStore(id cut.ShardID) (*segment.Store, error) {
 		Dir:             filepath.Join(s.cfg.Dir, fmt.Sprintf("shard-%d", id)),
 		SegmentBytesMax: s.cfg.SegmentBytes,
 		Sync:            s.cfg.Sync,
+		Logger:          s.log.With("shard", id),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage %s: open shard %d: %w", s.cfg.ID, id, err)
