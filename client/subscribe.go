@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // Subscription is an ordered stream of entries, identical for every
@@ -48,7 +50,7 @@ func (c *Client) Read(ctx context.Context, pos uint64) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	if st.Spec != nil {
+	if mode.FromStatus(st).Speculative() {
 		return c.readSpec(ctx, pos)
 	}
 	es, err := c.ReadRange(ctx, pos, 1)

@@ -25,10 +25,10 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/raftnode"
-	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -66,11 +66,10 @@ type Config struct {
 	// FailureTimeout is how long a storage server may stay silent before its
 	// shards are finalized.
 	FailureTimeout time.Duration
-	// Spec, when set, runs the cluster in speculative mode (fix-ante
-	// ordering) with this policy and WindowCuts cuts per lease window.
-	Spec       *spec.Config
-	WindowCuts uint64
-	Logger     *slog.Logger
+	// Mode is the cluster's ordering mode: it supplies the initial control
+	// state and the leader's policy.
+	Mode   mode.Mode
+	Logger *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -86,8 +85,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ordering: failure timeout must be positive, got %v", c.FailureTimeout)
 	case c.Dir == "":
 		return errors.New("ordering: data directory is empty")
-	case c.Spec != nil && c.WindowCuts == 0:
-		return errors.New("ordering: speculative mode needs a window of at least one cut")
+	case c.Mode == nil:
+		return errors.New("ordering: no ordering mode")
 	}
 	if c.raftID() == 0 {
 		return fmt.Errorf("ordering: id %q is not a member", c.ID)
@@ -123,7 +122,7 @@ type Server struct {
 	// leader is the leader's soft state while this replica leads, nil
 	// otherwise; only leaderLoop replaces it.
 	leader *order.Leader
-	// lagOut holds, in speculative mode, the lag-fixes waiting for each
+	// lagOut holds the lag-fixes waiting for each
 	// storage server's heartbeat stream.
 	lagOut map[string]chan []*pb.ShardLength
 
@@ -142,14 +141,10 @@ func New(cfg Config) (*Server, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	state := control.New(cfg.ClusterID)
-	if cfg.Spec != nil {
-		state = control.NewSpec(cfg.ClusterID, cfg.WindowCuts)
-	}
 	s := &Server{
 		cfg:      cfg,
 		log:      lg.With("ordering", cfg.ID),
-		state:    state,
+		state:    cfg.Mode.NewState(cfg.ClusterID),
 		lagOut:   map[string]chan []*pb.ShardLength{},
 		changed:  make(chan struct{}),
 		waiters:  map[string]chan control.Event{},
@@ -412,11 +407,7 @@ func (s *Server) resetLeaderState(leader bool) {
 	if !leader {
 		return
 	}
-	var p order.Policy = order.NewEager(s.cfg.OrderingInterval)
-	if s.cfg.Spec != nil {
-		p = order.NewSpec(*s.cfg.Spec)
-	}
-	s.leader = order.NewLeader(p, s.cfg.FailureTimeout, s.state, time.Now())
+	s.leader = order.NewLeader(s.cfg.Mode.NewPolicy(), s.cfg.FailureTimeout, s.state, time.Now())
 }
 
 // step runs the leader's policy: it proposes what the policy decided and
@@ -541,7 +532,9 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 				l.Broken(b)
 			}
 		}
-		if s.cfg.Spec != nil && out == nil {
+		// Every stream can carry lag-fixes; a policy that never asks
+		// for one (eager) leaves its sender idle.
+		if out == nil {
 			server = req.ServerId
 			out = make(chan []*pb.ShardLength, 16)
 			s.lagOut[server] = out
