@@ -12,7 +12,7 @@ import (
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/merge"
-	"github.com/augur-log/augur/internal/spec"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // Bounds.
@@ -37,7 +37,7 @@ type engine struct {
 	c      *Client
 	filter *pb.Filter
 	// speculative asks the servers for speculative streams (any
-	// subscription to a cluster in speculative mode).
+	// subscription to a cluster whose mode is speculative).
 	speculative bool
 	// only, when set, is the one shard followed (Filter.Shard).
 	only *uint32
@@ -82,20 +82,13 @@ func (c *Client) startEngine(st *pb.StatusResponse, from uint64, f Filter, confi
 			return nil, err
 		}
 	}
-	oneShard := f.Shard != nil
-	var m merge.Merger
-	if st.Spec != nil {
-		m = spec.NewStreamMerger(from, confirmedOnly, oneShard)
-	} else if oneShard {
-		m = merge.NewEagerShard(from)
-	} else {
-		m = merge.NewEager(from)
-	}
+	md := mode.FromStatus(st)
+	m := md.NewMerger(from, confirmedOnly, f.Shard != nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &engine{
 		c:           c,
 		filter:      &pb.Filter{Keys: f.Keys, Tags: f.Tags},
-		speculative: st.Spec != nil,
+		speculative: md.Speculative(),
 		only:        f.Shard,
 		ctx:         ctx,
 		cancel:      cancel,

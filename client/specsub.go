@@ -2,9 +2,10 @@ package client
 
 import (
 	"context"
-	"errors"
+	"fmt"
 
 	"github.com/augur-log/augur/internal/merge"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // EventKind tells what a speculative subscription Event says.
@@ -53,8 +54,8 @@ func (c *Client) SubscribeSpec(ctx context.Context, from uint64, f Filter, confi
 	if err != nil {
 		return nil, err
 	}
-	if st.Spec == nil {
-		return nil, errors.New("augur: speculative subscription: the cluster runs in eager mode")
+	if md := mode.FromStatus(st); !md.Speculative() {
+		return nil, fmt.Errorf("augur: speculative subscription: the cluster runs in %s mode", md.Name())
 	}
 	e, err := c.startEngine(st, from, f, confirmedOnly)
 	if err != nil {

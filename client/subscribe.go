@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // Subscription is an ordered stream of entries, identical for every
@@ -67,7 +69,7 @@ func (c *Client) ReadRange(ctx context.Context, from uint64, n int) ([]Entry, er
 		return nil, fmt.Errorf("augur: read range needs a positive count, got %d", n)
 	}
 	// A cluster's mode never changes, so the table Dial read tells it.
-	if c.cachedStatus().GetSpec() != nil {
+	if mode.FromStatus(c.cachedStatus()).Speculative() {
 		return c.readSpec(ctx, from, n)
 	}
 	sub, err := c.Subscribe(ctx, from, Filter{})

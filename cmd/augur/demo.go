@@ -17,8 +17,8 @@ import (
 
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/bench"
-	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // Bounds of the demo.
@@ -68,7 +68,7 @@ delivers them; the demo prints both delivery latencies side by side.
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.mode, "mode", config.ModeSpec, "ordering mode of the cluster: spec or eager")
+	fs.StringVar(&f.mode, "mode", mode.SpecName, "ordering mode of the cluster: spec or eager")
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "how long to append")
 	fs.IntVar(&f.appenders, "appenders", 4, "appending clients")
 	fs.IntVar(&f.subscribers, "subscribers", 2, "subscribing clients, each from position 0")
@@ -79,8 +79,8 @@ delivers them; the demo prints both delivery latencies side by side.
 
 func (f demoFlags) check() error {
 	var errs []error
-	if f.mode != config.ModeSpec && f.mode != config.ModeEager {
-		errs = append(errs, fmt.Errorf("--mode must be %s or %s, got %q", config.ModeSpec, config.ModeEager, f.mode))
+	if _, err := mode.Lookup(f.mode); err != nil {
+		errs = append(errs, fmt.Errorf("--mode: %w", err))
 	}
 	if f.duration <= 0 {
 		errs = append(errs, fmt.Errorf("--duration must be positive, got %v", f.duration))
@@ -206,6 +206,10 @@ func (s *demoSub) checkLocked() {
 func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	fmt.Fprintf(out, "augur demo: starting a cluster in this process: %d ordering replicas, %d shards × %d replicas on 127.0.0.1\n",
 		devcluster.DefaultOrderingReplicas, devcluster.DefaultShards, devcluster.DefaultReplicas)
+	md, err := mode.Lookup(f.mode)
+	if err != nil {
+		return err
+	}
 	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode})
 	if err != nil {
 		return err
@@ -248,7 +252,7 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		s := &demoSub{last: -1, target: -1, reached: make(chan struct{}), speculative: f.mode == config.ModeSpec && i%2 == 0}
+		s := &demoSub{last: -1, target: -1, reached: make(chan struct{}), speculative: md.Speculative() && i%2 == 0}
 		subs[i] = s
 		next, closeSub, err := demoEvents(subCtx, cl, s.speculative)
 		if err != nil {
@@ -409,7 +413,7 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "append latency    p50 %-9s p99 %-9s (append start -> ack)\n",
 		fmtLatency(appendLat.Quantile(0.5)), fmtLatency(appendLat.Quantile(0.99)))
-	if f.mode == config.ModeSpec {
+	if md.Speculative() {
 		fmt.Fprintf(out, "delivery latency  p50 %-9s p99 %-9s speculative (append start -> record delivered, position predicted)\n",
 			fmtLatency(specDelivery.Quantile(0.5)), fmtLatency(specDelivery.Quantile(0.99)))
 		fmt.Fprintf(out, "                  p50 %-9s p99 %-9s confirmed only, as eager order delivers (append start -> record delivered)\n",
@@ -436,7 +440,7 @@ func demoEvents(ctx context.Context, cl *client.Client, speculative bool) (func(
 	if err != nil {
 		return nil, nil, err
 	}
-	if st.Spec == nil {
+	if !mode.FromStatus(st).Speculative() {
 		sub, err := cl.Subscribe(ctx, 0, client.Filter{})
 		if err != nil {
 			return nil, nil, err

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // devReadyTimeout bounds how long a dev cluster may take to start.
@@ -98,7 +98,7 @@ Without --data the data lives in a temporary directory removed on exit.`,
 	fs.IntVar(&opts.OrderingReplicas, "ordering-replicas", devcluster.DefaultOrderingReplicas, "ordering replicas")
 	fs.DurationVar(&opts.OrderingInterval, "ordering-interval", 0, "cut interval (default 1ms)")
 	fs.StringVar(&opts.ClusterID, "cluster-id", devcluster.DefaultClusterID, "cluster id")
-	fs.StringVar(&opts.Mode, "mode", config.ModeEager, "ordering mode: eager or spec")
+	fs.StringVar(&opts.Mode, "mode", mode.EagerName, "ordering mode: eager or spec")
 	fs.Uint64Var(&opts.WindowCuts, "window-cuts", 0, "spec: cuts per lease window (default 100)")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics here")
 	return cmd

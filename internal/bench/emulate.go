@@ -17,6 +17,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/rpcopt"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
@@ -114,9 +115,9 @@ type emuRun struct {
 	// interval is the ordering interval: an eager shard reports at most
 	// once per interval.
 	interval time.Duration
-	// fillAfter and idleAfter tune the speculative shards as the cluster
-	// file tunes storage primaries.
-	fillAfter, idleAfter time.Duration
+	// clusterMode is the cluster's ordering mode, which builds each
+	// shard's ordering as it does a storage primary's.
+	clusterMode mode.Mode
 
 	// Set before begin is closed, read-only afterwards: the arrival
 	// schedule of all shards (shard c takes operations c, c+n, c+2n, ...),
@@ -156,28 +157,31 @@ type emuRun struct {
 	lastCut cut.Cut
 }
 
-func newEmuRun(e *Env) *emuRun {
+func newEmuRun(e *Env) (*emuRun, error) {
 	cfg := e.Target.Config
 	lg := e.Params.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	return &emuRun{
-		cfg:       cfg,
-		log:       lg.With("bench", "emulate"),
-		spec:      e.Mode.Speculative(),
-		n:         e.Variant.Emulate,
-		hbTick:    cfg.HeartbeatInterval(),
-		interval:  cfg.OrderingInterval.D(),
-		fillAfter: cfg.OrderingInterval.D() * 3 / 2,
-		idleAfter: cfg.OrderingInterval.D() * time.Duration(max(cfg.WindowCuts, 1)),
-		begin:     make(chan struct{}),
-		conns:     map[string]*grpc.ClientConn{},
-		shards:    map[cut.ShardID]*emuShard{},
-		lat:       NewLatency(),
-		progress:  make(chan struct{}, 1),
-		failed:    make(chan struct{}),
+	md, err := cfg.OrderingMode()
+	if err != nil {
+		return nil, err
 	}
+	return &emuRun{
+		cfg:         cfg,
+		log:         lg.With("bench", "emulate"),
+		spec:        e.Mode.Speculative(),
+		n:           e.Variant.Emulate,
+		hbTick:      cfg.HeartbeatInterval(),
+		interval:    cfg.OrderingInterval.D(),
+		clusterMode: md,
+		begin:       make(chan struct{}),
+		conns:       map[string]*grpc.ClientConn{},
+		shards:      map[cut.ShardID]*emuShard{},
+		lat:         NewLatency(),
+		progress:    make(chan struct{}, 1),
+		failed:      make(chan struct{}),
+	}, nil
 }
 
 // runEmulated runs one point of scale on e.Variant.Emulate emulated shards
@@ -187,7 +191,10 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 		return nil, errors.New("emulated shards need the embedded ordering layer")
 	}
 	p := e.Params
-	r := newEmuRun(e)
+	r, err := newEmuRun(e)
+	if err != nil {
+		return nil, fmt.Errorf("emulated shards: %w", err)
+	}
 	defer r.closeConns()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -238,7 +245,7 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 	if err := r.waitUntil(ctx, r.warmEnd); err != nil {
 		return nil, err
 	}
-	cpu0, err := SampleCPU()
+	cpu0, err = SampleCPU()
 	if err == nil && counting {
 		c0, err = cm.Counters(ctx, e.Target)
 	}
@@ -715,12 +722,11 @@ func newEmuShard(r *emuRun, idx int, incarnation uint64) *emuShard {
 func (s *emuShard) start(id cut.ShardID) {
 	s.id = id
 	s.log = shard.NewMemLog()
-	cfg := shard.Config{ID: id, Role: shard.RolePrimary}
-	if s.r.spec {
-		s.spec = shard.NewSpeculative(id, 0, s.r.fillAfter, s.r.idleAfter, time.Now())
-		cfg.Ordering = s.spec
-	}
-	s.core = shard.NewReplica[struct{}](cfg, s.log)
+	ord := s.r.clusterMode.NewShardOrdering(id, 0, time.Now())
+	// The emulator paces a speculative shard by its quota boundaries
+	// (see step and nextWake).
+	s.spec, _ = ord.(*shard.Speculative)
+	s.core = shard.NewReplica[struct{}](shard.Config{ID: id, Role: shard.RolePrimary, Ordering: ord}, s.log)
 }
 
 // length is how many entries the shard's log holds.

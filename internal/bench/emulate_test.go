@@ -11,6 +11,7 @@ import (
 
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
 )
@@ -21,7 +22,7 @@ import (
 // fails the run, a snapshot's gap is crossed, and ordered entries go.
 func TestEmuShardOrdersThroughTheCore(t *testing.T) {
 	const id = 3
-	r := &emuRun{spec: true, fillAfter: time.Hour, idleAfter: time.Hour}
+	r := &emuRun{spec: true, clusterMode: mode.Spec{FillAfter: time.Hour, IdleAfter: time.Hour}}
 	s := newEmuShard(r, 0, 1)
 	s.start(id)
 	s.spec.SetWindows([]fixante.Window{{Cuts: 100, Groups: 1, Quotas: []fixante.Quota{{Shard: id, PerCut: 3}}}})

@@ -5,6 +5,7 @@ import (
 
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/devcluster"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 func init() { RegisterMode(eagerMode{}) }
@@ -13,7 +14,7 @@ func init() { RegisterMode(eagerMode{}) }
 // only once a committed cut has given it its final position.
 type eagerMode struct{}
 
-func (eagerMode) Name() string      { return "eager" }
+func (eagerMode) Name() string      { return mode.EagerName }
 func (eagerMode) Speculative() bool { return false }
 func (eagerMode) Check(Params) error {
 	return nil

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/augur-log/augur/client"
-	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 func init() { RegisterMode(specMode{}) }
@@ -19,7 +19,7 @@ func init() { RegisterMode(specMode{}) }
 // makes right unless a whole shard fails.
 type specMode struct{}
 
-func (specMode) Name() string      { return "spec" }
+func (specMode) Name() string      { return mode.SpecName }
 func (specMode) Speculative() bool { return true }
 func (specMode) Check(p Params) error {
 	if p.Cluster != nil {
@@ -29,7 +29,7 @@ func (specMode) Check(p Params) error {
 }
 
 func (specMode) Configure(o *devcluster.Options, p Params, v Variant) {
-	o.Mode = config.ModeSpec
+	o.Mode = mode.SpecName
 	if v.Window > 0 {
 		o.WindowCuts = uint64(v.Window)
 	}

@@ -25,9 +25,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/segment"
-	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/storage"
 )
 
@@ -35,8 +35,8 @@ import (
 const (
 	RoleOrdering = "ordering"
 	// Ordering modes.
-	ModeEager = "eager"
-	ModeSpec  = "spec"
+	ModeEager = mode.EagerName
+	ModeSpec  = mode.SpecName
 	// windowCutsMax bounds the lease window.
 	windowCutsMax = 1 << 20
 	// reportDelayMax bounds injected report delays.
@@ -337,6 +337,19 @@ func (c *Cluster) HeartbeatInterval() time.Duration {
 	return c.FailureTimeout.D() / heartbeatsPerFailureTimeout
 }
 
+// OrderingMode returns the cluster's ordering mode with the file's
+// parameters.
+func (c *Cluster) OrderingMode() (mode.Mode, error) {
+	return mode.Parse(c.Mode, mode.Params{
+		OrderingInterval: c.OrderingInterval.D(),
+		FailureTimeout:   c.FailureTimeout.D(),
+		WindowCuts:       c.WindowCuts,
+		StaggerAbove:     c.StaggerAbove,
+		NoLagFix:         c.NoLagFix,
+		NoQuotaChange:    c.NoQuotaChange,
+	})
+}
+
 // OrderingConfig returns the configuration of ordering replica id.
 func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Config, error) {
 	if c.orderingIndex(id) < 0 {
@@ -346,17 +359,12 @@ func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Confi
 	for i, o := range c.Ordering {
 		members[i] = ordering.Member{ID: o.ID, Addr: o.Addr}
 	}
-	var sp *spec.Config
-	if c.Mode == ModeSpec {
-		sc := spec.DefaultConfig(c.OrderingInterval.D())
-		sc.LagFix, sc.QuotaChange = !c.NoLagFix, !c.NoQuotaChange
-		sc.StaggerAbove = c.StaggerAbove
-		sc.SuspectAfter = c.FailureTimeout.D()
-		sp = &sc
+	md, err := c.OrderingMode()
+	if err != nil {
+		return ordering.Config{}, err
 	}
 	return ordering.Config{
-		Spec:             sp,
-		WindowCuts:       c.WindowCuts,
+		Mode:             md,
 		ClusterID:        c.ClusterID,
 		ID:               id,
 		Members:          members,
@@ -382,6 +390,10 @@ func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config,
 	if err != nil {
 		return storage.Config{}, fmt.Errorf("fsync: %w", err)
 	}
+	md, err := c.OrderingMode()
+	if err != nil {
+		return storage.Config{}, err
+	}
 	self := c.Storage[i]
 	var group []storage.Peer
 	for _, s := range c.Group(self.Group) {
@@ -399,15 +411,9 @@ func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config,
 		SegmentBytes:      c.SegmentBytes,
 		RecordBytesMax:    c.RecordBytesMax,
 		HeartbeatInterval: c.HeartbeatInterval(),
-		Spec:              c.Mode == ModeSpec,
+		Mode:              md,
 		ReportDelay:       self.ReportDelay.D(),
-		// Shards fill no-ops 1.5 ordering intervals after their last
-		// report when short of their quota (SpecLog §4.9).
-		FillAfter: c.OrderingInterval.D() * 3 / 2,
-		// An idle shard keeps filling for a window's worth of cuts, then
-		// goes quiet.
-		FillIdleAfter: c.OrderingInterval.D() * time.Duration(max(c.WindowCuts, 1)),
-		Logger:        logger,
+		Logger:            logger,
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/spec"
 )
@@ -257,8 +258,8 @@ func TestStaggerAbove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if oc.Spec == nil || oc.Spec.StaggerAbove != 0 {
-		t.Fatalf("stagger_above 0 gave the policy %+v", oc.Spec)
+	if sm, ok := oc.Mode.(mode.Spec); !ok || sm.Config.StaggerAbove != 0 {
+		t.Fatalf("stagger_above 0 gave the mode %+v", oc.Mode)
 	}
 	if _, err := Parse([]byte(minimal + "stagger_above: -1\n")); err == nil || !strings.Contains(err.Error(), "stagger_above must not be negative") {
 		t.Fatalf("negative stagger_above: %v", err)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 )
 
@@ -32,10 +33,8 @@ func (c *Cluster) validate(needStorage bool) error {
 	case len(c.ClusterID) > clusterIDBytesMax:
 		bad("cluster_id is %d bytes long, at most %d allowed", len(c.ClusterID), clusterIDBytesMax)
 	}
-	switch c.Mode {
-	case ModeEager, ModeSpec:
-	default:
-		bad("mode must be %q or %q, got %q", ModeEager, ModeSpec, c.Mode)
+	if _, err := mode.Lookup(c.Mode); err != nil {
+		bad("mode: %v", err)
 	}
 	if c.Mode == ModeSpec && (c.WindowCuts == 0 || c.WindowCuts > windowCutsMax) {
 		bad("window_cuts must be between 1 and %d, got %d", windowCutsMax, c.WindowCuts)

@@ -73,8 +73,9 @@ type Options struct {
 	RaftTick       time.Duration
 	RecordBytesMax int
 	SegmentBytes   int64
-	// Mode is config.ModeEager (the default) or config.ModeSpec;
-	// WindowCuts, NoLagFix and NoQuotaChange tune speculative mode.
+	// Mode names the cluster's ordering mode (mode.Names; "" is the
+	// default, eager); WindowCuts, NoLagFix and NoQuotaChange tune
+	// speculative mode.
 	Mode          string
 	WindowCuts    uint64
 	NoLagFix      bool

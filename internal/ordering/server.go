@@ -25,10 +25,10 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/raftnode"
-	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -72,11 +72,10 @@ type Config struct {
 	// for a few of them takes this replica for stopped (its kernel still
 	// accepts what is sent to it) and looks for the leader elsewhere.
 	KeepaliveInterval time.Duration
-	// Spec, when set, runs the cluster in speculative mode (fix-ante
-	// ordering) with this policy and WindowCuts cuts per lease window.
-	Spec       *spec.Config
-	WindowCuts uint64
-	Logger     *slog.Logger
+	// Mode is the cluster's ordering mode: it supplies the initial control
+	// state and the leader's policy.
+	Mode   mode.Mode
+	Logger *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -94,8 +93,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ordering: keepalive interval must be positive, got %v", c.KeepaliveInterval)
 	case c.Dir == "":
 		return errors.New("ordering: data directory is empty")
-	case c.Spec != nil && c.WindowCuts == 0:
-		return errors.New("ordering: speculative mode needs a window of at least one cut")
+	case c.Mode == nil:
+		return errors.New("ordering: no ordering mode")
 	}
 	if c.raftID() == 0 {
 		return fmt.Errorf("ordering: id %q is not a member", c.ID)
@@ -135,7 +134,7 @@ type Server struct {
 	// leader is the leader's soft state while this replica leads, nil
 	// otherwise; only leaderLoop replaces it.
 	leader *order.Leader
-	// lagOut holds, in speculative mode, the lag-fixes waiting for each
+	// lagOut holds the lag-fixes waiting for each
 	// storage server's heartbeat stream.
 	lagOut map[string]chan []*pb.ShardLength
 
@@ -154,14 +153,10 @@ func New(cfg Config) (*Server, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	state := control.New(cfg.ClusterID)
-	if cfg.Spec != nil {
-		state = control.NewSpec(cfg.ClusterID, cfg.WindowCuts)
-	}
 	s := &Server{
 		cfg:      cfg,
 		log:      lg.With("ordering", cfg.ID),
-		state:    state,
+		state:    cfg.Mode.NewState(cfg.ClusterID),
 		lagOut:   map[string]chan []*pb.ShardLength{},
 		changed:  make(chan struct{}),
 		waiters:  map[string]chan control.Event{},
@@ -424,11 +419,7 @@ func (s *Server) resetLeaderState(leader bool) {
 	if !leader {
 		return
 	}
-	var p order.Policy = order.NewEager(s.cfg.OrderingInterval)
-	if s.cfg.Spec != nil {
-		p = order.NewSpec(*s.cfg.Spec)
-	}
-	s.leader = order.NewLeader(p, s.cfg.FailureTimeout, s.state, time.Now())
+	s.leader = order.NewLeader(s.cfg.Mode.NewPolicy(), s.cfg.FailureTimeout, s.state, time.Now())
 }
 
 // step runs the leader's policy: it proposes what the policy decided and
@@ -569,7 +560,9 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 				l.Broken(b)
 			}
 		}
-		if s.cfg.Spec != nil && out == nil {
+		// Every stream can carry lag-fixes; a policy that never asks
+		// for one (eager) leaves its sender idle.
+		if out == nil {
 			server = req.ServerId
 			out = make(chan []*pb.ShardLength, 16)
 			s.lagOut[server] = out

@@ -47,6 +47,15 @@ type Ordering interface {
 	ActsOnDurable() bool
 }
 
+// WindowFollower is an Ordering that follows the announced lease windows:
+// its owner hands it every announcement, on the Replica's goroutine, then
+// calls Tick.
+type WindowFollower interface {
+	Ordering
+	// SetWindows replaces the announced windows (the current one first).
+	SetWindows(ws []fixante.Window)
+}
+
 // Eager is Scalog's ordering: report every change of what every replica
 // holds; the leader cuts at its own pace and nothing is filled.
 type Eager struct{}
@@ -79,8 +88,9 @@ func NewSpeculative(id cut.ShardID, length uint64, fillAfter, idleAfter time.Dur
 	return &Speculative{adh: spec.NewShard(id, length, fillAfter, idleAfter, now)}
 }
 
-// SetWindows replaces the announced windows (the current one first). The
-// owner calls it on the Replica's goroutine, then Tick.
+var _ WindowFollower = (*Speculative)(nil)
+
+// SetWindows implements WindowFollower.
 func (s *Speculative) SetWindows(ws []fixante.Window) { s.adh.SetWindows(ws) }
 
 // Windows returns the announced windows.

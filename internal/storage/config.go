@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 )
 
@@ -35,14 +36,10 @@ type Config struct {
 	// HeartbeatInterval is how often an idle server tells the ordering layer
 	// it is alive; it must be well under the ordering layer's failure timeout.
 	HeartbeatInterval time.Duration
-	// Spec runs the server's shards in speculative mode: primaries adhere
-	// to lease-window quotas and fill no-ops FillAfter after their last
-	// report when short.
-	Spec      bool
-	FillAfter time.Duration
-	// FillIdleAfter stops a primary with no records from filling its
-	// quota that long after it was last active.
-	FillIdleAfter time.Duration
+	// Mode is the cluster's ordering mode: it supplies each primary's
+	// ordering (when to report, which no-ops to fill) and says whether
+	// speculative subscriptions are served.
+	Mode mode.Mode
 	// ReportDelay holds back every report by this long: fault injection
 	// that makes the server a straggler (see Server.SetReportDelay).
 	ReportDelay time.Duration
@@ -66,8 +63,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("storage: record size limit must be positive, got %d", c.RecordBytesMax)
 	case c.HeartbeatInterval <= 0:
 		return fmt.Errorf("storage: heartbeat interval must be positive, got %v", c.HeartbeatInterval)
-	case c.Spec && c.FillAfter <= 0:
-		return fmt.Errorf("storage: no-op fill delay must be positive, got %v", c.FillAfter)
+	case c.Mode == nil:
+		return errors.New("storage: no ordering mode")
 	case c.Sync == segment.SyncInterval && c.SyncInterval <= 0:
 		return fmt.Errorf("storage: fsync interval must be positive, got %v", c.SyncInterval)
 	}

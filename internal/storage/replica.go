@@ -74,9 +74,9 @@ type replica struct {
 	role  shard.Role
 	store *segment.Store
 	core  *shard.Replica[*appendStream]
-	// specOrd is a speculative primary's ordering, which the shell hands
-	// the announced windows; nil otherwise.
-	specOrd *shard.Speculative
+	// windows is a primary's ordering when it follows the announced lease
+	// windows, which the shell hands it; nil otherwise.
+	windows shard.WindowFollower
 	srv     *Server
 	log     *slog.Logger
 
@@ -140,10 +140,8 @@ func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store,
 	}
 	if r == rolePrimary {
 		rp.lagCh = make(chan uint64, lagQueueMax)
-		if srv.cfg.Spec {
-			rp.specOrd = shard.NewSpeculative(id, store.Len(), srv.cfg.FillAfter, srv.cfg.FillIdleAfter, time.Now())
-			cfg.Ordering = rp.specOrd
-		}
+		cfg.Ordering = srv.cfg.Mode.NewShardOrdering(id, store.Len(), time.Now())
+		rp.windows, _ = cfg.Ordering.(shard.WindowFollower)
 	}
 	rp.core = shard.NewReplica[*appendStream](cfg, store)
 	return rp
@@ -423,8 +421,8 @@ func (r *replica) applyCut(m cutMsg) {
 	out := r.resetOut()
 	if m.spec != nil {
 		r.spec.Store(m.spec)
-		if r.specOrd != nil {
-			r.specOrd.SetWindows(m.spec.Windows)
+		if r.windows != nil {
+			r.windows.SetWindows(m.spec.Windows)
 		}
 	}
 	if m.trim > 0 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 )
 
@@ -17,7 +18,7 @@ func BenchmarkPrimaryAppendLoop(b *testing.B) {
 		ClusterID: "c", ID: "s1", Group: []Peer{{ID: "s1", Addr: "127.0.0.1:1"}}, GroupName: "g",
 		Ordering: []string{"127.0.0.1:2"}, Dir: b.TempDir(), RecordBytesMax: 1 << 20,
 		HeartbeatInterval: time.Second, Sync: segment.SyncNever,
-		Logger: slog.New(slog.DiscardHandler),
+		Mode: testMode(b, mode.EagerName), Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		b.Fatal(err)

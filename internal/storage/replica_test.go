@@ -13,6 +13,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/fixante"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -81,7 +82,7 @@ func specPrimary(t *testing.T, id, group string) (*Server, *replica) {
 	s, err := New(Config{
 		ClusterID: "c", ID: id, Group: []Peer{{ID: id, Addr: "127.0.0.1:1"}}, GroupName: group,
 		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
-		HeartbeatInterval: time.Second, Spec: true, FillAfter: time.Millisecond,
+		HeartbeatInterval: time.Second, Mode: testMode(t, mode.SpecName),
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -100,6 +101,16 @@ func specPrimary(t *testing.T, id, group string) (*Server, *replica) {
 	})
 	s.replicas[0] = r
 	return s, r
+}
+
+// testMode is the mode named name with a 1ms ordering interval.
+func testMode(tb testing.TB, name string) mode.Mode {
+	tb.Helper()
+	m, err := mode.Parse(name, mode.Params{OrderingInterval: time.Millisecond, WindowCuts: 10})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }
 
 // applyAll commits cmds to the control state cs and hands each event to

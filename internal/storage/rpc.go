@@ -178,8 +178,8 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 		return status.Errorf(codes.OutOfRange, "position %d is trimmed (trim point %d)", req.From, trim)
 	}
 	if req.Speculative {
-		if !s.cfg.Spec {
-			return status.Error(codes.FailedPrecondition, "speculative subscription: this cluster runs in eager mode")
+		if !s.cfg.Mode.Speculative() {
+			return status.Errorf(codes.FailedPrecondition, "speculative subscription: this cluster runs in %s mode", s.cfg.Mode.Name())
 		}
 		return s.subscribeSpec(r, req, stream)
 	}

@@ -1053,9 +1053,9 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 		return 0, fmt.Errorf("register shard %d: server stopping: %w", id, err)
 	}
 	// Events before this point went to the replicas that existed then.
-	if sp := s.view.spec; sp != nil && r.specOrd != nil {
+	if sp := s.view.spec; sp != nil && r.windows != nil {
 		r.spec.Store(sp)
-		r.specOrd.SetWindows(sp.Windows)
+		r.windows.SetWindows(sp.Windows)
 	}
 	s.replicas[id] = r
 	s.registeredAt = time.Now()
