@@ -84,7 +84,8 @@ func (c *Client) startEngine(st *pb.StatusResponse, from uint64, f Filter, confi
 	}
 	md := mode.FromStatus(st)
 	m := md.NewMerger(from, confirmedOnly, f.Shard != nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	// A subscription outlives the call that opens it, not its client.
+	ctx, cancel := context.WithCancel(c.ctx)
 	e := &engine{
 		c:           c,
 		filter:      &pb.Filter{Keys: f.Keys, Tags: f.Tags},

@@ -305,3 +305,20 @@ func TestEngineOneShardSpeculativeLearnsFromTheStatus(t *testing.T) {
 		t.Fatalf("events %q, want %q", g, w)
 	}
 }
+
+func TestEngineEndsWhenItsClientCloses(t *testing.T) {
+	s := cuts(1, 1)
+	_, c := fakeCluster(t, false, map[uint32][]*fakeReplica{1: {{msgs: s[1]}}})
+	sub, err := c.Subscribe(testContext(t), 0, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	readEntries(t, sub, 1)
+	c.Close()
+	// Nothing more will come; only the client's end can end this wait
+	// before the test's own deadline.
+	if _, err := sub.Next(testContext(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after the client closed: %v, want ErrClosed", err)
+	}
+}
