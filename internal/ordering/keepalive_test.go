@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // keepaliveTestInterval is the keepalive interval of the replicas these
@@ -33,7 +34,7 @@ func startLeader(t *testing.T) pb.OrderingClient {
 	s, err := New(Config{
 		ClusterID: "c", ID: "o1", Members: []Member{{ID: "o1", Addr: l.Addr().String()}},
 		Dir: t.TempDir(), RaftTick: time.Millisecond, OrderingInterval: time.Millisecond,
-		FailureTimeout: time.Minute, KeepaliveInterval: keepaliveTestInterval,
+		FailureTimeout: time.Minute, KeepaliveInterval: keepaliveTestInterval, Mode: mode.Eager{Interval: time.Millisecond},
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -65,7 +65,7 @@ func TestAReplicaLeadsWithItsModesPolicy(t *testing.T) {
 	m := &thirdMode{}
 	s, err := New(Config{
 		ClusterID: "c", ID: "o1", Members: []Member{{ID: "o1", Addr: "127.0.0.1:1"}}, Dir: t.TempDir(),
-		OrderingInterval: time.Millisecond, FailureTimeout: time.Second, Mode: m,
+		OrderingInterval: time.Millisecond, FailureTimeout: time.Second, KeepaliveInterval: time.Second, Mode: m,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 	"google.golang.org/protobuf/proto"
 )
@@ -36,7 +37,7 @@ func FuzzUnaryRequests(f *testing.F) {
 	srv, err := New(Config{
 		ClusterID: "c", ID: "s1", GroupName: "g", Group: []Peer{{ID: "s1", Addr: "127.0.0.1:1"}},
 		Ordering: []string{"127.0.0.1:2"}, Dir: dir, RecordBytesMax: 1 << 10,
-		HeartbeatInterval: time.Second, Logger: slog.New(slog.DiscardHandler),
+		HeartbeatInterval: time.Second, Mode: testMode(f, mode.EagerName), Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		f.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // Bounds of the silent-leader tests.
@@ -145,7 +146,7 @@ func silenceTestServer(t *testing.T, addrs ...string) *Server {
 	s, err := New(Config{
 		ClusterID: "c", ID: "a2", Group: []Peer{{ID: "a1", Addr: "127.0.0.1:1"}, {ID: "a2", Addr: "127.0.0.1:2"}},
 		GroupName: "a", Ordering: addrs, Dir: t.TempDir(), RecordBytesMax: 1024,
-		HeartbeatInterval: silenceTestHeartbeat, Logger: slog.New(slog.DiscardHandler),
+		HeartbeatInterval: silenceTestHeartbeat, Mode: testMode(t, mode.EagerName), Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
