@@ -1,6 +1,8 @@
 // Package ordering runs one ordering replica: the Raft-replicated control
-// state of package control, the leader's cut loop that turns storage reports
-// into proposals, failure detection, and the Ordering gRPC service.
+// state of package control, the Ordering gRPC service, and, while the
+// replica leads, the shell around the leader core of package order. The
+// shell feeds it heartbeats, reports and applied commands, runs its timers,
+// proposes what it decides and sends its lag-fixes.
 //
 // Lock order: Server.mu is a leaf; never call into raftnode while holding it.
 package ordering
@@ -23,6 +25,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/raftnode"
 	"github.com/augur-log/augur/internal/spec"
@@ -34,15 +37,6 @@ const (
 	// eventHistoryMax is how many applied events a replica keeps for Watch
 	// catch-up; a watcher further behind gets a snapshot instead.
 	eventHistoryMax = 1 << 16
-	// cutsInflightMax is how many cut proposals may await commit at once,
-	// so that a cut every ordering interval keeps going while a slow Raft
-	// round commits the one before.
-	cutsInflightMax = 3
-	// releasesInflightMax is how many speculative releases may await
-	// commit at once. Releases are idempotent and each reaches further
-	// than the last, so they pipeline through Raft: a cut satisfied while
-	// one is in flight need not wait for its commit.
-	releasesInflightMax = 4
 	// watchBatchMax is how many events one Watch message carries.
 	watchBatchMax = 256
 	// backupWatchIntervals is how many ordering intervals of new events a
@@ -50,8 +44,6 @@ const (
 	// It acknowledges no appends, and with one message per cut the streams
 	// to the backups were a third of the messages a cut cost (4 shards).
 	backupWatchIntervals = 10
-	// proposalStaleAfter frees an in-flight slot whose proposal raft dropped.
-	proposalStaleAfter = 200 * time.Millisecond
 )
 
 // Member is one ordering replica.
@@ -112,11 +104,6 @@ func (c *Config) raftID() uint64 {
 	return 0
 }
 
-type beat struct {
-	at          time.Time
-	incarnation uint64
-}
-
 // Server is one ordering replica.
 type Server struct {
 	pb.UnimplementedOrderingServer
@@ -133,30 +120,12 @@ type Server struct {
 	changed chan struct{}
 	waiters map[string]chan control.Event
 
-	// Leader-side soft state, guarded by mu and reset on leadership change.
-	reports      map[cut.ShardID]uint64
-	beats        map[string]beat
-	broken       map[cut.ShardID]bool
-	leaderSince  time.Time
-	inflight     int
-	inflightAt   time.Time
-	lastProposal time.Time
-	// releasedThrough and proposedLens are the furthest release and the
-	// lengths of the last cut the leader proposed: with several proposals
-	// in flight, it must not propose again what one of them carries.
-	releasedThrough uint64
-	proposedLens    map[cut.ShardID]uint64
-	finalizing      map[cut.ShardID]time.Time
-	// seenAt is when each shard first appeared here; a new shard's replicas
-	// get a full failure timeout before silence counts against them.
-	seenAt map[cut.ShardID]time.Time
-	// In speculative mode: the leader's fix-ante policy, the lag-fixes
-	// waiting for each storage server's heartbeat stream, and whether a
-	// window announcement awaits commit.
-	seq            *spec.Sequencer
-	lagOut         map[string]chan []*pb.ShardLength
-	windowInflight bool
-	windowAt       time.Time
+	// leader is the leader's soft state while this replica leads, nil
+	// otherwise; only leaderLoop replaces it.
+	leader *order.Leader
+	// lagOut holds, in speculative mode, the lag-fixes waiting for each
+	// storage server's heartbeat stream.
+	lagOut map[string]chan []*pb.ShardLength
 
 	wake    chan struct{}
 	nextID  atomic.Uint64
@@ -178,21 +147,15 @@ func New(cfg Config) (*Server, error) {
 		state = control.NewSpec(cfg.ClusterID, cfg.WindowCuts)
 	}
 	s := &Server{
-		cfg:          cfg,
-		log:          lg.With("ordering", cfg.ID),
-		state:        state,
-		lagOut:       map[string]chan []*pb.ShardLength{},
-		changed:      make(chan struct{}),
-		waiters:      map[string]chan control.Event{},
-		reports:      map[cut.ShardID]uint64{},
-		proposedLens: map[cut.ShardID]uint64{},
-		beats:        map[string]beat{},
-		broken:       map[cut.ShardID]bool{},
-		finalizing:   map[cut.ShardID]time.Time{},
-		seenAt:       map[cut.ShardID]time.Time{},
-		wake:         make(chan struct{}, 1),
-		stop:         make(chan struct{}),
-		firstSeq:     1,
+		cfg:      cfg,
+		log:      lg.With("ordering", cfg.ID),
+		state:    state,
+		lagOut:   map[string]chan []*pb.ShardLength{},
+		changed:  make(chan struct{}),
+		waiters:  map[string]chan control.Event{},
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		firstSeq: 1,
 	}
 	peers := map[uint64]string{}
 	for i, m := range cfg.Members {
@@ -253,20 +216,9 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ev, ok := s.state.Apply(cmd)
-	// The leader's own cut or window proposal frees its in-flight slot
-	// even when the state refused it. A refused window was planned on a
-	// state that changed since, so the leader must plan again now, not
-	// at its next tick. (A refused cut only repeated what an earlier one
-	// ordered.)
-	own := (cmd.Cut != nil || cmd.Window != nil) && s.ownsLocked(cmd.ID)
-	if cmd.Cut != nil && own && s.inflight > 0 {
-		s.inflight--
-	}
-	if cmd.Window != nil && own {
-		s.windowInflight = false
-	}
-	if s.seq != nil {
-		s.seq.Observe(s.state, time.Now())
+	news := false
+	if s.leader != nil {
+		news = s.leader.Applied(s.state, cmd, s.ownsLocked(cmd.ID), time.Now())
 	}
 	if ok {
 		s.appendEventLocked(ev)
@@ -277,19 +229,11 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 			metrics.ViewChanges.WithLabelValues(s.cfg.ID).Inc()
 		}
 	}
-	if ev.MembershipChanged {
-		now := time.Now()
-		for _, sh := range s.state.Shards {
-			if _, seen := s.seenAt[sh.ID]; !seen {
-				s.seenAt[sh.ID] = now
-			}
-		}
-	}
 	if w, found := s.waiters[cmd.ID]; found && cmd.ID != "" {
 		delete(s.waiters, cmd.ID)
 		w <- ev
 	}
-	if ok || own {
+	if ok || news {
 		s.signal()
 	}
 }
@@ -308,8 +252,8 @@ func (f *fsm) Restore(data []byte) error {
 	if err := s.state.Restore(data); err != nil {
 		return err
 	}
-	if s.seq != nil {
-		s.seq.Observe(s.state, time.Now())
+	if s.leader != nil {
+		s.leader.Observe(s.state, time.Now())
 	}
 	s.events = nil
 	s.firstSeq = s.state.EventSeq + 1
@@ -441,7 +385,7 @@ func (s *Server) leaderLoop() {
 		}
 		leader := s.node.IsLeader()
 		if leader != wasLeader {
-			s.resetLeaderState()
+			s.resetLeaderState(leader)
 			wasLeader = leader
 			lg := 0.0
 			if leader {
@@ -452,105 +396,72 @@ func (s *Server) leaderLoop() {
 		if !leader {
 			continue
 		}
-		propose := s.maybeProposeCut
-		if s.cfg.Spec != nil {
-			propose = s.maybeProposeSpec
-		}
-		if wait := propose(); wait > 0 && !timerArmed {
+		if wait := s.step(); wait > 0 && !timerArmed {
 			cutTimer.Reset(wait)
 			timerArmed = true
 		}
 	}
 }
 
-func (s *Server) resetLeaderState() {
+// resetLeaderState drops the leader's soft state and, when this replica
+// leads, starts a fresh one.
+func (s *Server) resetLeaderState(leader bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	clear(s.reports)
-	clear(s.beats)
-	clear(s.broken)
-	clear(s.finalizing)
-	s.inflight = 0
-	s.releasedThrough = 0
-	clear(s.proposedLens)
-	s.windowInflight = false
-	s.leaderSince = time.Now()
-	s.seq = nil
-	if s.cfg.Spec != nil && s.node.IsLeader() {
-		s.seq = spec.NewSequencer(*s.cfg.Spec)
-		s.seq.Observe(s.state, s.leaderSince)
+	s.leader = nil
+	if !leader {
+		return
 	}
+	var p order.Policy = order.NewEager(s.cfg.OrderingInterval)
+	if s.cfg.Spec != nil {
+		p = order.NewSpec(*s.cfg.Spec)
+	}
+	s.leader = order.NewLeader(p, s.cfg.FailureTimeout, s.state, time.Now())
 }
 
-// maybeProposeCut proposes the next cut if reports moved past the last cut.
-// It returns how long to wait before trying again, or 0 if nothing is due.
-func (s *Server) maybeProposeCut() time.Duration {
+// step runs the leader's policy: it proposes what the policy decided and
+// hands lag-fixes to the heartbeat streams. It returns when to step again
+// if nothing else happens, or 0.
+func (s *Server) step() time.Duration {
 	now := time.Now()
 	s.mu.Lock()
-	if s.inflight > 0 && now.Sub(s.inflightAt) > proposalStaleAfter {
-		s.inflight = 0
-		clear(s.proposedLens)
-	}
-	var lengths []cut.Length
-	grew := false
-	force := false
-	for _, sh := range s.state.Shards {
-		if sh.State == control.Finalized {
-			continue
+	l := s.leader
+	out := l.Step(now)
+	for _, g := range out.LagFixes {
+		fixes := make([]*pb.ShardLength, len(g.Lengths))
+		for i, f := range g.Lengths {
+			fixes[i] = &pb.ShardLength{Shard: f.Shard, Length: f.Length}
 		}
-		if sh.State == control.Finalizing {
-			force = true
+		select {
+		case s.lagOut[g.Server] <- fixes:
+		default:
+			// The server is not listening; it will be asked again.
 		}
-		r, ok := s.reports[sh.ID]
-		if !ok {
-			continue
-		}
-		lengths = append(lengths, cut.Length{Shard: sh.ID, Length: r})
-		if r > max(s.state.LastCut.Len(sh.ID), s.proposedLens[sh.ID]) {
-			grew = true
-		}
-	}
-	if !grew && !force {
-		s.mu.Unlock()
-		return 0
-	}
-	if since := now.Sub(s.lastProposal); since < s.cfg.OrderingInterval {
-		s.mu.Unlock()
-		return s.cfg.OrderingInterval - since
-	}
-	if s.inflight >= cutsInflightMax {
-		s.mu.Unlock()
-		return s.cfg.OrderingInterval
-	}
-	s.inflight++
-	s.inflightAt = now
-	s.lastProposal = now
-	for _, l := range lengths {
-		s.proposedLens[l.Shard] = l.Length
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
-	defer cancel()
-	metrics.CutProposals.WithLabelValues(s.cfg.ID).Inc()
-	if _, err := s.propose(ctx, control.Command{Cut: &control.CutCommand{Lengths: lengths, Force: force}}, false); err != nil {
-		s.log.Debug("cut proposal failed", "err", err)
-		s.proposalFailed()
+	if out.Stats.LagFixes > 0 {
+		metrics.LagFixes.WithLabelValues(s.cfg.ID).Add(float64(out.Stats.LagFixes))
 	}
-	// Reports that arrive while this proposal is in flight need another cut;
-	// a finalizing shard needs cuts until its final one.
-	return s.cfg.OrderingInterval
-}
-
-// proposalFailed frees the in-flight slot of a cut proposal Raft refused,
-// and forgets what the leader proposed, so the next step proposes it again.
-func (s *Server) proposalFailed() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inflight > 0 {
-		s.inflight--
+	if out.Stats.QuotaChanges > 0 {
+		metrics.QuotaChanges.WithLabelValues(s.cfg.ID).Add(float64(out.Stats.QuotaChanges))
 	}
-	s.releasedThrough = 0
-	clear(s.proposedLens)
+	for _, id := range out.Suspects {
+		s.log.Info("shard ignored a lag-fix; starting a view change", "shard", id)
+	}
+	for _, c := range out.Propose {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
+		if c.Cut != nil {
+			metrics.CutProposals.WithLabelValues(s.cfg.ID).Inc()
+		}
+		if _, err := s.propose(ctx, c, false); err != nil {
+			s.log.Debug("proposal failed", "err", err)
+			s.mu.Lock()
+			l.Failed(c)
+			s.mu.Unlock()
+		}
+		cancel()
+	}
+	return out.Wake
 }
 
 // detectFailures finalizes shards whose replicas went silent, restarted, or
@@ -559,34 +470,8 @@ func (s *Server) detectFailures() {
 	now := time.Now()
 	var doomed []cut.ShardID
 	s.mu.Lock()
-	for _, sh := range s.state.Shards {
-		if sh.State == control.Finalized {
-			continue
-		}
-		if t, ok := s.finalizing[sh.ID]; ok && now.Sub(t) < s.cfg.FailureTimeout {
-			continue
-		}
-		failed := s.broken[sh.ID]
-		for _, r := range sh.Replicas {
-			b, ok := s.beats[r.ID]
-			last := s.leaderSince
-			if seen := s.seenAt[sh.ID]; seen.After(last) {
-				last = seen
-			}
-			if ok {
-				last = b.at
-				if b.incarnation != r.Incarnation {
-					failed = true
-				}
-			}
-			if now.Sub(last) > s.cfg.FailureTimeout {
-				failed = true
-			}
-		}
-		if failed {
-			s.finalizing[sh.ID] = now
-			doomed = append(doomed, sh.ID)
-		}
+	if s.leader != nil {
+		doomed = s.leader.Detect(now)
 	}
 	s.mu.Unlock()
 	for _, id := range doomed {
@@ -644,18 +529,16 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 		}
 		now := time.Now()
 		s.mu.Lock()
-		s.beats[req.ServerId] = beat{at: now, incarnation: req.Incarnation}
 		moved := false
-		for _, r := range req.Reports {
-			if r.Length > s.reports[r.Shard] {
-				s.reports[r.Shard] = r.Length
-				moved = true
+		if l := s.leader; l != nil {
+			l.Beat(req.ServerId, req.Incarnation, now)
+			for _, r := range req.Reports {
+				if l.Report(order.Report{Shard: r.Shard, Length: r.Length, Records: r.Records, Backlog: r.Backlog}, now) {
+					moved = true
+				}
 			}
-			// A backlog alone can be news: a shard without a quota
-			// that got records waits for the others to flush the
-			// windows, which an idle leader would not ask for.
-			if s.seq != nil && s.seq.Report(r.Shard, r.Length, r.Records, r.Backlog, now) {
-				moved = true
+			for _, b := range req.Broken {
+				l.Broken(b)
 			}
 		}
 		if s.cfg.Spec != nil && out == nil {
@@ -675,9 +558,6 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 				}
 			}()
 		}
-		for _, b := range req.Broken {
-			s.broken[b] = true
-		}
 		s.mu.Unlock()
 		if moved || len(req.Broken) > 0 {
 			s.signal()
@@ -686,81 +566,6 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 			s.detectFailures()
 		}
 	}
-}
-
-// maybeProposeSpec is the leader's step in speculative mode: announce the
-// next window when due, release satisfied cuts, tell lagging shards to
-// catch up, and fail shards that ignore it. It returns when to look again.
-func (s *Server) maybeProposeSpec() time.Duration {
-	now := time.Now()
-	s.mu.Lock()
-	if s.seq == nil {
-		s.mu.Unlock()
-		return 0
-	}
-	if s.inflight > 0 && now.Sub(s.inflightAt) > proposalStaleAfter {
-		s.inflight = 0
-		s.releasedThrough = 0
-	}
-	if s.windowInflight && now.Sub(s.windowAt) > proposalStaleAfter {
-		s.windowInflight = false
-	}
-	var cmds []control.Command
-	if !s.windowInflight {
-		if w, ok := s.seq.PlanWindow(now); ok {
-			s.windowInflight, s.windowAt = true, now
-			cmds = append(cmds, control.Command{Window: w})
-		}
-	}
-	if through := s.state.LastCut.Index + s.seq.Releasable(now); through > max(s.state.LastCut.Index, s.releasedThrough) && s.inflight < releasesInflightMax {
-		s.inflight++
-		s.inflightAt = now
-		s.releasedThrough = through
-		cmds = append(cmds, control.Command{Cut: &control.CutCommand{ReleaseThrough: through}})
-	}
-	byServer := map[string][]*pb.ShardLength{}
-	for _, f := range s.seq.LagFixes(now) {
-		if sh := s.state.Shard(f.Shard); sh != nil && len(sh.Replicas) > 0 {
-			id := sh.Replicas[0].ID
-			byServer[id] = append(byServer[id], &pb.ShardLength{Shard: f.Shard, Length: f.Length})
-		}
-	}
-	for id, fixes := range byServer {
-		select {
-		case s.lagOut[id] <- fixes:
-		default:
-			// The server is not listening; it will be asked again.
-		}
-	}
-	for _, id := range s.seq.Suspects(now) {
-		if _, ok := s.finalizing[id]; !ok {
-			s.finalizing[id] = now
-			s.log.Info("shard ignored a lag-fix; starting a view change", "shard", id)
-			cmds = append(cmds, control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
-		}
-	}
-	lagFixes, quotaChanges := s.seq.TakeStats()
-	tick := s.seq.Waiting()
-	s.mu.Unlock()
-	metrics.LagFixes.WithLabelValues(s.cfg.ID).Add(float64(lagFixes))
-	metrics.QuotaChanges.WithLabelValues(s.cfg.ID).Add(float64(quotaChanges))
-	for _, c := range cmds {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
-		if c.Cut != nil {
-			metrics.CutProposals.WithLabelValues(s.cfg.ID).Inc()
-		}
-		if _, err := s.propose(ctx, c, false); err != nil {
-			s.log.Debug("proposal failed", "err", err)
-			if c.Cut != nil {
-				s.proposalFailed()
-			}
-		}
-		cancel()
-	}
-	if tick {
-		return s.cfg.Spec.Interval / 2
-	}
-	return 0
 }
 
 // Watch streams applied events from req.From on.
@@ -870,10 +675,8 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 	}
 	// The new replicas' incarnations are the ones to check from now on.
 	s.mu.Lock()
-	for _, r := range reps {
-		if b, ok := s.beats[r.ID]; ok && b.incarnation != r.Incarnation {
-			delete(s.beats, r.ID)
-		}
+	if s.leader != nil {
+		s.leader.Registered(reps)
 	}
 	s.mu.Unlock()
 	return &pb.RegisterShardResponse{Shard: ev.Registered}, nil

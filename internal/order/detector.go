@@ -1,0 +1,151 @@
+package order
+
+import (
+	"time"
+
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+)
+
+// Detector is the ordering leader's failure detector, the same in every
+// mode. A shard is taken for failed when one of its replicas stays silent
+// longer than the failure timeout, comes back with another incarnation
+// (it restarted and lost its state), or its primary reports it broken.
+// Silence counts only from when this leader started leading or first saw
+// the shard, whichever is later: a new leader has heard nobody yet, and a
+// new shard's replicas get a full timeout to start their heartbeats.
+type Detector struct {
+	timeout time.Duration
+	// since is when this leader started leading.
+	since time.Time
+	st    *control.State
+	// mv is the shard table version seenAt was last brought up to.
+	mv uint64
+	// seenAt is when each shard first appeared to this leader.
+	seenAt map[cut.ShardID]time.Time
+	beats  map[string]beat
+	// broken holds the shards a primary reported broken.
+	broken map[cut.ShardID]bool
+	// finalizing is when this leader last proposed to finalize a shard
+	// as failed: it proposes again only after a failure timeout, in case
+	// that proposal was lost.
+	finalizing map[cut.ShardID]time.Time
+}
+
+// beat is the last heartbeat of one storage server.
+type beat struct {
+	at          time.Time
+	incarnation uint64
+}
+
+// NewDetector returns the detector of a leader that starts at now with
+// the committed state st; failureTimeout is how long a replica may stay
+// silent.
+func NewDetector(failureTimeout time.Duration, st *control.State, now time.Time) *Detector {
+	d := &Detector{
+		timeout:    failureTimeout,
+		since:      now,
+		seenAt:     map[cut.ShardID]time.Time{},
+		beats:      map[string]beat{},
+		broken:     map[cut.ShardID]bool{},
+		finalizing: map[cut.ShardID]time.Time{},
+	}
+	d.st, d.mv = st, st.MembershipVersion
+	for _, sh := range st.Shards {
+		d.seenAt[sh.ID] = now
+	}
+	return d
+}
+
+// Observe takes the control state after an applied command or a restored
+// snapshot; shards it shows for the first time are seen at now.
+func (d *Detector) Observe(st *control.State, now time.Time) {
+	d.st = st
+	if st.MembershipVersion == d.mv {
+		// Only a changed shard table brings new shards; a cut does not.
+		return
+	}
+	d.mv = st.MembershipVersion
+	for _, sh := range st.Shards {
+		if _, ok := d.seenAt[sh.ID]; !ok {
+			d.seenAt[sh.ID] = now
+		}
+	}
+}
+
+// Beat records a heartbeat of server, running as incarnation, at now.
+func (d *Detector) Beat(server string, incarnation uint64, now time.Time) {
+	d.beats[server] = beat{at: now, incarnation: incarnation}
+}
+
+// Broken records that the primary of shard reported it broken; the next
+// Detect takes it for failed.
+func (d *Detector) Broken(shard cut.ShardID) {
+	d.broken[shard] = true
+}
+
+// Registered says that a shard with replicas reps was registered: their
+// incarnations are the ones to check from now on, so a heartbeat of
+// another incarnation heard before is forgotten.
+func (d *Detector) Registered(reps []control.Replica) {
+	for _, r := range reps {
+		if b, ok := d.beats[r.ID]; ok && b.incarnation != r.Incarnation {
+			delete(d.beats, r.ID)
+		}
+	}
+}
+
+// Detect returns the shards to finalize as failed at now, and counts each
+// as being finalized from now on, so that it is not proposed again within
+// a failure timeout.
+func (d *Detector) Detect(now time.Time) []cut.ShardID {
+	var failed []cut.ShardID
+	for i := range d.st.Shards {
+		sh := &d.st.Shards[i]
+		if sh.State == control.Finalized {
+			continue
+		}
+		if t, ok := d.finalizing[sh.ID]; ok && now.Sub(t) < d.timeout {
+			continue
+		}
+		if d.failed(sh, now) {
+			d.finalizing[sh.ID] = now
+			failed = append(failed, sh.ID)
+		}
+	}
+	return failed
+}
+
+func (d *Detector) failed(sh *control.Shard, now time.Time) bool {
+	if d.broken[sh.ID] {
+		return true
+	}
+	quiet := d.since
+	if seen := d.seenAt[sh.ID]; seen.After(quiet) {
+		quiet = seen
+	}
+	for _, r := range sh.Replicas {
+		last := quiet
+		if b, ok := d.beats[r.ID]; ok {
+			if b.incarnation != r.Incarnation {
+				return true
+			}
+			last = b.at
+		}
+		if now.Sub(last) > d.timeout {
+			return true
+		}
+	}
+	return false
+}
+
+// Suspect says that the policy takes shard for failed at now, and reports
+// whether to propose finalizing it: only if this leader has not yet
+// proposed that, whatever the reason.
+func (d *Detector) Suspect(shard cut.ShardID, now time.Time) bool {
+	if _, ok := d.finalizing[shard]; ok {
+		return false
+	}
+	d.finalizing[shard] = now
+	return true
+}

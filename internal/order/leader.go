@@ -1,0 +1,173 @@
+package order
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+)
+
+// Leader is the ordering leader's soft state: one mode's Policy, the
+// failure Detector and the Inflight tracker of cut proposals. The ordering
+// server creates one when its replica gains leadership and drops it when
+// the replica loses it; nothing carries over from one term to the next.
+// It is not safe for concurrent use: the caller serializes every call (and
+// the applies that change the state it watches).
+type Leader struct {
+	policy Policy
+	det    *Detector
+	cuts   Inflight
+	st     *control.State
+}
+
+// NewLeader returns the leader state of a replica that starts leading at
+// now with the committed state st. failureTimeout is how long a storage
+// server may stay silent before its shards are finalized.
+func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now time.Time) *Leader {
+	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st}
+	p.Observe(st, now)
+	return l
+}
+
+// Applied takes the control state st after cmd was applied, whether the
+// state accepted it or refused it; own says this leader proposed cmd. It
+// returns whether Step may now propose something it could not before.
+func (l *Leader) Applied(st *control.State, cmd control.Command, own bool, now time.Time) (news bool) {
+	if own {
+		if cmd.Cut != nil {
+			// Even a refused cut frees its slot; it only repeated
+			// what an earlier one ordered.
+			l.cuts.Done()
+			news = true
+		}
+		if l.policy.Committed(cmd) {
+			news = true
+		}
+	}
+	l.Observe(st, now)
+	return news
+}
+
+// Observe takes the control state after a restored snapshot (Applied
+// covers applied commands).
+func (l *Leader) Observe(st *control.State, now time.Time) {
+	l.st = st
+	l.policy.Observe(st, now)
+	l.det.Observe(st, now)
+}
+
+// Beat records a heartbeat of storage server server, running as
+// incarnation, at now.
+func (l *Leader) Beat(server string, incarnation uint64, now time.Time) {
+	l.det.Beat(server, incarnation, now)
+}
+
+// Report takes one shard's report and says whether to step now.
+func (l *Leader) Report(r Report, now time.Time) (news bool) {
+	return l.policy.Report(r, now)
+}
+
+// Broken records that a primary reported its shard broken. The caller
+// steps the detector now (Detect) rather than at its next tick.
+func (l *Leader) Broken(shard cut.ShardID) {
+	l.det.Broken(shard)
+}
+
+// Registered says that a shard with replicas reps was registered; see
+// Detector.Registered.
+func (l *Leader) Registered(reps []control.Replica) {
+	l.det.Registered(reps)
+}
+
+// Detect runs the failure detector at now. Propose
+// control.FinalizeCommand{Shard: id, Failed: true} for each shard it
+// returns; they count as being finalized from now on.
+func (l *Leader) Detect(now time.Time) []cut.ShardID {
+	return l.det.Detect(now)
+}
+
+// Failed says that proposing cmd, which Step returned, failed. A failed
+// cut frees its slot, and the policy forgets what the cuts in flight
+// carried, so the next step proposes it again. Other commands are left to
+// time out: a window after proposalStaleAfter, a finalize after the
+// failure timeout.
+func (l *Leader) Failed(cmd control.Command) {
+	if cmd.Cut == nil {
+		return
+	}
+	l.cuts.Done()
+	l.policy.Forget()
+}
+
+// Output is what one Step decided.
+type Output struct {
+	// Propose lists the commands to propose, in this order, without
+	// waiting for one to commit before proposing the next, and outside
+	// any lock held across Step. Each must carry an id by which the
+	// caller recognizes it as its own when it is applied (Applied's own);
+	// report a proposal Raft refused with Failed.
+	Propose []control.Command
+	// LagFixes go to each shard's primary, on the heartbeat stream of that
+	// storage server. A fix that cannot be sent at once may be dropped:
+	// the policy asks again while the shard still holds a cut back.
+	LagFixes []LagFix
+	// Suspects are the shards the policy took for failed; Propose already
+	// holds a failed FinalizeCommand for each (logging only).
+	Suspects []cut.ShardID
+	// Stats counts what the policy did since the last Step (metrics only).
+	Stats Stats
+	// Wake is how soon to step again if no news comes first; 0: only on
+	// news (a report, an applied command, a leadership change).
+	Wake time.Duration
+}
+
+// LagFix is the lag-fixes for the shards whose primary is Server.
+type LagFix struct {
+	Server  string
+	Lengths []cut.Length
+}
+
+// Step decides what to propose, send and wait for at now.
+func (l *Leader) Step(now time.Time) Output {
+	if l.cuts.Expire(now) {
+		l.policy.Forget()
+	}
+	plan := l.policy.Step(now, l.cuts.Free())
+	out := Output{Propose: plan.Propose, Stats: plan.Stats, Wake: plan.Wake}
+	for _, c := range plan.Propose {
+		if c.Cut != nil {
+			l.cuts.Take(now)
+		}
+	}
+	for _, id := range plan.Suspects {
+		if l.det.Suspect(id, now) {
+			out.Suspects = append(out.Suspects, id)
+			out.Propose = append(out.Propose, control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
+		}
+	}
+	out.LagFixes = l.route(plan.LagFixes)
+	return out
+}
+
+// route groups lag-fixes by the storage server that is each shard's
+// primary, in the order of the servers' ids.
+func (l *Leader) route(fixes []cut.Length) []LagFix {
+	var out []LagFix
+	for _, f := range fixes {
+		sh := l.st.Shard(f.Shard)
+		if sh == nil || len(sh.Replicas) == 0 {
+			continue
+		}
+		server := sh.Replicas[0].ID
+		i := slices.IndexFunc(out, func(g LagFix) bool { return g.Server == server })
+		if i < 0 {
+			i = len(out)
+			out = append(out, LagFix{Server: server})
+		}
+		out[i].Lengths = append(out[i].Lengths, f)
+	}
+	slices.SortFunc(out, func(a, b LagFix) int { return strings.Compare(a.Server, b.Server) })
+	return out
+}
