@@ -98,6 +98,10 @@ type Log struct {
 	// it says nothing about the other shards' positions.
 	Shards  []uint32
 	Entries []Entry
+
+	// index maps a position's offset from From to its entry (-1: none);
+	// at builds it on first use.
+	index []int32
 }
 
 // follows reports whether the reader follows shard.
@@ -120,17 +124,24 @@ func (l *Log) covers(pos uint64, shard uint32) bool {
 
 // at returns the entry at pos, if the log holds one.
 func (l *Log) at(pos uint64) (Entry, bool) {
-	lo, hi := 0, len(l.Entries)
-	for lo < hi {
-		m := (lo + hi) / 2
-		switch p := l.Entries[m].Pos; {
-		case p == pos:
-			return l.Entries[m], true
-		case p < pos:
-			lo = m + 1
-		default:
-			hi = m
+	if pos < l.From || pos >= l.End {
+		return Entry{}, false
+	}
+	if l.index == nil {
+		// Checkers look positions up many times over; one pass makes
+		// every lookup constant.
+		l.index = make([]int32, l.End-l.From)
+		for i := range l.index {
+			l.index[i] = -1
 		}
+		for i, e := range l.Entries {
+			if e.Pos >= l.From && e.Pos < l.End {
+				l.index[e.Pos-l.From] = int32(i)
+			}
+		}
+	}
+	if i := l.index[pos-l.From]; i >= 0 {
+		return l.Entries[i], true
 	}
 	return Entry{}, false
 }

@@ -190,6 +190,7 @@ func describe(e Entry, ok, inRange bool) string {
 // revised), a final delivery or a confirmed end only over what the final
 // order says, and no speculation or Fail for a confirmed-only subscription.
 func Speculation(sub Subscription, final Log) error {
+	final.index = nil
 	var c collector
 	r := replay{sub: &sub, final: &final}
 	r.run(&c)
@@ -201,6 +202,7 @@ func Speculation(sub Subscription, final Log) error {
 // order holds, no speculation stays pending, and what it holds after its
 // last Fail is the correct records, each at its final position.
 func Converged(sub Subscription, final Log) error {
+	final.index = nil
 	var c collector
 	r := replay{sub: &sub, final: &final}
 	var ignore collector // Speculation reports these

@@ -62,8 +62,20 @@ type cluster struct {
 	joinRates map[string]float64
 	// windowed marks the shards some window gave a quota.
 	windowed map[cut.ShardID]bool
+	// rescues counts the shards registered because none took appends;
+	// rescuing says one is being registered.
+	rescues  int
+	rescuing bool
+	// orphaned says a failed shard's void slots got no live filler (every
+	// other shard was gone or leaving): a known gap of the protocol, in
+	// which subscribers cannot pass the first slot.
+	orphaned bool
 
 	stats stats
+	// plant is the bug a test planted (noBug: none); planted says it
+	// struck.
+	plant   bug
+	planted bool
 }
 
 // recordInfo is what the history records of one append.
@@ -192,8 +204,10 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
 		s.after(p.at, func() { s.partition(cut.ShardID(p.shard), p.dur) })
 	}
 	// Once the faults stop, a one-shard subscriber's next poll tells it
-	// what the lost ones did.
+	// what the lost ones did, and an operator makes sure some shard takes
+	// the appends that must still complete.
 	s.after(sc.healAt, s.pollStatus)
+	s.after(sc.healAt, s.rescue)
 	return s
 }
 
@@ -277,6 +291,31 @@ func (s *cluster) partition(id cut.ShardID, dur time.Duration) {
 
 func (s *cluster) partitioned(sh *shard) bool { return s.now.Before(sh.partitionedUntil) }
 
+// faulty reports whether the run is in its safety phase, where the lossy
+// channels lose and repeat messages.
+func (s *cluster) faulty() bool { return s.now.Before(s.start.Add(s.sc.healAt)) }
+
+// rescueEvery is how often, once the faults stop, the operator looks for
+// a shard that takes appends.
+const rescueEvery = 10 * time.Millisecond
+
+// rescue registers a fresh shard when none takes appends (leaves and
+// failures, real or suspected, took them all), as an operator would:
+// the appends still in flight need one to complete.
+func (s *cluster) rescue() {
+	if s.acceptingShard() == nil && !s.rescuing {
+		s.rescuing = true
+		name := fmt.Sprintf("rescue%d", s.rescues)
+		s.rescues++
+		s.tracef("no shard takes appends: registering %s", name)
+		s.ld.propose(control.Command{Register: &control.RegisterCommand{
+			Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}}})
+	}
+	if s.now.Before(s.start.Add(s.sc.runFor - s.sc.healAt/2)) {
+		s.after(rescueEvery, s.rescue)
+	}
+}
+
 // deliverWatch sends a control event to shard sh on its watch stream: in
 // order, and not before a partition heals.
 func (s *cluster) deliverWatch(sh *shard, fn func()) {
@@ -300,6 +339,7 @@ func (s *cluster) checkWindow(quotas []fixante.Quota) {
 // learn records the truth an applied change establishes and checks it.
 func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State) {
 	if c.Register != nil {
+		s.rescuing = false
 		s.addShard(ev.Registered, c.Register.Group, c.Register.Quota, snap)
 		if rate, ok := s.joinRates[c.Register.Group]; ok {
 			s.startClient(ev.Registered, rate)
@@ -313,6 +353,15 @@ func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State
 		s.views = append(s.views, *v)
 		s.voidFrom[v.Void.Shard] = v.Void.From
 		s.checkSlots(v.Void, snap)
+		for _, vd := range snap.Spec.Void {
+			if vd.Filler == vd.Shard && !s.orphaned {
+				// control.fillerFor found no live shard to stream the
+				// failed shard's slots, and no later shard takes them
+				// over: subscribers stall at the first slot.
+				s.orphaned = true
+				s.tracef("leader: no live shard fills the slots of shard %d (view %d)", vd.Shard, vd.View)
+			}
+		}
 	}
 	cuts := ev.Cuts
 	if len(cuts) == 0 && ev.Cut != nil {
@@ -433,6 +482,10 @@ func (s *cluster) commit(c cut.Cut) {
 			if _, dup := s.orderedAt[e]; e != noop && !dup {
 				s.orderedAt[e] = pos
 				s.committedAt[e] = s.now
+				if s.plant == bugRetryTwice && !s.planted && s.shards[sl.Shard].accepting {
+					s.planted = true
+					s.after(time.Millisecond, func() { s.shards[sl.Shard].appendRecord(e) })
+				}
 			}
 			s.eager = append(s.eager, e)
 			s.eagerShard = append(s.eagerShard, sl.Shard)
@@ -457,7 +510,7 @@ func (s *cluster) pollStatus() {
 		if !sb.oneShard {
 			continue
 		}
-		if s.now.Before(s.start.Add(s.sc.healAt)) && s.r.Float64() < s.sc.pollLoss {
+		if s.faulty() && s.r.Float64() < s.sc.pollLoss {
 			s.stats.lostPolls++
 			continue
 		}

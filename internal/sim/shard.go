@@ -110,7 +110,7 @@ func (sh *shard) sendReport() {
 	s := sh.s
 	r := order.Report{Shard: sh.id, Length: sh.lastReport, Records: sh.lastRecords}
 	r.Backlog = uint64(len(sh.log)) - min(r.Length, uint64(len(sh.log)))
-	if s.partitioned(sh) || s.r.Float64() < s.sc.reportLoss {
+	if s.partitioned(sh) || (s.faulty() && s.r.Float64() < s.sc.reportLoss) {
 		s.stats.lostReports++
 		return
 	}
@@ -119,7 +119,7 @@ func (sh *shard) sendReport() {
 		delay += sh.straggleExtra
 	}
 	copies := 1
-	if s.r.Float64() < s.sc.reportDup {
+	if s.faulty() && s.r.Float64() < s.sc.reportDup {
 		copies = 2 // resent on a reconnected heartbeat stream
 	}
 	for range copies {
@@ -202,6 +202,7 @@ func (sh *shard) stream(items []spec.Item[int64]) {
 	if len(items) == 0 {
 		return
 	}
+	items = s.plantInStream(items)
 	sh.hist = append(sh.hist, items...)
 	if len(sh.hist) > histMax {
 		sh.hist = slices.Clone(sh.hist[len(sh.hist)-histKeep:])
@@ -248,4 +249,31 @@ func (sh *shard) broadcast(add func(*subMsg)) {
 func (sh *shard) fail() {
 	sh.alive, sh.accepting = false, false
 	sh.s.tracef("shard %d fails (stored %d, durable %d)", sh.id, len(sh.log), sh.durable)
+}
+
+// plantInStream plants a swap or a drop in items, once.
+func (s *cluster) plantInStream(items []spec.Item[int64]) []spec.Item[int64] {
+	if s.planted || (s.plant != bugSwap && s.plant != bugDrop) || s.now.Before(s.start.Add(50*time.Millisecond)) {
+		return items
+	}
+	var recs []int
+	for i, it := range items {
+		if it.Skip == 0 {
+			recs = append(recs, i)
+		}
+	}
+	switch {
+	case s.plant == bugSwap && len(recs) >= 2:
+		items = slices.Clone(items)
+		a, b := recs[0], recs[1]
+		items[a].Rec, items[b].Rec = items[b].Rec, items[a].Rec
+	case s.plant == bugDrop && len(recs) >= 1:
+		items = slices.Clone(items)
+		items[recs[0]].Rec, items[recs[0]].Skip = 0, 1
+	default:
+		return items
+	}
+	s.planted = true
+	s.tracef("planted %v in %+v", s.plant, items)
+	return items
 }

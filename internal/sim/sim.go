@@ -117,7 +117,29 @@ type Options struct {
 	Faults Faults
 	// Trace, when set, receives every step of the run.
 	Trace func(string)
+	// plant makes the run misbehave on purpose, so that the tests show
+	// the checks catch it.
+	plant bug
 }
+
+// bug is a mistake a test plants in a run.
+type bug int
+
+const (
+	noBug bug = iota
+	// bugSwap: a shard streams two of its records in each other's place.
+	bugSwap
+	// bugDrop: a shard streams one of its records as a no-op.
+	bugDrop
+	// bugRetryTwice: a client retries an append that was ordered, and a
+	// shard stores it again.
+	bugRetryTwice
+	// bugRevise: a subscriber fails a position it had confirmed.
+	bugRevise
+	// bugEarlyAck: a shard answers an append as soon as it stores it, at
+	// the position it will get, before the cut that orders it commits.
+	bugEarlyAck
+)
 
 // Result is the outcome of one seed.
 type Result struct {
@@ -134,6 +156,13 @@ type Result struct {
 	ShardFailed, SoleHolder bool
 	Fails                   uint64
 	Steps                   uint64
+	// Orphaned says a whole-shard failure found no live shard to fill
+	// its slots (every other shard was gone, leaving or failed): a known
+	// gap of the protocol (control.fillerFor), in which subscribers stall.
+	// Such a run is checked for safety only, not for convergence.
+	Orphaned bool
+	// planted says the bug a test planted struck.
+	planted bool
 }
 
 // Failed reports whether the run found a violation.
@@ -150,12 +179,14 @@ func Run(seed uint64, o Options) Result {
 		o.Mode = Spec
 	}
 	s := newCluster(seed, o.Mode, o.Faults, o.Trace)
+	s.plant = o.plant
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
 	return Result{
 		Seed: seed, Mode: o.Mode, Faults: o.Faults,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
+		Orphaned: s.orphaned, planted: s.planted,
 	}
 }
 
@@ -187,7 +218,9 @@ func RunSeeds(o Options, first uint64, n int) []Result {
 type Tally struct {
 	Seeds, Failing          int
 	ShardFailed, SoleHolder int
-	Fails, Steps            uint64
+	// Orphaned counts the runs checked for safety only (Result.Orphaned).
+	Orphaned     int
+	Fails, Steps uint64
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -205,6 +238,9 @@ func Count(rs []Result) Tally {
 		if r.SoleHolder {
 			t.SoleHolder++
 		}
+		if r.Orphaned {
+			t.Orphaned++
+		}
 		if r.Failed() {
 			t.Failing++
 			t.FailingSeeds = append(t.FailingSeeds, r.Seed)
@@ -215,8 +251,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d Fail events, %d steps",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Fails, t.Steps)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d Fail events, %d steps; %d with orphaned void slots (safety checked only)",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Fails, t.Steps, t.Orphaned)
 }
 
 func (s *cluster) summary() string {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"flag"
+	"strings"
 	"testing"
 )
 
@@ -32,7 +33,7 @@ func TestSeeds(t *testing.T) {
 					continue
 				}
 				shown++
-				t.Errorf("seed %d (%s):\n  %s\nreplay: %s", r.Seed, r.Scenario, joinLines(r.Errs), r.Replay())
+				t.Errorf("seed %d (%s):\n  %s\nreplay: %s", r.Seed, r.Scenario, strings.Join(r.Errs, "\n  "), r.Replay())
 			}
 			t.Logf("%s: %v", m, tally)
 			if show := min(2, n-1); show >= 0 {
@@ -49,13 +50,51 @@ func TestSeeds(t *testing.T) {
 	}
 }
 
-func joinLines(ss []string) string {
-	out := ""
-	for i, s := range ss {
-		if i > 0 {
-			out += "\n  "
-		}
-		out += s
+// TestPlantedBugs plants, in seeds that pass without it, the mistakes the
+// checks exist to catch, and shows that every run the bug struck fails
+// with a violation of the invariant it breaks.
+func TestPlantedBugs(t *testing.T) {
+	cases := []struct {
+		name  string
+		mode  Mode
+		plant bug
+		// want is the invariant a violation must name.
+		want string
+	}{
+		{"a shard swaps two records", Spec, bugSwap, "invariant 1"},
+		{"a shard swaps two records (eager)", Eager, bugSwap, "invariant 1"},
+		{"a shard drops an acknowledged record", Spec, bugDrop, "invariant 1"},
+		{"a retry is stored twice", Eager, bugRetryTwice, "invariant 5"},
+		{"a retry is stored twice (spec)", Spec, bugRetryTwice, "invariant 5"},
+		{"a confirmed position is revised", Spec, bugRevise, "invariant 4"},
+		{"appends are answered before they are ordered", Eager, bugEarlyAck, "invariant 3"},
 	}
-	return out
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			const seeds = 5
+			struck, caught := 0, 0
+			for seed := range uint64(seeds) {
+				if r := Run(seed, Options{Mode: c.mode}); r.Failed() {
+					t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+				}
+				r := Run(seed, Options{Mode: c.mode, plant: c.plant})
+				if !r.planted {
+					continue // the run never gave the bug its chance
+				}
+				struck++
+				for _, e := range r.Errs {
+					if strings.Contains(e, c.want) {
+						caught++
+						if caught == 1 {
+							t.Logf("seed %d: %s", seed, e)
+						}
+						break
+					}
+				}
+			}
+			if struck < seeds-1 || caught < struck {
+				t.Errorf("the planted bug struck in %d of %d seeds and was caught in %d", struck, seeds, caught)
+			}
+		})
+	}
 }

@@ -164,6 +164,10 @@ func (sb *sub) confirm(k uint64) {
 		sb.s.errorf("sub %d: confirm %d beyond what it delivered (%d)", sb.id, k, sb.m.Position())
 	}
 	sb.record(check.SubEvent{Kind: check.Confirm, Pos: k})
+	if s := sb.s; s.plant == bugRevise && !s.planted && k > sb.from+1 && !sb.oneShard && !sb.confirmedOnly {
+		s.planted = true
+		sb.record(check.SubEvent{Kind: check.Fail, Pos: k - 1})
+	}
 }
 
 func (sb *sub) fail(ev spec.Event[int64]) {
@@ -178,6 +182,16 @@ func (sb *sub) fail(ev spec.Event[int64]) {
 		sb.cur[p] = noop
 	}
 	sb.record(check.SubEvent{Kind: check.Fail, Pos: k})
+}
+
+// confirmedEnd returns the last confirmed end the consumer saw.
+func (sb *sub) confirmedEnd() uint64 {
+	for i := len(sb.events) - 1; i >= 0; i-- {
+		if sb.events[i].Kind == check.Confirm {
+			return sb.events[i].Pos
+		}
+	}
+	return 0
 }
 
 // history returns the subscription's history for package check.

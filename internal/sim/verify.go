@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/augur-log/augur/internal/check"
 )
@@ -17,7 +18,13 @@ func (s *cluster) verify() {
 	appends, final := s.history()
 	logs := []check.Log{final}
 	for _, sb := range s.subs {
-		logs = append(logs, sb.log(final.End))
+		end := final.End
+		if s.orphaned {
+			// Subscribers stall at the first orphaned slot: hold them
+			// to what they confirmed.
+			end = min(end, sb.confirmedEnd())
+		}
+		logs = append(logs, sb.log(end))
 	}
 	report := func(err error) {
 		if vs, ok := err.(check.Violations); ok {
@@ -38,7 +45,9 @@ func (s *cluster) verify() {
 	for _, sb := range s.subs {
 		h := sb.history()
 		report(check.Speculation(h, final))
-		report(check.Converged(h, final))
+		if !s.orphaned {
+			report(check.Converged(h, final))
+		}
 	}
 	if len(s.errs) > 0 {
 		return
@@ -87,6 +96,10 @@ func (s *cluster) history() ([]check.Append, check.Log) {
 		if pos, ok := s.orderedAt[int64(id)]; ok {
 			a.Outcome, a.Position, a.Shard = check.Acked, pos, uint32(s.eagerShard[pos])
 			a.Return = s.committedAt[int64(id)].Sub(s.start)
+			if s.plant == bugEarlyAck {
+				a.Return = a.Call + time.Microsecond
+				s.planted = true
+			}
 		} else {
 			a.Return, a.Err = s.now.Sub(s.start), fmt.Errorf("never ordered; %s", s.whereIs(int64(id)))
 		}
