@@ -21,7 +21,7 @@ func TestSeeds(t *testing.T) {
 	}
 	for _, m := range Modes() {
 		t.Run(string(m), func(t *testing.T) {
-			n := *flagSeeds
+			n := min(*flagSeeds, raceSeedsMax)
 			if testing.Short() {
 				n = min(n, 40)
 			}
