@@ -11,17 +11,17 @@ import (
 // mode. A shard is taken for failed when one of its replicas stays silent
 // longer than the failure timeout, comes back with another incarnation
 // (it restarted and lost its state), or its primary reports it broken.
-// Silence counts only from when this leader started leading or first saw
-// the shard, whichever is later: a new leader has heard nobody yet, and a
-// new shard's replicas get a full timeout to start their heartbeats.
+// Silence counts only from when this leader first saw the shard: when it
+// started leading, or when the shard was registered later. A new leader has
+// heard nobody yet, and a new shard's replicas get a full timeout to start
+// their heartbeats.
 type Detector struct {
 	timeout time.Duration
-	// since is when this leader started leading.
-	since time.Time
-	st    *control.State
+	st      *control.State
 	// mv is the shard table version seenAt was last brought up to.
 	mv uint64
-	// seenAt is when each shard first appeared to this leader.
+	// seenAt is when each shard first appeared to this leader: its start
+	// for the shards it found, or the shard's registration.
 	seenAt map[cut.ShardID]time.Time
 	beats  map[string]beat
 	// broken holds the shards a primary reported broken.
@@ -44,7 +44,6 @@ type beat struct {
 func NewDetector(failureTimeout time.Duration, st *control.State, now time.Time) *Detector {
 	d := &Detector{
 		timeout:    failureTimeout,
-		since:      now,
 		seenAt:     map[cut.ShardID]time.Time{},
 		beats:      map[string]beat{},
 		broken:     map[cut.ShardID]bool{},
@@ -120,12 +119,8 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) bool {
 	if d.broken[sh.ID] {
 		return true
 	}
-	quiet := d.since
-	if seen := d.seenAt[sh.ID]; seen.After(quiet) {
-		quiet = seen
-	}
 	for _, r := range sh.Replicas {
-		last := quiet
+		last := d.seenAt[sh.ID]
 		if b, ok := d.beats[r.ID]; ok {
 			if b.incarnation != r.Incarnation {
 				return true

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/merge"
 )
 
 // Item is one entry a shard's subscription stream carries: a record at a
@@ -37,31 +38,19 @@ func (it Item[R]) clip(pos uint64) Item[R] {
 	return it
 }
 
-// EventKind tells what an Event says.
-type EventKind int
+// EventKind tells what an Event says; every mode's merger shares it.
+type EventKind = merge.EventKind
 
 // The kinds of Event.
 const (
 	// EventDeliver hands over the record at Pos.
-	EventDeliver EventKind = iota
+	EventDeliver = merge.EventDeliver
 	// EventConfirm says every position below Pos is final: confirm_spec.
-	EventConfirm
+	EventConfirm = merge.EventConfirm
 	// EventFail says every position at or after Pos delivered so far is
 	// void; deliveries resume at Pos with the correct records: fail_spec.
-	EventFail
+	EventFail = merge.EventFail
 )
-
-func (k EventKind) String() string {
-	switch k {
-	case EventDeliver:
-		return "deliver"
-	case EventConfirm:
-		return "confirm"
-	case EventFail:
-		return "fail"
-	}
-	return "EventKind(?)"
-}
 
 // Event is one step of a subscription, in the order the application must
 // see them.

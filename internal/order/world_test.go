@@ -1,0 +1,77 @@
+package order
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+)
+
+var t0 = time.Unix(1000, 0)
+
+const (
+	tord    = time.Millisecond
+	timeout = time.Second
+)
+
+// world is a committed control state and the Leader that watches it, at a
+// time the test moves by hand.
+type world struct {
+	t   *testing.T
+	st  *control.State
+	l   *Leader
+	now time.Time
+}
+
+// newWorld registers shards with one replica each ("s0", "s1", ...) and
+// then starts a leader with policy p at t0.
+func newWorld(t *testing.T, st *control.State, shards int, p Policy) *world {
+	w := &world{t: t, st: st, now: t0}
+	for i := range shards {
+		st.Apply(control.Command{Register: &control.RegisterCommand{Group: "g",
+			Replicas: []control.Replica{{ID: fmt.Sprintf("s%d", i), Addr: "x", Incarnation: 1}}}})
+	}
+	w.l = NewLeader(p, timeout, st, w.now)
+	return w
+}
+
+func (w *world) after(d time.Duration) { w.now = w.now.Add(d) }
+
+// apply commits cmd; own says the leader proposed it.
+func (w *world) apply(cmd control.Command, own bool) (news bool) {
+	w.st.Apply(cmd)
+	return w.l.Applied(w.st, cmd, own, w.now)
+}
+
+func (w *world) report(shard cut.ShardID, length uint64) bool {
+	return w.l.Report(Report{Shard: shard, Length: length, Records: length}, w.now)
+}
+
+// cuts returns the cut commands among cmds.
+func cuts(cmds []control.Command) []*control.CutCommand {
+	var out []*control.CutCommand
+	for _, c := range cmds {
+		if c.Cut != nil {
+			out = append(out, c.Cut)
+		}
+	}
+	return out
+}
+
+// oneCut returns the only command of out, which must be a cut.
+func (w *world) oneCut(out Output) *control.CutCommand {
+	w.t.Helper()
+	if len(out.Propose) != 1 || out.Propose[0].Cut == nil {
+		w.t.Fatalf("at %v: proposals %+v, want one cut", w.now.Sub(t0), out.Propose)
+	}
+	return out.Propose[0].Cut
+}
+
+func (w *world) none(out Output) {
+	w.t.Helper()
+	if len(out.Propose) != 0 {
+		w.t.Fatalf("at %v: proposed %+v, want nothing", w.now.Sub(t0), out.Propose)
+	}
+}
