@@ -298,3 +298,19 @@ func TestConvergedCatchesMissingCorrection(t *testing.T) {
 	neverFailed.Events = slices.Clone(sub.Events[:6]) // "x" at 4 stays
 	violated(t, "wrong speculation pending", Converged(neverFailed, final), 4)
 }
+
+// TestConvergedOneShard: a subscription of one shard has converged once it
+// confirmed past that shard's last record, though the log goes on.
+func TestConvergedOneShard(t *testing.T) {
+	final := Log{Reader: "cuts", End: 4, Entries: []Entry{
+		{Pos: 0, Shard: 1, Record: "a"}, {Pos: 1, Shard: 0, Record: "b"}, {Pos: 2, Shard: 1, Record: "c"}, {Pos: 3, Shard: 1, Record: "d"},
+	}}
+	sub := Subscription{Name: "shard 0", Shards: []uint32{0}, Events: []SubEvent{
+		{Kind: Deliver, Pos: 1, Shard: 0, Record: "b"}, {Kind: Confirm, Pos: 2},
+	}}
+	if err := Converged(sub, final); err != nil {
+		t.Errorf("Converged: %v", err)
+	}
+	sub.Events = sub.Events[:1]
+	violated(t, "not confirmed past its last record", Converged(sub, final), 4)
+}

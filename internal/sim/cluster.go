@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
@@ -49,6 +51,8 @@ type cluster struct {
 	// recs holds each record's append: its client, first call and name.
 	recs     []recordInfo
 	reroutes int
+	// pbRecs holds each record as eager streams carry it, built once.
+	pbRecs map[int64]*pb.Record
 
 	// failed is the shard the scenario failed, if any; joinRates gives a
 	// joining shard's client rate by name.
@@ -522,3 +526,25 @@ func (s *cluster) pollStatus() {
 func (s *cluster) name(id int64) string { return s.recs[id].name }
 
 func recordName(id int64) string { return "r" + strconv.FormatInt(id, 10) }
+
+// recordID returns the id recordName named.
+func recordID(name string) int64 {
+	id, err := strconv.ParseInt(strings.TrimPrefix(name, "r"), 10, 64)
+	if err != nil {
+		panic("sim: not a record name: " + name)
+	}
+	return id
+}
+
+// pbRecord returns record id as the wire carries it: its name as the key.
+func (s *cluster) pbRecord(id int64) *pb.Record {
+	if s.pbRecs == nil {
+		s.pbRecs = map[int64]*pb.Record{}
+	}
+	r, ok := s.pbRecs[id]
+	if !ok {
+		r = &pb.Record{Key: s.name(id)}
+		s.pbRecs[id] = r
+	}
+	return r
+}

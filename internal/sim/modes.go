@@ -3,8 +3,10 @@ package sim
 import (
 	"time"
 
+	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/merge"
 	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/spec"
 )
@@ -22,8 +24,8 @@ type modeRules interface {
 	policy(sc *scenario) order.Policy
 	// shard returns one shard's behaviour.
 	shard(sh *shard) shardRules
-	// merger returns a subscriber's merger.
-	merger(sb *sub) *spec.Merger[int64]
+	// subscribe gives a subscriber its mode's merger.
+	subscribe(sb *sub)
 	// servesAfterFailure says a failed shard's durable entries stay
 	// readable (their backups serve the streams) rather than voided.
 	servesAfterFailure() bool
@@ -51,11 +53,12 @@ func (specRules) shard(sh *shard) shardRules {
 	return &specShard{sh: sh, adh: spec.NewShard(sh.id, 0, s.sc.fillAfter, s.sc.interval*time.Duration(s.sc.windowCuts), s.now), filled: map[uint64]bool{}}
 }
 
-func (specRules) merger(sb *sub) *spec.Merger[int64] {
+func (specRules) subscribe(sb *sub) {
 	if sb.oneShard {
-		return spec.NewShardMerger[int64](sb.from, sb.confirmedOnly)
+		sb.m = spec.NewShardMerger[int64](sb.from, sb.confirmedOnly)
+		return
 	}
-	return spec.NewMerger[int64](sb.from, sb.confirmedOnly)
+	sb.m = spec.NewMerger[int64](sb.from, sb.confirmedOnly)
 }
 
 func (specRules) servesAfterFailure() bool { return false }
@@ -191,14 +194,16 @@ func (eagerRules) policy(sc *scenario) order.Policy { return order.NewEager(sc.i
 
 func (eagerRules) shard(sh *shard) shardRules { return &eagerShard{sh: sh} }
 
-// merger: an eager subscriber merges committed cuts only. Each shard
-// streams the entries a cut gave it at their positions, after the cut's
-// end, so every delivery is final.
-func (eagerRules) merger(sb *sub) *spec.Merger[int64] {
+// subscribe: an eager subscriber runs the client's eager merger
+// (merge.Eager) over the shards' cut batches; it releases only complete
+// committed cuts, so every delivery is final.
+func (eagerRules) subscribe(sb *sub) {
+	sb.confirmedOnly = true
 	if sb.oneShard {
-		return spec.NewShardMerger[int64](sb.from, true)
+		sb.em = merge.NewEagerShard(sb.from)
+		return
 	}
-	return spec.NewMerger[int64](sb.from, true)
+	sb.em = merge.NewEager(sb.from)
 }
 
 // servesAfterFailure: a cut orders only what every replica holds, so a
@@ -212,32 +217,41 @@ func (eagerRules) dense() bool { return true }
 type eagerShard struct{ sh *shard }
 
 func (x *eagerShard) onState(ev control.Event, snap *control.State) {
-	sh := x.sh
+	sh, s := x.sh, x.sh.s
 	if ev.Cut == nil {
 		return
 	}
-	parts, err := cut.Interleave(sh.knownCut, snap.LastCut)
+	c := snap.LastCut
+	parts, err := cut.Interleave(sh.knownCut, c)
 	if err != nil {
-		sh.s.errorf("shard %d: cut %d after %d: %v", sh.id, snap.LastCut.Index, sh.knownCut.Index, err)
+		s.errorf("shard %d: cut %d after %d: %v", sh.id, c.Index, sh.knownCut.Index, err)
 		return
 	}
-	end := snap.LastCut.End
-	sh.broadcast(func(m *subMsg) { m.confirm = max(m.confirm, end) })
-	var items []spec.Item[int64]
 	for _, p := range parts {
-		if p.Shard != sh.id {
+		if p.Shard != sh.id || p.Count == 0 {
 			continue
 		}
+		// The storage server streams the run the cut gave the shard,
+		// as one batch of the cut, once the cut is committed.
+		items := make([]spec.Item[int64], 0, p.Count)
 		for k := range p.Count {
 			local := p.LocalStart + k
 			if local >= sh.durable {
-				sh.s.errorf("shard %d: cut %d orders entry %d, but only %d are durable", sh.id, snap.LastCut.Index, local, sh.durable)
+				s.errorf("shard %d: cut %d orders entry %d, but only %d are durable", sh.id, c.Index, local, sh.durable)
 				return
 			}
 			items = append(items, spec.Item[int64]{Pos: p.GlobalStart + k, Shard: sh.id, Rec: sh.log[local]})
 		}
+		items = s.plantInStream(items)
+		b := &pb.CutBatch{Cut: c.Index, CutStart: c.Start, CutEnd: c.End, Shard: uint32(sh.id), RunStart: p.GlobalStart, RunCount: p.Count}
+		for _, it := range items {
+			if it.Skip > 0 {
+				continue // only a planted bug drops a record
+			}
+			b.Records = append(b.Records, &pb.LogEntry{Position: it.Pos, Shard: uint32(sh.id), Record: s.pbRecord(it.Rec)})
+		}
+		sh.streamBatch(b)
 	}
-	sh.stream(items)
 }
 
 func (x *eagerShard) stored() {}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/order"
@@ -214,6 +215,19 @@ func (sh *shard) stream(items []spec.Item[int64]) {
 			back := min(len(sh.hist), 1+s.r.IntN(repeatMax))
 			rep := slices.Clone(sh.hist[len(sh.hist)-back:])
 			sh.send(i, func(m *subMsg) { m.items = append(m.items, rep...) })
+		}
+	}
+}
+
+// streamBatch sends an eager cut batch to every subscriber; now and then a
+// stream reconnects and sends it again.
+func (sh *shard) streamBatch(b *pb.CutBatch) {
+	s := sh.s
+	for i := range sh.streams {
+		sh.send(i, func(m *subMsg) { m.batches = append(m.batches, b) })
+		if s.r.Float64() < s.sc.dupProb {
+			s.stats.dupResends++
+			sh.send(i, func(m *subMsg) { m.batches = append(m.batches, b) })
 		}
 	}
 }

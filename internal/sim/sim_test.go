@@ -60,14 +60,20 @@ func TestPlantedBugs(t *testing.T) {
 		plant bug
 		// want is the invariant a violation must name.
 		want string
+		// missable is how many struck runs may pass: an early answer
+		// shows only where a later append got a lower position, which
+		// a quiet stretch of a run may not produce.
+		missable int
 	}{
-		{"a shard swaps two records", Spec, bugSwap, "invariant 1"},
-		{"a shard swaps two records (eager)", Eager, bugSwap, "invariant 1"},
-		{"a shard drops an acknowledged record", Spec, bugDrop, "invariant 1"},
-		{"a retry is stored twice", Eager, bugRetryTwice, "invariant 5"},
-		{"a retry is stored twice (spec)", Spec, bugRetryTwice, "invariant 5"},
-		{"a confirmed position is revised", Spec, bugRevise, "invariant 4"},
-		{"appends are answered before they are ordered", Eager, bugEarlyAck, "invariant 3"},
+		{"a shard swaps two records", Spec, bugSwap, "invariant 1", 0},
+		{"a shard swaps two records (eager)", Eager, bugSwap, "invariant 1", 0},
+		{"a shard drops an acknowledged record", Spec, bugDrop, "invariant 1", 0},
+		{"a shard drops an acknowledged record (eager)", Eager, bugDrop, "invariant 1", 0},
+		{"a retry is stored twice", Eager, bugRetryTwice, "invariant 5", 0},
+		{"a retry is stored twice (spec)", Spec, bugRetryTwice, "invariant 5", 0},
+		{"a confirmed position is revised", Spec, bugRevise, "invariant 4", 0},
+		{"appends are answered before they are ordered", Eager, bugEarlyAck, "invariant 3", 1},
+		{"appends are answered before they are ordered (spec)", Spec, bugEarlyAck, "invariant 3", 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -92,7 +98,7 @@ func TestPlantedBugs(t *testing.T) {
 					}
 				}
 			}
-			if struck < seeds-1 || caught < struck {
+			if struck < seeds-1 || caught < struck-c.missable {
 				t.Errorf("the planted bug struck in %d of %d seeds and was caught in %d", struck, seeds, caught)
 			}
 		})

@@ -9,8 +9,10 @@ import (
 	"slices"
 	"time"
 
+	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/check"
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/merge"
 	"github.com/augur-log/augur/internal/spec"
 )
 
@@ -25,6 +27,8 @@ type subMsg struct {
 	views   []*viewMsg
 	items   []spec.Item[int64]
 	confirm uint64
+	// batches are an eager stream's cut batches.
+	batches []*pb.CutBatch
 }
 
 type viewMsg struct {
@@ -37,9 +41,11 @@ type viewMsg struct {
 const statusPollDelay = 20 * time.Millisecond
 
 type sub struct {
-	s             *cluster
-	id            int
+	s  *cluster
+	id int
+	// m is a speculative subscriber's merger, em an eager one's.
 	m             *spec.Merger[int64]
+	em            merge.Merger
 	confirmedOnly bool
 	from          uint64
 	// oneShard subscribers follow only shard's stream: they check only
@@ -61,12 +67,7 @@ type sub struct {
 	fails    int
 }
 
-func (sb *sub) init() {
-	sb.m = sb.s.rules.merger(sb)
-	if sb.s.mode == Eager {
-		sb.confirmedOnly = true // eager order delivers only what is final
-	}
-}
+func (sb *sub) init() { sb.s.rules.subscribe(sb) }
 
 // mine reports whether position p is one this subscriber delivers.
 func (sb *sub) mine(p uint64) bool {
@@ -76,6 +77,10 @@ func (sb *sub) mine(p uint64) bool {
 func (sb *sub) on(m *subMsg) {
 	s := sb.s
 	if sb.oneShard && m.shard != sb.shard {
+		return
+	}
+	if sb.em != nil {
+		sb.onEager(m)
 		return
 	}
 	for _, v := range m.views {
@@ -104,6 +109,33 @@ func (sb *sub) on(m *subMsg) {
 		sb.m.Add(m.items...)
 	}
 	sb.consume()
+}
+
+// onEager runs an eager stream message through the eager merger. Every
+// delivery is final, and each release of a cut moves the end below which
+// the consumer holds the final order: a Confirm in the history.
+func (sb *sub) onEager(m *subMsg) {
+	s := sb.s
+	if len(m.batches) == 0 {
+		return // the status says nothing an eager stream does not
+	}
+	if err := sb.em.Step(uint32(m.shard), &pb.SubscribeResponse{Batches: m.batches}); err != nil {
+		s.errorf("sub %d: stream of shard %d: %v", sb.id, m.shard, err)
+	}
+	for {
+		ev, ok := sb.em.Next()
+		if !ok {
+			break
+		}
+		if ev.Kind != merge.EventDeliver {
+			s.errorf("sub %d: eager merger emitted %v at %d", sb.id, ev.Kind, ev.Pos)
+			continue
+		}
+		sb.deliver(spec.Event[int64]{Kind: spec.EventDeliver, Pos: ev.Pos, Rec: recordID(ev.Rec.GetKey())})
+	}
+	if end := sb.em.Resume(); end > max(sb.from, sb.confirmedEnd()) {
+		sb.record(check.SubEvent{Kind: check.Confirm, Pos: end})
+	}
 }
 
 func (sb *sub) consume() {
