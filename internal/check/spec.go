@@ -1,6 +1,9 @@
 package check
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+)
 
 // SubEventKind says what a subscription event does.
 type SubEventKind uint8
@@ -66,9 +69,9 @@ type replay struct {
 }
 
 func (r *replay) hold(e Entry) {
-	for uint64(len(r.held)) <= e.Pos {
-		r.held = append(r.held, Entry{})
-		r.has = append(r.has, false)
+	if n := e.Pos + 1; n > uint64(len(r.held)) {
+		r.held = slices.Grow(r.held, int(n)-len(r.held))[:n]
+		r.has = slices.Grow(r.has, int(n)-len(r.has))[:n]
 	}
 	r.held[e.Pos], r.has[e.Pos] = e, true
 }

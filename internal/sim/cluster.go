@@ -119,7 +119,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
 		windowed:    map[cut.ShardID]bool{},
 		cutOff:      map[cut.ShardID]bool{},
 	}
-	s.ld = newLeader(s, s.rules.state(&sc))
+	s.ld = newLeader(s)
 	for i := range sc.subs {
 		sb := &sub{s: s, id: i}
 		if i == 1 && sc.eagerSub {
@@ -137,7 +137,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
 	s.subs = append(s.subs, one)
 	joinRates := map[string]float64{}
 	register := func(name string, quota uint64) {
-		s.ld.propose(control.Command{Register: &control.RegisterCommand{
+		s.ld.operator(control.Command{Register: &control.RegisterCommand{
 			Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}, Quota: quota}})
 	}
 	for i := range sc.shards {
@@ -177,7 +177,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
 			}
 			sh.accepting, sh.leaving = false, true
 			s.tracef("shard %d leaves", sh.id)
-			s.ld.propose(control.Command{Finalize: &control.FinalizeCommand{Shard: sh.id, GraceCuts: leaveGraceCuts}})
+			s.leave(sh)
 		})
 	}
 	if x := sc.straggle; x != nil {
@@ -214,6 +214,21 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
 	s.after(sc.healAt, s.rescue)
 	return s
 }
+
+// leave asks the ordering layer to finalize a leaving shard, and asks
+// again until it is: a request the old leader took may be lost in a
+// failover, and finalizing is idempotent.
+func (s *cluster) leave(sh *shard) {
+	if sh.finalized || s.finals[sh.id] {
+		return
+	}
+	s.ld.operator(control.Command{Finalize: &control.FinalizeCommand{Shard: sh.id, GraceCuts: leaveGraceCuts}})
+	s.after(leaveRetryEvery, func() { s.leave(sh) })
+}
+
+// leaveRetryEvery is how often a leave is asked for again until the shard
+// is finalized.
+const leaveRetryEvery = 50 * time.Millisecond
 
 // leaveGraceCuts is how many more cuts a leaving shard's records may be
 // ordered in (eager order; speculative order ends a leave at a window).
@@ -312,7 +327,7 @@ func (s *cluster) rescue() {
 		name := fmt.Sprintf("rescue%d", s.rescues)
 		s.rescues++
 		s.tracef("no shard takes appends: registering %s", name)
-		s.ld.propose(control.Command{Register: &control.RegisterCommand{
+		s.ld.operator(control.Command{Register: &control.RegisterCommand{
 			Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}}})
 	}
 	if s.now.Before(s.start.Add(s.sc.runFor - s.sc.healAt/2)) {

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/augur-log/augur/internal/control"
@@ -8,95 +10,150 @@ import (
 	"github.com/augur-log/augur/internal/order"
 )
 
-// leader is the ordering layer: the replicated control state behind a
-// simulated Raft commit delay, and the leading replica's order.Leader —
-// the core the ordering server runs — driven the way the server drives it.
+// leader is the ordering layer: the ordering replicas (etcd raft RawNodes,
+// each applying the commands to its own control state) and the leading
+// replica's order.Leader — the core the ordering server runs — driven the
+// way the server drives it.
 type leader struct {
-	s  *cluster
-	st *control.State
-	// l is the leading replica's soft state; nil between leaders.
+	s *cluster
+	// st is the committed control state as the world learns it: each
+	// entry applied once, when the first replica applies it.
+	st         *control.State
+	truthIndex uint64
+	replicas   []*replica
+	raftLinks  map[[2]uint64]*link
+	// committed holds each committed entry's command by index, decoded
+	// once for every replica.
+	committed map[uint64]control.Command
+	// node is the replica whose order.Leader runs and which takes
+	// proposals; nil between leaders.
+	node *replica
 	l    *order.Leader
-	raft link
+	// terms counts leaderships; tag marks the current one's proposals,
+	// seq numbers them.
+	terms int
+	tag   string
+	seq   uint64
+	// queued holds operator commands that wait for a leader.
+	queued []control.Command
 	// watch and fix are each shard's two streams from the leader: the
 	// control events it watches and the lag-fixes on its heartbeat
 	// stream. Each is FIFO; they may overtake each other.
 	watch, fix map[cut.ShardID]*link
-
-	// term counts leader changes; flushAt is when the entries the old
-	// leader left in flight commit.
-	term    int
-	flushAt time.Time
 	// wakeAt is when the step the policy asked for is due (zero: none).
 	wakeAt time.Time
 }
 
-func newLeader(s *cluster, st *control.State) *leader {
-	ld := &leader{s: s, st: st, watch: map[cut.ShardID]*link{}, fix: map[cut.ShardID]*link{}}
-	ld.l = order.NewLeader(s.rules.policy(&s.sc), s.sc.failureTimeout, st, s.now)
+func newLeader(s *cluster) *leader {
+	ld := &leader{s: s, st: s.rules.state(&s.sc), raftLinks: map[[2]uint64]*link{}, committed: map[uint64]control.Command{},
+		watch: map[cut.ShardID]*link{}, fix: map[cut.ShardID]*link{}}
+	ld.replicas = newReplicas(func() *control.State { return s.rules.state(&s.sc) })
+	s.after(0, func() { ld.campaign(0) })
+	s.after(raftTickEvery, ld.tick)
 	s.after(s.sc.failureTimeout/4, ld.detectTick)
 	return ld
 }
 
-// command is a proposal on its way through Raft, with the term of the
-// leader that proposed it.
-func (ld *leader) propose(c control.Command) {
-	s := ld.s
-	at := ld.raft.arrival(s.now, s.uniform(100*time.Microsecond, 400*time.Microsecond))
-	term := ld.term
-	s.at(at, func() { ld.apply(c, term) })
-}
-
-// apply is the ordering server's Raft apply: the command changes the
-// control state, the leader core takes the result, storage servers hear of
-// the change, then the leader steps if something changed.
-func (ld *leader) apply(c control.Command, term int) {
-	s := ld.s
-	if term < ld.term && s.now.Before(ld.flushAt) {
-		// An entry of an old term commits only along with the new
-		// leader's first entry.
-		s.at(ld.flushAt, func() { ld.apply(c, term) })
+// operator proposes a command on behalf of an operator or a client: it
+// waits for a leader if there is none.
+func (ld *leader) operator(c control.Command) {
+	if ld.node == nil {
+		ld.queued = append(ld.queued, c)
 		return
 	}
-	ev, changed := ld.st.Apply(c)
+	if err := ld.propose(c); err != nil {
+		ld.queued = append(ld.queued, c)
+	}
+}
+
+// propose hands a command to the leading replica's raft node.
+func (ld *leader) propose(c control.Command) error {
+	n := ld.node
+	if n == nil {
+		return fmt.Errorf("no leader")
+	}
+	ld.seq++
+	c.ID = fmt.Sprintf("%s-%d", ld.tag, ld.seq)
+	if err := n.rn.Propose(c.Encode()); err != nil {
+		ld.s.tracef("raft %d: propose: %v", n.id, err)
+		return err
+	}
+	ld.ready(n)
+	return nil
+}
+
+// leadership takes raft's word on whether node n leads: a new leader
+// starts a fresh leader core on its own state, as the ordering server
+// does, and proposes what waited for it.
+func (ld *leader) leadership(n *replica, leads bool) {
+	s := ld.s
+	n.leader = leads
+	switch {
+	case leads && ld.node != n && s.now.Before(n.isolatedUntil):
+		// An isolated old leader's view: nobody hears it.
+	case leads && ld.node != n:
+		ld.node = n
+		ld.terms++
+		ld.tag = fmt.Sprintf("n%dl%d", n.id, ld.terms)
+		ld.l = order.NewLeader(s.rules.policy(&s.sc), s.sc.failureTimeout, n.st, s.now)
+		ld.wakeAt = time.Time{}
+		s.tracef("leader: raft %d leads", n.id)
+		q := ld.queued
+		ld.queued = nil
+		for _, c := range q {
+			ld.operator(c)
+		}
+		s.after(0, ld.step)
+	case !leads && ld.node == n:
+		ld.node, ld.l, ld.wakeAt = nil, nil, time.Time{}
+	}
+}
+
+// apply is the ordering server's Raft apply on replica n: the command
+// changes its control state and, on the leader, the leader core takes the
+// result. The first replica to apply an entry tells the world: the truth
+// learns it and the storage servers hear of it.
+func (ld *leader) apply(n *replica, index uint64, c control.Command) {
+	s := ld.s
+	_, changed := n.st.Apply(c)
 	news := false
-	if ld.l != nil {
-		news = ld.l.Applied(ld.st, c, term == ld.term, s.now)
+	lead := n == ld.node && ld.l != nil
+	if lead {
+		news = ld.l.Applied(n.st, c, strings.HasPrefix(c.ID, ld.tag+"-"), s.now)
+		if c.Register != nil {
+			ld.l.Registered(c.Register.Replicas)
+		}
 	}
-	if c.Register != nil && ld.l != nil {
-		ld.l.Registered(c.Register.Replicas)
-	}
-	if changed {
-		snap := ld.st.Clone()
-		s.learn(c, ev, snap)
-		for _, sh := range s.order {
-			if sh.alive || s.rules.servesAfterFailure() {
-				s.deliverWatch(sh, func() { sh.onState(ev, snap) })
+	if index > ld.truthIndex {
+		ld.truthIndex = index
+		if ev, ok := ld.st.Apply(c); ok {
+			snap := ld.st.Clone()
+			s.learn(c, ev, snap)
+			for _, sh := range s.order {
+				if sh.alive || s.rules.servesAfterFailure() {
+					s.deliverWatch(sh, func() { sh.onState(ev, snap) })
+				}
 			}
 		}
 	}
-	if changed || news {
-		ld.step()
+	if lead && (changed || news) {
+		s.after(0, ld.step)
 	}
 }
 
-// failover hands leadership to another ordering replica after an election
-// gap: it starts a fresh leader core from the replicated state, with
-// nothing in flight; entries the old leader proposed still commit.
+// failover cuts the leading replica off from the others for a while; after
+// an election gap another replica campaigns. Entries the old leader
+// proposed may still commit, or be overwritten.
 func (ld *leader) failover(gap time.Duration) {
 	s := ld.s
-	ld.term++
-	ld.l = nil
-	ld.wakeAt = time.Time{}
-	// The old leader's entries in flight commit once the new leader
-	// commits its first entry, a little after the election; the new
-	// leader meanwhile works from the state it applied so far.
-	ld.flushAt = s.now.Add(gap + s.uniform(100*time.Microsecond, 2*time.Millisecond))
-	ld.raft.last = ld.flushAt
-	s.tracef("leader: failover, next leader in %v", gap)
-	s.after(gap, func() {
-		ld.l = order.NewLeader(s.rules.policy(&s.sc), s.sc.failureTimeout, ld.st, s.now)
-		ld.step()
-	})
+	old := ld.node
+	if old == nil {
+		return
+	}
+	old.isolatedUntil = s.now.Add(gap + s.uniform(time.Millisecond, 20*time.Millisecond))
+	ld.node, ld.l, ld.wakeAt = nil, nil, time.Time{}
+	s.tracef("leader: raft %d cut off until %v, election in %v", old.id, old.isolatedUntil.Sub(s.start), gap)
+	s.after(gap, func() { ld.campaign(old.id) })
 }
 
 func linkOf(m map[cut.ShardID]*link, id cut.ShardID) *link {
@@ -115,7 +172,8 @@ func (ld *leader) step() {
 	if ld.l == nil {
 		return // between leaders
 	}
-	out := ld.l.Step(s.now)
+	l := ld.l
+	out := l.Step(s.now)
 	for _, c := range out.Propose {
 		switch {
 		case c.Window != nil:
@@ -128,7 +186,9 @@ func (ld *leader) step() {
 		case c.Finalize != nil:
 			s.tracef("leader: shard %d suspected", c.Finalize.Shard)
 		}
-		ld.propose(c)
+		if err := ld.propose(c); err != nil && ld.l == l {
+			l.Failed(c)
+		}
 	}
 	for _, g := range out.LagFixes {
 		for _, f := range g.Lengths {
@@ -137,13 +197,12 @@ func (ld *leader) step() {
 	}
 	s.stats.lagFixes += out.Stats.LagFixes
 	s.stats.quotaChanges += out.Stats.QuotaChanges
-	if out.Wake > 0 {
+	if out.Wake > 0 && ld.l == l {
 		at := s.now.Add(out.Wake)
 		if ld.wakeAt.IsZero() || at.Before(ld.wakeAt) {
 			ld.wakeAt = at
-			term := ld.term
 			s.at(at, func() {
-				if ld.term == term && ld.wakeAt.Equal(at) {
+				if ld.l == l && ld.wakeAt.Equal(at) {
 					ld.wakeAt = time.Time{}
 					ld.step()
 				}
@@ -192,7 +251,7 @@ func (ld *leader) detectTick() {
 	if ld.l != nil {
 		for _, id := range ld.l.Detect(s.now) {
 			s.tracef("leader: shard %d silent, finalizing it", id)
-			ld.propose(control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
+			_ = ld.propose(control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
 		}
 		ld.step()
 	}

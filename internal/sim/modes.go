@@ -87,11 +87,12 @@ func (x *specShard) onState(ev control.Event, snap *control.State) {
 			continue
 		}
 		x.filled[v.View] = true
+		// The void lists the slots: the windows that located them may be
+		// gone from the state by the time a later failure hands them to a
+		// new filler.
 		var items []spec.Item[int64]
-		for _, w := range snap.Spec.Windows {
-			for _, rg := range voidRanges(w, v.Shard, v.From) {
-				items = append(items, spec.Item[int64]{Pos: rg.Start, Shard: sh.id, Skip: rg.Count})
-			}
+		for _, rg := range v.Slots {
+			items = append(items, spec.Item[int64]{Pos: rg.Start, Shard: sh.id, Skip: rg.Count})
 		}
 		s.tracef("shard %d fills the slots of shard %d: %d runs", sh.id, v.Shard, len(items))
 		sh.stream(items)

@@ -1,9 +1,10 @@
-// Package sim is the seeded whole-cluster simulator: one ordering leader
-// (the order.Leader core the ordering server runs, behind a simulated Raft
-// commit delay and leader failovers), shards that join, leave, burst,
-// straggle, fail and get cut off (spec.Shard in speculative order, Scalog
-// reports in eager order), clients that append and retry, and subscribers
-// that merge the shards' streams (spec.Merger), all in one goroutine on a
+// Package sim is the seeded whole-cluster simulator: three ordering
+// replicas (etcd raft RawNodes, driven deterministically, with leader
+// failovers) whose leader runs the order.Leader core the ordering server
+// runs; shards that join, leave, burst, straggle, fail and get cut off
+// (spec.Shard in speculative order, Scalog reports in eager order);
+// clients that append and retry; and subscribers that merge the shards'
+// streams (spec.Merger, merge.Eager). All of it runs in one goroutine on a
 // simulated clock and network, driven by one seed. Each run ends with the
 // invariant checkers of package check over its history; a failing seed
 // replays exactly.
