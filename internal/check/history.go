@@ -148,7 +148,8 @@ func (l *Log) at(pos uint64) (Entry, bool) {
 
 // Violation is one broken invariant.
 type Violation struct {
-	// Invariant is the number of the rule in DESIGN.md's list.
+	// Invariant is the number of the rule in DESIGN.md's list; 0 for
+	// Returned's policy that every operation completes.
 	Invariant int
 	// Reader is whose view shows it, if one reader's.
 	Reader string
@@ -160,10 +161,14 @@ type Violation struct {
 }
 
 func (v Violation) String() string {
-	if v.Reader != "" {
-		return fmt.Sprintf("invariant %d: %s: %s", v.Invariant, v.Reader, v.Msg)
+	rule := fmt.Sprintf("invariant %d", v.Invariant)
+	if v.Invariant == 0 {
+		rule = "completion" // Returned's policy, not one of DESIGN.md's rules
 	}
-	return fmt.Sprintf("invariant %d: %s", v.Invariant, v.Msg)
+	if v.Reader != "" {
+		return fmt.Sprintf("%s: %s: %s", rule, v.Reader, v.Msg)
+	}
+	return fmt.Sprintf("%s: %s", rule, v.Msg)
 }
 
 // reportedMax bounds how many violations an error message lists; the
