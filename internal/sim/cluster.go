@@ -533,7 +533,7 @@ func (s *cluster) pollStatus() {
 			s.stats.lostPolls++
 			continue
 		}
-		s.after(statusPollDelay, func() { sb.on(&subMsg{shard: sb.shard, views: views, confirm: end}) })
+		s.after(statusPollDelay, func() { sb.on(&subMsg{shard: sb.shard, views: views, confirm: end, status: true}) })
 	}
 }
 

@@ -53,12 +53,10 @@ func (specRules) shard(sh *shard) shardRules {
 	return &specShard{sh: sh, adh: spec.NewShard(sh.id, 0, s.sc.fillAfter, s.sc.interval*time.Duration(s.sc.windowCuts), s.now), filled: map[uint64]bool{}}
 }
 
+// subscribe: a speculative subscriber runs the client's speculative
+// merger (spec.StreamMerger) over the shards' streams and status polls.
 func (specRules) subscribe(sb *sub) {
-	if sb.oneShard {
-		sb.m = spec.NewShardMerger[int64](sb.from, sb.confirmedOnly)
-		return
-	}
-	sb.m = spec.NewMerger[int64](sb.from, sb.confirmedOnly)
+	sb.em = spec.NewStreamMerger(sb.from, sb.confirmedOnly, sb.oneShard)
 }
 
 func (specRules) servesAfterFailure() bool { return false }

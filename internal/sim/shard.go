@@ -44,6 +44,8 @@ type shard struct {
 	// partitionedUntil is when the shard's partition from the leader
 	// heals.
 	partitionedUntil time.Time
+	// view is the last view the shard heard of.
+	view uint64
 }
 
 // shardRules is a mode's shard behaviour: what a storage server of that
@@ -93,6 +95,9 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 func (sh *shard) onState(ev control.Event, snap *control.State) {
 	if !sh.alive && !sh.s.rules.servesAfterFailure() {
 		return
+	}
+	if v := ev.View; v != nil {
+		sh.view = max(sh.view, v.View)
 	}
 	if v := ev.View; v != nil && sh.alive {
 		vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Void.Shard}
@@ -249,6 +254,7 @@ func (sh *shard) send(i int, add func(*subMsg)) {
 			sb.on(m)
 		})
 	}
+	st.pending.view = max(st.pending.view, sh.view)
 	add(st.pending)
 }
 

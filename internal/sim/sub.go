@@ -23,10 +23,14 @@ import (
 // entries it sent before one are valid in the new view too (a live
 // shard's positions do not change), so they may follow it.
 type subMsg struct {
-	shard   cut.ShardID
+	shard cut.ShardID
+	// view is the view the shard was in when it sent the message.
+	view    uint64
 	views   []*viewMsg
 	items   []spec.Item[int64]
 	confirm uint64
+	// status says the message is a status poll, not a stream's.
+	status bool
 	// batches are an eager stream's cut batches.
 	batches []*pb.CutBatch
 }
@@ -43,8 +47,8 @@ const statusPollDelay = 20 * time.Millisecond
 type sub struct {
 	s  *cluster
 	id int
-	// m is a speculative subscriber's merger, em an eager one's.
-	m             *spec.Merger[int64]
+	// em is the client's merger of the mode: merge.Eager, or
+	// spec.StreamMerger around spec.Merger.
 	em            merge.Merger
 	confirmedOnly bool
 	from          uint64
@@ -60,6 +64,8 @@ type sub struct {
 	events []check.SubEvent
 	// at is when each delivery came, by event index, for the statistics.
 	at []time.Time
+	// view is the last view the consumer heard of.
+	view uint64
 	// mustFail is set when a view change voided deliveries: the next event
 	// must be Fail at failAt.
 	mustFail bool
@@ -75,26 +81,35 @@ func (sb *sub) mine(p uint64) bool {
 }
 
 func (sb *sub) on(m *subMsg) {
-	s := sb.s
 	if sb.oneShard && m.shard != sb.shard {
 		return
 	}
-	if sb.em != nil {
+	if sb.s.mode == Eager {
 		sb.onEager(m)
 		return
 	}
-	for _, v := range m.views {
-		before := sb.m.View()
-		sb.m.ViewChange(v.view, v.cgp, v.failed)
-		if sb.m.View() != before {
-			// Anything delivered at or after confirmed-gp must fail.
-			for p := v.cgp; p < uint64(len(sb.cur)); p++ {
-				if sb.cur[p] != noop {
-					sb.mustFail, sb.failAt = true, v.cgp
-					break
-				}
+	sb.onSpec(m)
+}
+
+// onSpec runs a speculative stream message, or a status poll, through the
+// client's speculative merger as the wire carries it: each view change in
+// a response of its own, then the confirmed end and the entries.
+func (sb *sub) onSpec(m *subMsg) {
+	s := sb.s
+	for i, v := range m.views {
+		if v.view <= sb.view {
+			continue
+		}
+		sb.newView(v, m.shard)
+		vc := &pb.ViewChange{View: v.view, ConfirmedGp: v.cgp, FailedShard: uint32(v.failed)}
+		if m.status {
+			st := &pb.StatusResponse{Spec: &pb.SpecState{}}
+			for _, w := range m.views[:i+1] {
+				st.Spec.Void = append(st.Spec.Void, &pb.ViewChange{View: w.view, ConfirmedGp: w.cgp, FailedShard: uint32(w.failed)})
 			}
-			s.tracef("sub %d: view %d from shard %d (cgp %d, failed %d), must fail %v", sb.id, v.view, m.shard, v.cgp, v.failed, sb.mustFail)
+			sb.em.Observe(st)
+		} else {
+			sb.step(m.shard, &pb.SubscribeResponse{ViewChange: vc, View: v.view})
 		}
 		sb.consume()
 		if sb.mustFail {
@@ -102,37 +117,52 @@ func (sb *sub) on(m *subMsg) {
 			sb.mustFail = false
 		}
 	}
-	if m.confirm > 0 {
-		sb.m.Confirm(m.confirm)
+	if m.status {
+		sb.em.Observe(&pb.StatusResponse{Tail: m.confirm, Spec: &pb.SpecState{}})
+		sb.consume()
+		return
 	}
-	if len(m.items) > 0 {
-		sb.m.Add(m.items...)
+	r := &pb.SubscribeResponse{Confirmed: m.confirm, View: m.view}
+	for _, it := range m.items {
+		e := &pb.SpecEntry{Position: it.Pos, Shard: uint32(it.Shard), Skip: it.Skip}
+		if it.Skip == 0 {
+			e.Record = s.pbRecord(it.Rec)
+		}
+		r.Entries = append(r.Entries, e)
 	}
+	sb.step(m.shard, r)
 	sb.consume()
 }
 
-// onEager runs an eager stream message through the eager merger. Every
-// delivery is final, and each release of a cut moves the end below which
-// the consumer holds the final order: a Confirm in the history.
+// newView notes a view change the consumer is about to hear: anything it
+// holds at or after confirmed-gp must fail.
+func (sb *sub) newView(v *viewMsg, from cut.ShardID) {
+	sb.view = v.view
+	for p := v.cgp; p < uint64(len(sb.cur)); p++ {
+		if sb.cur[p] != noop {
+			sb.mustFail, sb.failAt = true, v.cgp
+			break
+		}
+	}
+	sb.s.tracef("sub %d: view %d from shard %d (cgp %d, failed %d), must fail %v", sb.id, v.view, from, v.cgp, v.failed, sb.mustFail)
+}
+
+func (sb *sub) step(shard cut.ShardID, r *pb.SubscribeResponse) {
+	if err := sb.em.Step(uint32(shard), r); err != nil {
+		sb.s.errorf("sub %d: stream of shard %d: %v", sb.id, shard, err)
+	}
+}
+
+// onEager runs an eager stream message through the client's eager
+// merger. Every delivery is final, and each release of a cut moves the
+// end below which the consumer holds the final order: a Confirm in the
+// history.
 func (sb *sub) onEager(m *subMsg) {
-	s := sb.s
 	if len(m.batches) == 0 {
 		return // the status says nothing an eager stream does not
 	}
-	if err := sb.em.Step(uint32(m.shard), &pb.SubscribeResponse{Batches: m.batches}); err != nil {
-		s.errorf("sub %d: stream of shard %d: %v", sb.id, m.shard, err)
-	}
-	for {
-		ev, ok := sb.em.Next()
-		if !ok {
-			break
-		}
-		if ev.Kind != merge.EventDeliver {
-			s.errorf("sub %d: eager merger emitted %v at %d", sb.id, ev.Kind, ev.Pos)
-			continue
-		}
-		sb.deliver(spec.Event[int64]{Kind: spec.EventDeliver, Pos: ev.Pos, Rec: recordID(ev.Rec.GetKey())})
-	}
+	sb.step(m.shard, &pb.SubscribeResponse{Batches: m.batches})
+	sb.consume()
 	if end := sb.em.Resume(); end > max(sb.from, sb.confirmedEnd()) {
 		sb.record(check.SubEvent{Kind: check.Confirm, Pos: end})
 	}
@@ -141,45 +171,41 @@ func (sb *sub) onEager(m *subMsg) {
 func (sb *sub) consume() {
 	s := sb.s
 	for {
-		ev, ok := sb.m.Next()
+		ev, ok := sb.em.Next()
 		if !ok {
 			return
 		}
 		if sb.mustFail {
-			if ev.Kind != spec.EventFail || ev.Pos != sb.failAt {
+			if ev.Kind != merge.EventFail || ev.Pos != sb.failAt {
 				s.errorf("sub %d: after a view change %v at %d, want fail at %d", sb.id, ev.Kind, ev.Pos, sb.failAt)
 			}
 			sb.mustFail = false
 		}
 		switch ev.Kind {
-		case spec.EventDeliver:
+		case merge.EventDeliver:
 			sb.deliver(ev)
-		case spec.EventConfirm:
+		case merge.EventConfirm:
 			sb.confirm(ev.Pos)
-		case spec.EventFail:
+		case merge.EventFail:
 			sb.fail(ev)
 		}
 	}
 }
 
-func (sb *sub) deliver(ev spec.Event[int64]) {
+func (sb *sub) deliver(ev merge.Event) {
 	s := sb.s
-	p := ev.Pos
+	p, rec := ev.Pos, recordID(ev.Rec.GetKey())
 	if ev.View > uint64(len(s.views)) {
 		s.errorf("sub %d: delivery in view %d while the cluster is in view %d", sb.id, ev.View, len(s.views))
 	}
 	if !sb.mine(p) && p < uint64(len(s.eager)) {
-		s.errorf("sub %d: delivered %d at %d, which shard %d holds", sb.id, ev.Rec, p, s.eagerShard[p])
+		s.errorf("sub %d: delivered %d at %d, which shard %d holds", sb.id, rec, p, s.eagerShard[p])
 	}
 	for uint64(len(sb.cur)) <= p {
 		sb.cur = append(sb.cur, noop)
 	}
-	sb.cur[p] = ev.Rec
-	shard := sb.shard
-	if !sb.oneShard && p < uint64(len(s.eagerShard)) {
-		shard = s.eagerShard[p]
-	}
-	sb.record(check.SubEvent{Kind: check.Deliver, Pos: p, Shard: uint32(shard), Record: s.name(ev.Rec), Speculative: ev.Speculative})
+	sb.cur[p] = rec
+	sb.record(check.SubEvent{Kind: check.Deliver, Pos: p, Shard: ev.Shard, Record: s.name(rec), Speculative: ev.Speculative})
 	s.stats.delivered++
 	if ev.Speculative {
 		s.stats.specDeliveries++
@@ -192,8 +218,8 @@ func (sb *sub) record(ev check.SubEvent) {
 }
 
 func (sb *sub) confirm(k uint64) {
-	if k > sb.m.Position() && !sb.oneShard {
-		sb.s.errorf("sub %d: confirm %d beyond what it delivered (%d)", sb.id, k, sb.m.Position())
+	if k > sb.em.Resume() && !sb.oneShard {
+		sb.s.errorf("sub %d: confirm %d beyond what it delivered (%d)", sb.id, k, sb.em.Resume())
 	}
 	sb.record(check.SubEvent{Kind: check.Confirm, Pos: k})
 	if s := sb.s; s.plant == bugRevise && !s.planted && k > sb.from+1 && !sb.oneShard && !sb.confirmedOnly {
@@ -202,7 +228,7 @@ func (sb *sub) confirm(k uint64) {
 	}
 }
 
-func (sb *sub) fail(ev spec.Event[int64]) {
+func (sb *sub) fail(ev merge.Event) {
 	s := sb.s
 	k := ev.Pos
 	sb.fails++
