@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,14 +19,40 @@ type op struct {
 	rec      *pb.Record
 	shard    uint32
 	explicit bool
-	done     func(Ack, error)
-	once     sync.Once
+	// ctx is the caller's: the client looks for a shard for o, and settles
+	// o after a broken connection, only while it has not ended.
+	ctx  context.Context
+	done func(Ack, error)
+	once sync.Once
 	// sent is set once an append stream took o: from then on a server may
 	// have stored it.
 	sent atomic.Bool
+	// placement says whether o waits in place for a live shard. Whoever
+	// moves it on from placeWaiting owns o's fate: place, to send o; or
+	// abandon, to fail o, which was certainly not stored.
+	placement atomic.Int32
 }
 
+// The placements of an op.
+const (
+	// placeNone: o went to a shard without waiting.
+	placeNone int32 = iota
+	// placeWaiting: o waits in place for a live shard.
+	placeWaiting
+	// placeSent: place found a shard and sent o there.
+	placeSent
+	// placeFailed: o failed without a shard; its answer is given at once.
+	placeFailed
+)
+
 func (o *op) finish(a Ack, err error) { o.once.Do(func() { o.done(a, err) }) }
+
+// abandon fails o with err if o still waits for a live shard.
+func (o *op) abandon(err error) {
+	if o.placement.CompareAndSwap(placeWaiting, placeFailed) {
+		o.finish(Ack{}, err)
+	}
+}
 
 // Append appends rec to a shard chosen by the placement policy and returns
 // once the record holds a global position.
@@ -45,11 +72,20 @@ func (c *Client) appendWait(ctx context.Context, rec Record, shard uint32, expli
 		err error
 	}
 	ch := make(chan result, 1)
-	c.appendAsync(ctx, rec, shard, explicit, func(a Ack, err error) { ch <- result{a, err} })
+	o := c.appendAsync(ctx, rec, shard, explicit, func(a Ack, err error) { ch <- result{a, err} })
 	select {
 	case r := <-ch:
 		return r.a, r.err
 	case <-ctx.Done():
+		if o != nil {
+			o.abandon(fmt.Errorf("augur: append not placed: %w: %w", ErrNoLiveShard, ctx.Err()))
+			if o.placement.Load() == placeFailed {
+				// o never found a live shard, so it was certainly not
+				// stored; whoever failed it is answering through ch.
+				r := <-ch
+				return r.a, r.err
+			}
+		}
 		// The append may still be ordered later; the caller gave up waiting.
 		return Ack{}, ctx.Err()
 	}
@@ -57,30 +93,34 @@ func (c *Client) appendWait(ctx context.Context, rec Record, shard uint32, expli
 
 // AppendAsync queues rec and calls done once it is acknowledged or failed;
 // it blocks only while InflightMax appends are in flight. done runs on one
-// of the client's goroutines and must not block.
+// of the client's goroutines and must not block. An append that waits for
+// a live shard, or for the client to settle it after its connection broke,
+// fails once ctx ends.
 func (c *Client) AppendAsync(ctx context.Context, rec Record, done func(Ack, error)) {
 	c.appendAsync(ctx, rec, 0, false, done)
 }
 
-func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, explicit bool, done func(Ack, error)) {
+// appendAsync returns the op it queued, or nil when it failed at once.
+func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, explicit bool, done func(Ack, error)) *op {
 	if err := c.checkRecord(rec); err != nil {
 		done(Ack{}, err)
-		return
+		return nil
 	}
 	select {
 	case c.inflight <- struct{}{}:
 	case <-ctx.Done():
 		done(Ack{}, ctx.Err())
-		return
+		return nil
 	case <-c.closedCh:
 		done(Ack{}, ErrClosed)
-		return
+		return nil
 	}
 	o := &op{
 		seq:      c.seq.Add(1),
 		rec:      &pb.Record{Key: rec.Key, Tags: rec.Tags, Payload: rec.Payload},
 		shard:    shard,
 		explicit: explicit,
+		ctx:      ctx,
 	}
 	o.done = func(a Ack, err error) {
 		<-c.inflight
@@ -90,23 +130,26 @@ func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, expl
 		id, err := c.pickShard(o.rec, 0, false)
 		if err != nil {
 			// The shard table may be stale (a replica that lags, a group
-			// re-forming): wait for a live shard.
+			// re-forming): wait for a live shard, as long as ctx lets.
+			o.placement.Store(placeWaiting)
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
 				c.place(o, false, err)
 			}()
-			return
+			return o
 		}
 		o.shard = id
 	}
 	c.send(o)
+	return o
 }
 
 func (c *Client) checkRecord(rec Record) error {
 	n := len(rec.Payload) + len(rec.Key)
 	for _, t := range rec.Tags {
-		n += len(t)
+		// Each tag counts with its length prefix, as the server counts it.
+		n += (bits.Len64(uint64(len(t))|1)+6)/7 + len(t)
 	}
 	switch {
 	case len(rec.Payload) == 0:
@@ -120,7 +163,7 @@ func (c *Client) checkRecord(rec Record) error {
 // send hands o to the connection of its shard's primary.
 func (c *Client) send(o *op) {
 	for {
-		sc, err := c.shardConn(o.shard)
+		sc, err := c.shardConn(o.ctx, o.shard)
 		if errors.Is(err, ErrClosed) {
 			o.finish(Ack{}, err)
 			return
@@ -143,8 +186,9 @@ func (c *Client) send(o *op) {
 	}
 }
 
-// shardConn returns the append connection of shard, opening it if needed.
-func (c *Client) shardConn(shard uint32) (*shardConn, error) {
+// shardConn returns the append connection of shard, opening it if needed;
+// ctx bounds the look-up of a shard the client does not know yet.
+func (c *Client) shardConn(ctx context.Context, shard uint32) (*shardConn, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -157,7 +201,7 @@ func (c *Client) shardConn(shard uint32) (*shardConn, error) {
 	c.mu.Unlock()
 	info := c.shardInfo(shard)
 	if info == nil {
-		if _, err := c.refresh(context.Background()); err != nil {
+		if _, err := c.refresh(ctx); err != nil {
 			return nil, err
 		}
 		if info = c.shardInfo(shard); info == nil {
@@ -179,8 +223,10 @@ func (c *Client) shardConn(shard uint32) (*shardConn, error) {
 	if sc, ok := c.shards[shard]; ok {
 		return sc, nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := pb.NewLogClient(cc).Append(ctx)
+	// The stream carries every caller's appends to the shard, so it lives
+	// as long as the client, not as any one caller's ctx.
+	sctx, cancel := context.WithCancel(c.ctx)
+	stream, err := pb.NewLogClient(cc).Append(sctx)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -362,17 +408,28 @@ func (sc *shardConn) fail() {
 // recover settles appends whose connection broke before they were answered.
 // While the shard is live they are re-sent to it (its primary drops the
 // duplicates); once it is finalized, the surviving replicas say which were
-// ordered, and the rest go to another shard.
+// ordered, and the rest go to another shard. It works only for appends
+// whose callers still wait: one whose ctx ended fails with its ctx's error.
 func (c *Client) recover(shard uint32, ops map[uint64]*op) {
+	ctx, cancel := c.untilAbandoned(ops)
+	defer cancel()
 	var unanswered time.Time // since when no replica of the finalized shard answers
 	for len(ops) > 0 {
-		if err := c.pause(context.Background()); err != nil {
-			for _, o := range ops {
-				o.finish(Ack{}, err)
-			}
+		dropAbandoned(shard, ops)
+		if len(ops) == 0 {
 			return
 		}
-		st, err := c.refresh(context.Background())
+		if err := c.pause(ctx); err != nil {
+			if c.ctx.Err() != nil {
+				for _, o := range ops {
+					o.finish(Ack{}, ErrClosed)
+				}
+				return
+			}
+			// Every caller gave up: the loop drops their appends.
+			continue
+		}
+		st, err := c.refresh(ctx)
 		if err != nil {
 			continue
 		}
@@ -390,7 +447,7 @@ func (c *Client) recover(shard uint32, ops map[uint64]*op) {
 			return
 		}
 		if info.State != pb.ShardState_SHARD_FINALIZED {
-			sc, err := c.shardConn(shard)
+			sc, err := c.shardConn(ctx, shard)
 			if err != nil {
 				continue
 			}
@@ -417,7 +474,7 @@ func (c *Client) recover(shard uint32, ops map[uint64]*op) {
 		if len(ops) == 0 {
 			return
 		}
-		if c.resolve(info, ops) {
+		if c.resolve(ctx, info, ops) {
 			unanswered = time.Time{}
 			continue
 		}
@@ -436,9 +493,50 @@ func (c *Client) recover(shard uint32, ops map[uint64]*op) {
 	}
 }
 
+// untilAbandoned returns a context that ends once the caller of every op in
+// ops has given up (its ctx ended) or the client closes: how long recover
+// may keep working for them.
+func (c *Client) untilAbandoned(ops map[uint64]*op) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	// One watch per op, not per distinct ctx: a caller's ctx need not be
+	// comparable.
+	var waiting atomic.Int64
+	waiting.Store(int64(len(ops)))
+	stops := make([]func() bool, 0, len(ops))
+	for _, o := range ops {
+		stops = append(stops, context.AfterFunc(o.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		}))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// dropAbandoned fails the ops of shard whose callers gave up waiting.
+func dropAbandoned(shard uint32, ops map[uint64]*op) {
+	for seq, o := range ops {
+		err := o.ctx.Err()
+		if err == nil {
+			continue
+		}
+		delete(ops, seq)
+		if o.sent.Load() {
+			o.finish(Ack{}, fmt.Errorf("augur: append to shard %d unanswered when the caller gave up; it may still be ordered: %w", shard, err))
+		} else {
+			o.finish(Ack{}, fmt.Errorf("augur: append to shard %d not sent before the caller gave up: %w", shard, err))
+		}
+	}
+}
+
 // resolve asks a finalized shard's replicas about ops and settles every op
 // they answer for. It reports whether any replica answered.
-func (c *Client) resolve(info *pb.ShardInfo, ops map[uint64]*op) bool {
+func (c *Client) resolve(ctx context.Context, info *pb.ShardInfo, ops map[uint64]*op) bool {
 	if info.FinalLength == 0 {
 		// Nothing of the shard was ever ordered; a replica may not even
 		// have a copy to ask.
@@ -458,8 +556,8 @@ func (c *Client) resolve(info *pb.ShardInfo, ops map[uint64]*op) bool {
 		if err != nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-		resp, err := pb.NewLogClient(cc).Resolve(ctx, &pb.ResolveRequest{ClusterId: c.cfg.ClusterID, Shard: info.Id, ClientId: c.clientID, Seqs: seqs})
+		rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		resp, err := pb.NewLogClient(cc).Resolve(rctx, &pb.ResolveRequest{ClusterId: c.cfg.ClusterID, Shard: info.Id, ClientId: c.clientID, Seqs: seqs})
 		cancel()
 		if err != nil {
 			continue
@@ -494,23 +592,38 @@ func (c *Client) reroute(o *op, why error) {
 		o.finish(Ack{}, fmt.Errorf("augur: append to shard %d not ordered: %w", o.shard, why))
 		return
 	}
+	o.placement.Store(placeWaiting)
 	c.place(o, true, why)
 }
 
-// place sends o to a live shard (other than its current one, with skip),
-// waiting until one exists or the client closes.
+// place sends o, which waits with placeWaiting, to a live shard (other than
+// its current one, with skip); why says why o needs one. It waits until one
+// exists, o's caller gives up or the client closes; then o fails with what
+// the last look found (ErrNoLiveShard, or why the shard table could not be
+// read).
 func (c *Client) place(o *op, skip bool, why error) {
 	old := o.shard
+	// reason is why o has no shard yet: why, until a look that o's
+	// caller's deadline did not cut short tells more.
+	reason := why
 	for {
-		if _, err := c.refresh(context.Background()); err == nil {
-			if id, err := c.pickShard(o.rec, old, skip); err == nil {
+		_, err := c.refresh(o.ctx)
+		if err == nil {
+			var id uint32
+			if id, err = c.pickShard(o.rec, old, skip); err == nil {
+				if !o.placement.CompareAndSwap(placeWaiting, placeSent) {
+					return // abandoned: its caller gave up
+				}
 				o.shard = id
 				c.send(o)
 				return
 			}
 		}
-		if err := c.pause(context.Background()); err != nil {
-			o.finish(Ack{}, errors.Join(err, why))
+		if o.ctx.Err() == nil {
+			reason = err
+		}
+		if perr := c.pause(o.ctx); perr != nil {
+			o.abandon(fmt.Errorf("augur: append not placed: %w: %w", reason, perr))
 			return
 		}
 	}

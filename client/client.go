@@ -53,6 +53,11 @@ type Client struct {
 	closed     bool
 	closedCh   chan struct{}
 	wg         sync.WaitGroup
+	// ctx bounds the work the client does on its own behalf, which outlives
+	// any one call: append streams shared by every caller and background
+	// refreshes. Close cancels it (stop).
+	ctx  context.Context
+	stop context.CancelFunc
 }
 
 // Dial connects to a cluster through its ordering replicas.
@@ -80,6 +85,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		shards:   map[uint32]*shardConn{},
 		closedCh: make(chan struct{}),
 	}
+	// The client's own lifetime is the root of the work it does for no
+	// single caller; it is not any caller's ctx, which may end sooner.
+	c.ctx, c.stop = context.WithCancel(context.Background())
 	for c.clientID == 0 {
 		c.clientID = rand.Uint64()
 	}
@@ -102,6 +110,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	close(c.closedCh)
+	c.stop()
 	shards := c.shards
 	c.shards = map[uint32]*shardConn{}
 	c.mu.Unlock()
@@ -220,7 +229,7 @@ func (c *Client) noteMembership(version uint64) {
 	}
 	go func() {
 		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+		ctx, cancel := context.WithTimeout(c.ctx, rpcTimeout)
 		defer cancel()
 		c.refresh(ctx)
 		c.mu.Lock()

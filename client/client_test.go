@@ -204,6 +204,90 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	}
 }
 
+// startClusterWithoutLiveShard runs a cluster of one shard whose backup
+// has failed: the failure finalized the shard, and its primary cannot form
+// a new one without the backup, so no shard takes appends.
+func startClusterWithoutLiveShard(t *testing.T) *client.Client {
+	t.Helper()
+	ctx := testCtx(t)
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	if err := dc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dc.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	only := st.Shards[0]
+	sub, err := c.Subscribe(ctx, 0, client.OnShard(only.Id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := dc.StopStorage(only.Replicas[1].Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
+		t.Fatalf("shard %d after its backup failed: %v, want ErrShardFinalized", only.Id, err)
+	}
+	if st, err = c.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range st.Shards {
+		if sh.State == pb.ShardState_SHARD_LIVE {
+			t.Fatalf("shard %d is live", sh.Id)
+		}
+	}
+	return c
+}
+
+// TestAppendWithNoLiveShardEndsWithItsDeadline appends while no shard is
+// live: Append and AppendAsync must fail with ErrNoLiveShard when their
+// ctx ends, not wait for a shard beyond it.
+func TestAppendWithNoLiveShardEndsWithItsDeadline(t *testing.T) {
+	c := startClusterWithoutLiveShard(t)
+	ctx := testCtx(t)
+	const deadline = 300 * time.Millisecond
+	// answerBound is far below any wait for a shard that never comes and
+	// far above scheduling noise.
+	const answerBound = 3 * time.Second
+
+	short, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Append(short, client.Record{Payload: []byte("nowhere")})
+	if took := time.Since(start); took > answerBound {
+		t.Fatalf("Append took %v with a deadline of %v", took, deadline)
+	}
+	if !errors.Is(err, client.ErrNoLiveShard) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Append with no live shard: %v, want ErrNoLiveShard and the deadline", err)
+	}
+
+	short, cancel = context.WithTimeout(ctx, deadline)
+	defer cancel()
+	done := make(chan error, 1)
+	c.AppendAsync(short, client.Record{Payload: []byte("nowhere")}, func(_ client.Ack, err error) { done <- err })
+	bound, cancelBound := context.WithTimeout(ctx, answerBound)
+	defer cancelBound()
+	select {
+	case err := <-done:
+		if !errors.Is(err, client.ErrNoLiveShard) {
+			t.Fatalf("AppendAsync with no live shard: %v, want ErrNoLiveShard", err)
+		}
+	case <-bound.Done():
+		t.Fatalf("AppendAsync with a deadline of %v still unanswered after %v", deadline, answerBound)
+	}
+}
+
 func TestTrim(t *testing.T) {
 	_, c := startCluster(t)
 	ctx := testCtx(t)
@@ -484,7 +568,9 @@ func TestOneShardSubscriptionEndsWithItsShard(t *testing.T) {
 // log of an eager cluster while every shard it follows is finalized, and
 // only then a new shard joins: with no stream left to announce the new
 // shard table, the subscription must still find the new shard and deliver
-// its records.
+// its records. The last live shard cannot be finalized on request, so a
+// failure of its backup ends it; its primary keeps serving its records and
+// cannot form a new shard without the backup.
 func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
 	dc, c := startCluster(t)
 	ctx := testCtx(t)
@@ -505,10 +591,25 @@ func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
 		}
 		want = append(want, a)
 	}
-	for _, sh := range st.Shards {
+	last := st.Shards[len(st.Shards)-1]
+	ofLast, err := c.Subscribe(ctx, 0, client.OnShard(last.Id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ofLast.Close()
+	for _, sh := range st.Shards[:len(st.Shards)-1] {
 		if err := c.FinalizeShard(ctx, sh.Id, 1); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := dc.StopStorage(last.Replicas[1].Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ofLast.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := ofLast.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
+		t.Fatalf("shard %d after its backup failed: %+v, %v; want ErrShardFinalized", last.Id, e, err)
 	}
 	// Every followed stream has ended once both records are out.
 	for range want {

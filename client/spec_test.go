@@ -490,3 +490,61 @@ func TestSpecOneShardSubscriptionEndsWithItsShard(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecReadsAnswerOncePositionsAreFinal reads a speculative cluster
+// whose positions are mostly no-ops: a range up to the tail returns the
+// records among its positions as soon as they are final, and a no-op
+// position answers ErrNoop, both well within a deadline that the old
+// count-the-records read waited out.
+func TestSpecReadsAnswerOncePositionsAreFinal(t *testing.T) {
+	_, cl := startSpecCluster(t, 2)
+	ctx := testCtx(t)
+	acks := map[uint64]string{}
+	for i := 0; i < 4; i++ {
+		a, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprint("r", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks[a.Position] = fmt.Sprint("r", i)
+	}
+	tail, err := cl.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var noops []uint64
+	for p := uint64(0); p < tail; p++ {
+		if _, ok := acks[p]; !ok {
+			noops = append(noops, p)
+		}
+	}
+	if len(noops) == 0 {
+		t.Fatalf("no no-op below the tail %d: the test needs one", tail)
+	}
+	// readBound is far below the old wait (the whole deadline) and far
+	// above a read of final positions.
+	const readBound = 2 * time.Second
+
+	short, cancel := context.WithTimeout(ctx, readBound)
+	defer cancel()
+	es, err := cl.ReadRange(short, 0, int(tail))
+	if err != nil {
+		t.Fatalf("read of positions 0..%d holding %d records: %v", tail, len(acks), err)
+	}
+	if len(es) != len(acks) {
+		t.Fatalf("read of positions 0..%d: %d records, want the %d acknowledged", tail, len(es), len(acks))
+	}
+	for _, e := range es {
+		if acks[e.Position] != string(e.Record.Payload) {
+			t.Fatalf("read %q at %d, acknowledged %q there", e.Record.Payload, e.Position, acks[e.Position])
+		}
+	}
+
+	for _, p := range []uint64{noops[0], noops[len(noops)-1]} {
+		short, cancel := context.WithTimeout(ctx, readBound)
+		_, err := cl.Read(short, p)
+		cancel()
+		if !errors.Is(err, client.ErrNoop) {
+			t.Fatalf("read of no-op position %d: %v, want ErrNoop", p, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Subscription is an ordered stream of entries, identical for every
@@ -42,53 +43,32 @@ func (s *Subscription) Close() {
 	s.e.close()
 }
 
-// Read returns the record at pos, waiting until it is ordered (bounded by ctx).
+// Read returns the record at pos, waiting until it is ordered (bounded by
+// ctx). On a speculative cluster a position that holds a no-op answers
+// ErrNoop as soon as it is final.
 func (c *Client) Read(ctx context.Context, pos uint64) (Entry, error) {
-	st, err := c.refresh(ctx)
-	if err != nil {
-		return Entry{}, err
-	}
-	if st.Spec != nil {
-		return c.readSpec(ctx, pos)
-	}
 	es, err := c.ReadRange(ctx, pos, 1)
 	if err != nil {
 		return Entry{}, err
 	}
+	if len(es) == 0 {
+		return Entry{}, fmt.Errorf("%w: position %d", ErrNoop, pos)
+	}
 	return es[0], nil
 }
 
-// readSpec reads pos on a speculative cluster, where a confirmed position
-// may hold a no-op.
-func (c *Client) readSpec(ctx context.Context, pos uint64) (Entry, error) {
-	sub, err := c.SubscribeSpec(ctx, pos, Filter{}, true)
-	if err != nil {
-		return Entry{}, err
-	}
-	defer sub.Close()
-	for {
-		ev, err := sub.Next(ctx)
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return Entry{}, fmt.Errorf("augur: read %d: not ordered before the deadline: %w", pos, err)
-			}
-			return Entry{}, err
-		}
-		switch {
-		case ev.Kind == EventDeliver && ev.Position == pos:
-			return ev.Entry, nil
-		case ev.Kind == EventDeliver, ev.Kind == EventConfirm && ev.Position > pos:
-			return Entry{}, fmt.Errorf("%w: position %d", ErrNoop, pos)
-		}
-	}
-}
-
-// ReadRange returns the n records from position from on (on a speculative
-// cluster: the next n records, skipping no-op positions), waiting for those
-// not yet ordered (bounded by ctx).
+// ReadRange returns the records at the n positions from position from on,
+// waiting for those not yet ordered (bounded by ctx). On a speculative
+// cluster the positions that hold no-ops are skipped, so fewer than n
+// records may come back; it returns once every position of the range is
+// final.
 func (c *Client) ReadRange(ctx context.Context, from uint64, n int) ([]Entry, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("augur: read range needs a positive count, got %d", n)
+	}
+	// A cluster's mode never changes, so the table Dial read tells it.
+	if c.cachedStatus().GetSpec() != nil {
+		return c.readSpec(ctx, from, n)
 	}
 	sub, err := c.Subscribe(ctx, from, Filter{})
 	if err != nil {
@@ -107,4 +87,39 @@ func (c *Client) ReadRange(ctx context.Context, from uint64, n int) ([]Entry, er
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// readSpec reads the n positions from position from on of a speculative
+// cluster, where a final position may hold a no-op: it returns the records
+// among them once the range is final, that is once a confirmation, or a
+// record, reaches the range's end. (Counting records instead would wait
+// past the tail for records that may never come.)
+func (c *Client) readSpec(ctx context.Context, from uint64, n int) ([]Entry, error) {
+	end := from + uint64(n)
+	if end < from {
+		end = math.MaxUint64
+	}
+	sub, err := c.SubscribeSpec(ctx, from, Filter{}, true)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	var out []Entry
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return out, fmt.Errorf("augur: read %d..%d: not final before the deadline: %w", from, end, err)
+			}
+			return out, err
+		}
+		// Confirmed-only delivery goes in position order, and a
+		// confirmation follows the deliveries it covers.
+		switch {
+		case ev.Kind == EventDeliver && ev.Position < end:
+			out = append(out, ev.Entry)
+		case ev.Kind == EventDeliver, ev.Kind == EventConfirm && ev.Position >= end:
+			return out, nil
+		}
+	}
 }

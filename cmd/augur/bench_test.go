@@ -16,6 +16,12 @@ func runAugur(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	return runAugurCtx(ctx, args...)
+}
+
+// runAugurCtx runs the CLI with args under ctx, which stands for the
+// context main cancels on SIGINT and SIGTERM.
+func runAugurCtx(ctx context.Context, args ...string) (string, error) {
 	root := newRootCmd()
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -26,6 +25,11 @@ const (
 	stdinBytesMax = 256 << 20
 	// readCountMax bounds `augur read --n`.
 	readCountMax = 100_000
+	// answersAfterStopGrace is how long `augur append`, once stopped, still
+	// takes the answers the client gives right away to the appends it
+	// could not place: they say why (no live shard), where giving up on
+	// them could only say "unanswered".
+	answersAfterStopGrace = 100 * time.Millisecond
 )
 
 func newAppendCmd() *cobra.Command {
@@ -136,31 +140,58 @@ func checkPayloads(payloads [][]byte, limit int, fromStdin bool) error {
 }
 
 // appendPlaced pipelines recs through the client's placement and prints
-// their acks in input order.
+// their acks in input order. It stops waiting when ctx ends (--timeout,
+// SIGINT, SIGTERM), whether or not every append was answered.
 func appendPlaced(ctx context.Context, cl *client.Client, timeout time.Duration, recs []client.Record, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type result struct {
+		i   int
 		ack client.Ack
 		err error
 	}
-	results := make([]result, len(recs))
-	var wg sync.WaitGroup
+	// answers holds every answer, so a late one never blocks the client.
+	answers := make(chan result, len(recs))
 	for i, r := range recs {
-		wg.Add(1)
-		cl.AppendAsync(ctx, r, func(a client.Ack, err error) {
-			results[i] = result{a, err}
-			wg.Done()
-		})
+		cl.AppendAsync(ctx, r, func(a client.Ack, err error) { answers <- result{i, a, err} })
 	}
-	wg.Wait()
+	results := make([]result, len(recs))
+	answered := make([]bool, len(recs))
+	take := func(r result) {
+		results[r.i] = r
+		answered[r.i] = true
+	}
+	var grace <-chan time.Time
+	for n := 0; n < len(recs); n++ {
+		select {
+		case r := <-answers:
+			take(r)
+			continue
+		case <-ctx.Done():
+		}
+		// The client answers at once the appends it could not place, with
+		// the reason; take those before giving up on the rest.
+		if grace == nil {
+			grace = time.After(answersAfterStopGrace)
+		}
+		select {
+		case r := <-answers:
+			take(r)
+			continue
+		case <-grace:
+		}
+		break
+	}
 	var errs []error
 	for i, r := range results {
-		if r.err != nil {
+		switch {
+		case !answered[i]:
+			errs = append(errs, fmt.Errorf("record %d: unanswered when the command stopped; it may still be ordered: %w", i+1, context.Cause(ctx)))
+		case r.err != nil:
 			errs = append(errs, fmt.Errorf("record %d: %w", i+1, r.err))
-			continue
+		default:
+			fmt.Fprintf(out, "%d %d\n", r.ack.Position, r.ack.Shard)
 		}
-		fmt.Fprintf(out, "%d %d\n", r.ack.Position, r.ack.Shard)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%d of %d appends failed: %w", len(errs), len(recs), errors.Join(errs...))
@@ -214,11 +245,14 @@ func newReadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "read POS",
 		Short: "Print the records from position POS on: 'position shard key payload' per line",
-		Long: `Print N records from position POS on, one per line, tab-separated:
-position, shard, key, payload (as text if it is printable, else Go-quoted).
+		Long: `Print the records at the N positions from position POS on, one per line,
+tab-separated: position, shard, key, payload (as text if it is printable,
+else Go-quoted). In speculative mode positions that hold no-ops print
+nothing, and reading one position that holds a no-op is an error.
 
-Without --wait, reading past the tail is an error; with --wait, read waits
-(up to --timeout) for positions not yet ordered.`,
+Without --wait, reading past the tail is an error and a range that crosses
+the tail stops there; with --wait, read waits (up to --timeout) for
+positions not yet ordered.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pos, err := parsePosition(args[0])
@@ -228,6 +262,9 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 			if n < 1 || n > readCountMax {
 				return fmt.Errorf("--n must be in [1, %d], got %d", readCountMax, n)
 			}
+			// One position asked for: a no-op there (speculative mode) is
+			// an answer to report, not a record to skip.
+			onePosition := n == 1
 			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
 				if !wait {
 					tail, err := cl.CheckTail(ctx)
@@ -239,9 +276,9 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 					}
 					n = int(min(uint64(n), tail-pos))
 				}
-				entries, err := cl.ReadRange(ctx, pos, n)
+				entries, err := readEntries(ctx, cl, pos, n, onePosition)
 				if err != nil {
-					return fmt.Errorf("read from position %d: %w", pos, err)
+					return err
 				}
 				out := bufio.NewWriter(cmd.OutOrStdout())
 				defer out.Flush()
@@ -256,6 +293,23 @@ Without --wait, reading past the tail is an error; with --wait, read waits
 	cmd.Flags().IntVar(&n, "n", 1, "number of records to read")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait (up to --timeout) for positions not yet ordered")
 	return cmd
+}
+
+// readEntries reads the n positions from pos on; with onePosition (n is 1)
+// a no-op at pos is an error (ErrNoop).
+func readEntries(ctx context.Context, cl *client.Client, pos uint64, n int, onePosition bool) ([]client.Entry, error) {
+	if onePosition {
+		e, err := cl.Read(ctx, pos)
+		if err != nil {
+			return nil, fmt.Errorf("read position %d: %w", pos, err)
+		}
+		return []client.Entry{e}, nil
+	}
+	entries, err := cl.ReadRange(ctx, pos, n)
+	if err != nil {
+		return nil, fmt.Errorf("read from position %d: %w", pos, err)
+	}
+	return entries, nil
 }
 
 func newSubscribeCmd() *cobra.Command {

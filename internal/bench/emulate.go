@@ -18,7 +18,8 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
 	"github.com/augur-log/augur/internal/rpcopt"
-	"github.com/augur-log/augur/internal/spec"
+	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/shard"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -33,12 +34,14 @@ import (
 // boundaries, no-op fills, lag-fixes). One Watch stream of the leader
 // feeds every shard its lease windows and measures the committed cuts.
 //
-// A shard holds no bytes: its log is a list of runs of records (their
-// arrival indexes) and of no-ops. Arrival times follow from the schedule,
-// so a shard wakes only when something it would report can change (its
-// report is due, it crosses a quota boundary, a fill is due), not once
-// per record, and the load it puts on the ordering layer is that of a
-// real primary whose storage is instant.
+// A shard is the storage servers' replica core (shard.Replica, a primary
+// without backups) over an in-memory log (shard.MemLog) whose records hold
+// no bytes, only their arrival indexes; the log drops what cuts ordered.
+// Arrival times follow from the schedule, so a shard wakes only when
+// something it would report can change (its report is due, it crosses a
+// quota boundary, a fill is due), not once per record, and the load it
+// puts on the ordering layer is that of a real primary whose storage is
+// instant.
 
 // Bounds and timings of emulated shards.
 const (
@@ -52,9 +55,6 @@ const (
 	// emuLagQueue is how many lag-fixes may wait for a shard; the leader
 	// repeats unanswered ones.
 	emuLagQueue = 16
-	// emuCompactAfter is how many ordered runs a shard's log keeps before
-	// it drops them.
-	emuCompactAfter = 64
 )
 
 // emulatingWorkload is a workload that can run on emulated shards.
@@ -150,8 +150,10 @@ type emuRun struct {
 	failErr  error
 	failed   chan struct{}
 
-	// Owned by the watcher.
-	winKey [4]uint64
+	// Owned by the watcher: the announced windows last handed out, and
+	// the last cut applied.
+	winKey  [4]uint64
+	lastCut cut.Cut
 }
 
 func newEmuRun(e *Env) *emuRun {
@@ -203,7 +205,7 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 			regCancel()
 			return nil, fmt.Errorf("register emulated shard %d of %d: %w", i+1, r.n, err)
 		}
-		s.id = id
+		s.start(id)
 		r.shards[id] = s
 		r.list = append(r.list, s)
 		wg.Add(1)
@@ -320,7 +322,7 @@ func (r *emuRun) drain(ctx context.Context) error {
 	for {
 		var missing int64
 		for _, s := range r.list {
-			missing += s.total - int64(s.log.recordsOrdered())
+			missing += s.total - s.orderedRecords.Load()
 		}
 		if missing == 0 {
 			return nil
@@ -604,18 +606,22 @@ func (r *emuRun) setWindows(sp *control.Spec, now time.Time) {
 }
 
 // applyCut orders what one committed cut orders of each emulated shard.
+// A cut from a snapshot (count false) follows a gap of cuts never seen.
 func (r *emuRun) applyCut(pc *pb.Cut, now time.Time, count bool) error {
 	inWin := r.inWindow(now)
 	if count && inWin {
 		r.cuts.Add(1)
 	}
+	cur := wire.CutFromProto(pc)
+	prev := r.lastCut
+	r.lastCut = cur
 	for _, l := range pc.Lengths {
 		s := r.shards[l.Shard]
 		if s == nil {
 			continue
 		}
 		var ordered, arrived int64
-		err := s.log.order(l.Length, func(k uint64) {
+		err := s.order(prev, cur, !count, func(k uint64) {
 			if inWin {
 				ordered++
 			}
@@ -634,8 +640,8 @@ func (r *emuRun) applyCut(pc *pb.Cut, now time.Time, count bool) error {
 }
 
 // emuRun is a run; emuShard is one of its emulated shards: a fake storage
-// server with one shard. Its goroutine (run) owns every field but log,
-// windows and the channels.
+// server with one shard. Its goroutine (run) owns every field but those
+// under mu, windows, orderedRecords and the channels.
 type emuShard struct {
 	r           *emuRun
 	idx         int
@@ -646,18 +652,32 @@ type emuShard struct {
 	// the run begins).
 	total int64
 
-	log     emuLog
+	// mu guards the core and its log: the shard's goroutine appends,
+	// fills and reports, the watcher applies cuts.
+	mu   sync.Mutex
+	core *shard.Replica[struct{}]
+	log  *shard.MemLog
+	// cutOut is the watcher's output buffer.
+	cutOut shard.Output[struct{}]
+	// orderedRecords counts the records among the ordered entries.
+	orderedRecords atomic.Int64
+
+	// spec is the shard's speculative ordering (nil in eager mode), which
+	// the shard's goroutine alone uses outside the core.
+	spec    *shard.Speculative
 	windows atomic.Pointer[[]fixante.Window]
 	winCh   chan struct{}
 	lagCh   chan uint64
 	errCh   chan streamErr
 
-	started         bool
-	next            int64  // index of the next record to arrive
-	length, records uint64 // entries and records in the log
-	reported        uint64 // the last length reported
-	lastReport      time.Time
-	adh             *spec.Shard
+	started bool
+	next    int64 // index of the next record to arrive
+	out     shard.Output[struct{}]
+	arrived []segment.Entry // reused buffer of arrivals
+	// reported is, in eager mode, the last length reported, at most once
+	// per ordering interval.
+	reported   uint64
+	lastReport time.Time
 	// lastSent is when the last heartbeat went, and sentLength the log's
 	// length then.
 	lastSent   time.Time
@@ -690,14 +710,86 @@ func newEmuShard(r *emuRun, idx int, incarnation uint64) *emuShard {
 	return s
 }
 
+// start gives the shard the id it registered with and its core, before
+// its goroutine and the watcher touch it.
+func (s *emuShard) start(id cut.ShardID) {
+	s.id = id
+	s.log = shard.NewMemLog()
+	cfg := shard.Config{ID: id, Role: shard.RolePrimary}
+	if s.r.spec {
+		s.spec = shard.NewSpeculative(id, 0, s.r.fillAfter, s.r.idleAfter, time.Now())
+		cfg.Ordering = s.spec
+	}
+	s.core = shard.NewReplica[struct{}](cfg, s.log)
+}
+
+// length is how many entries the shard's log holds.
+func (s *emuShard) length() uint64 { return s.log.Len() }
+
+// act runs one call of the core under mu and returns its output.
+func (s *emuShard) act(call func(out *shard.Output[struct{}])) *shard.Output[struct{}] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out.Reset()
+	call(&s.out)
+	return &s.out
+}
+
+// carry counts the no-ops an output added and fails the run if the log
+// failed.
+func (s *emuShard) carry(out *shard.Output[struct{}], now time.Time) {
+	if out.Noops > 0 && s.started && s.r.inWindow(now) {
+		s.r.noops.Add(int64(out.Noops))
+	}
+	if out.Failed != nil {
+		s.r.fail(out.Failed)
+	}
+}
+
+// order applies cut cur, which follows prev, to the shard's log, calling
+// record with the arrival index of each record it orders. After a gap
+// (cuts never seen, from a snapshot) the positions of the shard's entries
+// are unknown; they go at the end of cur, where no later cut reaches.
+func (s *emuShard) order(prev, cur cut.Cut, gap bool, record func(k uint64)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	from, upTo := s.log.Ordered(), cur.Len(s.id)
+	if upTo <= from {
+		return nil
+	}
+	c := shard.Cut{Index: cur.Index, Start: cur.Start, End: cur.End, Slice: cut.SliceOf(prev, cur, s.id)}
+	if gap {
+		n := upTo - from
+		c.Start = prev.End
+		c.Slice = cut.Slice{Shard: s.id, LocalStart: from, GlobalStart: cur.End - n, Count: n}
+	}
+	out := &s.cutOut
+	out.Reset()
+	s.core.ApplyCut(c, out)
+	if s.core.Lost() {
+		return fmt.Errorf("the cut orders %d entries, but the shard holds %d: %w", upTo, s.log.Len(), errors.Join(out.Problems...))
+	}
+	var records int64
+	s.log.Scan(from, func(local uint64, e segment.Entry) bool {
+		if local >= upTo {
+			return false
+		}
+		if e.Noops == 0 {
+			record(e.Seq)
+			records++
+		}
+		return true
+	})
+	s.orderedRecords.Add(records)
+	// Nobody reads ordered entries again.
+	return s.core.Trim(cur.End)
+}
+
 // run is the shard's life: heartbeats, arrivals, reports, fills and
 // lag-fixes, until ctx ends.
 func (s *emuShard) run(ctx context.Context) {
 	r := s.r
 	defer s.close()
-	if r.spec {
-		s.adh = spec.NewShard(s.id, 0, r.fillAfter, r.idleAfter, time.Now())
-	}
 	hb := time.NewTicker(r.hbTick)
 	defer hb.Stop()
 	wake := time.NewTimer(time.Hour)
@@ -732,15 +824,14 @@ func (s *emuShard) run(ctx context.Context) {
 				s.heartbeat(ctx, time.Now())
 			}
 		case target := <-s.lagCh:
-			if s.adh != nil {
-				now := time.Now()
-				s.arrive(now)
-				s.sync(now)
-				s.appendNoops(s.adh.LagFix(target), now)
-			}
+			now := time.Now()
+			s.arrive(now)
+			s.carry(s.act(func(out *shard.Output[struct{}]) { s.core.LagFix(now, target, out) }), now)
 		case <-s.winCh:
-			if s.adh != nil {
-				s.adh.SetWindows(*s.windows.Load())
+			if s.spec != nil {
+				s.mu.Lock()
+				s.spec.SetWindows(*s.windows.Load())
+				s.mu.Unlock()
 			}
 		}
 	}
@@ -755,51 +846,32 @@ func (s *emuShard) arrive(now time.Time) {
 	if due <= s.next {
 		return
 	}
-	n := uint64(due - s.next)
-	s.log.appendRecords(uint64(s.next), n)
+	es := s.arrived[:0]
+	for k := s.next; k < due; k++ {
+		es = append(es, segment.Entry{Seq: uint64(k)})
+	}
+	s.arrived = es[:0]
+	if cap(es) > shard.BufferRetainMax {
+		s.arrived = nil
+	}
 	s.next = due
-	s.length += n
-	s.records += n
-}
-
-// appendNoops adds n no-ops (a fill or a lag-fix) to the log.
-func (s *emuShard) appendNoops(n uint64, now time.Time) {
-	if n == 0 {
-		return
-	}
-	s.log.appendNoops(n)
-	s.length += n
-	if s.started && s.r.inWindow(now) {
-		s.r.noops.Add(int64(n))
-	}
-	s.sync(now)
-}
-
-// sync tells the adherence state what the log holds: all of it durable.
-func (s *emuShard) sync(now time.Time) {
-	if s.adh != nil {
-		s.adh.Stored(s.length, s.records, now)
-		s.adh.Durable(s.length)
-	}
+	s.carry(s.act(func(out *shard.Output[struct{}]) { s.core.Ingest(es, out) }), now)
 }
 
 // step reports what is due: in eager mode the length, at most once per
 // ordering interval; in speculative mode a crossed quota boundary, after
 // filling a quota the shard sat short of for too long.
 func (s *emuShard) step(ctx context.Context, now time.Time) {
-	if s.adh == nil {
-		if s.length > s.reported && now.Sub(s.lastReport) >= s.r.interval {
-			s.reported, s.lastReport = s.length, now
+	if s.spec == nil {
+		if rep, _ := s.core.Report(); rep.Length > s.reported && now.Sub(s.lastReport) >= s.r.interval {
+			s.reported, s.lastReport = rep.Length, now
 			s.heartbeat(ctx, now)
 		}
 		return
 	}
-	s.sync(now)
-	if n := s.adh.Fill(now); n > 0 {
-		s.appendNoops(n, now)
-	}
-	if l, ok := s.adh.Report(now); ok {
-		s.reported = l
+	out := s.act(func(out *shard.Output[struct{}]) { s.core.Tick(now, out) })
+	s.carry(out, now)
+	if out.Report {
 		s.heartbeat(ctx, now)
 		return
 	}
@@ -807,7 +879,7 @@ func (s *emuShard) step(ctx context.Context, now time.Time) {
 	// carry: a storage primary sends them whenever its durable length
 	// grows; an emulated one at most once per ordering interval, as an
 	// emulated eager shard paces its reports.
-	if s.length > s.sentLength && now.Sub(s.lastSent) >= s.updateGap() {
+	if s.length() > s.sentLength && now.Sub(s.lastSent) >= s.updateGap() {
 		s.heartbeat(ctx, now)
 	}
 }
@@ -841,28 +913,29 @@ func (s *emuShard) nextWake() (time.Time, bool) {
 		}
 		return s.r.arrival(s.idx, k), true
 	}
-	if s.adh == nil {
+	length := s.length()
+	if s.spec == nil {
 		due := s.lastReport.Add(s.r.interval)
-		if s.length > s.reported {
+		if length > s.reported {
 			consider(due)
 		} else if t, has := arrival(s.next); has {
 			consider(later(t, due))
 		}
 		return at, ok
 	}
-	if t, has := s.adh.FillAt(); has {
+	if t, has := s.spec.WakeAt(); has {
 		consider(t)
 	} else if t, has := arrival(s.next); has {
 		consider(t)
 	}
 	update := s.lastSent.Add(s.updateGap())
-	if s.length > s.sentLength {
+	if length > s.sentLength {
 		consider(update)
 	} else if t, has := arrival(s.next); has {
 		consider(later(t, update))
 	}
-	if b, has := s.boundaryAfter(s.length); has {
-		if t, has := arrival(s.next + int64(b-s.length) - 1); has {
+	if b, has := s.boundaryAfter(length); has {
+		if t, has := arrival(s.next + int64(b-length) - 1); has {
 			consider(t)
 		}
 	}
@@ -879,7 +952,7 @@ func later(a, b time.Time) time.Time {
 // boundaryAfter is the first quota boundary after length n in the
 // announced windows.
 func (s *emuShard) boundaryAfter(n uint64) (uint64, bool) {
-	for _, w := range s.adh.Windows() {
+	for _, w := range s.spec.Windows() {
 		if b, ok := w.Boundary(s.id, n); ok {
 			return b, true
 		}
@@ -900,11 +973,11 @@ func (s *emuShard) heartbeat(ctx context.Context, now time.Time) {
 		}
 	}
 	req := &pb.HeartbeatRequest{ClusterId: s.r.cfg.ClusterID, ServerId: s.server, Incarnation: s.incarnation}
-	if s.adh != nil {
+	if s.spec != nil {
 		// As a storage primary does: every heartbeat carries the backlog,
 		// which a shard without a quota reports through nothing else.
-		req.Reports = []*pb.ShardLength{{Shard: s.id, Length: s.reported, Records: s.records,
-			Backlog: s.length - min(s.reported, s.length)}}
+		rep, _ := s.core.Report()
+		req.Reports = []*pb.ShardLength{{Shard: s.id, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog}}
 	} else if s.reported > 0 {
 		req.Reports = []*pb.ShardLength{{Shard: s.id, Length: s.reported}}
 	}
@@ -913,7 +986,7 @@ func (s *emuShard) heartbeat(ctx context.Context, now time.Time) {
 		s.retryAt = now.Add(emuRetry)
 		return
 	}
-	s.lastSent, s.sentLength = now, s.length
+	s.lastSent, s.sentLength = now, s.length()
 }
 
 // connect opens a heartbeat stream to the leader, on this fake server's
@@ -984,94 +1057,4 @@ func (s *emuShard) close() {
 	for _, c := range s.conns {
 		c.Close()
 	}
-}
-
-// emuEntry is a run of n entries of an emulated shard's log: records (the
-// shard's arrivals first, first+1, ...) or no-ops.
-type emuEntry struct {
-	first uint64
-	n     uint64
-	noop  bool
-}
-
-// emuLog is an emulated shard's log, as far as it is not ordered yet: the
-// shard's goroutine appends, the watcher orders.
-type emuLog struct {
-	mu      sync.Mutex
-	entries []emuEntry
-	head    int    // first entry not wholly ordered
-	used    uint64 // entries of entries[head] ordered
-	length  uint64
-	ordered uint64
-	// orderedRecords counts the records among the ordered entries.
-	orderedRecords uint64
-}
-
-// last is the last entry, if it is not wholly ordered yet: more entries of
-// its kind may join it.
-func (l *emuLog) last() *emuEntry {
-	if len(l.entries) > l.head {
-		return &l.entries[len(l.entries)-1]
-	}
-	return nil
-}
-
-func (l *emuLog) appendRecords(first, n uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.length += n
-	if e := l.last(); e != nil && !e.noop && e.first+e.n == first {
-		e.n += n
-		return
-	}
-	l.entries = append(l.entries, emuEntry{first: first, n: n})
-}
-
-func (l *emuLog) appendNoops(n uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.length += n
-	if e := l.last(); e != nil && e.noop {
-		e.n += n
-		return
-	}
-	l.entries = append(l.entries, emuEntry{n: n, noop: true})
-}
-
-// order marks the entries below upTo ordered, calling record with the
-// arrival index of each record among them.
-func (l *emuLog) order(upTo uint64, record func(k uint64)) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if upTo > l.length {
-		return fmt.Errorf("the cut orders %d entries, but the shard holds %d", upTo, l.length)
-	}
-	for l.ordered < upTo {
-		e := &l.entries[l.head]
-		take := min(e.n-l.used, upTo-l.ordered)
-		if !e.noop {
-			for i := range take {
-				record(e.first + l.used + i)
-			}
-			l.orderedRecords += take
-		}
-		l.used += take
-		l.ordered += take
-		if l.used == e.n {
-			l.head++
-			l.used = 0
-		}
-	}
-	if l.head > emuCompactAfter && 2*l.head > len(l.entries) {
-		n := copy(l.entries, l.entries[l.head:])
-		l.entries = l.entries[:n]
-		l.head = 0
-	}
-	return nil
-}
-
-func (l *emuLog) recordsOrdered() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.orderedRecords
 }

@@ -8,50 +8,74 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
+	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/shard"
 )
 
-func TestEmuLogOrdersRunsInPart(t *testing.T) {
-	var l emuLog
-	l.appendRecords(0, 2)
-	l.appendRecords(2, 1) // joins the run of records 0, 1
-	l.appendNoops(3)
-	l.appendNoops(1) // joins the no-op run
-	l.appendRecords(3, 2)
-	if len(l.entries) != 3 || l.length != 9 {
-		t.Fatalf("entries %+v, length %d", l.entries, l.length)
+// TestEmuShardOrdersThroughTheCore checks an emulated shard's log as
+// the watcher orders it: cuts may end inside runs of records or no-ops,
+// each record is counted once with its arrival index, a cut past the log
+// fails the run, a snapshot's gap is crossed, and ordered entries go.
+func TestEmuShardOrdersThroughTheCore(t *testing.T) {
+	const id = 3
+	r := &emuRun{spec: true, fillAfter: time.Hour, idleAfter: time.Hour}
+	s := newEmuShard(r, 0, 1)
+	s.start(id)
+	s.spec.SetWindows([]fixante.Window{{Cuts: 100, Groups: 1, Quotas: []fixante.Quota{{Shard: id, PerCut: 3}}}})
+	now := time.Unix(1000, 0)
+	ingest := func(first, n uint64) {
+		var es []segment.Entry
+		for k := first; k < first+n; k++ {
+			es = append(es, segment.Entry{Seq: k})
+		}
+		s.carry(s.act(func(out *shard.Output[struct{}]) { s.core.Ingest(es, out) }), now)
+	}
+	ingest(0, 2)
+	ingest(2, 1)
+	s.carry(s.act(func(out *shard.Output[struct{}]) { s.core.LagFix(now, 6, out) }), now) // 3 no-ops
+	ingest(3, 2)
+	if s.length() != 8 {
+		t.Fatalf("length %d, want 8", s.length())
 	}
 	var got []uint64
 	record := func(k uint64) { got = append(got, k) }
-	// A cut may end inside a run of either kind.
-	for _, upTo := range []uint64{2, 2, 5, 8, 9} {
-		if err := l.order(upTo, record); err != nil {
+	var prev cut.Cut
+	orderTo := func(length uint64, gap bool) error {
+		cur := cut.Cut{Index: prev.Index + 1, Start: prev.End, End: prev.End + length - prev.Len(id),
+			Lengths: []cut.Length{{Shard: id, Length: length}}}
+		if gap {
+			// Cuts of other shards came in between.
+			cur.Index += 5
+			cur.Start += 40
+			cur.End += 40
+		}
+		err := s.order(prev, cur, gap, record)
+		prev = cur
+		return err
+	}
+	for _, upTo := range []uint64{2, 2, 5} {
+		if err := orderTo(upTo, false); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := orderTo(8, true); err != nil {
+		t.Fatalf("after a gap: %v", err)
 	}
 	if want := []uint64{0, 1, 2, 3, 4}; !slices.Equal(got, want) {
 		t.Fatalf("records ordered %v, want %v", got, want)
 	}
-	if l.recordsOrdered() != 5 || l.ordered != 9 {
-		t.Fatalf("%d records of %d entries ordered", l.recordsOrdered(), l.ordered)
+	if s.orderedRecords.Load() != 5 || s.log.Ordered() != 8 {
+		t.Fatalf("%d records of %d entries ordered", s.orderedRecords.Load(), s.log.Ordered())
 	}
-	// Wholly ordered runs take no more entries.
-	l.appendRecords(5, 1)
-	if e := l.entries[len(l.entries)-1]; e.first != 5 || e.n != 1 {
-		t.Fatalf("a new record joined an ordered run: %+v", l.entries)
+	if s.log.Start() == 0 {
+		t.Fatal("ordered entries are kept")
 	}
-	if err := l.order(11, record); err == nil || !strings.Contains(err.Error(), "the cut orders 11 entries, but the shard holds 10") {
+	ingest(5, 2)
+	if err := orderTo(11, false); err == nil || !strings.Contains(err.Error(), "the cut orders 11 entries, but the shard holds 10") {
 		t.Fatalf("ordering past the log: %v", err)
-	}
-	// Ordered runs are dropped once there are many.
-	for i := range uint64(3 * emuCompactAfter) {
-		l.appendNoops(1)
-		l.appendRecords(6+i, 1)
-		if err := l.order(l.length, record); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(l.entries) > 2*emuCompactAfter+2 {
-		t.Fatalf("the log keeps %d ordered runs", len(l.entries))
 	}
 }
 

@@ -156,12 +156,14 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 
 // UnmarshalYAML reads a duration string such as "10ms".
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	// A *yaml.TypeError lets the decoder go on to the other fields, so a
+	// bad duration does not hide the file's other problems.
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a duration such as \"10ms\"", n.Line)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a duration such as \"10ms\"", n.Line)}}
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration such as \"10ms\" (%v)", n.Line, n.Value, err)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration such as \"10ms\" (%v)", n.Line, n.Value, err)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -202,17 +204,33 @@ func Parse(data []byte) (*Cluster, error) {
 	c := Default()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	var problems []error
 	if err := dec.Decode(c); err != nil {
-		if errors.Is(err, io.EOF) {
+		var fields *yaml.TypeError
+		switch {
+		case errors.Is(err, io.EOF):
 			return nil, errors.New("empty cluster file")
+		case errors.As(err, &fields):
+			// The decoder went on past the fields it could not take
+			// (unknown names, values of the wrong type), which keep their
+			// defaults: report them with whatever Validate finds in the
+			// rest, so one run shows every problem.
+			for _, msg := range fields.Errors {
+				problems = append(problems, errors.New(msg))
+			}
+		default:
+			// Not YAML (a syntax error): nothing else can be checked.
+			return nil, err
 		}
-		return nil, err
 	}
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("more than one YAML document; a cluster file holds exactly one")
+		problems = append(problems, errors.New("more than one YAML document; a cluster file holds exactly one"))
 	}
 	if err := c.Validate(); err != nil {
+		problems = append(problems, err)
+	}
+	if err := errors.Join(problems...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -347,7 +365,10 @@ func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Confi
 		RaftTick:         c.RaftTick.D(),
 		OrderingInterval: c.OrderingInterval.D(),
 		FailureTimeout:   c.FailureTimeout.D(),
-		Logger:           logger,
+		// The leader speaks on each storage server's streams as often as
+		// the server heartbeats.
+		KeepaliveInterval: c.HeartbeatInterval(),
+		Logger:            logger,
 	}, nil
 }
 

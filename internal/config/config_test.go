@@ -140,6 +140,21 @@ storage: [{id: a1, group: a, addr: "127.0.0.1:2"}]`))
 	}
 }
 
+// TestUnknownFieldDoesNotHideOtherProblems gives Parse a file with an
+// unknown field, a bad duration and an out-of-range value: all three must
+// be reported by one call.
+func TestUnknownFieldDoesNotHideOtherProblems(t *testing.T) {
+	_, err := Parse([]byte(minimal + "ordering_intervall: 1ms\nfailure_timeout: soon\nrecord_bytes_max: -1\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"field ordering_intervall not found", `"soon" is not a duration`, "record_bytes_max must be in"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
 func TestExampleRoundTrip(t *testing.T) {
 	path := filepath.Join("..", "..", "examples", "cluster.yaml")
 	c, err := Load(path)

@@ -7,17 +7,44 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 )
 
+// Bounds of the failure detector's rhythm.
+const (
+	// detectsPerTimeout is how often per failure timeout the leader runs
+	// Detect: a silent replica's shard is finalized at most a quarter
+	// timeout late.
+	detectsPerTimeout = 4
+	// stoppedDetectIntervals: two runs of Detect further apart than this
+	// many DetectIntervals mean that the leader itself did not run in
+	// between (SIGSTOP, a long GC stall, a frozen VM). It heard nothing
+	// then, not even what was sent to it, and the storage servers may
+	// have moved to another leader; so silence counts again from the
+	// later run.
+	stoppedDetectIntervals = 2
+)
+
+// DetectInterval is how often the leader must run Detect with a failure
+// timeout of failureTimeout.
+func DetectInterval(failureTimeout time.Duration) time.Duration {
+	return failureTimeout / detectsPerTimeout
+}
+
 // Detector is the ordering leader's failure detector, the same in every
 // mode. A shard is taken for failed when one of its replicas stays silent
 // longer than the failure timeout, comes back with another incarnation
 // (it restarted and lost its state), or its primary reports it broken.
-// Silence counts only from when this leader first saw the shard: when it
-// started leading, or when the shard was registered later. A new leader has
-// heard nobody yet, and a new shard's replicas get a full timeout to start
-// their heartbeats.
+// Silence counts only while this leader observes: from when it first saw
+// the shard (when it started leading, or when the shard was registered
+// later) and from when it last ran again after being stopped. A new or
+// resumed leader has heard nobody yet, and a new shard's replicas get a
+// full timeout to start their heartbeats.
 type Detector struct {
 	timeout time.Duration
 	st      *control.State
+	// lastDetect is when Detect last ran (at first, the leader's start);
+	// resumedAt is when it ran after a gap that says the leader was
+	// stopped (zero if never).
+	lastDetect time.Time
+	resumedAt  time.Time
 	// mv is the shard table version seenAt was last brought up to.
 	mv uint64
 	// seenAt is when each shard first appeared to this leader: its start
@@ -48,6 +75,7 @@ func NewDetector(failureTimeout time.Duration, st *control.State, now time.Time)
 		beats:      map[string]beat{},
 		broken:     map[cut.ShardID]bool{},
 		finalizing: map[cut.ShardID]time.Time{},
+		lastDetect: now,
 	}
 	d.st, d.mv = st, st.MembershipVersion
 	for _, sh := range st.Shards {
@@ -96,8 +124,13 @@ func (d *Detector) Registered(reps []control.Replica) {
 
 // Detect returns the shards to finalize as failed at now, and counts each
 // as being finalized from now on, so that it is not proposed again within
-// a failure timeout.
+// a failure timeout. The caller runs it at least every DetectInterval; a
+// longer gap is taken for a stop of the leader itself.
 func (d *Detector) Detect(now time.Time) []cut.ShardID {
+	if now.Sub(d.lastDetect) > stoppedDetectIntervals*DetectInterval(d.timeout) {
+		d.resumedAt = now
+	}
+	d.lastDetect = now
 	var failed []cut.ShardID
 	for i := range d.st.Shards {
 		sh := &d.st.Shards[i]
@@ -120,12 +153,14 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) bool {
 		return true
 	}
 	for _, r := range sh.Replicas {
-		last := d.seenAt[sh.ID]
+		// Silence counts from the latest of: the shard first seen, the
+		// leader resumed, the replica last heard.
+		last := maxTime(d.seenAt[sh.ID], d.resumedAt)
 		if b, ok := d.beats[r.ID]; ok {
 			if b.incarnation != r.Incarnation {
 				return true
 			}
-			last = b.at
+			last = maxTime(last, b.at)
 		}
 		if now.Sub(last) > d.timeout {
 			return true
@@ -143,4 +178,11 @@ func (d *Detector) Suspect(shard cut.ShardID, now time.Time) bool {
 	}
 	d.finalizing[shard] = now
 	return true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -16,18 +16,60 @@ func (w *world) detect(want ...cut.ShardID) {
 	}
 }
 
+// pass moves time on by d, running Detect every DetectInterval as the
+// ordering server does, and expects it to find nothing.
+func (w *world) pass(d time.Duration) {
+	w.t.Helper()
+	step := DetectInterval(timeout)
+	for ; d > 0; d -= min(d, step) {
+		w.after(min(d, step))
+		w.detect()
+	}
+}
+
 // TestDetectSilence checks that a shard is finalized once one of its
 // replicas stayed silent longer than the failure timeout, and not before.
 func TestDetectSilence(t *testing.T) {
 	w := newEagerWorld(t, 2)
 	w.l.Beat("s0", 1, w.now)
 	w.l.Beat("s1", 1, w.now)
-	w.after(timeout / 2)
+	w.pass(timeout / 2)
 	w.l.Beat("s0", 1, w.now)
-	w.after(timeout / 2)
-	w.detect()
+	w.pass(timeout / 2)
 	w.after(1)
 	w.detect(1)
+}
+
+// TestDetectNoSilenceWhileTheLeaderWasStopped checks that a leader that
+// did not run for many timeouts (SIGSTOP, a GC stall, a frozen VM) takes
+// nobody for failed when it runs again, as it heard nothing meanwhile,
+// and counts silence again from then.
+func TestDetectNoSilenceWhileTheLeaderWasStopped(t *testing.T) {
+	w := newEagerWorld(t, 2)
+	w.l.Beat("s0", 1, w.now)
+	w.l.Beat("s1", 1, w.now)
+	w.pass(timeout / 2)
+	w.after(5 * timeout)
+	w.detect()
+	w.l.Beat("s0", 1, w.now)
+	w.pass(timeout / 2)
+	w.l.Beat("s0", 1, w.now)
+	w.pass(timeout / 2)
+	w.after(1)
+	w.detect(1)
+}
+
+// TestDetectShortStallCountsSilence checks that runs of Detect a little
+// late, but no more than stoppedDetectIntervals apart, still count the
+// silence in between.
+func TestDetectShortStallCountsSilence(t *testing.T) {
+	w := newEagerWorld(t, 1)
+	for range timeout / (stoppedDetectIntervals * DetectInterval(timeout)) {
+		w.after(stoppedDetectIntervals * DetectInterval(timeout))
+		w.detect()
+	}
+	w.after(1)
+	w.detect(0)
 }
 
 // TestDetectIncarnationChange checks that a replica heard with another
@@ -47,8 +89,7 @@ func TestDetectNewLeaderWaitsAFullTimeout(t *testing.T) {
 	w := newEagerWorld(t, 1)
 	w.after(time.Hour)
 	w.l = NewLeader(NewEager(tord), timeout, w.st, w.now)
-	w.after(timeout)
-	w.detect()
+	w.pass(timeout)
 	w.after(1)
 	w.detect(0)
 }
@@ -58,9 +99,10 @@ func TestDetectNewLeaderWaitsAFullTimeout(t *testing.T) {
 // older silent one does not.
 func TestDetectNewShardGetsAFullTimeout(t *testing.T) {
 	w := newEagerWorld(t, 1)
-	w.after(timeout / 2)
+	w.pass(timeout / 2)
 	w.apply(control.Command{Register: &control.RegisterCommand{Group: "g", Replicas: []control.Replica{{ID: "s1", Incarnation: 1}}}}, false)
-	w.after(timeout/2 + 1)
+	w.pass(timeout / 2)
+	w.after(1)
 	w.detect(0)
 	w.after(timeout/2 - 1)
 	w.detect()

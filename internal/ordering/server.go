@@ -66,6 +66,12 @@ type Config struct {
 	// FailureTimeout is how long a storage server may stay silent before its
 	// shards are finalized.
 	FailureTimeout time.Duration
+	// KeepaliveInterval is how often the leader speaks at least on each
+	// Heartbeat and Watch stream, even with nothing to say: the storage
+	// servers' heartbeat interval. A storage server that hears nothing
+	// for a few of them takes this replica for stopped (its kernel still
+	// accepts what is sent to it) and looks for the leader elsewhere.
+	KeepaliveInterval time.Duration
 	// Spec, when set, runs the cluster in speculative mode (fix-ante
 	// ordering) with this policy and WindowCuts cuts per lease window.
 	Spec       *spec.Config
@@ -84,6 +90,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ordering: ordering interval must be positive, got %v", c.OrderingInterval)
 	case c.FailureTimeout <= 0:
 		return fmt.Errorf("ordering: failure timeout must be positive, got %v", c.FailureTimeout)
+	case c.KeepaliveInterval <= 0:
+		return fmt.Errorf("ordering: keepalive interval must be positive, got %v", c.KeepaliveInterval)
 	case c.Dir == "":
 		return errors.New("ordering: data directory is empty")
 	case c.Spec != nil && c.WindowCuts == 0:
@@ -119,6 +127,10 @@ type Server struct {
 	// changed is closed and replaced whenever an event is applied.
 	changed chan struct{}
 	waiters map[string]chan control.Event
+	// finalizeMu makes FinalizeShard's check that another shard stays live
+	// and its proposal one step: two finalizations at once must not each
+	// count on the other's shard.
+	finalizeMu sync.Mutex
 
 	// leader is the leader's soft state while this replica leads, nil
 	// otherwise; only leaderLoop replaces it.
@@ -356,7 +368,7 @@ func (s *Server) leaderAddr() (id, addr string) {
 // leaderLoop proposes cuts and detects failures while this replica leads.
 func (s *Server) leaderLoop() {
 	defer s.stopped.Done()
-	detect := time.NewTicker(s.cfg.FailureTimeout / 4)
+	detect := time.NewTicker(order.DetectInterval(s.cfg.FailureTimeout))
 	defer detect.Stop()
 	// The wait for the rest of an ordering interval is usually well under a
 	// millisecond, which a Go timer of an otherwise idle process rounds up
@@ -495,12 +507,28 @@ func (s *Server) checkCluster(id string) error {
 
 // Heartbeat receives liveness and reports from one storage server. In
 // speculative mode it also carries lag-fixes back to the server.
+//
+// The leader answers a request when it sent nothing on the stream for half
+// a keepalive interval: as a storage server sends one at least every
+// heartbeat interval, it hears the leader as often, and a busy stream
+// costs no more than two answers per interval.
 func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 	var sendMu sync.Mutex
+	var lastSent time.Time // guarded by sendMu
 	send := func(r *pb.HeartbeatResponse) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
+		lastSent = time.Now()
 		return stream.Send(r)
+	}
+	keepalive := func(now time.Time) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if now.Sub(lastSent) < s.cfg.KeepaliveInterval/2 {
+			return nil
+		}
+		lastSent = now
+		return stream.Send(&pb.HeartbeatResponse{})
 	}
 	var server string
 	var out chan []*pb.ShardLength
@@ -565,10 +593,15 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 		if len(req.Broken) > 0 {
 			s.detectFailures()
 		}
+		if err := keepalive(now); err != nil {
+			return err
+		}
 	}
 }
 
-// Watch streams applied events from req.From on.
+// Watch streams applied events from req.From on. While this replica leads
+// it sends an empty message when it sent nothing for a keepalive interval,
+// so the watcher tells an idle leader from a stopped one.
 func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) error {
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return err
@@ -577,6 +610,12 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
 	defer gather.Stop()
+	// Every half interval, a keepalive goes out unless something (a
+	// keepalive too) did since the last tick: the longest quiet stretch is
+	// one interval, and a busy stream pays only for setting sent.
+	keepalive := time.NewTicker(s.cfg.KeepaliveInterval / 2)
+	defer keepalive.Stop()
+	sent := false
 	for {
 		if !s.node.IsLeader() {
 			if _, addr := s.leaderAddr(); addr != "" {
@@ -605,14 +644,11 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 			if err := stream.Send(&resp); err != nil {
 				return err
 			}
+			sent = true
 			continue
 		}
-		select {
-		case <-changed:
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		case <-s.stop:
-			return status.Error(codes.Unavailable, "ordering replica stopping")
+		if err := s.awaitChange(stream, changed, keepalive.C, &sent); err != nil {
+			return err
 		}
 		// Let the new events gather only for a server that was no
 		// primary and still is none, and only while the shard table
@@ -632,6 +668,31 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Ordering_WatchServer) err
 			case <-s.stop:
 				return status.Error(codes.Unavailable, "ordering replica stopping")
 			}
+		}
+	}
+}
+
+// awaitChange waits until changed is closed. At each tick it sends a
+// keepalive on stream if this replica leads and nothing was sent since the
+// previous tick; sent says whether something was.
+func (s *Server) awaitChange(stream pb.Ordering_WatchServer, changed <-chan struct{}, tick <-chan time.Time, sent *bool) error {
+	for {
+		select {
+		case <-changed:
+			return nil
+		case <-tick:
+			if *sent || !s.node.IsLeader() {
+				*sent = false
+				continue
+			}
+			if err := stream.Send(&pb.WatchResponse{}); err != nil {
+				return err
+			}
+			*sent = true
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-s.stop:
+			return status.Error(codes.Unavailable, "ordering replica stopping")
 		}
 	}
 }
@@ -682,16 +743,26 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 	return &pb.RegisterShardResponse{Shard: ev.Registered}, nil
 }
 
-// FinalizeShard stops a shard after a grace of cuts.
+// FinalizeShard stops a shard after a grace of cuts. It refuses to stop the
+// last live shard: appends would then have nowhere to go until a group
+// formed a new one. (A failure still finalizes any shard.)
 func (s *Server) FinalizeShard(ctx context.Context, req *pb.FinalizeShardRequest) (*pb.FinalizeShardResponse, error) {
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return nil, err
 	}
+	s.finalizeMu.Lock()
+	defer s.finalizeMu.Unlock()
 	s.mu.Lock()
 	sh := s.state.Shard(req.Shard)
 	var st control.ShardState
 	if sh != nil {
 		st = sh.State
+	}
+	othersLive := 0
+	for _, o := range s.state.Shards {
+		if o.ID != req.Shard && o.State == control.Live {
+			othersLive++
+		}
 	}
 	s.mu.Unlock()
 	if sh == nil {
@@ -699,6 +770,9 @@ func (s *Server) FinalizeShard(ctx context.Context, req *pb.FinalizeShardRequest
 	}
 	if st != control.Live {
 		return nil, status.Errorf(codes.FailedPrecondition, "finalize: shard %d is already %s", req.Shard, st)
+	}
+	if othersLive == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "finalize: shard %d is the last live shard; add a shard first (augur shard add)", req.Shard)
 	}
 	if addr, no := s.notLeader(); no {
 		return &pb.FinalizeShardResponse{NotLeader: true, LeaderAddr: addr}, nil

@@ -202,3 +202,22 @@ func TestStopWithoutStart(t *testing.T) {
 	}
 	again.Stop()
 }
+
+// TestLeaderWithoutQuorumStepsDown checks raft's check-quorum: a leader
+// that hears from no quorum (both followers stopped, as in a partition)
+// stops leading, so an ordering replica cut off from the others stops
+// acting as the leader instead of holding storage servers' streams.
+func TestLeaderWithoutQuorumStepsDown(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	lead := c.waitLeader()
+	var followers []uint64
+	for id := range c.nodes {
+		if id != lead.id {
+			followers = append(followers, id)
+		}
+	}
+	for _, id := range followers {
+		c.stop(id)
+	}
+	c.waitUntil("the leader without a quorum to step down", func() bool { return !lead.node.IsLeader() })
+}

@@ -122,6 +122,9 @@ func (s *Store) Append(entries []Entry) (first uint64, err error) {
 	g.size += int64(len(buf))
 	s.length += indexes
 	s.mu.Unlock()
+	if s.opts.Sync == SyncAlways {
+		s.noteSynced(s.length)
+	}
 	return first, nil
 }
 
@@ -149,6 +152,7 @@ func (s *Store) rollLocked() (*segment, error) {
 		}
 		s.activeDirty = false
 	}
+	s.noteSynced(s.length)
 	g, err := s.createSegment(s.length)
 	if err != nil {
 		s.failed = err

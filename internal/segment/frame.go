@@ -293,3 +293,100 @@ func decodeFrame(frame []byte) (Entry, error) {
 	}
 	return e, nil
 }
+
+// checkSegmentFrame checks a whole segment frame, header h and body: length
+// bounds, checksum, then decoding. It returns the local indexes the frame
+// covers: one for a record, the count of a no-op run.
+func checkSegmentFrame(h, body []byte) (uint64, error) {
+	kind, n, err := segmentFrameHeader(h)
+	if err != nil {
+		return 0, err
+	}
+	if n != len(body) {
+		return 0, corruptf("frame says body is %d bytes, got %d", n, len(body))
+	}
+	if err := checkSegmentBody(kind, h, body); err != nil {
+		return 0, err
+	}
+	if kind == kindNoop {
+		return parseNoopBody(body)
+	}
+	if err := parseRecordBody(body, nil); err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// checkRunFrame checks a whole positions-file frame, header h and body,
+// and decodes its run.
+func checkRunFrame(h, body []byte) (Run, error) {
+	n, sum, err := frameHeader(h, runBodyBytesMin, runBodyBytesMax)
+	if err != nil {
+		return Run{}, err
+	}
+	if n != len(body) {
+		return Run{}, corruptf("frame says body is %d bytes, got %d", n, len(body))
+	}
+	if err := checkBody(body, sum); err != nil {
+		return Run{}, err
+	}
+	return parseRunBody(body)
+}
+
+// damagedCount returns the local indexes held by the damaged bytes
+// [p, q) of a segment, followed by a whole frame at q or by the end of the
+// file, or 0 if they cannot be known from the bytes alone (see the Damage
+// section in damage.go for the rules). region is the bytes [p, q).
+// endsInside says whether a whole frame starts inside the region and ends
+// exactly at q; it is called only when the answer matters.
+func damagedCount(region []byte, endsInside func() bool) uint64 {
+	if len(region) < frameHeaderBytes {
+		return 0
+	}
+	h, body := region[:frameHeaderBytes], region[frameHeaderBytes:]
+	n := len(body)
+	sum := binary.LittleEndian.Uint32(h[4:8])
+	// The bytes verify as a record or a no-op run under the stored
+	// checksum: only the length word was hit.
+	if n >= recordBodyBytesMin && n <= recordBytesMax && crc32.Checksum(body, castagnoli) == sum &&
+		parseRecordBody(body, nil) == nil {
+		return 1
+	}
+	if n >= noopBodyBytesMin && n <= noopBodyBytesMax {
+		word := binary.LittleEndian.AppendUint32(nil, noopFlag|uint32(n))
+		if noopChecksum(word, body) == sum {
+			if count, err := parseNoopBody(body); err == nil {
+				return count
+			}
+		}
+	}
+	// The length word leads exactly here and names a record too long to be
+	// a no-op with its kind bit flipped: only the body or checksum was
+	// hit, unless the word was hit too. Then either the frame's own bytes
+	// end earlier and still verify, or the word skips whole frames,
+	// which would leave one ending here.
+	if w := binary.LittleEndian.Uint32(h[0:4]); w&noopFlag == 0 && int(w) == n && n > noopBodyBytesMax && n <= recordBytesMax &&
+		!prefixVerifies(sum, body) && !endsInside() {
+		return 1
+	}
+	return 0
+}
+
+// prefixVerifies says whether a proper prefix of body verifies, as a
+// record or a no-op body, under the checksum sum.
+func prefixVerifies(sum uint32, body []byte) bool {
+	crc := uint32(0)
+	for i := range len(body) - 1 {
+		crc = crc32.Update(crc, castagnoli, body[i:i+1])
+		if n := i + 1; n >= recordBodyBytesMin && crc == sum {
+			return true
+		}
+	}
+	for n := noopBodyBytesMin; n <= noopBodyBytesMax && n < len(body); n++ {
+		word := binary.LittleEndian.AppendUint32(nil, noopFlag|uint32(n))
+		if noopChecksum(word, body[:n]) == sum {
+			return true
+		}
+	}
+	return false
+}

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"encoding/binary"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -221,9 +222,13 @@ func TestNoopTornTail(t *testing.T) {
 
 // TestNoopDamageInEarlierSegmentFails: a bad no-op frame in a segment that
 // is not the last cannot be a torn write.
-func TestNoopDamageInEarlierSegmentFails(t *testing.T) {
+// TestNoopDamageInEarlierSegment damages the no-op frame of a middle
+// segment: its body no longer says how many indexes it covers, but the
+// next segment's first index does, so the run is reported as damaged and
+// the indexes around it are served.
+func TestNoopDamageInEarlierSegment(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Dir: dir, SegmentBytesMax: 1}
+	opts := Options{Dir: dir, SegmentBytesMax: 1, Logger: slog.New(slog.DiscardHandler)}
 	s := mustOpen(t, opts)
 	for range 3 {
 		if _, err := s.Append([]Entry{{Noops: 7}}); err != nil {
@@ -236,8 +241,17 @@ func TestNoopDamageInEarlierSegmentFails(t *testing.T) {
 		t.Fatalf("%d segments, want 3", len(paths))
 	}
 	flipByte(t, paths[1], fileSize(t, paths[1])-1)
-	_, err := Open(opts)
-	wantErr(t, err, ErrCorrupt, "Open with a damaged no-op frame in a middle segment")
+	s = mustOpen(t, opts)
+	defer s.Close()
+	d := wantOneDamaged(t, s, 7, 14, paths[1], 0)
+	for _, i := range []uint64{7, 13} {
+		wantDamaged(t, s, i, d)
+	}
+	for _, i := range []uint64{0, 14} {
+		if e, err := s.Read(i); err != nil || e.Noops != 7 {
+			t.Fatalf("Read(%d) = %+v, %v; want a run of 7 no-ops", i, e, err)
+		}
+	}
 }
 
 // TestReadChecksNoopFrames damages a no-op frame behind an open store's

@@ -10,7 +10,8 @@ import (
 // of no-ops, Entry{Noops: k} where k counts the no-op indexes from local to
 // the end of the stored run (so local+k is the next index past it). It
 // fails with ErrTrimmed below Start, with ErrOutOfRange at or after Len,
-// and with ErrCorrupt if the stored frame does not check out.
+// with a *DamagedError (ErrDamaged) inside a range Open found damaged, and
+// with ErrCorrupt if the stored frame does not check out.
 func (s *Store) Read(local uint64) (Entry, error) {
 	frame, first, end, err := s.readFrame(local)
 	if err != nil {
@@ -50,6 +51,9 @@ func (s *Store) readFrame(local uint64) (frame []byte, first, end uint64, err er
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.readableRLocked(local); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := s.checkDamagedRLocked(local); err != nil {
 		return nil, 0, 0, err
 	}
 	g := s.segmentOfRLocked(local)
@@ -92,7 +96,9 @@ func (s *Store) segmentOfRLocked(local uint64) *segment {
 // covers the rest of it. Entries appended during the scan are not visited.
 // It reads up to scanChunkBytesMax per pread and holds no lock while fn
 // runs, so fn may call other methods of the Store. A concurrent Trim past
-// the scan's position ends it with ErrTrimmed.
+// the scan's position ends it with ErrTrimmed. A damaged range (see
+// Damaged) ends it with a *DamagedError once everything before it has been
+// visited; a caller that wants to skip it scans again from its End.
 func (s *Store) Scan(from uint64, fn func(local uint64, e Entry) bool) error {
 	s.mu.RLock()
 	closed, next, limit := s.closed, max(from, s.start), s.length
@@ -158,6 +164,13 @@ func (s *Store) readChunk(next, limit uint64, c *chunk) error {
 	defer s.mu.RUnlock()
 	if err := s.readableRLocked(next); err != nil {
 		return err
+	}
+	// The chunk stops before the first damaged range after next.
+	if i := s.damagedFromRLocked(next); i < len(s.damaged) {
+		if s.damaged[i].First <= next {
+			return &DamagedError{Local: next, Range: s.damaged[i]}
+		}
+		limit = min(limit, s.damaged[i].First)
 	}
 	g := s.segmentOfRLocked(next)
 	k, first, at := g.locate(next)

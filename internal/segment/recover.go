@@ -13,9 +13,12 @@ import (
 )
 
 // Open opens the store in opts.Dir, creating it if missing, and recovers it:
-// every segment is scanned and every frame checked; a torn or corrupt tail
-// of the last segment or of the positions file is truncated away; runs that
-// describe records lost that way are dropped.
+// every segment is scanned and every frame checked; a torn tail of the last
+// segment or of the positions file (a bad final frame with no whole frame
+// after it) is truncated away with a warning; runs that describe records
+// lost that way are dropped. Damage anywhere else keeps every record at its
+// local index and is listed by Damaged, or, where the number of records it
+// held cannot be known, fails Open with ErrCorrupt. See damage.go.
 func Open(opts Options) (*Store, error) {
 	opts, err := opts.validate()
 	if err != nil {
@@ -93,21 +96,30 @@ func (s *Store) recoverSegments() error {
 		}
 		g := &segment{base: base, f: f}
 		s.segs = append(s.segs, g)
-		good, problem, err := scanSegment(sc, g)
+		info, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("stat segment %s: %w", path, err)
+		}
+		if info.Size() > segmentFileBytesMax {
+			// Offsets are uint32 and Append never grows a segment past this.
+			return corruptf("segment %s is %d bytes, more than %d", path, info.Size(), int64(segmentFileBytesMax))
+		}
+		good, problem, err := scanSegment(sc, g, info.Size())
 		if err != nil {
 			return fmt.Errorf("scan segment %s: %w", path, err)
 		}
+		g.size = good
 		if problem != nil {
-			if i != len(bases)-1 {
-				// A crash only tears the last segment: earlier ones were
-				// fsynced before their successor was created.
-				return fmt.Errorf("segment %s (not the last one): %w", path, problem)
+			// A successor's first local index says how many this segment
+			// holds; the last segment has none.
+			var successor *uint64
+			if i+1 < len(bases) {
+				successor = &bases[i+1]
 			}
-			if err := truncateFile(f, good); err != nil {
-				return fmt.Errorf("truncate torn tail of %s to %d bytes: %w", path, good, err)
+			if err := s.recoverDamagedSegment(g, path, info.Size(), successor); err != nil {
+				return err
 			}
 		}
-		g.size = good
 		if i > 0 {
 			if prev := s.segs[i-1]; prev.end() != base {
 				return corruptf("segment %s starts at local index %d but its predecessor ends at %d", path, base, prev.end())
@@ -126,16 +138,13 @@ func (s *Store) recoverSegments() error {
 	return nil
 }
 
-// scanSegment reads every frame of g and records its offset and, for a
-// no-op frame, the indexes it covers. problem (an ErrCorrupt) describes the
-// first bad frame, good is the offset where the whole frames end; err is an
-// I/O error, which must not be mistaken for a torn tail.
-func scanSegment(sc *frameScanner, g *segment) (good int64, problem, err error) {
-	info, err := g.f.Stat()
-	if err != nil {
-		return 0, nil, err
-	}
-	sc.reset(g.f, info.Size())
+// scanSegment reads the frames of g, size bytes long, and records the
+// offset of each and, for a no-op frame, the indexes it covers, up to the
+// first bad frame. problem (an ErrCorrupt) describes that frame, good is
+// its offset, or the size if every frame is whole; err is an I/O error,
+// which must not be mistaken for damage.
+func scanSegment(sc *frameScanner, g *segment, size int64) (good int64, problem, err error) {
+	sc.reset(g.f, size)
 	for {
 		kind, body, err := sc.nextSegmentFrame()
 		if err == io.EOF {
@@ -157,9 +166,6 @@ func scanSegment(sc *frameScanner, g *segment) (good int64, problem, err error) 
 		}
 		if err != nil {
 			return 0, nil, err
-		}
-		if sc.frameOff+int64(frameHeaderBytes+len(body)) > segmentFileBytesMax {
-			return sc.frameOff, corruptf("segment grows past %d bytes at offset %d", int64(segmentFileBytesMax), sc.frameOff), nil
 		}
 		if kind == kindNoop {
 			g.noops = append(g.noops, noopFrame{frame: uint32(len(g.offsets)), first: g.end(), end: g.end() + count})
@@ -198,7 +204,11 @@ func (s *Store) recoverPositions() error {
 			r, err = parseRunBody(body)
 		}
 		if errors.Is(err, ErrCorrupt) {
-			// Torn tail: keep the whole frames before it.
+			// A torn tail is cut off below; a bad run with whole runs
+			// after it cannot be rebuilt from the store's own bytes.
+			if err := s.positionsTornTail(f, info.Size(), good, err); err != nil {
+				return err
+			}
 			break
 		}
 		if err != nil {
@@ -223,6 +233,9 @@ func (s *Store) recoverPositions() error {
 	// owner assigns those positions again once the records are re-appended.
 	for i, r := range runs {
 		if r.LocalStart+r.Count > s.length {
+			s.logger().Warn("segment: dropping runs over records lost with a torn tail",
+				"file", path, "offset", frameAt[i], "dropped_bytes", good-frameAt[i],
+				"runs", len(runs)-i, "local_end", s.length)
 			runs, good = runs[:i], frameAt[i]
 			break
 		}

@@ -34,11 +34,13 @@
 //
 // # Durability
 //
-// Open truncates a torn or corrupt tail of the last segment and of the
-// positions file, because that is what a crash in the middle of a write
-// leaves behind. Damage anywhere else cannot come from a crash (a segment is
-// fsynced before the next one is created, whatever the SyncPolicy) and is
-// reported as ErrCorrupt rather than silently dropping acknowledged records.
+// Open truncates a torn tail of the last segment and of the positions file
+// (a bad final frame with no whole frame after it), because that is what a
+// crash in the middle of a write leaves behind, and logs a warning. Damage
+// anywhere else cannot come from a crash (a segment is fsynced before the
+// next one is created, whatever the SyncPolicy) and never drops the records
+// after it: they keep their local indexes, and the damaged ones are listed
+// by Damaged and fail reads with ErrDamaged (see damage.go).
 //
 // # Concurrency
 //
@@ -58,10 +60,12 @@ package segment
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // Named bounds. Offsets inside a segment are kept as uint32 to make the
@@ -160,6 +164,9 @@ type Options struct {
 	Dir             string     // created if missing; one store per directory (not locked: the caller must not open it twice)
 	SegmentBytesMax int64      // roll over once the active segment reaches this size; 0 means DefaultSegmentBytes
 	Sync            SyncPolicy // see SyncPolicy
+	// Logger gets recovery's warnings (torn tails cut off) and damage
+	// reports; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 func (o Options) validate() (Options, error) {
@@ -310,6 +317,15 @@ type Store struct {
 	// that ordered and the monotonicity checks survive trims and restarts.
 	runs    []Run
 	ordered uint64 // == end of the last run, or 0; start <= ordered <= length once anything is trimmed
+
+	// synced is a lower bound of the local indexes that survive a crash:
+	// raised after each fsync of the segments, never lowered. It starts at
+	// 0 on Open: recovery cannot tell which of the bytes it found reached
+	// the disk rather than the page cache.
+	synced atomic.Uint64
+	// damaged lists the ranges Open found damaged, ascending; ranges below
+	// start stay until reopen but are hidden by Damaged.
+	damaged []DamagedRange
 }
 
 // Len returns the next local index: the number of local indexes ever
@@ -333,6 +349,20 @@ func (s *Store) Ordered() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.ordered
+}
+
+// SyncedLen returns how many local indexes survive a crash now, at least:
+// everything appended before the last fsync of the segments.
+func (s *Store) SyncedLen() uint64 { return s.synced.Load() }
+
+// noteSynced raises synced to n.
+func (s *Store) noteSynced(n uint64) {
+	for {
+		cur := s.synced.Load()
+		if n <= cur || s.synced.CompareAndSwap(cur, n) {
+			return
+		}
+	}
 }
 
 func (s *Store) active() *segment { return s.segs[len(s.segs)-1] }
@@ -369,6 +399,8 @@ func (s *Store) Sync() error {
 		files = append(files, s.pos)
 		s.posDirty = false
 	}
+	// Mutators hold wmu, so the length is that of the bytes written.
+	length := s.length
 	s.wmu.Unlock()
 	for _, f := range files {
 		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
@@ -378,6 +410,7 @@ func (s *Store) Sync() error {
 			return fmt.Errorf("segment: sync %s: %w", f.Name(), err)
 		}
 	}
+	s.noteSynced(length)
 	return nil
 }
 
@@ -389,6 +422,7 @@ func (s *Store) syncLocked() error {
 		}
 		s.activeDirty = false
 	}
+	s.noteSynced(s.length)
 	if s.posDirty {
 		if err := s.pos.Sync(); err != nil {
 			s.failed = err

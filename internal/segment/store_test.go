@@ -174,3 +174,36 @@ func TestClosedStore(t *testing.T) {
 	wantErr(t, s.Trim(10), ErrClosed, "Trim")
 	wantErr(t, s.Sync(), ErrClosed, "Sync")
 }
+
+// TestSyncedLen checks that SyncedLen counts only what an fsync covered:
+// nothing appended since the last Sync under SyncInterval, everything under
+// SyncAlways, and the sealed segments after a rollover.
+func TestSyncedLen(t *testing.T) {
+	s := mustOpen(t, Options{Dir: t.TempDir(), Sync: SyncInterval})
+	defer s.Close()
+	appendTest(t, s, 10, 5)
+	if got := s.SyncedLen(); got != 0 {
+		t.Fatalf("SyncedLen before any Sync = %d, want 0", got)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	appendTest(t, s, 3, 3)
+	if got := s.SyncedLen(); got != 10 {
+		t.Fatalf("SyncedLen after Sync and 3 more = %d, want 10", got)
+	}
+
+	always := mustOpen(t, Options{Dir: t.TempDir(), Sync: SyncAlways})
+	defer always.Close()
+	appendTest(t, always, 4, 2)
+	if got := always.SyncedLen(); got != 4 {
+		t.Fatalf("SyncedLen under SyncAlways = %d, want 4", got)
+	}
+
+	rolled := mustOpen(t, Options{Dir: t.TempDir(), SegmentBytesMax: 100, Sync: SyncNever})
+	defer rolled.Close()
+	appendTest(t, rolled, 40, 1)
+	if got := rolled.SyncedLen(); got == 0 || got >= 40 {
+		t.Fatalf("SyncedLen after rollovers = %d, want the sealed segments' end, in (0, 40)", got)
+	}
+}

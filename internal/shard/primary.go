@@ -1,8 +1,14 @@
-// Package shard holds a shard primary's bookkeeping as a pure state machine:
+// Package shard holds one copy of one shard as a pure state machine
+// (Replica): a primary admits appends, stores them through a Log, sends
+// them to its backups, learns what every replica holds, reports it to the
+// ordering leader as its ordering mode allows (Ordering), turns committed
+// cuts into positions and answers the appends they order; a backup stores
+// what its primary sends. Primary is the primary's append bookkeeping:
 // which appends wait for a cut, which (client, sequence) pairs are already
 // stored so a retry is not stored twice, and what to answer when a cut
-// orders records or the shard is finalized. No I/O, clocks or goroutines: the
-// storage server's loop feeds it and carries out what it returns.
+// orders records or the shard is finalized. No sockets, clocks or
+// goroutines: the storage server, the benchmark emulator and the simulator
+// feed a Replica and carry out what it returns.
 package shard
 
 import (
@@ -39,16 +45,22 @@ const (
 	Expired
 	// Finalized: the shard takes no more records.
 	Finalized
+	// Abandoned: a stored record the shard was finalized before ordering;
+	// it never gets a position (only in answers).
+	Abandoned
+	// Unavailable: the log could not store the record (only in answers).
+	Unavailable
 )
 
 // Answer is an acknowledgement to send to waiter W.
 type Answer[W comparable] struct {
 	Waiter W
 	Seq    uint64
-	// Position is valid when Final is false.
+	// Verdict is Ordered (Position is valid), Waiting, Expired, Finalized,
+	// Abandoned or Unavailable.
+	Verdict Verdict
+	// Position is valid when Verdict is Ordered.
 	Position uint64
-	// Final reports the record was not ordered because the shard ended first.
-	Final bool
 }
 
 type slot[W comparable] struct {
@@ -192,7 +204,7 @@ func (p *Primary[W]) Order(sl cut.Slice) []Answer[W] {
 	for local := max(sl.LocalStart, p.base); local < end; local++ {
 		s := p.pending[local-p.base]
 		if s.set {
-			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq, Position: sl.GlobalStart + (local - sl.LocalStart)})
+			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq, Verdict: Ordered, Position: sl.GlobalStart + (local - sl.LocalStart)})
 		}
 	}
 	if end > p.base {
@@ -215,7 +227,7 @@ func (p *Primary[W]) Finalize(length uint64) (out []Answer[W], unanswered int) {
 			continue
 		}
 		if p.base+uint64(i) >= length {
-			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq, Final: true})
+			out = append(out, Answer[W]{Waiter: s.waiter, Seq: s.seq, Verdict: Abandoned})
 		} else {
 			unanswered++
 		}

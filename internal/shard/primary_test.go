@@ -37,7 +37,7 @@ func TestRetryIsStoredOnce(t *testing.T) {
 		t.Fatalf("retry before cut: %v", v)
 	}
 	got := order(p, pos, cut.Slice{LocalStart: 0, GlobalStart: 40, Count: 1})
-	if len(got) != 1 || got[0] != (Answer[string]{Waiter: "s2", Seq: 1, Position: 40}) {
+	if len(got) != 1 || got[0] != (Answer[string]{Waiter: "s2", Seq: 1, Verdict: Ordered, Position: 40}) {
 		t.Fatalf("answers %+v", got)
 	}
 	// A retry after the cut is answered at once with the same position.
@@ -61,7 +61,7 @@ func TestFinalizeAnswersUnorderedOnly(t *testing.T) {
 		t.Fatalf("ordered %d", len(got))
 	}
 	fin, unanswered := p.Finalize(3)
-	if len(fin) != 2 || !fin[0].Final || fin[0].Seq != 4 || fin[1].Seq != 5 || unanswered != 0 {
+	if len(fin) != 2 || fin[0].Verdict != Abandoned || fin[0].Seq != 4 || fin[1].Seq != 5 || unanswered != 0 {
 		t.Fatalf("finalize answers %+v, %d unanswered", fin, unanswered)
 	}
 	if v, _ := p.Admit(1, 6, "s"); v != Finalized {
@@ -157,7 +157,7 @@ func TestRandomHistories(t *testing.T) {
 			t.Fatalf("seed %d: %d records below the final length never answered", seed, unanswered)
 		}
 		for _, a := range fin {
-			if !a.Final {
+			if a.Verdict != Abandoned {
 				t.Fatalf("seed %d: non-final answer at finalize", seed)
 			}
 			answered[[2]uint64{0, a.Seq}]++ // client unknown here; count by total below

@@ -207,9 +207,16 @@ func (s *Shard) LagFix(target uint64) uint64 {
 
 // Predict returns the global position of the entry at local index n, if an
 // announced window covers it.
-func (s *Shard) Predict(n uint64) (uint64, bool) {
-	for _, w := range s.windows {
-		if pos, _, ok := w.Locate(s.id, n); ok {
+func (s *Shard) Predict(n uint64) (uint64, bool) { return Predict(s.windows, s.id, n) }
+
+// Predict returns the global position that the announced windows give the
+// entry of shard id at local index n, if one of them covers it: where a
+// cut will order it unless a view change voids the window first. It is the
+// one rule by which shards, subscription feeds and the simulator place
+// entries before their cuts commit.
+func Predict(windows []fixante.Window, id cut.ShardID, n uint64) (uint64, bool) {
+	for _, w := range windows {
+		if pos, _, ok := w.Locate(id, n); ok {
 			return pos, true
 		}
 	}

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,6 @@ import (
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
-	"github.com/augur-log/augur/internal/spec"
 )
 
 // Bounds.
@@ -25,17 +25,19 @@ const (
 	appendDrainMax = 64
 )
 
-// role is what a server does for one shard.
-type role int
-
+// A server holds each of its shards in one of the core's roles.
 const (
-	rolePrimary role = iota
-	roleBackup
+	rolePrimary = shard.RolePrimary
+	roleBackup  = shard.RoleBackup
 	// roleRecovered holds a shard found on disk at start-up: this server
 	// restarted, so the shard is (or is about to be) finalized; it only
 	// serves reads.
-	roleRecovered
+	roleRecovered = shard.RoleRecovered
 )
+
+// lagQueueMax bounds the lag-fixes waiting for a primary's loop; the
+// leader repeats unanswered ones.
+const lagQueueMax = 16
 
 type appendReq struct {
 	stream   *appendStream
@@ -60,39 +62,39 @@ type cutMsg struct {
 	spec *control.Spec
 }
 
-// replica is this server's copy of one shard. Its loop goroutine owns the
-// store's writes and every field below "loop state", except that on a
-// backup the Replicate stream's goroutine writes the primary's batches
-// itself (see appendReplicated).
+// replica is this server's copy of one shard: a shell that feeds the
+// shard.Replica core and carries out its output (store writes through
+// the core, backup sends, acknowledgements, reports). Its loop goroutine
+// owns the core, except that on a backup the Replicate stream's goroutine
+// stores the primary's batches itself (see appendReplicated) and backup
+// links' goroutines pass acknowledgements straight to the core
+// (backupAcked); the core allows both.
 type replica struct {
 	id    cut.ShardID
-	role  role
+	role  shard.Role
 	store *segment.Store
-	srv   *Server
-	log   *slog.Logger
+	core  *shard.Replica[*appendStream]
+	// specOrd is a speculative primary's ordering, which the shell hands
+	// the announced windows; nil otherwise.
+	specOrd *shard.Speculative
+	srv     *Server
+	log     *slog.Logger
 
 	appendCh chan appendReq
 	cutCh    chan cutMsg
-	// kick wakes the loop of a speculative primary when durable moved
-	// outside it, so specStep sees the new length.
+	// kick wakes the loop when durable moved outside it and the ordering
+	// mode acts on durable entries, so Tick sees the new length.
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
 
-	// durable is how many records every replica holds: what a primary
-	// reports. On a backup it is what this server holds durably.
-	durable atomic.Uint64
-	// durableCh wakes whoever forwards durable (heartbeats, backup acks).
+	// durableCh wakes whoever forwards durable (backup acks).
 	durableCh chan struct{}
-	// backupDurable is what each backup acknowledged holding; each entry
-	// is written only by its backup link's receiving goroutine.
-	backupDurable []atomic.Uint64
-	// replMu serializes the batches a backup stores (appendReplicated).
-	replMu sync.Mutex
-	// finalized and finalLen are published for readers.
-	finalized atomic.Bool
-	finalLen  atomic.Uint64
-	// failed is set once replication to a backup broke.
+	// replMu serializes the batches a backup stores (appendReplicated);
+	// replBuf is their reused entry buffer.
+	replMu  sync.Mutex
+	replBuf []segment.Entry
+	// failed is set once replication to a backup or a store write broke.
 	failed atomic.Bool
 
 	mu      sync.Mutex
@@ -100,61 +102,50 @@ type replica struct {
 
 	// loop state
 	backups []Peer
-	// primary is the append bookkeeping, on a primary only.
-	primary *shard.Primary[*appendStream]
-	lastCut uint64
-	// lost is set once this copy missed records or cuts it can never
-	// get back; it then serves neither subscriptions nor resolutions.
-	lost atomic.Bool
-
-	// Speculative mode. spec is the latest speculative state, for
-	// subscription streams; on a primary, adh decides reports and no-op
-	// fills, reported is the last length reported and records counts the
-	// real records stored.
-	spec     atomic.Pointer[control.Spec]
-	adh      *spec.Shard
-	reported atomic.Uint64
-	records  atomic.Uint64
-	lagCh    chan uint64
-	// fillTimer wakes the loop for the next fill. Fills are due a little
-	// over an ordering interval after a report, and a Go timer of an idle
-	// process can fire up to a millisecond late; every late fill holds up
-	// speculative delivery on every shard.
+	// spec is the latest speculative state, for subscription streams.
+	spec  atomic.Pointer[control.Spec]
+	lagCh chan uint64
+	// out and batch are reused by every step of the loop.
+	out   shard.Output[*appendStream]
+	batch []shard.Append[*appendStream]
+	// fillTimer wakes the loop when the core asks to be woken (a
+	// speculative primary's next fill); it is made at the first such
+	// request. Fills are due a little over an ordering interval after a
+	// report, and a Go timer of an idle process can fire up to a
+	// millisecond late; every late fill holds up speculative delivery on
+	// every shard.
 	fillTimer *ptimer.Timer
 	fillDue   time.Time // the deadline fillTimer is armed for
 }
 
-func newReplica(srv *Server, id cut.ShardID, r role, store *segment.Store, backups []Peer) *replica {
+func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer) *replica {
 	rp := &replica{
-		id:            id,
-		role:          r,
-		store:         store,
-		srv:           srv,
-		log:           srv.log.With("shard", id),
-		appendCh:      make(chan appendReq, appendQueueMax),
-		cutCh:         make(chan cutMsg, 64),
-		kick:          make(chan struct{}, 1),
-		stop:          make(chan struct{}),
-		done:          make(chan struct{}),
-		durableCh:     make(chan struct{}, 1),
-		changed:       make(chan struct{}),
-		backups:       backups,
-		backupDurable: make([]atomic.Uint64, len(backups)),
+		id:        id,
+		role:      r,
+		store:     store,
+		srv:       srv,
+		log:       srv.log.With("shard", id),
+		appendCh:  make(chan appendReq, appendQueueMax),
+		cutCh:     make(chan cutMsg, 64),
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		durableCh: make(chan struct{}, 1),
+		changed:   make(chan struct{}),
+		backups:   backups,
+	}
+	cfg := shard.Config{ID: id, Role: r, Backups: len(backups)}
+	if runs := store.Runs(0); len(runs) > 0 {
+		cfg.LastCut = runs[len(runs)-1].Cut
 	}
 	if r == rolePrimary {
-		rp.primary = shard.NewPrimary[*appendStream](store.Len(), store.GlobalOf)
+		rp.lagCh = make(chan uint64, lagQueueMax)
 		if srv.cfg.Spec {
-			rp.adh = spec.NewShard(id, store.Len(), srv.cfg.FillAfter, srv.cfg.FillIdleAfter, time.Now())
-			rp.lagCh = make(chan uint64, 16)
-			rp.fillTimer = ptimer.New()
+			rp.specOrd = shard.NewSpeculative(id, store.Len(), srv.cfg.FillAfter, srv.cfg.FillIdleAfter, time.Now())
+			cfg.Ordering = rp.specOrd
 		}
 	}
-	if runs := store.Runs(0); len(runs) > 0 {
-		rp.lastCut = runs[len(runs)-1].Cut
-	}
-	if r != rolePrimary {
-		rp.durable.Store(store.Len())
-	}
+	rp.core = shard.NewReplica[*appendStream](cfg, store)
 	return rp
 }
 
@@ -179,22 +170,32 @@ func (r *replica) notifyDurable() {
 	}
 }
 
+// finalized says whether the shard is finalized.
+func (r *replica) finalized() bool {
+	_, ok := r.core.Final()
+	return ok
+}
+
 func (r *replica) run() {
 	defer close(r.done)
+	defer func() {
+		if r.fillTimer != nil {
+			r.fillTimer.Close()
+		}
+	}()
 	var fillC <-chan time.Time
-	if r.fillTimer != nil {
-		defer r.fillTimer.Close()
-		fillC = r.fillTimer.C
-	}
 	for {
-		r.specStep()
+		r.step()
+		if r.fillTimer != nil {
+			fillC = r.fillTimer.C
+		}
 		select {
 		case <-fillC:
 		case <-r.kick:
 		case target := <-r.lagCh:
-			if r.adh != nil && !r.finalized.Load() {
-				r.appendNoops(r.adh.LagFix(target))
-			}
+			out := r.resetOut()
+			r.core.LagFix(time.Now(), target, out)
+			r.carry(out)
 		case <-r.stop:
 			r.failPending(pb.Code_UNAVAILABLE, "server stopping")
 			return
@@ -216,95 +217,138 @@ func (r *replica) run() {
 	}
 }
 
+// resetOut returns the loop's output, emptied.
+func (r *replica) resetOut() *shard.Output[*appendStream] {
+	r.out.Reset()
+	return &r.out
+}
+
+// step lets the core's ordering mode act now: on a speculative primary,
+// fill no-ops when it sat between quota boundaries too long, report when
+// the durable length crossed a boundary, and arm the timer of the next
+// fill.
+func (r *replica) step() {
+	out := r.resetOut()
+	r.core.Tick(time.Now(), out)
+	r.carry(out)
+}
+
 // appendLoop stores a batch of client appends and sends it to the backups.
 func (r *replica) appendLoop(reqs []appendReq) {
-	var entries []segment.Entry
-	var waiters []*appendStream
+	out := r.resetOut()
+	batch := r.batch[:0]
 	for _, req := range reqs {
-		var acks []*pb.AppendAck
+		var invalid []*pb.AppendAck
 		for _, e := range req.entries {
-			if ack := r.admit(req, e); ack != nil {
-				if ack.Code != pb.Code_OK && ack.Code != pb.Code_PENDING {
-					metrics.AppendsRejected.WithLabelValues(r.srv.cfg.ID, ack.Code.String()).Inc()
-				}
-				acks = append(acks, ack)
+			if msg := checkRecord(e.GetRecord(), r.srv.cfg.RecordBytesMax); msg != "" {
+				metrics.AppendsRejected.WithLabelValues(r.srv.cfg.ID, pb.Code_INVALID.String()).Inc()
+				invalid = append(invalid, &pb.AppendAck{Seq: e.Seq, Code: pb.Code_INVALID, Shard: r.id, Message: msg})
 				continue
 			}
 			rec := e.GetRecord()
-			entries = append(entries, segment.Entry{
+			batch = append(batch, shard.Append[*appendStream]{Waiter: req.stream, Entry: segment.Entry{
 				ClientID: req.clientID, Seq: e.Seq, Key: rec.GetKey(), Tags: rec.GetTags(), Payload: rec.GetPayload(),
-			})
-			waiters = append(waiters, req.stream)
+			}})
 		}
-		if len(acks) > 0 {
-			req.stream.push(acks)
+		if len(invalid) > 0 {
+			req.stream.push(invalid)
 		}
 	}
-	if len(entries) == 0 {
-		return
+	r.core.Propose(batch, out)
+	clear(batch)
+	r.batch = batch[:0]
+	if cap(batch) > shard.BufferRetainMax {
+		r.batch = nil
+	}
+	if len(out.Answers) > 0 {
+		// Retries and appends to a finalized shard, answered at once.
+		r.answer(out.Answers, nil, true)
+		out.Answers = out.Answers[:0]
 	}
 	// The backups get the batch before this copy writes it, so their writes
 	// overlap this one: a record is durable only once every copy holds it.
-	// The loop is the store's only writer, so the batch starts at Len.
-	first := r.store.Len()
-	recs := make([]*pb.StoredRecord, len(entries))
-	for i, e := range entries {
+	for _, b := range out.Replicate {
+		r.replicate(b)
+	}
+	out.Replicate = out.Replicate[:0]
+	r.core.Store(out)
+	r.carry(out)
+}
+
+// replicate sends one batch of the core's to every backup.
+func (r *replica) replicate(b shard.Batch) {
+	recs := make([]*pb.StoredRecord, len(b.Entries))
+	for i, e := range b.Entries {
+		if e.Noops > 0 {
+			recs[i] = &pb.StoredRecord{Noops: e.Noops}
+			continue
+		}
 		recs[i] = &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
 	}
-	for _, b := range r.srv.backupLinks(r) {
-		b.send(first, recs)
+	for _, l := range r.srv.backupLinks(r) {
+		l.send(b.First, recs)
 	}
-	stored, err := r.store.Append(entries)
-	if err != nil {
+}
+
+// carry carries out what the core asked for, in the order of Output's
+// fields.
+func (r *replica) carry(out *shard.Output[*appendStream]) {
+	for _, b := range out.Replicate {
+		r.replicate(b)
+	}
+	if out.Unsynced {
+		r.srv.markDirty()
+	}
+	if out.Stored > 0 {
+		r.srv.stored.Add(float64(out.Stored))
+	}
+	if out.Ordered > 0 {
+		r.srv.ordered.Add(float64(out.Ordered))
+	}
+	if out.Noops > 0 {
+		metrics.Noops.WithLabelValues(r.srv.cfg.ID).Add(float64(out.Noops))
+	}
+	if out.Failed != nil {
 		// A store that cannot write loses nothing acknowledged, but this
-		// shard can take no more: fail the batch and let the shard be
-		// finalized.
-		r.log.Error("append to store", "err", err)
+		// shard can take no more: let the shard be finalized.
+		r.log.Error("append to store", "err", out.Failed)
 		r.failed.Store(true)
 		r.srv.signalHeartbeat()
-		for i, w := range waiters {
-			w.push([]*pb.AppendAck{{Seq: entries[i].Seq, Code: pb.Code_UNAVAILABLE, Message: err.Error()}})
+	}
+	for _, p := range out.Problems {
+		r.log.Error("replica", "err", p)
+	}
+	if len(out.Answers) > 0 {
+		r.answer(out.Answers, out.StoreErr, false)
+	}
+	if out.Durable || out.Report {
+		r.srv.signalHeartbeat()
+	}
+	if out.Changed {
+		r.broadcast()
+	}
+	// Re-arm only for a new deadline: the core asks on every turn of the
+	// loop, and arming the timer is a system call.
+	if at := out.WakeAt; !at.IsZero() && !at.Equal(r.fillDue) {
+		if r.fillTimer == nil {
+			r.fillTimer = ptimer.New()
 		}
-		return
+		r.fillDue = at
+		r.fillTimer.Reset(time.Until(at))
 	}
-	assert(stored == first, "a primary's batch was stored where the loop did not expect it")
-	r.srv.stored.Add(float64(len(entries)))
-	r.srv.markDirty()
-	for i, e := range entries {
-		r.primary.Stored(e.ClientID, e.Seq, first+uint64(i), waiters[i])
-	}
-	r.records.Add(uint64(len(entries)))
-	r.updateDurable()
 }
 
-// admit returns an immediate answer for an entry that must not be stored
-// (invalid, a retry, or the shard is finalized), or nil to store it.
-func (r *replica) admit(req appendReq, e *pb.AppendEntry) *pb.AppendAck {
-	if msg := checkRecord(e.GetRecord(), r.srv.cfg.RecordBytesMax); msg != "" {
-		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_INVALID, Shard: r.id, Message: msg}
-	}
-	verdict, pos := r.primary.Admit(req.clientID, e.Seq, req.stream)
-	switch verdict {
-	case shard.Ordered:
-		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_OK, Shard: r.id, Position: pos}
-	case shard.Waiting:
-		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_PENDING}
-	case shard.Expired:
-		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_DEDUP_EXPIRED, Shard: r.id,
-			Message: fmt.Sprintf("sequence %d is older than the retry window", e.Seq)}
-	case shard.Finalized:
-		return &pb.AppendAck{Seq: e.Seq, Code: pb.Code_FINALIZED, Shard: r.id, Message: fmt.Sprintf("shard %d is finalized", r.id)}
-	}
-	return nil
-}
-
+// checkRecord says why rec must not be stored, or "" if it may be. Each
+// tag counts with its length prefix, as it is stored: otherwise a record
+// of millions of empty tags would pass any limit, and past the segment's
+// record bound its append would fail the shard.
 func checkRecord(rec *pb.Record, limit int) string {
 	if rec == nil {
 		return "missing record"
 	}
 	n := len(rec.Payload) + len(rec.Key)
 	for _, t := range rec.Tags {
-		n += len(t)
+		n += uvarintBytes(len(t)) + len(t)
 	}
 	switch {
 	case len(rec.Payload) == 0:
@@ -314,6 +358,9 @@ func checkRecord(rec *pb.Record, limit int) string {
 	}
 	return ""
 }
+
+// uvarintBytes is the length of the uvarint encoding of n.
+func uvarintBytes(n int) int { return (bits.Len64(uint64(n)|1) + 6) / 7 }
 
 // appendReplicated stores a batch from the primary on a backup. The
 // Replicate stream's goroutine calls it directly rather than through the
@@ -325,27 +372,26 @@ func checkRecord(rec *pb.Record, limit int) string {
 func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) error {
 	r.replMu.Lock()
 	defer r.replMu.Unlock()
-	if r.role != roleBackup {
-		return fmt.Errorf("shard %d: not a backup here", r.id)
-	}
-	if first != r.store.Len() {
-		return fmt.Errorf("shard %d: replicated batch starts at %d, have %d", r.id, first, r.store.Len())
-	}
-	entries := make([]segment.Entry, len(records))
-	for i, rec := range records {
+	entries := r.replBuf[:0]
+	for _, rec := range records {
 		if rec.Noops > 0 {
-			entries[i] = segment.Entry{Noops: rec.Noops}
+			entries = append(entries, segment.Entry{Noops: rec.Noops})
 			continue
 		}
-		entries[i] = segment.Entry{ClientID: rec.ClientId, Seq: rec.Seq, Key: rec.GetRecord().GetKey(),
-			Tags: rec.GetRecord().GetTags(), Payload: rec.GetRecord().GetPayload()}
+		entries = append(entries, segment.Entry{ClientID: rec.ClientId, Seq: rec.Seq, Key: rec.GetRecord().GetKey(),
+			Tags: rec.GetRecord().GetTags(), Payload: rec.GetRecord().GetPayload()})
 	}
-	if _, err := r.store.Append(entries); err != nil {
-		return fmt.Errorf("shard %d: %w", r.id, err)
+	_, err := r.core.Replicated(first, entries)
+	clear(entries)
+	r.replBuf = entries[:0]
+	if cap(entries) > shard.BufferRetainMax {
+		r.replBuf = nil
 	}
-	r.srv.stored.Add(float64(len(entries)))
+	if err != nil {
+		return err
+	}
+	r.srv.stored.Add(float64(len(records)))
 	r.srv.markDirty()
-	r.durable.Store(r.store.Len())
 	r.notifyDurable()
 	return nil
 }
@@ -355,30 +401,12 @@ func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) err
 // heartbeat without a detour through the loop, which may be busy storing
 // the next batch.
 func (r *replica) backupAcked(i int, d uint64) {
-	if d > r.backupDurable[i].Load() {
-		r.backupDurable[i].Store(d)
-		r.updateDurable()
-	}
-}
-
-// updateDurable recomputes what every replica holds and publishes it. It
-// runs on the loop and on backup links' goroutines; durable only grows.
-func (r *replica) updateDurable() {
-	d := r.store.Len()
-	for i := range r.backupDurable {
-		d = min(d, r.backupDurable[i].Load())
-	}
-	for {
-		cur := r.durable.Load()
-		if d <= cur {
-			return
-		}
-		if r.durable.CompareAndSwap(cur, d) {
-			break
-		}
+	advanced, step := r.core.BackupAcked(i, d)
+	if !advanced {
+		return
 	}
 	r.srv.signalHeartbeat()
-	if r.adh != nil {
+	if step {
 		// Speculative subscribers get records as soon as they are
 		// durable, and the loop reports at quota boundaries.
 		r.broadcast()
@@ -389,123 +417,36 @@ func (r *replica) updateDurable() {
 	}
 }
 
-// specStep lets a speculative primary adhere to its quotas: fill no-ops
-// when it sat between boundaries too long, report when the durable length
-// crossed a boundary, and arm the timer of the next fill.
-func (r *replica) specStep() {
-	if r.adh == nil || r.finalized.Load() {
-		return
-	}
-	now := time.Now()
-	r.adh.Stored(r.store.Len(), r.records.Load(), now)
-	r.adh.Durable(r.durable.Load())
-	if n := r.adh.Fill(now); n > 0 {
-		r.appendNoops(n)
-	}
-	if l, ok := r.adh.Report(now); ok {
-		r.reported.Store(l)
-		r.srv.signalHeartbeat()
-	}
-	// Re-arm only for a new deadline: specStep runs on every turn of the
-	// loop, and arming the timer is a system call.
-	if at, ok := r.adh.FillAt(); ok && !at.Equal(r.fillDue) {
-		r.fillDue = at
-		r.fillTimer.Reset(time.Until(at))
-	}
-}
-
-// appendNoops stores a run of n no-ops as one entry and replicates it as
-// one message.
-func (r *replica) appendNoops(n uint64) {
-	if n == 0 {
-		return
-	}
-	first, err := r.store.Append([]segment.Entry{{Noops: n}})
-	if err != nil {
-		r.log.Error("append no-ops", "err", err)
-		r.failed.Store(true)
-		r.srv.signalHeartbeat()
-		return
-	}
-	r.primary.Noops(n)
-	metrics.Noops.WithLabelValues(r.srv.cfg.ID).Add(float64(n))
-	r.srv.markDirty()
-	for _, b := range r.srv.backupLinks(r) {
-		b.send(first, []*pb.StoredRecord{{Noops: n}})
-	}
-	r.adh.Stored(r.store.Len(), r.records.Load(), time.Now())
-	r.updateDurable()
-}
-
 // applyCut assigns positions from one committed cut and acknowledges the
 // appends it orders.
 func (r *replica) applyCut(m cutMsg) {
+	out := r.resetOut()
 	if m.spec != nil {
 		r.spec.Store(m.spec)
-		if r.adh != nil {
-			r.adh.SetWindows(m.spec.Windows)
+		if r.specOrd != nil {
+			r.specOrd.SetWindows(m.spec.Windows)
 		}
 	}
 	if m.trim > 0 {
-		if err := r.store.Trim(m.trim); err != nil {
+		if err := r.core.Trim(m.trim); err != nil {
 			r.log.Warn("trim", "err", err)
 		}
 	}
-	if m.cutIndex > r.lastCut && m.slice.Count > 0 && !r.lost.Load() {
-		sl := m.slice
-		switch {
-		case sl.LocalStart < r.store.Ordered():
-			// Already assigned before a restart.
-		case sl.LocalStart != r.store.Ordered() || sl.LocalStart+sl.Count > r.store.Len():
-			// This copy lacks records the cut orders (it missed cuts or
-			// lost writes); the other replica serves them.
-			r.log.Error("replica cannot follow cut", "cut", m.cutIndex, "slice", sl, "ordered", r.store.Ordered(), "len", r.store.Len())
-			r.lost.Store(true)
-		default:
-			run := segment.Run{Cut: m.cutIndex, CutStart: m.cutStart, CutEnd: m.cutEnd,
-				LocalStart: sl.LocalStart, GlobalStart: sl.GlobalStart, Count: sl.Count}
-			if err := r.store.Assign(run); err != nil {
-				r.log.Error("assign positions", "err", err)
-				r.lost.Store(true)
-			} else {
-				r.srv.markDirty()
-				r.srv.ordered.Add(float64(sl.Count))
-				if r.primary != nil {
-					r.answer(r.primary.Order(sl))
-				}
-			}
-		}
+	r.core.ApplyCut(shard.Cut{Index: m.cutIndex, Start: m.cutStart, End: m.cutEnd, Slice: m.slice, OrderedAtLeast: m.orderedAtLeast}, out)
+	if m.final {
+		r.core.Finalize(m.finalLen, out)
 	}
-	if m.orderedAtLeast > r.store.Ordered() && !r.lost.Load() {
-		r.log.Error("replica missed cuts that a snapshot skipped", "ordered", r.store.Ordered(), "want", m.orderedAtLeast)
-		r.lost.Store(true)
-	}
-	if m.cutIndex > r.lastCut {
-		r.lastCut = m.cutIndex
-	}
-	if m.final && !r.finalized.Load() {
-		r.finalLen.Store(m.finalLen)
-		r.finalized.Store(true)
-		if r.primary != nil {
-			answers, unanswered := r.primary.Finalize(m.finalLen)
-			if unanswered > 0 {
-				r.log.Error("shard finalized before this copy applied the cuts of some appends: their clients get no answer",
-					"final_length", m.finalLen, "unanswered", unanswered)
-			}
-			r.answer(answers)
-		}
-	}
-	r.broadcast()
+	r.carry(out)
 }
 
-// answer sends the primary's answers, one message per stream.
-func (r *replica) answer(answers []shard.Answer[*appendStream]) {
+// answer sends the core's answers, one message per stream. rejected says
+// they refuse appends just offered, which the rejection metric counts.
+func (r *replica) answer(answers []shard.Answer[*appendStream], storeErr error, rejected bool) {
 	byStream := map[*appendStream][]*pb.AppendAck{}
 	for _, a := range answers {
-		ack := &pb.AppendAck{Seq: a.Seq, Code: pb.Code_OK, Position: a.Position, Shard: r.id}
-		if a.Final {
-			ack = &pb.AppendAck{Seq: a.Seq, Code: pb.Code_FINALIZED, Shard: r.id,
-				Message: fmt.Sprintf("shard %d was finalized before this record was ordered", r.id)}
+		ack := r.ack(a, storeErr)
+		if rejected && ack.Code != pb.Code_OK && ack.Code != pb.Code_PENDING {
+			metrics.AppendsRejected.WithLabelValues(r.srv.cfg.ID, ack.Code.String()).Inc()
 		}
 		byStream[a.Waiter] = append(byStream[a.Waiter], ack)
 	}
@@ -514,17 +455,31 @@ func (r *replica) answer(answers []shard.Answer[*appendStream]) {
 	}
 }
 
-func (r *replica) failPending(code pb.Code, msg string) {
-	if r.primary == nil {
-		return
+// ack is the wire form of one answer.
+func (r *replica) ack(a shard.Answer[*appendStream], storeErr error) *pb.AppendAck {
+	switch a.Verdict {
+	case shard.Ordered:
+		return &pb.AppendAck{Seq: a.Seq, Code: pb.Code_OK, Shard: r.id, Position: a.Position}
+	case shard.Waiting:
+		return &pb.AppendAck{Seq: a.Seq, Code: pb.Code_PENDING}
+	case shard.Expired:
+		return &pb.AppendAck{Seq: a.Seq, Code: pb.Code_DEDUP_EXPIRED, Shard: r.id,
+			Message: fmt.Sprintf("sequence %d is older than the retry window", a.Seq)}
+	case shard.Finalized:
+		return &pb.AppendAck{Seq: a.Seq, Code: pb.Code_FINALIZED, Shard: r.id, Message: fmt.Sprintf("shard %d is finalized", r.id)}
+	case shard.Abandoned:
+		return &pb.AppendAck{Seq: a.Seq, Code: pb.Code_FINALIZED, Shard: r.id,
+			Message: fmt.Sprintf("shard %d was finalized before this record was ordered", r.id)}
 	}
-	for _, a := range r.primary.Waiting() {
-		a.Waiter.push([]*pb.AppendAck{{Seq: a.Seq, Code: code, Shard: r.id, Message: msg}})
+	msg := "the shard's store failed"
+	if storeErr != nil {
+		msg = storeErr.Error()
 	}
+	return &pb.AppendAck{Seq: a.Seq, Code: pb.Code_UNAVAILABLE, Message: msg}
 }
 
-func assert(ok bool, msg string) {
-	if !ok {
-		panic("storage: invariant violated: " + msg)
+func (r *replica) failPending(code pb.Code, msg string) {
+	for _, a := range r.core.Waiting() {
+		a.Waiter.push([]*pb.AppendAck{{Seq: a.Seq, Code: code, Shard: r.id, Message: msg}})
 	}
 }

@@ -69,8 +69,8 @@ func TestReleaseThatFinalizesAnswersEveryAppend(t *testing.T) {
 			t.Errorf("append %d answered %v at %d, want OK at %d", seq, a.Code, a.Position, seq-1)
 		}
 	}
-	if !r.finalized.Load() || r.finalLen.Load() != 4 {
-		t.Fatalf("replica finalized %v at %d, want at 4", r.finalized.Load(), r.finalLen.Load())
+	if l, final := r.core.Final(); !final || l != 4 {
+		t.Fatalf("replica finalized %v at %d, want at 4", final, l)
 	}
 }
 
@@ -93,7 +93,9 @@ func specPrimary(t *testing.T, id, group string) (*Server, *replica) {
 	}
 	r := newReplica(s, 0, rolePrimary, st, nil)
 	t.Cleanup(func() {
-		r.fillTimer.Close()
+		if r.fillTimer != nil {
+			r.fillTimer.Close()
+		}
 		st.Close()
 	})
 	s.replicas[0] = r
@@ -177,8 +179,8 @@ func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
 		control.Command{Cut: &control.CutCommand{ReleaseThrough: 2}},
 	)
 	applyAll(t, s, r, cs, cmds)
-	if !r.finalized.Load() || r.finalLen.Load() != 2 || len(cs.Spec.Void) != 2 {
-		t.Fatalf("replica finalized %v at %d with %d voids, want final at 2 after 2 failures", r.finalized.Load(), r.finalLen.Load(), len(cs.Spec.Void))
+	if l, final := r.core.Final(); !final || l != 2 || len(cs.Spec.Void) != 2 {
+		t.Fatalf("replica finalized %v at %d with %d voids, want final at 2 after 2 failures", final, l, len(cs.Spec.Void))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -192,7 +192,7 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	ctx := stream.Context()
 	for {
 		changed := r.changedCh()
-		if r.lost.Load() {
+		if r.core.Lost() {
 			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", req.Shard)
 		}
 		s.mu.Lock()
@@ -253,7 +253,7 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 			resp.Batches = append(resp.Batches, &pb.CutBatch{Shard: r.id, MembershipVersion: mv})
 		}
 		sentMV = max(sentMV, mv)
-		if r.finalized.Load() && r.store.Ordered() >= r.finalLen.Load() && len(r.store.Runs(next)) == 0 {
+		if finalLen, final := r.core.Final(); final && r.store.Ordered() >= finalLen && len(r.store.Runs(next)) == 0 {
 			resp.Done = true
 		}
 		if len(resp.Batches) > 0 || resp.Done {
@@ -301,7 +301,7 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
 	}
-	final, finalLen := r.finalized.Load(), r.finalLen.Load()
+	finalLen, final := r.core.Final()
 	// Only a copy that holds every record the shard ordered may say a
 	// record was not ordered: one that lost its tail (a restart after a
 	// crash) or missed cuts has Ordered below finalLen and would deny
@@ -345,7 +345,7 @@ func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
 		for {
 			select {
 			case <-r.durableCh:
-				if d := r.durable.Load(); d > sent {
+				if d := r.core.Durable(); d > sent {
 					if err := stream.Send(&pb.ReplicateResponse{Durable: d}); err != nil {
 						sendErr <- err
 						return

@@ -38,6 +38,23 @@ import (
 // retryInterval paces reconnection to the ordering layer and peers.
 const retryInterval = 50 * time.Millisecond
 
+// Bounds on a silent ordering replica. The leader speaks on every stream at
+// least once per heartbeat interval (ordering.Config.KeepaliveInterval).
+const (
+	// quietHeartbeats is how many heartbeat intervals a stream to an
+	// ordering replica may stay silent before this server asks the replica
+	// directly whether it still leads.
+	quietHeartbeats = 2
+	// probeHeartbeats bounds that question, in heartbeat intervals. Only a
+	// replica that answers in time that it leads keeps the stream: a
+	// stalled stream of a live leader is kept, a stopped leader is left.
+	// The two add up to three intervals (three fifths of the failure
+	// timeout with the cluster file's settings), which lets this server
+	// reach a new leader before that leader, counting silence from its own
+	// start, gives up on it.
+	probeHeartbeats = 1
+)
+
 // reconnectParams caps gRPC's reconnection backoff (its default grows to two
 // minutes), so a restarted peer is seen within a second.
 var reconnectParams = grpc.ConnectParams{
@@ -168,6 +185,7 @@ func (s *Server) openStore(id cut.ShardID) (*segment.Store, error) {
 		Dir:             filepath.Join(s.cfg.Dir, fmt.Sprintf("shard-%d", id)),
 		SegmentBytesMax: s.cfg.SegmentBytes,
 		Sync:            s.cfg.Sync,
+		Logger:          s.log.With("shard", id),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage %s: open shard %d: %w", s.cfg.ID, id, err)
@@ -370,16 +388,176 @@ func (s *Server) syncLoop() {
 // one as the leader.
 var errRedirected = errors.New("redirected to the ordering leader")
 
+// errSilent ends a stream to an ordering replica that said nothing for
+// quietHeartbeats heartbeat intervals and did not answer when asked whether
+// it leads: it is stopped (SIGSTOP, a long GC stall, a frozen VM) or cut
+// off, though its kernel may still accept what is sent to it.
+var errSilent = errors.New("ordering replica went silent")
+
+// errStalled ends a stream that stayed silent though its ordering replica
+// answered that it leads: a new stream to it takes over.
+var errStalled = errors.New("stream from the ordering leader stalled")
+
+// errNoLeader ends a stream to an ordering replica that went quiet and,
+// asked, knows no leader: an election is under way, or it is cut off from
+// the others.
+var errNoLeader = errors.New("ordering replica knows no leader")
+
+// silenceMax is how long a stream to a stopped ordering replica lasts.
+func (s *Server) silenceMax() time.Duration {
+	return (quietHeartbeats + probeHeartbeats) * s.cfg.HeartbeatInterval
+}
+
+// askLeader asks the ordering replica at addr which replica leads, waiting
+// for the answer no longer than probeHeartbeats heartbeat intervals; ok is
+// false if it did not answer.
+func (s *Server) askLeader(ctx context.Context, addr string) (leader string, ok bool) {
+	c, err := s.conn(addr)
+	if err != nil {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeHeartbeats*s.cfg.HeartbeatInterval)
+	defer cancel()
+	st, err := pb.NewOrderingClient(c).Status(ctx, &pb.StatusRequest{ClusterId: s.cfg.ClusterID})
+	if err != nil {
+		return "", false
+	}
+	return st.LeaderAddr, true
+}
+
+// hearing is when a stream from an ordering replica last delivered
+// something, in Unix nanoseconds.
+type hearing struct{ last atomic.Int64 }
+
+func (h *hearing) heard(now time.Time) { h.last.Store(now.UnixNano()) }
+
+// dropped is the cause with which listen ends a call's context.
+type dropped struct{ error }
+
+// listen returns a context for one call to the ordering replica at addr,
+// and the hearing of its stream, heard now. Once nothing was heard for
+// quietHeartbeats intervals, it asks the replica which one leads: if it
+// does not answer at once, the context ends with errSilent; if it names
+// another, with errRedirected; if none, with errNoLeader; if itself, the
+// stream may stay quiet that long once more before it ends with
+// errStalled. Every reply, including opening the stream, counts from
+// here. The caller cancels the context when done, and passes the error it
+// ends with through droppedCause.
+func (s *Server) listen(addr string) (context.Context, context.CancelCauseFunc, *hearing) {
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	h := &hearing{}
+	h.heard(time.Now())
+	// Counted in s.wg, so Stop closes the connections only after it.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		quietMax := quietHeartbeats * s.cfg.HeartbeatInterval
+		t := time.NewTimer(quietMax)
+		defer t.Stop()
+		// vouched is the last hearing after which the replica answered
+		// that it leads.
+		vouched := int64(0)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				last := h.last.Load()
+				if quiet := now.Sub(time.Unix(0, last)); quiet < quietMax {
+					t.Reset(quietMax - quiet)
+					continue
+				}
+				if last == vouched {
+					cancel(dropped{fmt.Errorf("%s: %w", addr, errStalled)})
+					return
+				}
+				leader, ok := s.askLeader(ctx, addr)
+				switch {
+				case ctx.Err() != nil:
+					return
+				case !ok:
+					cancel(dropped{fmt.Errorf("%s: %w", addr, errSilent)})
+					return
+				case leader == "":
+					cancel(dropped{fmt.Errorf("%s: %w", addr, errNoLeader)})
+					return
+				case leader != addr:
+					s.setLeader(leader)
+					cancel(dropped{fmt.Errorf("%w %s", errRedirected, leader)})
+					return
+				}
+				vouched = last
+				t.Reset(quietMax)
+			}
+		}
+	}()
+	return ctx, cancel, h
+}
+
+// droppedCause returns the reason listen ended ctx, if it did, and err
+// otherwise.
+func droppedCause(ctx context.Context, err error) error {
+	var d dropped
+	if errors.As(context.Cause(ctx), &d) {
+		return d.error
+	}
+	return err
+}
+
+// replicaPicker chooses the ordering replica to call next. A replica whose
+// stream went silent is tried last for one silence bound, even while the
+// others still name it the leader (they learn of a new leader only after an
+// election timeout); after that bound it is tried again in its turn, as it
+// may have run again and still lead.
+type replicaPicker struct {
+	bound    time.Duration
+	silentAt map[string]time.Time
+}
+
+func newReplicaPicker(bound time.Duration) *replicaPicker {
+	return &replicaPicker{bound: bound, silentAt: map[string]time.Time{}}
+}
+
+// silent records that addr's stream went silent at now.
+func (p *replicaPicker) silent(addr string, now time.Time) { p.silentAt[addr] = now }
+
+// quiet reports whether addr went silent within the bound before now.
+func (p *replicaPicker) quiet(addr string, now time.Time) bool {
+	at, ok := p.silentAt[addr]
+	if ok && now.Sub(at) >= p.bound {
+		delete(p.silentAt, addr)
+		ok = false
+	}
+	return ok
+}
+
+// order returns addrs (the believed leader first) with the quiet replicas
+// moved to the end, in their order.
+func (p *replicaPicker) order(addrs []string, now time.Time) []string {
+	out := make([]string, 0, len(addrs))
+	var quiet []string
+	for _, a := range addrs {
+		if p.quiet(a, now) {
+			quiet = append(quiet, a)
+		} else {
+			out = append(out, a)
+		}
+	}
+	return append(out, quiet...)
+}
+
 // onOrdering keeps calling fn with an ordering replica's address, the
 // believed leader first, pausing between attempts, until the server stops.
 // A call that was redirected to the leader is followed at once by one to
 // the leader: after a leader change, reports and cuts must not wait out a
-// pause, and cuts from a follower come later than from the leader.
+// pause, and cuts from a follower come later than from the leader. A
+// replica that went silent is tried last for a while (replicaPicker).
 func (s *Server) onOrdering(what string, fn func(addr string) error) {
 	defer s.wg.Done()
 	hurried := false
+	picker := newReplicaPicker(s.silenceMax())
 	for attempt := 0; ; attempt++ {
-		addrs := s.orderingAddrs()
+		addrs := picker.order(s.orderingAddrs(), time.Now())
 		addr := addrs[attempt%len(addrs)]
 		start := time.Now()
 		err := fn(addr)
@@ -389,12 +567,29 @@ func (s *Server) onOrdering(what string, fn func(addr string) error) {
 		if time.Since(start) > retryInterval {
 			hurried = false
 		}
+		if errors.Is(err, errSilent) {
+			s.log.Info(what+": ordering replica went silent; looking for the leader elsewhere", "addr", addr, "silent_for", s.silenceMax())
+			picker.silent(addr, time.Now())
+			// The first replica that is not quiet, at once: the leader
+			// may have changed while this one was silent.
+			attempt = -1
+			continue
+		}
+		if errors.Is(err, errStalled) {
+			// The same leader again, at once, on a new stream. (A
+			// stream stalls only after two quiet spells, so this
+			// cannot spin.)
+			attempt = -1
+			continue
+		}
 		if errors.Is(err, errRedirected) {
 			// Next to the replica named, and at once, but only once
 			// in a row: two replicas naming each other (an election
-			// under way) must not make this loop spin.
+			// under way) must not make this loop spin. A quiet
+			// replica named is not hurried to: the one that named it
+			// has likely not yet learned of the election.
 			attempt = -1
-			if !hurried {
+			if !hurried && !picker.quiet(s.orderingAddrs()[0], time.Now()) {
 				hurried = true
 				continue
 			}
@@ -406,18 +601,22 @@ func (s *Server) onOrdering(what string, fn func(addr string) error) {
 }
 
 // watchFrom follows the ordering layer's committed events and applies them.
-func (s *Server) watchFrom(addr string) error {
+// It gives up on a replica that went silent (see listen): the leader sends
+// keepalives on an idle stream.
+func (s *Server) watchFrom(addr string) (err error) {
 	c, err := s.conn(addr)
 	if err != nil {
 		return err
 	}
 	oc := pb.NewOrderingClient(c)
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
+	ctx, cancel, h := s.listen(addr)
+	defer cancel(nil)
+	defer func() { err = droppedCause(ctx, err) }()
 	st, err := oc.Status(ctx, &pb.StatusRequest{ClusterId: s.cfg.ClusterID})
 	if err != nil {
 		return err
 	}
+	h.heard(time.Now())
 	s.setLeader(st.LeaderAddr)
 	if st.LeaderAddr != "" && st.LeaderAddr != addr {
 		// Followers learn of commits later than the leader.
@@ -439,6 +638,7 @@ func (s *Server) watchFrom(addr string) error {
 		if err != nil {
 			return err
 		}
+		h.heard(time.Now())
 		if resp.LeaderAddr != "" {
 			s.setLeader(resp.LeaderAddr)
 			return fmt.Errorf("%w %s", errRedirected, resp.LeaderAddr)
@@ -604,14 +804,16 @@ func (s *Server) orderedLenLocked(c cut.Cut, id cut.ShardID) uint64 {
 }
 
 // heartbeatTo keeps a stream to the ordering leader carrying liveness and
-// the primary's reports.
-func (s *Server) heartbeatTo(addr string) error {
+// the primary's reports. It gives up on a replica that went silent (see
+// listen): the leader answers at least once per heartbeat interval.
+func (s *Server) heartbeatTo(addr string) (err error) {
 	c, err := s.conn(addr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
+	ctx, cancel, h := s.listen(addr)
+	defer cancel(nil)
+	defer func() { err = droppedCause(ctx, err) }()
 	stream, err := pb.NewOrderingClient(c).Heartbeat(ctx)
 	if err != nil {
 		return err
@@ -620,6 +822,9 @@ func (s *Server) heartbeatTo(addr string) error {
 	go func() {
 		for {
 			resp, err := stream.Recv()
+			if err == nil {
+				h.heard(time.Now())
+			}
 			if err == nil && resp.NotLeader {
 				s.setLeader(resp.LeaderAddr)
 				err = fmt.Errorf("%s is not the leader", addr)
@@ -629,7 +834,7 @@ func (s *Server) heartbeatTo(addr string) error {
 			}
 			if err != nil {
 				redirected <- err
-				cancel()
+				cancel(nil)
 				return
 			}
 			for _, f := range resp.LagFixes {
@@ -664,21 +869,18 @@ func (s *Server) heartbeatTo(addr string) error {
 		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation}
 		s.mu.Lock()
 		for id, r := range s.replicas {
-			if r.role != rolePrimary || r.finalized.Load() {
+			if r.role != rolePrimary || r.finalized() {
 				continue
 			}
 			if r.failed.Load() {
 				req.Broken = append(req.Broken, id)
 			}
-			if r.adh != nil {
-				// Every heartbeat carries the backlog: a shard without a
-				// quota reports nothing else, but the leader must know
-				// it waits.
-				l := r.reported.Load()
-				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: l, Records: r.records.Load(),
-					Backlog: r.store.Len() - min(l, r.store.Len())})
-			} else if d := r.durable.Load(); d > 0 {
-				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: d})
+			// The core's ordering mode says what to report: the durable
+			// length (eager), or the last quota boundary with the records
+			// and backlog (speculative), never more than every replica
+			// holds.
+			if rep, ok := r.core.Report(); ok {
+				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog})
 			}
 		}
 		s.mu.Unlock()
@@ -756,10 +958,10 @@ func (s *Server) registerLoop() {
 func (s *Server) hasLiveShardLocked() bool {
 	live := false
 	for _, r := range s.replicas {
-		if r.role == rolePrimary && !r.finalized.Load() {
+		if r.role == rolePrimary && !r.finalized() {
 			live = true
 		}
-		if r.role == rolePrimary && r.finalized.Load() {
+		if r.role == rolePrimary && r.finalized() {
 			sh := s.view.shards[r.id]
 			if sh != nil && sh.Failed {
 				s.lastFailed = true
@@ -851,9 +1053,9 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 		return 0, fmt.Errorf("register shard %d: server stopping: %w", id, err)
 	}
 	// Events before this point went to the replicas that existed then.
-	if sp := s.view.spec; sp != nil && r.adh != nil {
+	if sp := s.view.spec; sp != nil && r.specOrd != nil {
 		r.spec.Store(sp)
-		r.adh.SetWindows(sp.Windows)
+		r.specOrd.SetWindows(sp.Windows)
 	}
 	s.replicas[id] = r
 	s.registeredAt = time.Now()

@@ -10,6 +10,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/spec"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -40,12 +41,7 @@ func (fd *specFeed) position(local uint64, sp *control.Spec) (uint64, bool) {
 	if sp == nil {
 		return 0, false
 	}
-	for _, w := range sp.Windows {
-		if pos, _, ok := w.Locate(fd.r.id, local); ok {
-			return pos, true
-		}
-	}
-	return 0, false
+	return spec.Predict(sp.Windows, fd.r.id, local)
 }
 
 // limit is how far this copy may serve: what every replica holds on a
@@ -53,12 +49,13 @@ func (fd *specFeed) position(local uint64, sp *control.Spec) (uint64, bool) {
 // primary's other backups hold).
 func (fd *specFeed) limit() uint64 {
 	r := fd.r
-	if r.role == rolePrimary && !r.finalized.Load() {
-		return r.durable.Load()
+	finalLen, final := r.core.Final()
+	if r.role == rolePrimary && !final {
+		return r.core.Durable()
 	}
 	n := r.store.Ordered()
-	if r.finalized.Load() {
-		n = min(n, r.finalLen.Load())
+	if final {
+		n = min(n, finalLen)
 	}
 	return n
 }
@@ -189,13 +186,13 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 	ctx := stream.Context()
 	for {
 		changed := r.changedCh()
-		if r.lost.Load() {
+		if r.core.Lost() {
 			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", r.id)
 		}
 		// Finality is read before the view: a shard is finalized by a cut
 		// the view then already holds, so the confirmation sent with the
 		// last entries covers them.
-		final := r.finalized.Load()
+		finalLen, final := r.core.Final()
 		s.mu.Lock()
 		viewChanged, confirmed, mv, sp := s.viewChanged, s.view.lastCut.End, s.view.mv, s.view.spec
 		s.mu.Unlock()
@@ -207,7 +204,7 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		// the final length and every view change went out (one goes per
 		// message), the stream is done. (Fillers are chosen among live
 		// shards, so a finalized one has no void slots left to send.)
-		resp.Done = final && fd.local >= r.finalLen.Load() && fd.sentView >= latestView(sp)
+		resp.Done = final && fd.local >= finalLen && fd.sentView >= latestView(sp)
 		if resp.Done || len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
 				return err

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/devcluster"
+)
+
+// startClusterWithoutLiveShard runs a cluster of one shard whose backup
+// has failed: the failure finalized the shard, and its primary cannot form
+// a new one without the backup, so no shard takes appends. It returns the
+// flags that name the cluster.
+func startClusterWithoutLiveShard(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	if err := dc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := dc.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	only := st.Shards[0]
+	sub, err := cl.Subscribe(ctx, 0, client.OnShard(only.Id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := dc.StopStorage(only.Replicas[1].Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
+		t.Fatalf("shard %d after its backup failed: %v, want ErrShardFinalized", only.Id, err)
+	}
+	if st, err = cl.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range st.Shards {
+		if sh.State == pb.ShardState_SHARD_LIVE {
+			t.Fatalf("shard %d is live", sh.Id)
+		}
+	}
+	return []string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID}
+}
+
+// TestAppendStopsOnTimeoutAndSignal runs `augur append` while no shard is
+// live: it must stop soon after its --timeout, and soon after its context
+// ends (what SIGINT and SIGTERM do to it), saying that no shard was live.
+func TestAppendStopsOnTimeoutAndSignal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster := startClusterWithoutLiveShard(t, ctx)
+	// stopBound is far below any wait for a shard that never comes and
+	// far above scheduling noise.
+	const stopBound = 3 * time.Second
+	cases := []struct {
+		name    string
+		timeout string
+		// signalAfter ends the command's context, as a signal would.
+		signalAfter time.Duration
+	}{
+		{name: "timeout", timeout: "300ms"},
+		{name: "signal", timeout: "1m", signalAfter: 300 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmdCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			if tc.signalAfter > 0 {
+				cmdCtx, stop = context.WithTimeout(ctx, tc.signalAfter)
+				defer stop()
+			}
+			args := append([]string{"append", "--timeout", tc.timeout}, cluster...)
+			done := make(chan error, 1)
+			go func() {
+				_, err := runAugurCtx(cmdCtx, append(args, "hello")...)
+				done <- err
+			}()
+			bound, cancelBound := context.WithTimeout(ctx, stopBound)
+			defer cancelBound()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "no live shard") {
+					t.Fatalf("append with no live shard: %v, want an error saying no shard is live", err)
+				}
+			case <-bound.Done():
+				t.Fatalf("append --timeout %s still running after %v", tc.timeout, stopBound)
+			}
+		})
+	}
+}

@@ -1,0 +1,45 @@
+package shard
+
+import "github.com/augur-log/augur/internal/segment"
+
+// Log is a replica's local log of one shard, as the Replica core stores
+// through it: entries (records and no-op runs) at dense local indexes from
+// 0, and the runs of global positions committed cuts gave them.
+// segment.Store implements it on disk, MemLog in memory.
+//
+// Writers (Append, Assign, Trim, Sync) come from one goroutine at a time;
+// the readers (Len, Ordered, GlobalOf, SyncedLen) may run concurrently with
+// them.
+type Log interface {
+	// Append stores entries at local indexes Len() onward, in order and
+	// as one write, and returns the index of entries[0]. A record takes
+	// one index; an entry with Noops > 0 is a run of that many no-op
+	// indexes. On an error nothing new is visible, and the log may refuse
+	// every later write.
+	Append(entries []segment.Entry) (first uint64, err error)
+	// Len is the number of local indexes appended.
+	Len() uint64
+	// Ordered is the number of local indexes that hold a global position:
+	// runs cover [0, Ordered) (or its untrimmed part).
+	Ordered() uint64
+	// Assign gives run's local indexes run's global positions. The run
+	// starts at Ordered(), ends at or below Len(), and follows the last
+	// run in cut and position; otherwise nothing changes and it fails.
+	Assign(run segment.Run) error
+	// GlobalOf returns the global position of local index local, if a
+	// retained run covers it.
+	GlobalOf(local uint64) (global uint64, ok bool)
+	// Trim may drop the entries whose global positions all lie below
+	// global; it may keep more.
+	Trim(global uint64) error
+	// Sync makes everything appended and assigned so far survive a crash.
+	Sync() error
+	// SyncedLen is how many local indexes survive a crash now, at least.
+	SyncedLen() uint64
+}
+
+// Both logs implement Log.
+var (
+	_ Log = (*segment.Store)(nil)
+	_ Log = (*MemLog)(nil)
+)

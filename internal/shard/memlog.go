@@ -1,0 +1,286 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/augur-log/augur/internal/segment"
+)
+
+// MemLog is a Log in memory, the twin of segment.Store for simulations
+// and emulated shards. Like a store on disk it keeps every write as whole
+// frames (a record, or a run of no-ops coalesced within one Append), and
+// it can crash: Crash loses everything not synced, CrashTorn keeps a
+// prefix of the unsynced frames, as the recovery of a torn write would
+// find them. It is safe for concurrent use.
+type MemLog struct {
+	mu sync.Mutex
+	// frames are the retained frames, oldest first; frame i covers local
+	// indexes [frames[i].first, frames[i].first+covers).
+	frames []memFrame
+	start  uint64 // first retained local index
+	length uint64
+	runs   []segment.Run
+	// synced is how many local indexes survive a crash; unsyncedRuns how
+	// many of the last runs do not.
+	synced       uint64
+	unsyncedRuns int
+	// failErr, once set, fails every write, as a disk that broke would.
+	failErr error
+}
+
+type memFrame struct {
+	first uint64
+	e     segment.Entry
+}
+
+func (f *memFrame) covers() uint64 { return max(f.e.Noops, 1) }
+
+// NewMemLog returns an empty log.
+func NewMemLog() *MemLog { return &MemLog{} }
+
+var errMemLogEmptyAppend = errors.New("memlog: append: empty batch")
+
+// Append stores entries as new frames. It copies the records' bytes, as
+// a write to disk would.
+func (m *MemLog) Append(entries []segment.Entry) (uint64, error) {
+	if len(entries) == 0 {
+		return 0, errMemLogEmptyAppend
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr != nil {
+		return 0, fmt.Errorf("memlog: append: %w", m.failErr)
+	}
+	first := m.length
+	for i := 0; i < len(entries); i++ {
+		e := entries[i]
+		if e.Noops > 0 {
+			// Consecutive no-op runs of one batch make one frame.
+			for i+1 < len(entries) && entries[i+1].Noops > 0 {
+				i++
+				e.Noops += entries[i].Noops
+			}
+		} else {
+			e.Tags = append([]string(nil), e.Tags...)
+			e.Payload = append([]byte(nil), e.Payload...)
+		}
+		m.frames = append(m.frames, memFrame{first: m.length, e: e})
+		m.length += max(e.Noops, 1)
+	}
+	return first, nil
+}
+
+// Len is the number of local indexes appended.
+func (m *MemLog) Len() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.length
+}
+
+// Start is the first local index retained.
+func (m *MemLog) Start() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.start
+}
+
+// Ordered is the number of local indexes with a global position.
+func (m *MemLog) Ordered() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.orderedLocked()
+}
+
+func (m *MemLog) orderedLocked() uint64 {
+	if len(m.runs) == 0 {
+		return 0
+	}
+	r := m.runs[len(m.runs)-1]
+	return r.LocalStart + r.Count
+}
+
+// Assign records run, checked as segment.Store checks it.
+func (m *MemLog) Assign(run segment.Run) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr != nil {
+		return fmt.Errorf("memlog: assign: %w", m.failErr)
+	}
+	ordered := m.orderedLocked()
+	switch {
+	case run.Count == 0:
+		return fmt.Errorf("memlog: assign: run %+v is empty", run)
+	case run.LocalStart != ordered:
+		return fmt.Errorf("memlog: assign: run %+v does not start at the first unordered index %d", run, ordered)
+	case run.LocalStart+run.Count > m.length:
+		return fmt.Errorf("memlog: assign: run %+v reaches past the last index %d", run, m.length)
+	case run.CutStart > run.GlobalStart || run.GlobalStart+run.Count > run.CutEnd:
+		return fmt.Errorf("memlog: assign: run %+v lies outside its cut's range", run)
+	}
+	if n := len(m.runs); n > 0 {
+		prev := m.runs[n-1]
+		if run.Cut <= prev.Cut || run.CutStart < prev.CutEnd || run.GlobalStart < prev.GlobalStart+prev.Count {
+			return fmt.Errorf("memlog: assign: run %+v does not follow run %+v", run, prev)
+		}
+	}
+	m.runs = append(m.runs, run)
+	m.unsyncedRuns++
+	return nil
+}
+
+// GlobalOf returns the global position of local index local.
+func (m *MemLog) GlobalOf(local uint64) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := sort.Search(len(m.runs), func(i int) bool { return m.runs[i].LocalStart > local }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	r := m.runs[i]
+	if d := local - r.LocalStart; d < r.Count {
+		return r.GlobalStart + d, true
+	}
+	return 0, false
+}
+
+// Runs returns the retained runs with CutEnd > fromGlobal.
+func (m *MemLog) Runs(fromGlobal uint64) []segment.Run {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := sort.Search(len(m.runs), func(i int) bool { return m.runs[i].CutEnd > fromGlobal })
+	return append([]segment.Run(nil), m.runs[i:]...)
+}
+
+// Scan calls fn with each retained entry from local index from on (a
+// no-op run from the index asked for to its end) until fn returns false.
+// fn must not call the log.
+func (m *MemLog) Scan(from uint64, fn func(local uint64, e segment.Entry) bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	from = max(from, m.start)
+	k := sort.Search(len(m.frames), func(k int) bool { return m.frames[k].first+m.frames[k].covers() > from })
+	for ; k < len(m.frames); k++ {
+		f := m.frames[k]
+		e := f.e
+		at := max(from, f.first)
+		if e.Noops > 0 {
+			e.Noops = f.first + f.e.Noops - at
+		}
+		if !fn(at, e) {
+			return
+		}
+	}
+}
+
+// Trim drops, oldest first, whole frames that are ordered at global
+// positions below global, keeping the last frame and the last run. Like
+// segment.Store, it syncs first.
+func (m *MemLog) Trim(global uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr != nil {
+		return fmt.Errorf("memlog: trim: %w", m.failErr)
+	}
+	m.syncLocked()
+	ordered := m.orderedLocked()
+	k := 0
+	for ; k < len(m.frames)-1; k++ {
+		f := m.frames[k]
+		end := f.first + f.covers()
+		if end > ordered {
+			break
+		}
+		if pos, ok := m.globalOfLocked(end - 1); !ok || pos >= global {
+			break
+		}
+	}
+	if k == 0 {
+		return nil
+	}
+	// In place: an emulated shard trims after every cut.
+	m.start = m.frames[k].first
+	n := copy(m.frames, m.frames[k:])
+	clear(m.frames[n:])
+	m.frames = m.frames[:n]
+	keep := 0
+	for keep < len(m.runs)-1 && m.runs[keep].LocalStart+m.runs[keep].Count <= m.start {
+		keep++
+	}
+	m.runs = m.runs[:copy(m.runs, m.runs[keep:])]
+	return nil
+}
+
+func (m *MemLog) globalOfLocked(local uint64) (uint64, bool) {
+	i := sort.Search(len(m.runs), func(i int) bool { return m.runs[i].LocalStart > local }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	if d := local - m.runs[i].LocalStart; d < m.runs[i].Count {
+		return m.runs[i].GlobalStart + d, true
+	}
+	return 0, false
+}
+
+// Sync makes everything written so far survive a crash.
+func (m *MemLog) Sync() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr != nil {
+		return fmt.Errorf("memlog: sync: %w", m.failErr)
+	}
+	m.syncLocked()
+	return nil
+}
+
+func (m *MemLog) syncLocked() {
+	m.synced = m.length
+	m.unsyncedRuns = 0
+}
+
+// SyncedLen is how many local indexes survive a crash.
+func (m *MemLog) SyncedLen() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.synced
+}
+
+// Fail makes every later write fail with err, as a broken disk would.
+func (m *MemLog) Fail(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failErr = err
+}
+
+// Crash loses everything not synced, as a machine that loses power does:
+// what recovery finds is the synced prefix.
+func (m *MemLog) Crash() { m.CrashTorn(0) }
+
+// CrashTorn is a crash in the middle of writing out the unsynced tail: of
+// the frames past the synced length, the first keep reached the disk
+// whole, and the next one was torn, so recovery drops it and everything
+// after it. Runs not synced are lost; runs over lost entries are dropped,
+// as segment.Store's recovery drops them. A later write succeeds again.
+func (m *MemLog) CrashTorn(keep int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := sort.Search(len(m.frames), func(k int) bool { return m.frames[k].first >= m.synced })
+	k = min(k+keep, len(m.frames))
+	if k < len(m.frames) {
+		m.length = m.frames[k].first
+		clear(m.frames[k:])
+		m.frames = m.frames[:k]
+	}
+	m.runs = m.runs[:len(m.runs)-m.unsyncedRuns]
+	for i, r := range m.runs {
+		if r.LocalStart+r.Count > m.length {
+			m.runs = m.runs[:i]
+			break
+		}
+	}
+	m.synced = m.length
+	m.unsyncedRuns = 0
+	m.failErr = nil
+}

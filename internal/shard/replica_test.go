@@ -1,0 +1,406 @@
+package shard
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
+	"github.com/augur-log/augur/internal/segment"
+)
+
+var t0 = time.Unix(1000, 0)
+
+// pair is a primary with its backups, each on its own MemLog, wired by
+// hand: the test decides when a batch reaches a backup and when its
+// acknowledgement reaches the primary.
+type pair struct {
+	t       *testing.T
+	p       *Replica[string]
+	plog    *MemLog
+	backups []*Replica[string]
+	blogs   []*MemLog
+	// inflight holds, per backup, the batches sent but not delivered.
+	inflight [][]Batch
+}
+
+func newPair(t *testing.T, backups int, ord Ordering) *pair {
+	pr := &pair{t: t, plog: NewMemLog(), inflight: make([][]Batch, backups)}
+	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: backups, Ordering: ord}, pr.plog)
+	for range backups {
+		l := NewMemLog()
+		pr.blogs = append(pr.blogs, l)
+		pr.backups = append(pr.backups, NewReplica[string](Config{ID: 1, Role: RoleBackup}, l))
+	}
+	return pr
+}
+
+// send queues out's batches for every backup, as the owner's links do.
+func (pr *pair) send(out *Output[string]) {
+	for i := range pr.inflight {
+		for _, b := range out.Replicate {
+			// The batch's entries are the primary's staging buffer: a link
+			// encodes them before the next Propose.
+			pr.inflight[i] = append(pr.inflight[i], Batch{First: b.First, Entries: append([]segment.Entry(nil), b.Entries...)})
+		}
+	}
+}
+
+// append proposes records (client, seq) for waiter w, sends and stores them.
+func (pr *pair) append(w string, client uint64, seqs ...uint64) *Output[string] {
+	var batch []Append[string]
+	for _, q := range seqs {
+		batch = append(batch, Append[string]{Waiter: w, Entry: rec(client, q)})
+	}
+	out := &Output[string]{}
+	pr.p.Propose(batch, out)
+	pr.send(out)
+	pr.p.Store(out)
+	return out
+}
+
+// deliver hands backup i its queued batches and returns what it holds.
+func (pr *pair) deliver(i int) uint64 {
+	var held uint64
+	for _, b := range pr.inflight[i] {
+		h, err := pr.backups[i].Replicated(b.First, b.Entries)
+		if err != nil {
+			pr.t.Fatalf("backup %d: %v", i, err)
+		}
+		held = h
+	}
+	pr.inflight[i] = nil
+	return held
+}
+
+// cutAt applies a cut ordering local [from, from+n) at global position g to
+// every copy; it returns the primary's output.
+func (pr *pair) cutAt(index, from, n, g uint64) *Output[string] {
+	c := Cut{Index: index, Start: g, End: g + n, Slice: cut.Slice{Shard: 1, LocalStart: from, GlobalStart: g, Count: n}}
+	for _, b := range pr.backups {
+		b.ApplyCut(c, &Output[string]{})
+	}
+	out := &Output[string]{}
+	pr.p.ApplyCut(c, out)
+	return out
+}
+
+func TestReplicaAnswersOnlyWhenDurableAndOrdered(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	out := pr.append("s", 7, 1, 2)
+	if len(out.Replicate) != 1 || out.Replicate[0].First != 0 || len(out.Replicate[0].Entries) != 2 {
+		t.Fatalf("replicate %+v, want one batch of 2 from 0", out.Replicate)
+	}
+	if len(out.Answers) != 0 || out.Stored != 2 || !out.Unsynced {
+		t.Fatalf("after store: %+v", out)
+	}
+	if out.Report || out.Durable {
+		t.Fatal("a primary with a backup reported before the backup held anything")
+	}
+	if _, ok := pr.p.Report(); ok || pr.p.Durable() != 0 {
+		t.Fatalf("report before the backup acknowledged: durable %d", pr.p.Durable())
+	}
+	held := pr.deliver(0)
+	if held != 2 {
+		t.Fatalf("backup holds %d, want 2", held)
+	}
+	advanced, step := pr.p.BackupAcked(0, held)
+	if !advanced || step {
+		t.Fatalf("ack: advanced %v step %v, want true false (eager)", advanced, step)
+	}
+	if rep, ok := pr.p.Report(); !ok || rep != (Report{Length: 2}) {
+		t.Fatalf("report %+v %v, want length 2", rep, ok)
+	}
+	// A repeated acknowledgement changes nothing.
+	if advanced, _ := pr.p.BackupAcked(0, 2); advanced {
+		t.Fatal("the same acknowledgement advanced durable twice")
+	}
+	out = pr.cutAt(1, 0, 2, 40)
+	want := []Answer[string]{{Waiter: "s", Seq: 1, Verdict: Ordered, Position: 40}, {Waiter: "s", Seq: 2, Verdict: Ordered, Position: 41}}
+	if len(out.Answers) != 2 || out.Answers[0] != want[0] || out.Answers[1] != want[1] || !out.Changed || out.Ordered != 2 {
+		t.Fatalf("cut output %+v, want answers %+v", out, want)
+	}
+	if pos, ok := pr.blogs[0].GlobalOf(1); !ok || pos != 41 {
+		t.Fatalf("backup's position of local 1: %d %v", pos, ok)
+	}
+}
+
+// TestReplicaLaggingBackupHoldsDurableBack: durable is the least any copy
+// holds, so a slow backup holds reports back.
+func TestReplicaLaggingBackupHoldsDurableBack(t *testing.T) {
+	pr := newPair(t, 2, nil)
+	pr.append("s", 7, 1, 2, 3)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	if d := pr.p.Durable(); d != 0 {
+		t.Fatalf("durable %d with backup 1 holding nothing, want 0", d)
+	}
+	pr.append("s", 7, 4)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	if advanced, _ := pr.p.BackupAcked(1, 2); !advanced || pr.p.Durable() != 2 {
+		t.Fatalf("durable %d after backup 1 acknowledged 2, want 2", pr.p.Durable())
+	}
+	pr.p.BackupAcked(1, 4)
+	if d := pr.p.Durable(); d != 4 {
+		t.Fatalf("durable %d once both hold 4, want 4", d)
+	}
+}
+
+// TestReplicaRetryStoredOnce: a retry of a stored append is not stored
+// again; it waits for the first copy's cut and then gets its position.
+func TestReplicaRetryStoredOnce(t *testing.T) {
+	pr := newPair(t, 0, nil)
+	pr.append("s1", 7, 1)
+	out := pr.append("s2", 7, 1)
+	if len(out.Answers) != 1 || out.Answers[0].Verdict != Waiting || len(out.Replicate) != 0 || out.Stored != 0 {
+		t.Fatalf("retry before the cut: %+v", out)
+	}
+	if pr.plog.Len() != 1 {
+		t.Fatalf("log holds %d entries after a retry, want 1", pr.plog.Len())
+	}
+	out = pr.cutAt(1, 0, 1, 5)
+	if len(out.Answers) != 1 || out.Answers[0] != (Answer[string]{Waiter: "s2", Seq: 1, Verdict: Ordered, Position: 5}) {
+		t.Fatalf("cut answers %+v, want the retry's stream answered", out.Answers)
+	}
+	out = pr.append("s3", 7, 1)
+	if len(out.Answers) != 1 || out.Answers[0].Verdict != Ordered || out.Answers[0].Position != 5 || pr.plog.Len() != 1 {
+		t.Fatalf("retry after the cut: %+v, log len %d", out.Answers, pr.plog.Len())
+	}
+}
+
+func TestReplicaFinalizeAnswersWaitingAppends(t *testing.T) {
+	pr := newPair(t, 0, nil)
+	pr.append("s", 7, 1, 2, 3)
+	pr.cutAt(1, 0, 1, 0)
+	out := &Output[string]{}
+	pr.p.Finalize(1, out)
+	if len(out.Answers) != 2 || out.Answers[0].Verdict != Abandoned || out.Answers[1].Seq != 3 || !out.Changed || len(out.Problems) != 0 {
+		t.Fatalf("finalize output %+v, want seqs 2 and 3 abandoned", out)
+	}
+	if l, ok := pr.p.Final(); !ok || l != 1 {
+		t.Fatalf("final %d %v", l, ok)
+	}
+	out = pr.append("s", 7, 4)
+	if len(out.Answers) != 1 || out.Answers[0].Verdict != Finalized || pr.plog.Len() != 3 {
+		t.Fatalf("append after finalize: %+v", out.Answers)
+	}
+	// A finalized primary neither fills nor reports.
+	out = &Output[string]{}
+	pr.p.Tick(t0, out)
+	pr.p.LagFix(t0, 100, out)
+	if out.Noops != 0 || out.Report {
+		t.Fatalf("finalized primary acted: %+v", out)
+	}
+}
+
+func TestReplicaCutItCannotFollowMarksLost(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	pr.append("s", 7, 1, 2)
+	pr.deliver(0)
+	// A cut orders four entries; the backup holds two.
+	c := Cut{Index: 1, End: 4, Slice: cut.Slice{Shard: 1, Count: 4}}
+	out := &Output[string]{}
+	pr.backups[0].ApplyCut(c, out)
+	// The core refuses before it asks the log (which would refuse too).
+	if !pr.backups[0].Lost() || len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Error(), "cannot follow cut 1") {
+		t.Fatalf("lost %v problems %v, want lost: cannot follow", pr.backups[0].Lost(), out.Problems)
+	}
+	if pr.blogs[0].Ordered() != 0 {
+		t.Fatal("a lost copy assigned positions")
+	}
+	// A snapshot saying more is ordered than this copy assigned: lost too.
+	fresh := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, NewMemLog())
+	out = &Output[string]{}
+	fresh.ApplyCut(Cut{Slice: cut.Slice{Shard: 1}, OrderedAtLeast: 3}, out)
+	if !fresh.Lost() {
+		t.Fatal("a copy that missed cuts a snapshot skipped is not lost")
+	}
+	// A cut already assigned before a restart is skipped, not lost.
+	pr.cutAt(2, 0, 2, 0)
+	restarted := NewReplica[string](Config{ID: 1, Role: RoleRecovered, LastCut: 0}, pr.plog)
+	out = &Output[string]{}
+	restarted.ApplyCut(Cut{Index: 2, End: 2, Slice: cut.Slice{Shard: 1, Count: 2}}, out)
+	if restarted.Lost() || len(out.Problems) != 0 {
+		t.Fatalf("re-applying an assigned cut: lost %v problems %v", restarted.Lost(), out.Problems)
+	}
+}
+
+func TestReplicaBackupRefusesGapsAndNonBackups(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	if _, err := pr.backups[0].Replicated(3, []segment.Entry{rec(1, 1)}); err == nil {
+		t.Fatal("a backup stored a batch past its end")
+	}
+	if _, err := pr.p.Replicated(0, []segment.Entry{rec(1, 1)}); !errors.Is(err, errNotBackup) {
+		t.Fatalf("a primary took replication: %v", err)
+	}
+}
+
+func TestReplicaLogFailureAnswersUnavailable(t *testing.T) {
+	pr := newPair(t, 0, nil)
+	boom := errors.New("disk full")
+	pr.plog.Fail(boom)
+	out := pr.append("s", 7, 1, 2)
+	if out.Failed == nil || !errors.Is(out.StoreErr, boom) || len(out.Answers) != 2 || out.Answers[1].Verdict != Unavailable {
+		t.Fatalf("output %+v, want both appends unavailable and the shard failed", out)
+	}
+	// Nothing was stored, so a retry is stored afresh (once the disk is back).
+	pr.plog.mu.Lock()
+	pr.plog.failErr = nil
+	pr.plog.mu.Unlock()
+	if out := pr.append("s", 7, 1); out.Stored != 1 {
+		t.Fatalf("retry after a failed write: %+v", out)
+	}
+}
+
+// specWindow gives shard 1 three entries per cut from local index 0, in a
+// window of 4 cuts: quota boundaries at 3, 6, 9, 12.
+func specWindow() fixante.Window {
+	return fixante.Window{Cuts: 4, Groups: 1, Start: 100,
+		Quotas: []fixante.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 3}}}
+}
+
+const (
+	testFillAfter = 1500 * time.Microsecond
+	testIdleAfter = time.Second
+)
+
+// TestReplicaSpecFillsAndReportsAtBoundaries: a speculative primary
+// reports only when what every replica holds crosses a quota boundary,
+// fills the rest of a quota with no-ops once it sat short for fillAfter,
+// and replicates the fill like records.
+func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
+	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
+	ord.SetWindows([]fixante.Window{specWindow()})
+	pr := newPair(t, 1, ord)
+	pr.append("s", 7, 1, 2)
+	advanced, step := pr.p.BackupAcked(0, pr.deliver(0))
+	if !advanced || !step {
+		t.Fatalf("ack: advanced %v step %v; a speculative primary must step on durable", advanced, step)
+	}
+	out := &Output[string]{}
+	pr.p.Tick(t0, out)
+	if out.Report || out.Noops != 0 {
+		t.Fatalf("at t0 with 2 of 3: %+v", out)
+	}
+	if rep, _ := pr.p.Report(); rep != (Report{Length: 0, Records: 2, Backlog: 2}) {
+		t.Fatalf("report between boundaries %+v, want length 0 with records and backlog", rep)
+	}
+	if want := t0.Add(testFillAfter); !out.WakeAt.Equal(want) {
+		t.Fatalf("wake at %v, want the fill at %v", out.WakeAt, want)
+	}
+	out = &Output[string]{}
+	pr.p.Tick(t0.Add(testFillAfter-time.Microsecond), out)
+	if out.Noops != 0 {
+		t.Fatal("filled before fillAfter")
+	}
+	out = &Output[string]{}
+	pr.p.Tick(t0.Add(testFillAfter), out)
+	if out.Noops != 1 || len(out.Replicate) != 1 || out.Replicate[0].First != 2 || out.Replicate[0].Entries[0].Noops != 1 {
+		t.Fatalf("fill at fillAfter: %+v", out)
+	}
+	if out.Report || out.Durable {
+		t.Fatal("reported the fill before the backup held it")
+	}
+	pr.send(out)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	out = &Output[string]{}
+	pr.p.Tick(t0.Add(2*time.Millisecond), out)
+	if rep, _ := pr.p.Report(); !out.Report || rep.Length != 3 || rep.Records != 2 || rep.Backlog != 0 {
+		t.Fatalf("at the boundary: report %v %+v, want length 3", out.Report, rep)
+	}
+	// Past the boundary but short of the next: no new report.
+	pr.append("s", 7, 3)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	out = &Output[string]{}
+	pr.p.Tick(t0.Add(2*time.Millisecond), out)
+	if rep, _ := pr.p.Report(); out.Report || rep.Length != 3 {
+		t.Fatalf("between boundaries: report %v %+v, want none beyond 3", out.Report, rep)
+	}
+	// A lag-fix fills to the target's boundary at once.
+	out = &Output[string]{}
+	pr.p.LagFix(t0.Add(2*time.Millisecond), 9, out)
+	if out.Noops != 5 || pr.plog.Len() != 9 {
+		t.Fatalf("lag-fix to 9 added %d no-ops, log %d", out.Noops, pr.plog.Len())
+	}
+}
+
+// TestReplicaConcurrentPaths runs what the storage server runs at once:
+// backup acknowledgements and reports beside the owner's appends and
+// ticks on a primary, and replicated batches beside cuts on a backup. It
+// checks the core's concurrency contract under the race detector.
+func TestReplicaConcurrentPaths(t *testing.T) {
+	const n = 200
+	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
+	ord.SetWindows([]fixante.Window{specWindow()})
+	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: 1, Ordering: ord}, NewMemLog())
+	blog := NewMemLog()
+	b := NewReplica[string](Config{ID: 1, Role: RoleBackup}, blog)
+	batches := make(chan Batch, n)
+	done := make(chan struct{})
+	go func() {
+		// The backup's Replicate stream: store, then acknowledge.
+		defer close(done)
+		for bt := range batches {
+			held, err := b.Replicated(bt.First, bt.Entries)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			p.BackupAcked(0, held)
+			p.Report()
+		}
+	}()
+	var cuts uint64
+	for i := range uint64(n) {
+		out := &Output[string]{}
+		p.Propose([]Append[string]{{Waiter: "s", Entry: rec(7, i+1)}}, out)
+		for _, bt := range out.Replicate {
+			batches <- Batch{First: bt.First, Entries: append([]segment.Entry(nil), bt.Entries...)}
+		}
+		p.Store(out)
+		p.Tick(t0.Add(time.Duration(i)*time.Millisecond), out)
+		for _, bt := range out.Replicate[1:] {
+			batches <- bt
+		}
+		// The backup's loop applies cuts over what it acknowledged.
+		if d := p.Durable(); d > cuts {
+			b.ApplyCut(Cut{Index: cuts + 1, Start: cuts, End: d, Slice: cut.Slice{Shard: 1, LocalStart: cuts, GlobalStart: cuts, Count: d - cuts}}, &Output[string]{})
+			cuts = d
+		}
+	}
+	close(batches)
+	<-done
+	if b.Lost() || blog.Len() != p.primary.Next() {
+		t.Fatalf("backup lost %v, holds %d of %d", b.Lost(), blog.Len(), p.primary.Next())
+	}
+}
+
+// TestReplicaIngestAndFillWithoutBackups: records nobody waits for are
+// stored and counted but answered to nobody; without backups a fill is
+// durable at once and the boundary it reaches is reported in the same
+// step.
+func TestReplicaIngestAndFillWithoutBackups(t *testing.T) {
+	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
+	ord.SetWindows([]fixante.Window{specWindow()})
+	log := NewMemLog()
+	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Ordering: ord}, log)
+	out := &Output[string]{}
+	p.Ingest([]segment.Entry{{Seq: 10}, {Seq: 11}}, out)
+	if !out.Durable || out.Stored != 2 || p.Records() != 2 || p.Durable() != 2 {
+		t.Fatalf("ingest: %+v, records %d, durable %d", out, p.Records(), p.Durable())
+	}
+	out.Reset()
+	p.Tick(t0.Add(testFillAfter), out)
+	if out.Noops != 1 || !out.Report {
+		t.Fatalf("fill without backups: %+v, want 1 no-op reported at once", out)
+	}
+	if rep, _ := p.Report(); rep.Length != 3 {
+		t.Fatalf("report %+v, want the boundary 3", rep)
+	}
+	out.Reset()
+	p.ApplyCut(Cut{Index: 1, End: 3, Slice: cut.Slice{Shard: 1, Count: 3}}, out)
+	if len(out.Answers) != 0 || out.Ordered != 3 {
+		t.Fatalf("cut over ingested records: %+v, want no answers", out)
+	}
+}
