@@ -181,7 +181,8 @@ func TestLinearizableModel(t *testing.T) {
 		appends []Append
 		reads   []Read
 		ok      bool
-		// sparse: the outcome with no-ops allowed, where it differs.
+		// sparse: the outcome with no-ops allowed (positions ranked),
+		// where it differs.
 		sparse *bool
 	}{
 		{"sequential", []Append{app(0, "x", 0, 1, 0), app(0, "y", 2, 3, 1)}, []Read{read(1, 1, 4, 5, "y")}, true, nil},
@@ -191,6 +192,10 @@ func TestLinearizableModel(t *testing.T) {
 		{"position shared", []Append{app(0, "x", 0, 1, 0), app(1, "y", 0, 1, 0)}, nil, false, nil},
 		{"read before the append began", []Append{app(0, "x", 2, 3, 0)}, []Read{read(1, 0, 0, 1, "x")}, false, nil},
 		{"read concurrent with the append", []Append{app(0, "x", 0, 3, 0)}, []Read{read(1, 0, 1, 2, "x")}, true, nil},
+		// With no-ops, a read of position 2 (a record whose append did
+		// not return) needs the append at 0 taken first, not the one at 3.
+		{"read of an unacknowledged position before the next append", []Append{app(0, "x", 0, 1, 0), app(0, "y", 10, 11, 3)}, []Read{read(1, 2, 5, 6, "z")}, false, &yes},
+		{"read of an unacknowledged position before any append", []Append{app(0, "x", 10, 11, 3)}, []Read{read(1, 2, 0, 1, "z")}, false, &yes},
 	}
 	for _, c := range cases {
 		if err := Linearizable(c.appends, c.reads, true, time.Second); (err == nil) != c.ok {

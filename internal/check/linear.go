@@ -53,57 +53,48 @@ func cmp64(a, b int64) int {
 	return 0
 }
 
-// The porcupine models of the log: the state is one past the highest
-// position ordered; a read sees a position only once it is ordered. What a
-// read returned is checked by Reads.
+// The porcupine model of the log: the state is how many positions are
+// taken; an append takes the next one, and a read sees a position only
+// once it is taken. What a read returned is checked by Reads. A log with
+// no-ops is checked on ranks (see Linearizable).
 
 type appendInput struct{ record string }
 
 type readInput struct{ pos uint64 }
 
-// DenseModel is the model of a log without no-ops: an append takes the
-// next position.
-var DenseModel = model(true)
-
-// SparseModel is the model of a log with no-ops: an append takes a
-// position above every position taken.
-var SparseModel = model(false)
-
-func model(dense bool) porcupine.Model {
-	return porcupine.Model{
-		Init: func() any { return uint64(0) },
-		Step: func(state, input, output any) (bool, any) {
-			n := state.(uint64)
-			switch in := input.(type) {
-			case appendInput:
-				if p := output.(uint64); p == n || (!dense && p > n) {
-					return true, p + 1
-				}
-				return false, n
-			case readInput:
-				return in.pos < n, n
+// Model is the porcupine model Linearizable checks against.
+var Model = porcupine.Model{
+	Init: func() any { return uint64(0) },
+	Step: func(state, input, output any) (bool, any) {
+		n := state.(uint64)
+		switch in := input.(type) {
+		case appendInput:
+			if output.(uint64) == n {
+				return true, n + 1
 			}
-			panic(fmt.Sprintf("check: unknown input %T", input))
-		},
-		DescribeOperation: func(input, output any) string {
-			switch in := input.(type) {
-			case appendInput:
-				return fmt.Sprintf("append(%s) -> %d", in.record, output)
-			case readInput:
-				return fmt.Sprintf("read(%d) -> %s", in.pos, output)
-			}
-			return fmt.Sprint(input, output)
-		},
-		DescribeState: func(state any) string { return fmt.Sprintf("positions below %d taken", state) },
-	}
+			return false, n
+		case readInput:
+			return in.pos < n, n
+		}
+		panic(fmt.Sprintf("check: unknown input %T", input))
+	},
+	DescribeOperation: func(input, output any) string {
+		switch in := input.(type) {
+		case appendInput:
+			return fmt.Sprintf("append(%s) -> %d", in.record, output)
+		case readInput:
+			return fmt.Sprintf("read(%d) -> %s", in.pos, output)
+		}
+		return fmt.Sprint(input, output)
+	},
+	DescribeState: func(state any) string { return fmt.Sprintf("%d positions taken", state) },
 }
 
 // NotLinearizable is Linearizable's error when the history has no
 // linearization.
 type NotLinearizable struct {
-	Ops   int
-	Model porcupine.Model
-	Info  porcupine.LinearizationInfo
+	Ops  int
+	Info porcupine.LinearizationInfo
 }
 
 func (e *NotLinearizable) Error() string {
@@ -112,7 +103,7 @@ func (e *NotLinearizable) Error() string {
 
 // Visualize writes porcupine's HTML view of the failed check to w.
 func (e *NotLinearizable) Visualize(w io.Writer) error {
-	return porcupine.Visualize(e.Model, e.Info, w)
+	return porcupine.Visualize(Model, e.Info, w)
 }
 
 // Operations returns the porcupine operations of the acknowledged appends
@@ -138,21 +129,63 @@ func Operations(appends []Append, reads []Read) []porcupine.Operation {
 
 // Linearizable checks invariant 3 with porcupine over the acknowledged
 // appends and successful reads, searching for at most timeout (0: no
-// bound). dense says the mode has no no-ops, so positions are taken one
-// after another. It returns a *NotLinearizable when there is no linearization,
-// and an error saying so when the search ran out of time.
+// bound). dense says the mode has no no-ops. With no-ops, every position
+// is replaced by its rank among the acknowledged positions (see ranked
+// for reads): the order
+// is the same, two appends at one position still share a rank, and the
+// search stays as cheap as for a log without gaps, where letting an
+// append take any free position would make it explode. It returns a
+// *NotLinearizable when there is no linearization (its visualization
+// shows ranks when positions were ranked), and an error saying so when
+// the search ran out of time.
 func Linearizable(appends []Append, reads []Read, dense bool, timeout time.Duration) error {
-	ops := Operations(appends, reads)
-	m := SparseModel
-	if dense {
-		m = DenseModel
+	if !dense {
+		appends, reads = ranked(appends, reads)
 	}
-	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
+	ops := Operations(appends, reads)
+	res, info := porcupine.CheckOperationsVerbose(Model, ops, timeout)
 	switch res {
 	case porcupine.Ok:
 		return nil
 	case porcupine.Unknown:
 		return fmt.Errorf("invariant 3: linearizability check of %d operations timed out after %v", len(ops), timeout)
 	}
-	return &NotLinearizable{Ops: len(ops), Model: m, Info: info}
+	return &NotLinearizable{Ops: len(ops), Info: info}
+}
+
+// ranked returns copies of appends and reads with positions replaced by
+// their ranks among the acknowledged positions.
+func ranked(appends []Append, reads []Read) ([]Append, []Read) {
+	var taken []uint64
+	for _, a := range appends {
+		if a.Outcome == Acked {
+			taken = append(taken, a.Position)
+		}
+	}
+	slices.Sort(taken)
+	taken = slices.Compact(taken)
+	as := slices.Clone(appends)
+	for i := range as {
+		if as[i].Outcome == Acked {
+			r, _ := slices.BinarySearch(taken, as[i].Position)
+			as[i].Position = uint64(r)
+		}
+	}
+	// A read of a position sees every position below it taken: an
+	// acknowledged one is its own rank; another (a no-op, a record whose
+	// append did not return) needs only the acknowledged ones below it.
+	var rs []Read
+	for _, r := range reads {
+		i, found := slices.BinarySearch(taken, r.Pos)
+		switch {
+		case found:
+			r.Pos = uint64(i)
+		case i > 0:
+			r.Pos = uint64(i - 1)
+		default:
+			continue // nothing acknowledged below it: no constraint
+		}
+		rs = append(rs, r)
+	}
+	return as, rs
 }

@@ -8,6 +8,11 @@ import (
 	"github.com/augur-log/augur/internal/check"
 )
 
+// linearizabilityTimeout bounds porcupine's search over one run's appends;
+// a run's few thousand appends take it milliseconds, so running out of
+// time means something is badly wrong.
+const linearizabilityTimeout = 10 * time.Second
+
 // verify runs the end-of-run checks: the invariants of package check over
 // the run's history, then what only the simulator can see (shards' logs,
 // leaves, views).
@@ -42,6 +47,7 @@ func (s *cluster) verify() {
 	report(check.Order(appends, logs...))
 	report(check.StoredOnce(appends, logs...))
 	report(check.RealTime(appends))
+	report(check.Linearizable(appends, nil, s.rules.dense(), linearizabilityTimeout))
 	for _, sb := range s.subs {
 		h := sb.history()
 		report(check.Speculation(h, final))
