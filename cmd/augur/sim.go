@@ -26,12 +26,13 @@ func newSimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the seeded whole-cluster simulation and check its invariants",
-		Long: `Run the seeded whole-cluster simulation: the ordering leader, shards, clients
-and subscribers of one cluster in one goroutine on a simulated clock and
-network, with the faults --faults selects, through a safety phase and a heal
-phase that must converge. Each seed's history is checked against the
+		Long: `Run the seeded whole-cluster simulation: the ordering replicas (Raft), shards,
+clients and subscribers of one cluster in one goroutine on a simulated clock
+and network, with the faults --faults selects, through a safety phase and a
+heal phase that must converge. Each seed's history is checked against the
 invariants (no acknowledged append lost, one order for every reader,
-real-time order, confirmed speculation never revised, retries stored once).
+real-time order and linearizability, confirmed speculation never revised,
+retries stored once).
 
 It prints a summary per mode and, for each failing seed, its violations and
 the one command that replays it with a trace; it exits non-zero on any

@@ -44,6 +44,7 @@ type partition struct {
 }
 
 type scenario struct {
+	mode       Mode
 	interval   time.Duration
 	fillAfter  time.Duration
 	windowCuts uint64
@@ -107,6 +108,7 @@ type scenario struct {
 func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	t := time.Millisecond
 	sc := scenario{
+		mode:       mode,
 		interval:   t,
 		fillAfter:  t * 3 / 2,
 		windowCuts: []uint64{6, 8, 12, 16, 32}[r.IntN(5)],
@@ -226,8 +228,13 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 
 func (sc scenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (eager %v, late from %d) and one of shard #%d (from %d, confirmed only %v)",
-		sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.cfg.StaggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard, sc.oneShardFrom, sc.oneShardConfirmed)
+	if sc.mode == Spec {
+		fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (confirmed only %v, late from %d) and one of shard #%d (from %d, confirmed only %v)",
+			sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.cfg.StaggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard, sc.oneShardFrom, sc.oneShardConfirmed)
+	} else {
+		fmt.Fprintf(&b, "%d shards (rates %.2f/ms), %d subscribers (late from %d) and one of shard #%d (from %d)",
+			sc.shards, sc.rates, sc.subs, sc.lateFrom, sc.oneShard, sc.oneShardFrom)
+	}
 	for _, x := range sc.bursts {
 		fmt.Fprintf(&b, "; burst on #%d at %v for %v ×%.1f", x.shard, x.at, x.dur, x.multiply)
 	}
