@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/check"
 )
 
 // Bounds shared by the tests.
@@ -23,8 +22,6 @@ const (
 	pollInterval = 10 * time.Millisecond
 	// linearizabilityTimeout bounds porcupine's search.
 	linearizabilityTimeout = 60 * time.Second
-	// reportOpsMax bounds how many offending operations a failure lists.
-	reportOpsMax = 10
 )
 
 // eventually polls cond every pollInterval until it holds or timeout passes,
@@ -244,248 +241,98 @@ func waitCollectors(t *testing.T, timeout time.Duration, n int, cs ...*collector
 	}
 }
 
-// checkAppendsReturned fails the test for every append that returned an
-// error: the faults of these tests stay within the fault budget, so the SDK
-// must complete every append.
+// checkAppends returns the appends as internal/check reads them: the
+// worker is the client, the operation's index its sequence number (the SDK
+// retries inside one operation), the payload names the record.
+func checkAppends(appends []appendOp) []check.Append {
+	out := make([]check.Append, len(appends))
+	for i, op := range appends {
+		a := check.Append{Client: uint64(op.worker), Seq: uint64(i), Record: op.payload,
+			Call: op.call, Return: op.ret, Err: op.err}
+		switch {
+		case op.err == nil:
+			a.Outcome, a.Position, a.Shard = check.Acked, op.ack.Position, op.ack.Shard
+		case errors.Is(op.err, client.ErrOutcomeUnknown):
+			// Its shard died before answering: it may or may not be stored.
+			a.Outcome = check.Unknown
+		default:
+			a.Outcome = check.Failed
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// checkReadOps returns the reads as internal/check reads them.
+func checkReadOps(reads []readOp) []check.Read {
+	out := make([]check.Read, len(reads))
+	for i, r := range reads {
+		out[i] = check.Read{Client: uint64(r.worker), Pos: r.pos, Call: r.call, Return: r.ret, Record: r.payload, Err: r.err}
+	}
+	return out
+}
+
+// logOf returns what a subscriber received as a log for internal/check:
+// positions from 0 up to the last one received.
+func logOf(name string, entries []client.Entry, dense bool) check.Log {
+	es := make([]check.Entry, len(entries))
+	for i, e := range entries {
+		es[i] = check.Entry{Pos: e.Position, Shard: e.Shard, Record: string(e.Record.Payload)}
+	}
+	return check.LogOf(name, 0, dense, es)
+}
+
+// failOn reports a checker's violations as test errors.
+func failOn(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// checkAppendsReturned fails the test for every append that did not
+// succeed: the faults of these tests stay within the fault budget, so the
+// SDK must complete every append.
 func checkAppendsReturned(t *testing.T, appends []appendOp) {
 	t.Helper()
-	var bad []appendOp
-	for _, op := range appends {
-		if op.err != nil {
-			bad = append(bad, op)
-		}
-	}
-	for i, op := range bad {
-		if i == reportOpsMax {
-			t.Errorf("... and %d more failed appends", len(bad)-reportOpsMax)
-			break
-		}
-		t.Errorf("append %q (worker %d, invoked at %v, returned at %v) failed: %v", op.payload, op.worker, op.call, op.ret, op.err)
-	}
+	failOn(t, check.Returned(checkAppends(appends), nil))
 }
 
-// checkLog checks a subscriber's sequence against the acknowledged appends:
-// positions increasing (dense from 0 when dense is set; speculative order
-// leaves no-op positions out), every acknowledged append exactly once at its
-// acknowledged position and shard, no record that nobody appended. It
-// returns the payload of each entry.
-func checkLog(t *testing.T, name string, entries []client.Entry, appends []appendOp, dense bool) []string {
+// checkLog checks a subscriber's sequence against the appends (dense from
+// 0 when dense is set; speculative order leaves no-op positions out):
+// invariants 1, 2 and 5 over one reader. It returns the log it checked.
+func checkLog(t *testing.T, name string, entries []client.Entry, appends []appendOp, dense bool) check.Log {
 	t.Helper()
-	acked := map[string]appendOp{}
-	invoked := map[string]bool{}
-	unknown := map[string]bool{}
-	for _, op := range appends {
-		invoked[op.payload] = true
-		if op.err == nil {
-			acked[op.payload] = op
-		}
-		if errors.Is(op.err, client.ErrOutcomeUnknown) {
-			unknown[op.payload] = true
-		}
-	}
-	payloads := make([]string, len(entries))
-	seen := map[string]uint64{}
-	errs := 0
-	fail := func(format string, args ...any) {
-		errs++
-		if errs <= reportOpsMax {
-			t.Errorf("subscriber %s: "+format, append([]any{name}, args...)...)
-		}
-	}
-	for i, e := range entries {
-		p := string(e.Record.Payload)
-		payloads[i] = p
-		if dense && e.Position != uint64(i) {
-			fail("entry %d has position %d: positions are not dense from 0", i, e.Position)
-		}
-		if i > 0 && e.Position <= entries[i-1].Position {
-			fail("entry %d has position %d after %d: positions do not increase", i, e.Position, entries[i-1].Position)
-		}
-		if prev, dup := seen[p]; dup {
-			fail("payload %q at positions %d and %d: stored twice", p, prev, e.Position)
-			continue
-		}
-		seen[p] = e.Position
-		op, ok := acked[p]
-		switch {
-		case !ok && !invoked[p]:
-			fail("position %d holds %q, which no worker appended", e.Position, p)
-		case !ok && unknown[p]:
-			// Its shard died before answering: it may or may not be here.
-		case !ok:
-			fail("position %d holds %q, whose append failed", e.Position, p)
-		case op.ack.Position != e.Position:
-			fail("%q was acknowledged at position %d but sits at %d", p, op.ack.Position, e.Position)
-		case op.ack.Shard != e.Shard:
-			fail("%q was acknowledged by shard %d but comes from shard %d", p, op.ack.Shard, e.Shard)
-		}
-	}
-	for p, op := range acked {
-		if _, ok := seen[p]; !ok && len(entries) > 0 && op.ack.Position <= entries[len(entries)-1].Position {
-			fail("acknowledged append %q (position %d) is missing", p, op.ack.Position)
-		}
-	}
-	if errs > reportOpsMax {
-		t.Errorf("subscriber %s: ... and %d more problems", name, errs-reportOpsMax)
-	}
-	return payloads
+	l := logOf(name, entries, dense)
+	as := checkAppends(appends)
+	failOn(t, check.Acknowledged(as, l))
+	failOn(t, check.Order(as, l))
+	failOn(t, check.StoredOnce(as, l))
+	return l
 }
 
-// checkSameSequence fails unless two subscribers saw the same records at the
-// same positions over their common prefix.
-func checkSameSequence(t *testing.T, a, b *collector, n int) {
-	t.Helper()
-	ea, eb := a.entries(), b.entries()
-	for i := 0; i < n && i < len(ea) && i < len(eb); i++ {
-		x, y := ea[i], eb[i]
-		if x.Position != y.Position || x.Shard != y.Shard || string(x.Record.Payload) != string(y.Record.Payload) {
-			t.Errorf("subscribers disagree at index %d: %s has (pos %d, shard %d, %q), %s has (pos %d, shard %d, %q)",
-				i, a.name, x.Position, x.Shard, x.Record.Payload, b.name, y.Position, y.Shard, y.Record.Payload)
-			return
-		}
-	}
-}
-
-// checkRealTimeOrder checks invariant 3 directly, with a clearer message
-// than porcupine's: if append A returned before append B was invoked, A's
-// position is lower.
-func checkRealTimeOrder(t *testing.T, appends []appendOp) {
-	t.Helper()
-	var ok []appendOp
-	for _, op := range appends {
-		if op.err == nil {
-			ok = append(ok, op)
-		}
-	}
-	byRet := slices.Clone(ok)
-	slices.SortFunc(byRet, func(a, b appendOp) int { return int(a.ret - b.ret) })
-	byCall := slices.Clone(ok)
-	slices.SortFunc(byCall, func(a, b appendOp) int { return int(a.call - b.call) })
-	// Sweep B by invoke time, folding in every A that returned strictly
-	// before B was invoked; keep the highest position among them.
-	var best *appendOp
-	i, errs := 0, 0
-	for _, b := range byCall {
-		for i < len(byRet) && byRet[i].ret < b.call {
-			if best == nil || byRet[i].ack.Position > best.ack.Position {
-				best = &byRet[i]
-			}
-			i++
-		}
-		if best != nil && best.ack.Position >= b.ack.Position {
-			errs++
-			if errs <= reportOpsMax {
-				t.Errorf("real-time order violated: %q returned at %v with position %d, but %q invoked later at %v got position %d",
-					best.payload, best.ret, best.ack.Position, b.payload, b.call, b.ack.Position)
-			}
-		}
-	}
-	if errs > reportOpsMax {
-		t.Errorf("... and %d more real-time order violations", errs-reportOpsMax)
-	}
-}
-
-// checkReads checks every successful read against the log the subscribers
-// agreed on: a read of position p returns the record at p.
-func checkReads(t *testing.T, reads []readOp, payloads []string) {
-	t.Helper()
-	errs := 0
-	for _, r := range reads {
-		if r.err != nil {
-			errs++
-			if errs <= reportOpsMax {
-				t.Errorf("read of position %d (invoked at %v, returned at %v) failed: %v", r.pos, r.call, r.ret, r.err)
-			}
-			continue
-		}
-		switch {
-		case r.pos >= uint64(len(payloads)):
-			t.Errorf("read of position %d returned %q, but the log has only %d records", r.pos, r.payload, len(payloads))
-		case payloads[r.pos] != r.payload:
-			errs++
-			if errs <= reportOpsMax {
-				t.Errorf("read of position %d returned %q, but the subscribers have %q there", r.pos, r.payload, payloads[r.pos])
-			}
-		}
-	}
-	if errs > reportOpsMax {
-		t.Errorf("... and %d more bad reads", errs-reportOpsMax)
-	}
-}
-
-// Porcupine model of the log: the state is the number of records ordered.
-
-type appendInput struct{ payload string }
-
-type readInput struct{ pos uint64 }
-
-var logModel = porcupine.Model{
-	Init: func() any { return 0 },
-	Step: func(state, input, output any) (bool, any) {
-		n := state.(int)
-		switch in := input.(type) {
-		case appendInput:
-			// An append takes the next position.
-			if output.(uint64) == uint64(n) {
-				return true, n + 1
-			}
-			return false, n
-		case readInput:
-			// A read sees a position only once it is ordered.
-			return in.pos < uint64(n), n
-		}
-		panic(fmt.Sprintf("unknown input %T", input))
-	},
-	DescribeOperation: func(input, output any) string {
-		switch in := input.(type) {
-		case appendInput:
-			return fmt.Sprintf("append(%s) -> %d", in.payload, output)
-		case readInput:
-			return fmt.Sprintf("read(%d) -> %s", in.pos, output)
-		}
-		return fmt.Sprint(input, output)
-	},
-	DescribeState: func(state any) string { return fmt.Sprintf("%d records", state) },
-}
-
-// checkLinearizable runs porcupine over the successful appends and reads.
-// Failed operations have no output; the tests fail on them separately.
+// checkLinearizable runs porcupine over the successful appends and reads
+// of a log without no-ops, and on failure writes its visualization to a
+// temporary file.
 func checkLinearizable(t *testing.T, appends []appendOp, reads []readOp) {
 	t.Helper()
-	var ops []porcupine.Operation
-	for _, a := range appends {
-		if a.err != nil {
-			continue
-		}
-		ops = append(ops, porcupine.Operation{ClientId: a.worker, Input: appendInput{a.payload},
-			Call: int64(a.call), Output: a.ack.Position, Return: int64(a.ret)})
-	}
-	for _, r := range reads {
-		if r.err != nil {
-			continue
-		}
-		ops = append(ops, porcupine.Operation{ClientId: r.worker, Input: readInput{r.pos},
-			Call: int64(r.call), Output: r.payload, Return: int64(r.ret)})
-	}
 	start := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(logModel, ops, linearizabilityTimeout)
-	t.Logf("porcupine: %d operations, result %v, in %v", len(ops), res, time.Since(start).Round(time.Millisecond))
-	switch res {
-	case porcupine.Ok:
-		return
-	case porcupine.Unknown:
-		t.Errorf("linearizability check of %d operations timed out after %v: result unknown", len(ops), linearizabilityTimeout)
+	err := check.Linearizable(checkAppends(appends), checkReadOps(reads), true, linearizabilityTimeout)
+	t.Logf("porcupine: %d appends, %d reads, in %v", len(appends), len(reads), time.Since(start).Round(time.Millisecond))
+	var nl *check.NotLinearizable
+	if !errors.As(err, &nl) {
+		failOn(t, err)
 		return
 	}
-	f, err := os.CreateTemp("", "augur-e2e-linearizability-*.html")
-	if err == nil {
-		err = errors.Join(porcupine.Visualize(logModel, info, f), f.Close())
+	f, ferr := os.CreateTemp("", "augur-e2e-linearizability-*.html")
+	if ferr == nil {
+		ferr = errors.Join(nl.Visualize(f), f.Close())
 	}
-	where := "could not write a visualization: " + fmt.Sprint(err)
-	if err == nil {
+	where := "could not write a visualization: " + fmt.Sprint(ferr)
+	if ferr == nil {
 		where = "visualization in " + f.Name()
 	}
-	t.Errorf("history of %d operations is not linearizable (%s)", len(ops), where)
+	t.Errorf("%v (%s)", err, where)
 }
 
 // maxGap returns the largest interval in [from, to] without an

@@ -17,6 +17,7 @@ import (
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/check"
 )
 
 // Bounds of TestPausedLeader.
@@ -169,7 +170,7 @@ func TestPausedLeader(t *testing.T) {
 	}
 	waitCollectors(t, procCatchUpTimeout, n, sub)
 	checkLog(t, sub.name, sub.entries(), appends, true)
-	checkRealTimeOrder(t, appends)
+	failOn(t, check.RealTime(checkAppends(appends)))
 	pc.checkAlive()
 	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
 }

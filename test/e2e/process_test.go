@@ -44,6 +44,7 @@ import (
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/check"
 	"github.com/augur-log/augur/internal/config"
 )
 
@@ -549,13 +550,14 @@ func TestProcessFaults(t *testing.T) {
 	} else if st.Tail != uint64(n) {
 		t.Errorf("the log holds %d records but %d appends were acknowledged", st.Tail, n)
 	}
-	var payloads []string
+	var logs []check.Log
 	for _, s := range subs {
-		payloads = checkLog(t, s.name, s.entries(), appends, true)
+		logs = append(logs, checkLog(t, s.name, s.entries(), appends, true))
 	}
-	checkSameSequence(t, subs[0], subs[1], n)
-	checkRealTimeOrder(t, appends)
-	checkReads(t, reads, payloads)
+	failOn(t, check.Order(checkAppends(appends), logs...))
+	failOn(t, check.RealTime(checkAppends(appends)))
+	failOn(t, check.Returned(nil, checkReadOps(reads)))
+	failOn(t, check.Reads(checkReadOps(reads), logs[0]))
 	checkLinearizable(t, appends, reads)
 	pc.checkAlive()
 	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))

@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/check"
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
@@ -192,8 +193,12 @@ func TestReconfig(t *testing.T) {
 	}
 	waitCollectors(t, reconfCatchUp, n, sub)
 	entries := sub.entries()
-	payloads := checkLog(t, sub.name, entries, appends, true)
-	checkRealTimeOrder(t, appends)
+	log := checkLog(t, sub.name, entries, appends, true)
+	failOn(t, check.RealTime(checkAppends(appends)))
+	payloads := map[uint64]string{}
+	for _, e := range log.Entries {
+		payloads[e.Pos] = e.Record
+	}
 
 	// The finalized shard ordered exactly FinalLength records, acked none
 	// beyond them, and took no append invoked after its finalization.

@@ -1,0 +1,565 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
+)
+
+// noop marks a no-op entry in a shard's log and a position without a
+// record.
+const noop int64 = -1
+
+// cluster is one seeded run: the world, the ordering leader, the shards,
+// clients and subscribers, and the truth the committed cuts establish.
+type cluster struct {
+	world
+	mode  Mode
+	rules modeRules
+	sc    scenario
+
+	ld      *leader
+	shards  map[cut.ShardID]*shard
+	order   []*shard // by id
+	subs    []*sub
+	clients []*client
+
+	// The truth: committed cuts, the sequence they define over the
+	// shards' logs, the views, the failed shards' void points.
+	lastCut  cut.Cut
+	cutCount uint64
+	eager    []int64
+	// eagerShard is the shard of each position.
+	eagerShard []cut.ShardID
+	views      []control.ViewChange
+	voidFrom   map[cut.ShardID]uint64
+	finals     map[cut.ShardID]bool
+	// orderedAt maps each record to its position and committedAt to when
+	// the cut that ordered it committed (its append's return); nextRec
+	// counts records.
+	orderedAt   map[int64]uint64
+	committedAt map[int64]time.Time
+	nextRec     int64
+	// recs holds each record's append: its client, first call and name.
+	recs     []recordInfo
+	reroutes int
+	// pbRecs holds each record as eager streams carry it, built once.
+	pbRecs map[int64]*pb.Record
+
+	// failed is the shard the scenario failed, if any; joinRates gives a
+	// joining shard's client rate by name.
+	failed *shard
+	// failedSoleHolder says the failed shard held the newest window's
+	// only quota (scenario.failSoleHolder).
+	failedSoleHolder bool
+	// cutOff holds the shards some partition cut off from the leader:
+	// the failure detector may rightly take them for failed.
+	cutOff    map[cut.ShardID]bool
+	joinRates map[string]float64
+	// windowed marks the shards some window gave a quota.
+	windowed map[cut.ShardID]bool
+	// rescues counts the shards registered because none took appends;
+	// rescuing says one is being registered.
+	rescues  int
+	rescuing bool
+	// orphaned says a failed shard's void slots got no live filler (every
+	// other shard was gone or leaving): a known gap of the protocol, in
+	// which subscribers cannot pass the first slot.
+	orphaned bool
+
+	stats stats
+	// plant is the bug a test planted (noBug: none); planted says it
+	// struck.
+	plant   bug
+	planted bool
+}
+
+// recordInfo is what the history records of one append.
+type recordInfo struct {
+	client int
+	call   time.Time
+	name   string
+}
+
+type stats struct {
+	records, noops, noopRuns  uint64
+	reports, lagFixMsgs       uint64
+	lagFixes, quotaChanges    uint64
+	windows, proposals        uint64
+	lostLagFix, dupResends    uint64
+	lostReports, lostPolls    uint64
+	specDeliveries, delivered uint64
+	fails, voided             uint64
+	specLead                  time.Duration // summed over confirmed speculative deliveries
+	specLeadN                 uint64
+	maxQuota                  uint64
+}
+
+// newCluster builds the cluster of one seed and schedules its scenario.
+func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	sc := newScenario(r, mode, f)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &cluster{
+		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
+		mode:  mode, rules: rulesOf(mode), sc: sc,
+		shards:      map[cut.ShardID]*shard{},
+		voidFrom:    map[cut.ShardID]uint64{},
+		finals:      map[cut.ShardID]bool{},
+		orderedAt:   map[int64]uint64{},
+		committedAt: map[int64]time.Time{},
+		windowed:    map[cut.ShardID]bool{},
+		cutOff:      map[cut.ShardID]bool{},
+	}
+	s.ld = newLeader(s)
+	for i := range sc.subs {
+		sb := &sub{s: s, id: i}
+		if i == 1 && sc.eagerSub {
+			sb.confirmedOnly = true
+		}
+		if i == sc.subs-1 {
+			sb.from = sc.lateFrom
+		}
+		sb.init()
+		s.subs = append(s.subs, sb)
+	}
+	one := &sub{s: s, id: sc.subs, oneShard: true, shard: cut.ShardID(sc.oneShard),
+		from: sc.oneShardFrom, confirmedOnly: sc.oneShardConfirmed}
+	one.init()
+	s.subs = append(s.subs, one)
+	joinRates := map[string]float64{}
+	register := func(name string, quota uint64) {
+		s.ld.operator(control.Command{Register: &control.RegisterCommand{
+			Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}, Quota: quota}})
+	}
+	for i := range sc.shards {
+		register(fmt.Sprintf("s%d", i), sc.quotas[i])
+	}
+	initial := make([]*client, sc.shards)
+	s.after(2*time.Millisecond, func() {
+		for i := range sc.shards {
+			initial[i] = s.startClient(cut.ShardID(i), sc.rates[i])
+		}
+	})
+	for _, x := range sc.bursts {
+		s.after(x.at, func() {
+			c := initial[x.shard]
+			c.burst, c.until = x.multiply, s.now.Add(x.dur)
+			s.tracef("burst on client of shard %d ×%.1f", c.target, x.multiply)
+		})
+	}
+	for _, x := range sc.rateChanges {
+		s.after(x.at, func() {
+			c := initial[x.shard]
+			c.rate *= x.factor
+			s.tracef("client of shard %d: rate ×%.2f", c.target, x.factor)
+		})
+	}
+	for i, x := range sc.joins {
+		name := fmt.Sprintf("j%d", i)
+		joinRates[name] = x.rate
+		s.after(x.at, func() { register(name, x.quota) })
+	}
+	s.joinRates = joinRates
+	for _, at := range sc.leaves {
+		s.after(at, func() {
+			sh := s.pick(2, func(sh *shard) bool { return sh.accepting })
+			if sh == nil {
+				return
+			}
+			sh.accepting, sh.leaving = false, true
+			s.tracef("shard %d leaves", sh.id)
+			s.leave(sh)
+		})
+	}
+	if x := sc.straggle; x != nil {
+		s.after(x.at, func() {
+			sh := s.pick(1, func(sh *shard) bool { return sh.alive && !sh.leaving })
+			if sh == nil {
+				return
+			}
+			sh.straggleFrom, sh.straggleUntil, sh.straggleExtra = s.now, s.now.Add(x.dur), x.extra
+			s.tracef("shard %d straggles", sh.id)
+		})
+	}
+	if sc.failoverAt > 0 {
+		s.after(sc.failoverAt, func() { s.ld.failover(sc.electionGap) })
+	}
+	switch {
+	case sc.failSoleHolder:
+		s.after(sc.failAt, s.failSoleHolder)
+	case sc.failAt > 0:
+		s.after(sc.failAt, func() {
+			if sh := s.pick(2, func(sh *shard) bool { return sh.accepting }); sh != nil {
+				s.failed = sh
+				sh.fail()
+			}
+		})
+	}
+	for _, p := range sc.partitions {
+		s.after(p.at, func() { s.partition(cut.ShardID(p.shard), p.dur) })
+	}
+	// Once the faults stop, a one-shard subscriber's next poll tells it
+	// what the lost ones did, and an operator makes sure some shard takes
+	// the appends that must still complete.
+	s.after(sc.healAt, s.pollStatus)
+	s.after(sc.healAt, s.rescue)
+	return s
+}
+
+// leave asks the ordering layer to finalize a leaving shard, and asks
+// again until it is: a request the old leader took may be lost in a
+// failover, and finalizing is idempotent.
+func (s *cluster) leave(sh *shard) {
+	if sh.finalized || s.finals[sh.id] {
+		return
+	}
+	s.ld.operator(control.Command{Finalize: &control.FinalizeCommand{Shard: sh.id, GraceCuts: leaveGraceCuts}})
+	s.after(leaveRetryEvery, func() { s.leave(sh) })
+}
+
+// leaveRetryEvery is how often a leave is asked for again until the shard
+// is finalized.
+const leaveRetryEvery = 50 * time.Millisecond
+
+// leaveGraceCuts is how many more cuts a leaving shard's records may be
+// ordered in (eager order; speculative order ends a leave at a window).
+const leaveGraceCuts = 2
+
+// failSoleHolder fails the shard that holds the only quota of the newest
+// window, as soon as there is one, looking again every millisecond until
+// the straggler stops straggling.
+func (s *cluster) failSoleHolder() {
+	if sp := s.ld.st.Spec; sp != nil && len(sp.Windows) > 0 {
+		ws := sp.Windows
+		var holders []cut.ShardID
+		for _, q := range ws[len(ws)-1].Quotas {
+			if q.PerCut > 0 {
+				holders = append(holders, q.Shard)
+			}
+		}
+		if len(holders) == 1 {
+			if sh := s.shards[holders[0]]; sh.accepting && s.now.After(sh.straggleUntil) {
+				s.failed, s.failedSoleHolder = sh, true
+				s.tracef("shard %d holds the only quota of window %d", sh.id, ws[len(ws)-1].Index)
+				sh.fail()
+				return
+			}
+		}
+	}
+	if s.now.Before(s.start.Add(s.sc.straggle.at + s.sc.straggle.dur)) {
+		s.after(time.Millisecond, s.failSoleHolder)
+	}
+}
+
+// pick returns a random shard that ok accepts, or nil when fewer than
+// least do.
+func (s *cluster) pick(least int, ok func(*shard) bool) *shard {
+	var cand []*shard
+	for _, sh := range s.order {
+		if ok(sh) {
+			cand = append(cand, sh)
+		}
+	}
+	if len(cand) < least {
+		return nil
+	}
+	return cand[s.r.IntN(len(cand))]
+}
+
+// netDelay is one message's delay: mostly short, sometimes a spike; with
+// a spread, messages on different links overtake each other often.
+func (s *cluster) netDelay() time.Duration {
+	d := s.uniform(20*time.Microsecond, 150*time.Microsecond)
+	if s.sc.spread > 0 {
+		d += s.uniform(0, s.sc.spread)
+	}
+	if s.r.Float64() < max(s.sc.spikeProb, 0.01) {
+		d += s.uniform(300*time.Microsecond, 3*time.Millisecond)
+	}
+	return d
+}
+
+// partition cuts shard id off from the leader for dur: reports and
+// lag-fixes are lost, and the control events it watches wait for the heal.
+func (s *cluster) partition(id cut.ShardID, dur time.Duration) {
+	sh := s.shards[id]
+	if sh == nil {
+		return
+	}
+	// The safety phase ends at healAt: every partition heals by then.
+	until := s.now.Add(dur)
+	if heal := s.start.Add(s.sc.healAt); until.After(heal) {
+		until = heal
+	}
+	if !until.After(sh.partitionedUntil) {
+		return
+	}
+	sh.partitionedUntil = until
+	s.cutOff[id] = true
+	s.tracef("shard %d cut off from the leader until %v", id, until.Sub(s.start))
+}
+
+func (s *cluster) partitioned(sh *shard) bool { return s.now.Before(sh.partitionedUntil) }
+
+// faulty reports whether the run is in its safety phase, where the lossy
+// channels lose and repeat messages.
+func (s *cluster) faulty() bool { return s.now.Before(s.start.Add(s.sc.healAt)) }
+
+// rescueEvery is how often, once the faults stop, the operator looks for
+// a shard that takes appends.
+const rescueEvery = 10 * time.Millisecond
+
+// rescue registers a fresh shard when none takes appends (leaves and
+// failures, real or suspected, took them all), as an operator would:
+// the appends still in flight need one to complete.
+func (s *cluster) rescue() {
+	if s.acceptingShard() == nil && !s.rescuing {
+		s.rescuing = true
+		name := fmt.Sprintf("rescue%d", s.rescues)
+		s.rescues++
+		s.tracef("no shard takes appends: registering %s", name)
+		s.ld.operator(control.Command{Register: &control.RegisterCommand{
+			Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}}})
+	}
+	if s.now.Before(s.start.Add(s.sc.runFor - s.sc.healAt/2)) {
+		s.after(rescueEvery, s.rescue)
+	}
+}
+
+// deliverWatch sends a control event to shard sh on its watch stream: in
+// order, and not before a partition heals.
+func (s *cluster) deliverWatch(sh *shard, fn func()) {
+	at := linkOf(s.ld.watch, sh.id).arrival(s.now, s.netDelay())
+	if at.Before(sh.partitionedUntil) {
+		at = linkOf(s.ld.watch, sh.id).arrival(sh.partitionedUntil, s.netDelay())
+	}
+	s.at(at, fn)
+}
+
+// checkWindow checks a window the leader plans: a shard that joined gets
+// a quota in the next window.
+func (s *cluster) checkWindow(quotas []fixante.Quota) {
+	for _, row := range s.ld.st.Shards {
+		if row.State == control.Live && !s.windowed[row.ID] && !slices.ContainsFunc(quotas, func(q fixante.Quota) bool { return q.Shard == row.ID }) {
+			s.errorf("shard %d joined, but the next window leaves it out: %+v", row.ID, quotas)
+		}
+	}
+}
+
+// learn records the truth an applied change establishes and checks it.
+func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State) {
+	if c.Register != nil {
+		s.rescuing = false
+		s.addShard(ev.Registered, c.Register.Group, c.Register.Quota, snap)
+		if rate, ok := s.joinRates[c.Register.Group]; ok {
+			s.startClient(ev.Registered, rate)
+		}
+	}
+	if v := ev.View; v != nil {
+		s.tracef("leader: view %d, confirmed-gp %d, void %+v", v.View, v.ConfirmedGP, v.Void)
+		if v.ConfirmedGP != s.lastCut.End {
+			s.errorf("view %d: confirmed-gp %d, but the last cut ends at %d", v.View, v.ConfirmedGP, s.lastCut.End)
+		}
+		s.views = append(s.views, *v)
+		s.voidFrom[v.Void.Shard] = v.Void.From
+		s.checkSlots(v.Void, snap)
+		for _, vd := range snap.Spec.Void {
+			if vd.Filler == vd.Shard && !s.orphaned {
+				// control.fillerFor found no live shard to stream the
+				// failed shard's slots, and no later shard takes them
+				// over: subscribers stall at the first slot.
+				s.orphaned = true
+				s.tracef("leader: no live shard fills the slots of shard %d (view %d)", vd.Shard, vd.View)
+			}
+		}
+	}
+	cuts := ev.Cuts
+	if len(cuts) == 0 && ev.Cut != nil {
+		cuts = []cut.Cut{*ev.Cut}
+	}
+	for _, c := range cuts {
+		s.commit(c)
+	}
+	if ev.View != nil || len(cuts) > 0 {
+		s.pollStatus()
+	}
+	if ev.Window != nil {
+		for _, q := range ev.Window.Quotas {
+			s.stats.maxQuota = max(s.stats.maxQuota, q.PerCut)
+			s.windowed[q.Shard] = true
+		}
+		s.tracef("leader: window %d cuts [%d,%d) from %d: %+v", ev.Window.Index, ev.Window.FirstCut, ev.Window.FirstCut+ev.Window.Cuts, ev.Window.Start, ev.Window.Quotas)
+	}
+	for _, row := range snap.Shards {
+		if row.State != control.Finalized || s.finals[row.ID] {
+			continue
+		}
+		s.finals[row.ID] = true
+		sh := s.shards[row.ID]
+		if sh == nil {
+			continue
+		}
+		s.tracef("leader: shard %d finalized at %d (failed %v)", row.ID, row.FinalLength, row.Failed)
+		sh.accepting = false
+		// Appends the cuts will never order were never acknowledged:
+		// their clients retry them on another shard.
+		for i := row.FinalLength; i < uint64(len(sh.log)); i++ {
+			if id := sh.log[i]; id != noop {
+				s.reroute(id)
+			}
+		}
+	}
+}
+
+// checkSlots checks the void's slots against the window arithmetic: the
+// failed shard's entries from From on, located in each announced window.
+func (s *cluster) checkSlots(v control.Void, snap *control.State) {
+	var want []fixante.Range
+	for _, w := range snap.Spec.Windows {
+		want = append(want, voidRanges(w, v.Shard, v.From)...)
+	}
+	// The void lists one range per cut; ranges of adjacent cuts touch when
+	// the failed shard was the only one with a quota.
+	if got := coalesce(v.Slots); !slices.Equal(coalesce(want), got) {
+		s.errorf("void of shard %d from %d: slots %v, windows locate %v", v.Shard, v.From, got, want)
+	}
+}
+
+// coalesce merges touching ranges.
+func coalesce(rs []fixante.Range) []fixante.Range {
+	var out []fixante.Range
+	for _, r := range rs {
+		if n := len(out); n > 0 && out[n-1].Start+out[n-1].Count == r.Start {
+			out[n-1].Count += r.Count
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// voidRanges locates shard's entries in w from local index from on, as
+// runs of consecutive positions.
+func voidRanges(w fixante.Window, shard cut.ShardID, from uint64) []fixante.Range {
+	q, ok := w.Quota(shard)
+	if !ok {
+		return nil
+	}
+	end, _ := w.ShardEnd(shard)
+	var out []fixante.Range
+	for l := max(from, q.Base); l < end; l++ {
+		pos, _, ok := w.Locate(shard, l)
+		if !ok {
+			break
+		}
+		if n := len(out); n > 0 && out[n-1].Start+out[n-1].Count == pos {
+			out[n-1].Count++
+			continue
+		}
+		out = append(out, fixante.Range{Start: pos, Count: 1})
+	}
+	return out
+}
+
+// commit extends the sequence with one committed cut: Scalog's
+// interleaving of the shards' logs, no-ops included, a failed shard's
+// entries after its void point counting as no-ops. Whether a record is
+// ordered twice is for check.StoredOnce to say.
+func (s *cluster) commit(c cut.Cut) {
+	parts, err := cut.Interleave(s.lastCut, c)
+	if err != nil {
+		s.errorf("cut %d: %v", c.Index, err)
+		return
+	}
+	if uint64(len(s.eager)) != c.Start {
+		s.errorf("cut %d starts at %d, the sequence holds %d", c.Index, c.Start, len(s.eager))
+	}
+	for _, sl := range parts {
+		sh := s.shards[sl.Shard]
+		from, void := s.voidFrom[sl.Shard]
+		for k := uint64(0); k < sl.Count; k++ {
+			local := sl.LocalStart + k
+			pos := sl.GlobalStart + k
+			e := noop
+			switch {
+			case void && local >= from:
+			case sh == nil || local >= sh.durable:
+				s.errorf("cut %d orders entry %d of shard %d, which is not durable", c.Index, local, sl.Shard)
+				return
+			default:
+				e = sh.log[local]
+			}
+			if _, dup := s.orderedAt[e]; e != noop && !dup {
+				s.orderedAt[e] = pos
+				s.committedAt[e] = s.now
+				if s.plant == bugRetryTwice && !s.planted && s.shards[sl.Shard].accepting {
+					s.planted = true
+					s.after(time.Millisecond, func() { s.shards[sl.Shard].appendRecord(e) })
+				}
+			}
+			s.eager = append(s.eager, e)
+			s.eagerShard = append(s.eagerShard, sl.Shard)
+		}
+	}
+	s.lastCut = c
+	s.cutCount++
+}
+
+// pollStatus has each one-shard subscriber hear, a poll later, what the
+// cluster status says now: every view change and the committed end. Its
+// own shard's stream cannot tell it of that shard's failure, nor, once
+// the shard is dead or gone, of later cuts. A poll may be lost; a later
+// one says the same and more.
+func (s *cluster) pollStatus() {
+	var views []*viewMsg
+	for _, v := range s.views {
+		views = append(views, &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Void.Shard})
+	}
+	end := s.lastCut.End
+	for _, sb := range s.subs {
+		if !sb.oneShard {
+			continue
+		}
+		if s.faulty() && s.r.Float64() < s.sc.pollLoss {
+			s.stats.lostPolls++
+			continue
+		}
+		s.after(statusPollDelay, func() { sb.on(&subMsg{shard: sb.shard, views: views, confirm: end, status: true}) })
+	}
+}
+
+// name returns the name of record id in the history.
+func (s *cluster) name(id int64) string { return s.recs[id].name }
+
+func recordName(id int64) string { return "r" + strconv.FormatInt(id, 10) }
+
+// recordID returns the id recordName named.
+func recordID(name string) int64 {
+	id, err := strconv.ParseInt(strings.TrimPrefix(name, "r"), 10, 64)
+	if err != nil {
+		panic("sim: not a record name: " + name)
+	}
+	return id
+}
+
+// pbRecord returns record id as the wire carries it: its name as the key.
+func (s *cluster) pbRecord(id int64) *pb.Record {
+	if s.pbRecs == nil {
+		s.pbRecs = map[int64]*pb.Record{}
+	}
+	r, ok := s.pbRecs[id]
+	if !ok {
+		r = &pb.Record{Key: s.name(id)}
+		s.pbRecs[id] = r
+	}
+	return r
+}

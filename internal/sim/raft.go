@@ -1,0 +1,188 @@
+package sim
+
+// The ordering replicas: etcd raft RawNodes over in-memory storage, driven
+// on the simulated clock through the simulated network, deterministically.
+// raft draws its randomized election timeouts from crypto/rand, so no
+// election here ever waits for one: followers never time out, and the
+// simulator starts every election itself (Campaign) on a node it picks
+// from the seed.
+
+import (
+	"io"
+	"log"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	raftpb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/augur-log/augur/internal/control"
+)
+
+// Bounds of the ordering replicas.
+const (
+	// replicasN is how many ordering replicas there are: 2f+1 with f = 1.
+	replicasN = 3
+	// raftTickEvery is the replicas' tick; a leader heartbeats every tick.
+	raftTickEvery = 5 * time.Millisecond
+	// electionTicksNever keeps followers from ever campaigning on their
+	// own (see the file comment).
+	electionTicksNever = 1 << 30
+	// campaignRetryEvery is how soon the simulator tries another candidate
+	// when an election brought no leader.
+	campaignRetryEvery = 5 * time.Millisecond
+	// raftMsgBytesMax and raftInflightMsgsMax bound raft's appends.
+	raftMsgBytesMax     = 1 << 20
+	raftInflightMsgsMax = 256
+)
+
+// replica is one ordering replica: its raft node and the control state it
+// applied.
+type replica struct {
+	id    uint64
+	rn    *raft.RawNode
+	store *raft.MemoryStorage
+	st    *control.State
+	// leader says raft last reported this node as leader.
+	leader bool
+	// isolatedUntil cuts the node off from the others until then.
+	isolatedUntil time.Time
+	// inReady says the node's Ready is being handled: what is proposed
+	// meanwhile waits for the next round of the same loop.
+	inReady bool
+}
+
+var raftLogger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
+
+// newReplicas starts the ordering replicas from an empty log, each with a
+// fresh control state from newState.
+func newReplicas(newState func() *control.State) []*replica {
+	voters := make([]uint64, replicasN)
+	for i := range voters {
+		voters[i] = uint64(i + 1)
+	}
+	var out []*replica
+	for _, id := range voters {
+		ms := raft.NewMemoryStorage()
+		// Membership is fixed: the log starts after a snapshot that holds
+		// only the voters.
+		if err := ms.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: &raftpb.ConfState{Voters: voters}}}); err != nil {
+			panic("sim: bootstrap raft storage: " + err.Error())
+		}
+		rn, err := raft.NewRawNode(&raft.Config{
+			ID: id, ElectionTick: electionTicksNever, HeartbeatTick: 1, Storage: ms,
+			MaxSizePerMsg: raftMsgBytesMax, MaxInflightMsgs: raftInflightMsgsMax, Logger: raftLogger,
+		})
+		if err != nil {
+			panic("sim: start raft node: " + err.Error())
+		}
+		out = append(out, &replica{id: id, rn: rn, store: ms, st: newState()})
+	}
+	return out
+}
+
+// tick ticks every replica, and schedules the next tick.
+func (ld *leader) tick() {
+	s := ld.s
+	for _, n := range ld.replicas {
+		n.rn.Tick()
+		ld.ready(n)
+	}
+	s.after(raftTickEvery, ld.tick)
+}
+
+// ready handles everything raft has for node n, by raft's rules: persist
+// the entries and hard state, then send and apply.
+func (ld *leader) ready(n *replica) {
+	s := ld.s
+	if n.inReady {
+		return
+	}
+	n.inReady = true
+	defer func() { n.inReady = false }()
+	for n.rn.HasReady() {
+		rd := n.rn.Ready()
+		if rd.SoftState != nil {
+			ld.leadership(n, rd.SoftState.RaftState == raft.StateLeader)
+		}
+		if !raft.IsEmptyHardState(rd.HardState) {
+			if err := n.store.SetHardState(rd.HardState); err != nil {
+				s.errorf("raft %d: save hard state: %v", n.id, err)
+			}
+		}
+		if err := n.store.Append(rd.Entries); err != nil {
+			s.errorf("raft %d: append: %v", n.id, err)
+		}
+		for _, m := range rd.Messages {
+			ld.sendRaft(n, m)
+		}
+		for _, e := range rd.CommittedEntries {
+			if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
+				continue
+			}
+			// A committed entry is the same on every replica: decode it
+			// once.
+			c, ok := ld.committed[e.GetIndex()]
+			if !ok {
+				var err error
+				if c, err = control.DecodeCommand(e.GetData()); err != nil {
+					s.errorf("raft %d: entry %d: %v", n.id, e.GetIndex(), err)
+					continue
+				}
+				ld.committed[e.GetIndex()] = c
+			}
+			ld.apply(n, e.GetIndex(), c)
+		}
+		n.rn.Advance(rd)
+	}
+}
+
+// sendRaft carries a raft message to its node over a FIFO link, unless
+// either end is isolated.
+func (ld *leader) sendRaft(from *replica, m *raftpb.Message) {
+	s := ld.s
+	to := ld.replicas[m.GetTo()-1]
+	if s.now.Before(from.isolatedUntil) || s.now.Before(to.isolatedUntil) {
+		return
+	}
+	k := [2]uint64{from.id, to.id}
+	l, ok := ld.raftLinks[k]
+	if !ok {
+		l = &link{}
+		ld.raftLinks[k] = l
+	}
+	s.at(l.arrival(s.now, s.netDelay()), func() {
+		if s.now.Before(to.isolatedUntil) {
+			return
+		}
+		if err := to.rn.Step(m); err != nil {
+			s.tracef("raft %d: step %v from %d: %v", to.id, m.GetType(), from.id, err)
+		}
+		ld.ready(to)
+	})
+}
+
+// campaign has a node other than the isolated old leader stand for
+// election, and tries the next one while no leader emerges.
+func (ld *leader) campaign(skip uint64) {
+	s := ld.s
+	if ld.node != nil {
+		return
+	}
+	cands := make([]*replica, 0, replicasN)
+	for _, n := range ld.replicas {
+		if n.id != skip && !s.now.Before(n.isolatedUntil) {
+			cands = append(cands, n)
+		}
+	}
+	if len(cands) == 0 {
+		s.after(campaignRetryEvery, func() { ld.campaign(skip) })
+		return
+	}
+	n := cands[s.r.IntN(len(cands))]
+	s.tracef("raft %d: campaigns", n.id)
+	if err := n.rn.Campaign(); err != nil {
+		s.tracef("raft %d: campaign: %v", n.id, err)
+	}
+	ld.ready(n)
+	s.after(campaignRetryEvery, func() { ld.campaign(skip) })
+}

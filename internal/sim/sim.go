@@ -1,0 +1,278 @@
+// Package sim is the seeded whole-cluster simulator: three ordering
+// replicas (etcd raft RawNodes, driven deterministically, with leader
+// failovers) whose leader runs the order.Leader core the ordering server
+// runs; shards that join, leave, burst, straggle, fail and get cut off
+// (spec.Shard in speculative order, Scalog reports in eager order);
+// clients that append and retry; and subscribers that merge the shards'
+// streams (spec.Merger, merge.Eager). All of it runs in one goroutine on a
+// simulated clock and network, driven by one seed. Each run ends with the
+// invariant checkers of package check over its history; a failing seed
+// replays exactly.
+//
+// A run has a safety phase with faults until the scenario's heal time and
+// a heal phase that must converge: every append ordered and delivered, no
+// speculation pending.
+package sim
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Mode is an ordering mode the simulator runs.
+type Mode string
+
+const (
+	// Eager is Scalog's order: cuts of the lengths shards report.
+	Eager Mode = "eager"
+	// Spec is speculative (fix-ante) order: predetermined cuts of lease
+	// windows, speculative delivery, view changes on whole-shard failure.
+	Spec Mode = "spec"
+)
+
+// Modes lists every mode the simulator runs.
+func Modes() []Mode { return []Mode{Eager, Spec} }
+
+// ParseMode returns the mode named s.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes() {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("sim: unknown mode %q (want eager or spec)", s)
+}
+
+// Faults selects the network faults the scenario generator may inject;
+// shard failures, stragglers, leaves and leader failovers are part of
+// every scenario.
+type Faults struct {
+	// Delay makes delay spikes on every link more frequent (some seeds
+	// delay one message in 20 by up to 3 ms, rather than one in 100).
+	Delay bool
+	// Reorder widens every delay, so messages on different streams (a
+	// shard's watch and lag-fix streams, reports and control events)
+	// overtake each other; each stream stays FIFO, as gRPC streams are.
+	Reorder bool
+	// Loss drops and repeats messages on the lossy channels: lag-fixes,
+	// reports and heartbeats, status polls; subscription streams
+	// reconnect and repeat what they sent.
+	Loss bool
+	// Partition cuts shards off from the ordering leader for a while
+	// during the safety phase.
+	Partition bool
+}
+
+// AllFaults enables every fault.
+func AllFaults() Faults { return Faults{Delay: true, Reorder: true, Loss: true, Partition: true} }
+
+// ParseFaults reads a comma-separated list of delay, reorder, loss,
+// partition, or "all" or "none".
+func ParseFaults(s string) (Faults, error) {
+	var f Faults
+	for _, w := range strings.Split(s, ",") {
+		switch strings.TrimSpace(w) {
+		case "all":
+			f = AllFaults()
+		case "none", "":
+		case "delay":
+			f.Delay = true
+		case "reorder":
+			f.Reorder = true
+		case "loss":
+			f.Loss = true
+		case "partition":
+			f.Partition = true
+		default:
+			return Faults{}, fmt.Errorf("sim: unknown fault %q (want delay, reorder, loss, partition, all or none)", w)
+		}
+	}
+	return f, nil
+}
+
+func (f Faults) String() string {
+	var on []string
+	for _, x := range []struct {
+		on   bool
+		name string
+	}{{f.Delay, "delay"}, {f.Reorder, "reorder"}, {f.Loss, "loss"}, {f.Partition, "partition"}} {
+		if x.on {
+			on = append(on, x.name)
+		}
+	}
+	switch len(on) {
+	case 0:
+		return "none"
+	case 4:
+		return "all"
+	}
+	return strings.Join(on, ",")
+}
+
+// Options configure runs.
+type Options struct {
+	Mode   Mode
+	Faults Faults
+	// Trace, when set, receives every step of the run.
+	Trace func(string)
+	// plant makes the run misbehave on purpose, so that the tests show
+	// the checks catch it.
+	plant bug
+}
+
+// bug is a mistake a test plants in a run.
+type bug int
+
+const (
+	noBug bug = iota
+	// bugSwap: a shard streams two of its records in each other's place.
+	bugSwap
+	// bugDrop: a shard streams one of its records as a no-op.
+	bugDrop
+	// bugRetryTwice: a client retries an append that was ordered, and a
+	// shard stores it again.
+	bugRetryTwice
+	// bugRevise: a subscriber fails a position it had confirmed.
+	bugRevise
+	// bugEarlyAck: a shard answers an append as soon as it stores it, at
+	// the position it will get, before the cut that orders it commits.
+	bugEarlyAck
+)
+
+// Result is the outcome of one seed.
+type Result struct {
+	Seed   uint64
+	Mode   Mode
+	Faults Faults
+	// Scenario says what the seed chose; Summary what happened.
+	Scenario, Summary string
+	// Errs lists the violations found (at most errorsMax).
+	Errs []string
+	// ShardFailed says the scenario failed a whole shard, SoleHolder
+	// while it held the newest window's only quota; Fails counts the
+	// Fail events subscribers saw.
+	ShardFailed, SoleHolder bool
+	Fails                   uint64
+	Steps                   uint64
+	// Orphaned says a whole-shard failure found no live shard to fill
+	// its slots (every other shard was gone, leaving or failed): a known
+	// gap of the protocol (control.fillerFor), in which subscribers stall.
+	// Such a run is checked for safety only, not for convergence.
+	Orphaned bool
+	// planted says the bug a test planted struck.
+	planted bool
+}
+
+// Failed reports whether the run found a violation.
+func (r Result) Failed() bool { return len(r.Errs) > 0 }
+
+// Replay returns the one command that replays this seed with a trace.
+func (r Result) Replay() string {
+	return fmt.Sprintf("go run ./cmd/augur sim --mode %s --faults %s --seed %d --trace", r.Mode, r.Faults, r.Seed)
+}
+
+// Run runs one seed.
+func Run(seed uint64, o Options) Result {
+	if o.Mode == "" {
+		o.Mode = Spec
+	}
+	s := newCluster(seed, o.Mode, o.Faults, o.Trace)
+	s.plant = o.plant
+	s.run(s.start.Add(s.sc.runFor))
+	s.verify()
+	return Result{
+		Seed: seed, Mode: o.Mode, Faults: o.Faults,
+		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
+		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
+		Orphaned: s.orphaned, planted: s.planted,
+	}
+}
+
+// RunSeeds runs seeds first, first+1, ... first+n-1 on every processor
+// and returns their results in seed order. o.Trace is ignored.
+func RunSeeds(o Options, first uint64, n int) []Result {
+	o.Trace = nil
+	results := make([]Result, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = Run(first+uint64(i), o)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+// Tally sums up the results of many seeds.
+type Tally struct {
+	Seeds, Failing          int
+	ShardFailed, SoleHolder int
+	// Orphaned counts the runs checked for safety only (Result.Orphaned).
+	Orphaned     int
+	Fails, Steps uint64
+	// FailingSeeds lists the failing seeds, lowest first.
+	FailingSeeds []uint64
+}
+
+// Count sums rs up.
+func Count(rs []Result) Tally {
+	var t Tally
+	for _, r := range rs {
+		t.Seeds++
+		t.Steps += r.Steps
+		t.Fails += r.Fails
+		if r.ShardFailed {
+			t.ShardFailed++
+		}
+		if r.SoleHolder {
+			t.SoleHolder++
+		}
+		if r.Orphaned {
+			t.Orphaned++
+		}
+		if r.Failed() {
+			t.Failing++
+			t.FailingSeeds = append(t.FailingSeeds, r.Seed)
+		}
+	}
+	slices.Sort(t.FailingSeeds)
+	return t
+}
+
+func (t Tally) String() string {
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d Fail events, %d steps; %d with orphaned void slots (safety checked only)",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Fails, t.Steps, t.Orphaned)
+}
+
+func (s *cluster) summary() string {
+	st := s.stats
+	var lead time.Duration
+	var leadN uint64
+	for _, sb := range s.subs {
+		sum, n := sb.specLead()
+		lead += sum
+		leadN += n
+	}
+	if leadN > 0 {
+		lead /= time.Duration(leadN)
+	}
+	return fmt.Sprintf("%d steps, %d cuts (%d proposals), %d windows planned; %d records, %d no-ops in %d runs (%.1f%% of entries); "+
+		"%d reports (%d lost), %d lag-fixes started (%d messages, %d lost), %d quota changes (largest quota %d); %d views, %d reroutes; "+
+		"%d deliveries (%d speculative, mean %v before confirmation), %d fails, %d stream repeats, %d status polls lost",
+		s.steps, s.cutCount, st.proposals, st.windows, st.records, st.noops, st.noopRuns, 100*float64(st.noops)/float64(max(1, st.noops+st.records)),
+		st.reports, st.lostReports, st.lagFixes, st.lagFixMsgs, st.lostLagFix, st.quotaChanges, st.maxQuota, len(s.views), s.reroutes,
+		st.delivered, st.specDeliveries, lead, st.fails, st.dupResends, st.lostPolls)
+}
