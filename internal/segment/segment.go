@@ -63,6 +63,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // Named bounds. Offsets inside a segment are kept as uint32 to make the
@@ -129,11 +131,18 @@ const (
 	// SyncAlways: Append and Assign fsync before returning (and before the
 	// new records or runs become visible to readers).
 	SyncAlways
+	// SyncGroup: like SyncNever for Append and Assign; the owner calls
+	// Sync back to back (group commit: one fsync covers everything written
+	// while the previous one ran) and counts a record as held only once
+	// SyncedLen covers it.
+	SyncGroup
 )
 
-// ParseSyncPolicy parses "never", "interval" or "always".
+// ParseSyncPolicy parses "group", "never", "interval" or "always".
 func ParseSyncPolicy(s string) (SyncPolicy, error) {
 	switch s {
+	case "group":
+		return SyncGroup, nil
 	case "never":
 		return SyncNever, nil
 	case "interval":
@@ -141,7 +150,7 @@ func ParseSyncPolicy(s string) (SyncPolicy, error) {
 	case "always":
 		return SyncAlways, nil
 	}
-	return 0, fmt.Errorf("segment: unknown sync policy %q (want never, interval or always)", s)
+	return 0, fmt.Errorf("segment: unknown sync policy %q (want group, never, interval or always)", s)
 }
 
 func (p SyncPolicy) String() string {
@@ -152,6 +161,8 @@ func (p SyncPolicy) String() string {
 		return "interval"
 	case SyncAlways:
 		return "always"
+	case SyncGroup:
+		return "group"
 	}
 	return fmt.Sprintf("SyncPolicy(%d)", int(p))
 }
@@ -173,7 +184,7 @@ func (o Options) validate() (Options, error) {
 	if o.SegmentBytesMax < 0 || o.SegmentBytesMax > segmentBytesMaxLimit {
 		return o, fmt.Errorf("segment: options: SegmentBytesMax %d outside [1, %d]", o.SegmentBytesMax, segmentBytesMaxLimit)
 	}
-	if o.Sync < SyncNever || o.Sync > SyncAlways {
+	if o.Sync < SyncNever || o.Sync > SyncGroup {
 		return o, fmt.Errorf("segment: options: unknown sync policy %v", o.Sync)
 	}
 	return o, nil
@@ -394,7 +405,7 @@ func (s *Store) Sync() error {
 	length := s.length
 	s.wmu.Unlock()
 	for _, f := range files {
-		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		if err := synctrace.Sync(f); err != nil && !errors.Is(err, os.ErrClosed) {
 			s.wmu.Lock()
 			s.failed = err
 			s.wmu.Unlock()
@@ -407,7 +418,7 @@ func (s *Store) Sync() error {
 
 func (s *Store) syncLocked() error {
 	if s.activeDirty {
-		if err := s.active().f.Sync(); err != nil {
+		if err := synctrace.Sync(s.active().f); err != nil {
 			s.failed = err
 			return fmt.Errorf("segment: sync %s: %w", s.segmentPath(s.active().base), err)
 		}
@@ -415,7 +426,7 @@ func (s *Store) syncLocked() error {
 	}
 	s.noteSynced(s.length)
 	if s.posDirty {
-		if err := s.pos.Sync(); err != nil {
+		if err := synctrace.Sync(s.pos); err != nil {
 			s.failed = err
 			return fmt.Errorf("segment: sync positions: %w", err)
 		}

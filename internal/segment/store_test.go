@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseSyncPolicy(t *testing.T) {
-	for _, p := range []SyncPolicy{SyncNever, SyncInterval, SyncAlways} {
+	for _, p := range []SyncPolicy{SyncNever, SyncInterval, SyncAlways, SyncGroup} {
 		got, err := ParseSyncPolicy(p.String())
 		if err != nil || got != p {
 			t.Fatalf("ParseSyncPolicy(%q) = %v, %v; want %v", p.String(), got, err, p)
