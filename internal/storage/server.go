@@ -214,6 +214,13 @@ func (s *Server) startReplicaLocked(r *replica) {
 		defer s.wg.Done()
 		r.run()
 	}()
+	if r.syncWake != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			r.syncLoop()
+		}()
+	}
 }
 
 // Stop stops the server and closes its stores.
