@@ -111,7 +111,9 @@ type Cluster struct {
 	// interval and never (acknowledged once written: a power loss of every
 	// replica can lose acknowledged appends), or always (an fsync per
 	// write).
-	Fsync         string   `yaml:"fsync"`
+	Fsync string `yaml:"fsync"`
+	// FsyncInterval is how often fsync interval syncs, and how often
+	// fsync group syncs the positions files (which nothing waits for).
 	FsyncInterval Duration `yaml:"fsync_interval"`
 	// RaftFsync makes the ordering replicas fsync their Raft WAL before
 	// acknowledging an entry, so a cut commits (and is applied) only once

@@ -383,7 +383,14 @@ func (s *Store) writableLocked() error {
 // Sync fsyncs whatever is written but not yet synced: the active segment
 // first, then the positions file, so that runs rarely outlive the records
 // they describe. It is a cheap no-op when nothing is dirty.
-func (s *Store) Sync() error {
+func (s *Store) Sync() error { return s.sync(true) }
+
+// SyncRecords fsyncs the records written but not yet synced, and not the
+// positions file: the group commit of records need not wait for runs,
+// which the ordering layer holds anyway (Sync or Close writes them later).
+func (s *Store) SyncRecords() error { return s.sync(false) }
+
+func (s *Store) sync(positions bool) error {
 	// fsync runs outside wmu so appends go on while the disk catches up; an
 	// *os.File stays valid for a Sync in progress even if a rollover or a
 	// trim closes it meanwhile (that path syncs the file itself first).
@@ -397,7 +404,7 @@ func (s *Store) Sync() error {
 		files = append(files, s.active().f)
 		s.activeDirty = false
 	}
-	if s.posDirty {
+	if positions && s.posDirty {
 		files = append(files, s.pos)
 		s.posDirty = false
 	}

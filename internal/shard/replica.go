@@ -91,12 +91,17 @@ type Output[W comparable] struct {
 	// overlap the primary's (a record counts only once every copy holds
 	// it); a batch of no-ops goes out after the primary wrote it.
 	Replicate []Batch
-	// Unsynced says the log holds writes not synced yet: sync it, and
-	// then call Synced. With HeldWhenSynced nothing it wrote counts before
+	// Unsynced says the log holds entries not synced yet: sync them, and
+	// then call Synced. With HeldWhenSynced none of them counts before
 	// that sync, so sync at once (group commit: one sync covers whatever
 	// was written while the previous one ran); otherwise within the sync
 	// interval.
 	Unsynced bool
+	// UnsyncedRuns says the log holds positions (runs) not synced yet:
+	// sync them within the sync interval. Nothing waits for it: the
+	// committed cuts that gave the positions survive in the ordering
+	// layer.
+	UnsyncedRuns bool
 	// Failed is set when the log failed a write: the shard can take no
 	// more and must be reported broken.
 	Failed error
@@ -517,7 +522,7 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 				r.lost.Store(true)
 				break
 			}
-			out.Unsynced = true
+			out.UnsyncedRuns = true
 			out.Ordered += sl.Count
 			if r.primary != nil {
 				out.Answers = append(out.Answers, r.primary.Order(sl)...)

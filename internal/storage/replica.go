@@ -308,6 +308,9 @@ func (r *replica) carry(out *shard.Output[*appendStream]) {
 	if out.Unsynced {
 		r.markUnsynced()
 	}
+	if out.UnsyncedRuns {
+		r.srv.markDirty()
+	}
 	if out.Stored > 0 {
 		r.srv.stored.Add(float64(out.Stored))
 	}
@@ -402,8 +405,9 @@ func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) err
 	return nil
 }
 
-// markUnsynced asks for a sync of the store: under SyncGroup at once, from
-// this replica's syncLoop; otherwise from the server's interval syncLoop.
+// markUnsynced asks for a sync of the store's records: under SyncGroup at
+// once, from this replica's syncLoop; otherwise from the server's interval
+// syncLoop.
 func (r *replica) markUnsynced() {
 	if r.syncWake == nil {
 		r.srv.markDirty()
@@ -429,7 +433,7 @@ func (r *replica) syncLoop() {
 		case <-r.stop:
 			return
 		}
-		if err := r.store.Sync(); err != nil {
+		if err := r.store.SyncRecords(); err != nil {
 			if r.srv.ctx.Err() == nil && !errors.Is(err, segment.ErrClosed) {
 				// The store refuses writes from now on; nothing written
 				// since the last good fsync was counted as held.

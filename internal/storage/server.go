@@ -198,7 +198,9 @@ func (s *Server) Start() {
 	s.wg.Add(2)
 	go s.onOrdering("watch", s.watchFrom)
 	go s.onOrdering("heartbeat", s.heartbeatTo)
-	if s.cfg.Sync == segment.SyncInterval {
+	if s.cfg.Sync == segment.SyncInterval || s.cfg.Sync == segment.SyncGroup {
+		// Under SyncGroup the replicas' own loops sync records; this one
+		// syncs the positions files.
 		s.wg.Add(1)
 		go s.syncLoop()
 	}

@@ -21,7 +21,7 @@ func groupSyncReplica(t *testing.T, role shard.Role) (*Server, *replica) {
 	s, err := New(Config{
 		ClusterID: "c", ID: "s1", Group: []Peer{{ID: "s1", Addr: "127.0.0.1:1"}}, GroupName: "g",
 		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
-		HeartbeatInterval: time.Second, Sync: segment.SyncGroup,
+		HeartbeatInterval: time.Second, Sync: segment.SyncGroup, SyncInterval: time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
