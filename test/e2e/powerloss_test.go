@@ -45,7 +45,9 @@ const (
 	// before the read-back: a position the cut lost would be given to one.
 	powerAfterAppends = 100
 	powerAppendWait   = 5 * time.Second
-	powerReadWait     = 15 * time.Second
+	// powerReadWait bounds the read-back; after a lossy cut it waits this
+	// long at the first lost position.
+	powerReadWait = 5 * time.Second
 )
 
 func TestPowerLoss(t *testing.T) {
@@ -98,6 +100,10 @@ func (o powerOutcome) String() string {
 // under load and restarts it.
 func powerLoss(t *testing.T, bin, settings string) powerOutcome {
 	pc := newProcClusterSettings(t, bin, time.Millisecond, settings)
+	// After a lossy cut (the opt-outs) a server was seen to hang on
+	// SIGTERM for over procStopTimeout; that is not what this test is
+	// about, so it ends the servers with SIGKILL.
+	defer pc.killAll()
 	traceDir := t.TempDir()
 	pc.env = func(id string) []string {
 		return []string{synctrace.EnvVar + "=" + filepath.Join(traceDir, id+".trace")}
