@@ -163,6 +163,7 @@ type benchFlags struct {
 	w           benchWorkload
 	p           bench.Params
 	modes       string
+	durability  string
 	shards      string
 	compute     string
 	window      string
@@ -195,7 +196,8 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	fs.StringVar(&b.shards, "shards", joinInts(d.Shards), "embedded cluster: storage groups, one shard each; a comma list sweeps")
 	fs.IntVar(&b.p.Replicas, "replicas", d.Replicas, "embedded cluster: storage servers per group")
 	fs.DurationVar(&b.p.OrderingInterval, "ordering-interval", d.OrderingInterval, "embedded cluster: cut interval")
-	fs.StringVar(&b.p.Fsync, "fsync", d.Fsync, "embedded cluster: storage fsync policy (never, interval, always; default interval)")
+	fs.StringVar(&b.p.Fsync, "fsync", d.Fsync, "embedded cluster: storage fsync policy (group, interval, never, always; default group)")
+	fs.StringVar(&b.durability, "durability", "", "embedded cluster: run every mode under each of these sync settings, side by side: default (fsync group, raft_fsync true), optout (fsync interval, raft_fsync false); e.g. default,optout")
 	fs.DurationVar(&b.p.Duration, "duration", d.Duration, "measured window of each run")
 	fs.DurationVar(&b.p.Warmup, "warmup", d.Warmup, "unmeasured load before the window")
 	fs.Uint64Var(&b.p.Seed, "seed", d.Seed, "seed of the payload bytes and record stamps")
@@ -245,6 +247,9 @@ func (b *benchFlags) params(cmd *cobra.Command) (bench.Params, error) {
 	var errs []error
 	var err error
 	if p.Modes, err = parseList(b.modes, "--modes", func(s string) (string, error) { return s, nil }); err != nil {
+		errs = append(errs, err)
+	}
+	if p.Durability, err = parseList(b.durability, "--durability", func(s string) (string, error) { return s, nil }); err != nil {
 		errs = append(errs, err)
 	}
 	if p.Shards, err = parseList(b.shards, "--shards", strconv.Atoi); err != nil {
@@ -310,7 +315,7 @@ func (b *benchFlags) run(cmd *cobra.Command) error {
 	if len(p.Emulate) > 0 {
 		sizes = len(p.Emulate)
 	}
-	if runs := len(p.Modes) * max(sizes, 1) * max(len(p.Compute), 1) * max(len(p.Window), 1); runs > 1 {
+	if runs := len(p.Modes) * max(len(p.Durability), 1) * max(sizes, 1) * max(len(p.Compute), 1) * max(len(p.Window), 1); runs > 1 {
 		p.Progress = cmd.ErrOrStderr()
 	}
 	if b.cpuProfile != "" {

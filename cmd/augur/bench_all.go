@@ -74,7 +74,7 @@ yet are listed there as not run.`,
 	fs.StringVar(&modes, "modes", "eager", "ordering modes to run, comma-separated; the first is the baseline")
 	fs.IntVar(&p.Replicas, "replicas", p.Replicas, "embedded clusters: storage servers per group")
 	fs.DurationVar(&p.OrderingInterval, "ordering-interval", p.OrderingInterval, "embedded clusters: cut interval")
-	fs.StringVar(&p.Fsync, "fsync", "", "embedded clusters: storage fsync policy (never, interval, always; default interval)")
+	fs.StringVar(&p.Fsync, "fsync", "", "embedded clusters: storage fsync policy (group, interval, never, always; default group)")
 	fs.IntVar(&p.RecordBytes, "record-bytes", p.RecordBytes, "payload bytes per record")
 	fs.IntVar(&p.Rate, "rate", p.Rate, "offered appends/s of the open-loop workloads")
 	fs.IntVar(&p.Subscribers, "subscribers", p.Subscribers, "downstream tasks following the log")

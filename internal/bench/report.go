@@ -26,7 +26,7 @@ func writeReport(w io.Writer, o AllOptions, entries []*allEntry) {
 		"shards of %d replicas on loopback), the load generators and the downstream subscribers. "+
 		"Each run: %v of warm-up, then a measured window of %v (time series: longer, as listed), "+
 		"%d-byte records, ordering interval %v, fsync %s, modes %s (the first is the baseline).\n\n",
-		b.Replicas, b.Warmup, b.Duration, b.RecordBytes, b.OrderingInterval, orDefault(b.Fsync, "interval"), strings.Join(b.Modes, ", "))
+		b.Replicas, b.Warmup, b.Duration, b.RecordBytes, b.OrderingInterval, orDefault(b.Fsync, "group"), strings.Join(b.Modes, ", "))
 	fmt.Fprintf(w, "Latencies run from an append's scheduled start: *append* to its acknowledgement, "+
 		"*delivery* to a subscriber's first receipt, *e2e* until the subscriber has computed over it "+
 		"(and, when speculative, its position is confirmed). Ratios are baseline ÷ candidate for latencies "+

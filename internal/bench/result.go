@@ -13,7 +13,10 @@ import (
 type Result struct {
 	Workload string `json:"workload"`
 	Mode     string `json:"mode,omitempty"`
-	Shards   int    `json:"shards,omitempty"`
+	// Durability is the sync setting of a run of a durability sweep
+	// ("default" or "optout").
+	Durability string `json:"durability,omitempty"`
+	Shards     int    `json:"shards,omitempty"`
 	// Emulated marks a run whose shards were emulated by the benchmark
 	// process (scale --emulate): the ordering layer was real, the shards
 	// registered, heartbeat and reported like storage servers, but stored
@@ -177,6 +180,10 @@ type Comparison struct {
 	Workload  string `json:"workload"`
 	Baseline  string `json:"baseline"`
 	Candidate string `json:"candidate"`
+	// BaselineDurability and CandidateDurability are the results' sync
+	// settings in a durability sweep.
+	BaselineDurability  string `json:"baseline_durability,omitempty"`
+	CandidateDurability string `json:"candidate_durability,omitempty"`
 	// The point of the sweep both results are at.
 	Shards    int      `json:"shards,omitempty"`
 	Emulated  bool     `json:"emulated,omitempty"`
@@ -203,9 +210,12 @@ func Compare(baseline, candidate *Result) *Comparison {
 		Baseline:  baseline.Mode,
 		Candidate: candidate.Mode,
 		Shards:    baseline.Shards,
-		Emulated:  baseline.Emulated,
-		ComputeUS: baseline.ComputeUS,
-		Window:    baseline.Window,
+
+		BaselineDurability:  baseline.Durability,
+		CandidateDurability: candidate.Durability,
+		Emulated:            baseline.Emulated,
+		ComputeUS:           baseline.ComputeUS,
+		Window:              baseline.Window,
 	}
 	p50 := func(s *LatencySummary) float64 {
 		if s == nil {

@@ -71,6 +71,11 @@ type Params struct {
 	FailureTimeout time.Duration
 	// Fsync is the embedded cluster's storage fsync policy ("" = default).
 	Fsync string
+	// Durability, when set, runs every mode under each of these sync
+	// settings (DurabilityDefault, DurabilityOptOut) at every point of the
+	// sweep, mode by mode, so that the comparisons set them side by side;
+	// it excludes Fsync.
+	Durability []string
 	// RecordBytes is the payload size of each append.
 	RecordBytes int
 	// Rate is the offered load in appends per second over all clients;
@@ -300,7 +305,7 @@ func Check(name string, p Params) (Workload, error) {
 		return nil, err
 	}
 	ms, modeErr := p.modes()
-	errs := []error{p.checkCommon(), modeErr}
+	errs := []error{p.checkCommon(), modeErr, p.checkDurability()}
 	if _, emulates := w.(emulatingWorkload); len(p.Emulate) > 0 && !emulates {
 		errs = append(errs, errors.New("--emulate applies to the scale workload only"))
 	}
@@ -427,15 +432,18 @@ func Run(ctx context.Context, name string, p Params) (*Report, error) {
 	for _, v := range variants(p) {
 		results := make([]*Result, 0, len(ms))
 		for _, m := range ms {
-			if p.Progress != nil {
-				fmt.Fprintf(p.Progress, "bench %s: mode %s%s: %v of load after %v of warm-up\n",
-					name, m.Name(), prefixed(", ", v.String()), p.Duration, p.Warmup)
+			for _, d := range orZero(p.Durability) {
+				what := m.Name() + prefixed(", durability ", d) + prefixed(", ", v.String())
+				if p.Progress != nil {
+					fmt.Fprintf(p.Progress, "bench %s: mode %s: %v of load after %v of warm-up\n",
+						name, what, p.Duration, p.Warmup)
+				}
+				r, err := runOne(ctx, w, m, p, v, d)
+				if err != nil {
+					return rep, fmt.Errorf("%s, mode %s: %w", name, what, err)
+				}
+				results = append(results, r)
 			}
-			r, err := runOne(ctx, w, m, p, v)
-			if err != nil {
-				return rep, fmt.Errorf("%s, mode %s%s: %w", name, m.Name(), prefixed(", ", v.String()), err)
-			}
-			results = append(results, r)
 		}
 		rep.add(results)
 	}
@@ -449,8 +457,8 @@ func prefixed(prefix, s string) string {
 	return prefix + s
 }
 
-// runOne runs w once under m at v.
-func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant) (*Result, error) {
+// runOne runs w once under m at v, with durability d ("" for none).
+func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant, d string) (*Result, error) {
 	t := &Target{Config: p.Cluster}
 	if p.Cluster == nil {
 		opts := devcluster.Options{
@@ -462,6 +470,7 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant) (*Resu
 			Fsync:            p.Fsync,
 			Logger:           p.Logger,
 		}
+		applyDurability(&opts, d)
 		m.Configure(&opts, p, v)
 		dc, err := devcluster.Start(ctx, opts)
 		if err != nil {
@@ -480,7 +489,7 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant) (*Resu
 	if err != nil {
 		return nil, err
 	}
-	r.Workload, r.Mode = w.Name(), m.Name()
+	r.Workload, r.Mode, r.Durability = w.Name(), m.Name(), d
 	if v.Shards > 0 {
 		r.Shards = v.Shards
 	}

@@ -49,8 +49,9 @@ const (
 	DefaultOrderingInterval = time.Millisecond
 	DefaultWindowCuts       = 100
 	DefaultFailureTimeout   = time.Second
-	DefaultFsync            = "interval"
+	DefaultFsync            = "group"
 	DefaultFsyncInterval    = 10 * time.Millisecond
+	DefaultRaftFsync        = true
 	DefaultRaftTick         = 20 * time.Millisecond
 	DefaultRecordBytesMax   = 1 << 20
 	DefaultSegmentBytes     = segment.DefaultSegmentBytes
@@ -104,9 +105,20 @@ type Cluster struct {
 	// FailureTimeout is how long a storage server may stay silent before its
 	// shards are finalized; storage servers heartbeat five times per timeout.
 	FailureTimeout Duration `yaml:"failure_timeout"`
-	// Fsync is the storage servers' sync policy: never, interval or always.
-	Fsync          string   `yaml:"fsync"`
-	FsyncInterval  Duration `yaml:"fsync_interval"`
+	// Fsync is the storage servers' sync policy: group (an append is
+	// acknowledged only once every replica of its shard fsynced it; one
+	// fsync covers every record that arrived meanwhile), or the opt-outs
+	// interval and never (acknowledged once written: a power loss of every
+	// replica can lose acknowledged appends), or always (an fsync per
+	// write).
+	Fsync string `yaml:"fsync"`
+	// FsyncInterval is how often fsync interval syncs, and how often
+	// fsync group syncs the positions files (which nothing waits for).
+	FsyncInterval Duration `yaml:"fsync_interval"`
+	// RaftFsync makes the ordering replicas fsync their Raft WAL before
+	// acknowledging an entry, so a cut commits (and is applied) only once
+	// a quorum fsynced it. false is the opt-out: a power loss of a quorum
+	// can lose committed cuts, and with them positions already given out.
 	RaftFsync      bool     `yaml:"raft_fsync"`
 	RaftTick       Duration `yaml:"raft_tick"`
 	RecordBytesMax int      `yaml:"record_bytes_max"`
@@ -179,6 +191,7 @@ func Default() *Cluster {
 		FailureTimeout:   Duration(DefaultFailureTimeout),
 		Fsync:            DefaultFsync,
 		FsyncInterval:    Duration(DefaultFsyncInterval),
+		RaftFsync:        DefaultRaftFsync,
 		RaftTick:         Duration(DefaultRaftTick),
 		RecordBytesMax:   DefaultRecordBytesMax,
 		SegmentBytes:     DefaultSegmentBytes,

@@ -34,7 +34,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
 	if c.OrderingInterval.D() != time.Millisecond || c.FailureTimeout.D() != time.Second ||
-		c.Fsync != "interval" || c.FsyncInterval.D() != 10*time.Millisecond || c.RaftFsync ||
+		c.Fsync != "group" || c.FsyncInterval.D() != 10*time.Millisecond || !c.RaftFsync ||
 		c.RaftTick.D() != 20*time.Millisecond || c.RecordBytesMax != 1<<20 ||
 		c.SegmentBytes != 64<<20 || c.DataDir != "./augur-data" || c.MetricsAddr != "" {
 		t.Fatalf("defaults differ from the documented ones: %+v", c)
@@ -86,7 +86,7 @@ storage: [{id: a1, group: a, addr: "127.0.0.1:2"}]`, "names a data directory"},
 		{"zero raft tick", minimal + "raft_tick: 0s\n", "raft_tick must be positive"},
 		{"tiny failure timeout", minimal + "failure_timeout: 1ms\n", "failure_timeout must be at least 5ms"},
 		{"failure timeout under interval", minimal + "ordering_interval: 100ms\nfailure_timeout: 50ms\n", "must be longer than ordering_interval"},
-		{"bad fsync", minimal + "fsync: sometimes\n", `fsync must be never, interval or always, got "sometimes"`},
+		{"bad fsync", minimal + "fsync: sometimes\n", `fsync must be group, interval, never or always, got "sometimes"`},
 		{"zero record bytes", minimal + "record_bytes_max: 0\n", "record_bytes_max must be in (0, 67108864], got 0"},
 		{"huge record bytes", minimal + "record_bytes_max: 67108865\n", "record_bytes_max must be in (0, 67108864]"},
 		{"small segments", minimal + "segment_bytes: 100\n", "segment_bytes must be in [4096, 1073741824], got 100"},
@@ -223,7 +223,7 @@ func TestServerConfigs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if sc.ID != "b2" || sc.GroupName != "b" || len(sc.Group) != 2 || sc.Group[0].ID != "b1" ||
-		sc.Group[1].Addr != "127.0.0.1:7212" || len(sc.Ordering) != 3 || sc.Sync != segment.SyncInterval ||
+		sc.Group[1].Addr != "127.0.0.1:7212" || len(sc.Ordering) != 3 || sc.Sync != segment.SyncGroup ||
 		sc.SyncInterval != 10*time.Millisecond || sc.HeartbeatInterval != 200*time.Millisecond ||
 		sc.RecordBytesMax != 1<<20 || sc.SegmentBytes != 64<<20 || sc.Dir != filepath.Join("augur-data", "b2") {
 		t.Errorf("storage config %+v", sc)

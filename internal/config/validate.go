@@ -52,7 +52,7 @@ func (c *Cluster) validate(needStorage bool) error {
 		bad("failure_timeout (%v) must be longer than ordering_interval (%v)", c.FailureTimeout, c.OrderingInterval)
 	}
 	if _, err := segment.ParseSyncPolicy(c.Fsync); err != nil {
-		bad("fsync must be never, interval or always, got %q", c.Fsync)
+		bad("fsync must be group, interval, never or always, got %q", c.Fsync)
 	}
 	if c.FsyncInterval <= 0 {
 		bad("fsync_interval must be positive, got %v", c.FsyncInterval)

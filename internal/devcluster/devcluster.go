@@ -66,10 +66,11 @@ type Options struct {
 	OrderingReplicas int
 	OrderingInterval time.Duration
 	FailureTimeout   time.Duration
-	// Fsync is never, interval or always.
+	// Fsync is the storage fsync policy ("" is the cluster default,
+	// group); NoRaftFsync is the raft_fsync: false opt-out.
 	Fsync          string
 	FsyncInterval  time.Duration
-	RaftFsync      bool
+	NoRaftFsync    bool
 	RaftTick       time.Duration
 	RecordBytesMax int
 	SegmentBytes   int64
@@ -154,7 +155,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	cfg := config.Default()
 	cfg.ClusterID = opts.ClusterID
 	cfg.DataDir = c.dir
-	cfg.RaftFsync = opts.RaftFsync
+	cfg.RaftFsync = !opts.NoRaftFsync
 	if opts.Mode != "" {
 		cfg.Mode = opts.Mode
 	}

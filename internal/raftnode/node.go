@@ -384,11 +384,21 @@ func (n *Node) report(r peerReport) {
 }
 
 // handleReady follows raft's ordering rules: persist before sending and
-// before applying.
+// before applying, except that a leader replicates while it persists.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
 		n.publishLeader(rd.SoftState)
+	}
+	// A leader sends its appends and heartbeats before writing its own
+	// copy, so that its fsync and the followers' overlap (Raft thesis
+	// §10.2.1). That is safe: raft counts the leader's own copy toward a
+	// commit only once Advance steps its self-acknowledgement, after the
+	// write below; the followers acknowledge only what they persisted. So
+	// an entry still commits only once a quorum has it on disk.
+	leader := n.isLeader.Load()
+	if leader {
+		n.send(rd.Messages, sendReplication)
 	}
 	if err := n.storage.saveReady(&rd); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
@@ -405,15 +415,14 @@ func (n *Node) handleReady() error {
 	// watchers (storage servers waiting for the cut) should not queue
 	// behind those sends. A follower sends first: its messages acknowledge
 	// the entries the leader is waiting to commit.
-	leader := n.isLeader.Load()
 	if !leader {
-		n.send(rd.Messages)
+		n.send(rd.Messages, sendAll)
 	}
 	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
 	}
 	if leader {
-		n.send(rd.Messages)
+		n.send(rd.Messages, sendRest)
 	}
 	if err := n.maybeSnapshot(); err != nil {
 		return err
@@ -444,10 +453,35 @@ func (n *Node) publishLeader(ss *raft.SoftState) {
 	n.leaderc <- lead
 }
 
+// sendWhich picks the messages of a Ready that send queues.
+type sendWhich int
+
+const (
+	sendAll sendWhich = iota
+	// sendReplication: a leader's appends and heartbeats only, which it
+	// may send before persisting its Ready.
+	sendReplication
+	// sendRest: all but those.
+	sendRest
+)
+
+// replication says m only carries a leader's log or commit index to a
+// follower: nothing in it depends on the leader's own copy being on disk.
+func replication(m *pb.Message) bool {
+	switch m.GetType() {
+	case pb.MsgApp, pb.MsgHeartbeat:
+		return true
+	}
+	return false
+}
+
 // send queues each message for its peer. A full queue drops the message; raft
 // retransmits once told the peer is unreachable.
-func (n *Node) send(msgs []*pb.Message) {
+func (n *Node) send(msgs []*pb.Message, which sendWhich) {
 	for _, m := range msgs {
+		if which != sendAll && (which == sendReplication) != replication(m) {
+			continue
+		}
 		to := m.GetTo()
 		isSnap := m.GetType() == pb.MsgSnap
 		isApp := m.GetType() == pb.MsgApp

@@ -17,6 +17,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // The WAL is a sequence of segment files in Dir named %016x.wal after an
@@ -277,7 +279,7 @@ func truncateFile(path string, size int64) error {
 	if err := f.Truncate(size); err != nil {
 		return fmt.Errorf("truncate wal segment: %w", err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := synctrace.Sync(f); err != nil {
 		return fmt.Errorf("sync truncated wal segment: %w", err)
 	}
 	return nil
@@ -340,7 +342,7 @@ func (w *wal) append(snap *pb.SnapshotMetadata, ents []*pb.Entry, hs *pb.HardSta
 		return fmt.Errorf("write wal: %w", err)
 	}
 	if mustSync && w.fsync {
-		if err := w.f.Sync(); err != nil {
+		if err := synctrace.Sync(w.f); err != nil {
 			return fmt.Errorf("sync wal: %w", err)
 		}
 	}
@@ -402,7 +404,7 @@ func (w *wal) close() error {
 	if w.f == nil {
 		return nil
 	}
-	err := errors.Join(w.f.Sync(), w.f.Close())
+	err := errors.Join(synctrace.Sync(w.f), w.f.Close())
 	w.f = nil
 	if err != nil {
 		return fmt.Errorf("close wal: %w", err)
@@ -420,7 +422,7 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Sync()
+		err = synctrace.Sync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

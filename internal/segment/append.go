@@ -2,6 +2,8 @@ package segment
 
 import (
 	"fmt"
+
+	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // Append stores entries as consecutive local indexes and returns the local
@@ -104,7 +106,7 @@ func (s *Store) Append(entries []Entry) (first uint64, err error) {
 		return 0, fmt.Errorf("append: write %s: %w", s.segmentPath(g.base), s.failLocked(g, err))
 	}
 	if s.opts.Sync == SyncAlways {
-		if err := g.f.Sync(); err != nil {
+		if err := synctrace.Sync(g.f); err != nil {
 			// After a failed fsync the page cache may already have dropped
 			// the dirty pages, so what is on disk is unknown.
 			s.failed = err
@@ -146,7 +148,7 @@ func (s *Store) failLocked(g *segment, err error) error {
 func (s *Store) rollLocked() (*segment, error) {
 	old := s.active()
 	if s.activeDirty {
-		if err := old.f.Sync(); err != nil {
+		if err := synctrace.Sync(old.f); err != nil {
 			s.failed = err
 			return nil, fmt.Errorf("sync %s before rollover: %w", s.segmentPath(old.base), err)
 		}

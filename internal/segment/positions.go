@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // checkRun checks r on its own and against the run before it, if any.
@@ -66,7 +68,7 @@ func (s *Store) Assign(r Run) error {
 		return fmt.Errorf("segment: assign: write positions: %w", err)
 	}
 	if s.opts.Sync == SyncAlways {
-		if err := s.pos.Sync(); err != nil {
+		if err := synctrace.Sync(s.pos); err != nil {
 			s.failed = err
 			return fmt.Errorf("segment: assign: sync positions: %w", err)
 		}
@@ -153,7 +155,7 @@ func (s *Store) rewritePositionsLocked(runs []Run) error {
 	if _, err := f.WriteAt(buf, 0); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := synctrace.Sync(f); err != nil {
 		return fail(err)
 	}
 	if err := os.Rename(tmp, filepath.Join(s.opts.Dir, positionsName)); err != nil {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // Open opens the store in opts.Dir, creating it if missing, and recovers it:
@@ -365,7 +367,7 @@ func truncateFile(f *os.File, size int64) error {
 	if err := f.Truncate(size); err != nil {
 		return err
 	}
-	return f.Sync()
+	return synctrace.Sync(f)
 }
 
 // createSegment creates the empty segment file for base and makes its

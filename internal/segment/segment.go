@@ -66,6 +66,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // Named bounds. Offsets inside a segment are kept as uint32 to make the
@@ -132,11 +134,18 @@ const (
 	// SyncAlways: Append and Assign fsync before returning (and before the
 	// new records or runs become visible to readers).
 	SyncAlways
+	// SyncGroup: like SyncNever for Append and Assign; the owner calls
+	// Sync back to back (group commit: one fsync covers everything written
+	// while the previous one ran) and counts a record as held only once
+	// SyncedLen covers it.
+	SyncGroup
 )
 
-// ParseSyncPolicy parses "never", "interval" or "always".
+// ParseSyncPolicy parses "group", "never", "interval" or "always".
 func ParseSyncPolicy(s string) (SyncPolicy, error) {
 	switch s {
+	case "group":
+		return SyncGroup, nil
 	case "never":
 		return SyncNever, nil
 	case "interval":
@@ -144,7 +153,7 @@ func ParseSyncPolicy(s string) (SyncPolicy, error) {
 	case "always":
 		return SyncAlways, nil
 	}
-	return 0, fmt.Errorf("segment: unknown sync policy %q (want never, interval or always)", s)
+	return 0, fmt.Errorf("segment: unknown sync policy %q (want group, never, interval or always)", s)
 }
 
 func (p SyncPolicy) String() string {
@@ -155,6 +164,8 @@ func (p SyncPolicy) String() string {
 		return "interval"
 	case SyncAlways:
 		return "always"
+	case SyncGroup:
+		return "group"
 	}
 	return fmt.Sprintf("SyncPolicy(%d)", int(p))
 }
@@ -179,7 +190,7 @@ func (o Options) validate() (Options, error) {
 	if o.SegmentBytesMax < 0 || o.SegmentBytesMax > segmentBytesMaxLimit {
 		return o, fmt.Errorf("segment: options: SegmentBytesMax %d outside [1, %d]", o.SegmentBytesMax, segmentBytesMaxLimit)
 	}
-	if o.Sync < SyncNever || o.Sync > SyncAlways {
+	if o.Sync < SyncNever || o.Sync > SyncGroup {
 		return o, fmt.Errorf("segment: options: unknown sync policy %v", o.Sync)
 	}
 	return o, nil
@@ -381,7 +392,14 @@ func (s *Store) writableLocked() error {
 // Sync fsyncs whatever is written but not yet synced: the active segment
 // first, then the positions file, so that runs rarely outlive the records
 // they describe. It is a cheap no-op when nothing is dirty.
-func (s *Store) Sync() error {
+func (s *Store) Sync() error { return s.sync(true) }
+
+// SyncRecords fsyncs the records written but not yet synced, and not the
+// positions file: the group commit of records need not wait for runs,
+// which the ordering layer holds anyway (Sync or Close writes them later).
+func (s *Store) SyncRecords() error { return s.sync(false) }
+
+func (s *Store) sync(positions bool) error {
 	// fsync runs outside wmu so appends go on while the disk catches up; an
 	// *os.File stays valid for a Sync in progress even if a rollover or a
 	// trim closes it meanwhile (that path syncs the file itself first).
@@ -395,7 +413,7 @@ func (s *Store) Sync() error {
 		files = append(files, s.active().f)
 		s.activeDirty = false
 	}
-	if s.posDirty {
+	if positions && s.posDirty {
 		files = append(files, s.pos)
 		s.posDirty = false
 	}
@@ -403,7 +421,7 @@ func (s *Store) Sync() error {
 	length := s.length
 	s.wmu.Unlock()
 	for _, f := range files {
-		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		if err := synctrace.Sync(f); err != nil && !errors.Is(err, os.ErrClosed) {
 			s.wmu.Lock()
 			s.failed = err
 			s.wmu.Unlock()
@@ -416,7 +434,7 @@ func (s *Store) Sync() error {
 
 func (s *Store) syncLocked() error {
 	if s.activeDirty {
-		if err := s.active().f.Sync(); err != nil {
+		if err := synctrace.Sync(s.active().f); err != nil {
 			s.failed = err
 			return fmt.Errorf("segment: sync %s: %w", s.segmentPath(s.active().base), err)
 		}
@@ -424,7 +442,7 @@ func (s *Store) syncLocked() error {
 	}
 	s.noteSynced(s.length)
 	if s.posDirty {
-		if err := s.pos.Sync(); err != nil {
+		if err := synctrace.Sync(s.pos); err != nil {
 			s.failed = err
 			return fmt.Errorf("segment: sync positions: %w", err)
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseSyncPolicy(t *testing.T) {
-	for _, p := range []SyncPolicy{SyncNever, SyncInterval, SyncAlways} {
+	for _, p := range []SyncPolicy{SyncNever, SyncInterval, SyncAlways, SyncGroup} {
 		got, err := ParseSyncPolicy(p.String())
 		if err != nil || got != p {
 			t.Fatalf("ParseSyncPolicy(%q) = %v, %v; want %v", p.String(), got, err, p)
@@ -205,5 +205,31 @@ func TestSyncedLen(t *testing.T) {
 	appendTest(t, rolled, 40, 1)
 	if got := rolled.SyncedLen(); got == 0 || got >= 40 {
 		t.Fatalf("SyncedLen after rollovers = %d, want the sealed segments' end, in (0, 40)", got)
+	}
+}
+
+// TestSyncRecordsLeavesPositions: SyncRecords syncs the records (SyncedLen
+// covers them) and leaves the positions file for a later Sync.
+func TestSyncRecordsLeavesPositions(t *testing.T) {
+	s := mustOpen(t, Options{Dir: t.TempDir(), Sync: SyncGroup})
+	defer s.Close()
+	appendTest(t, s, 6, 2)
+	if err := s.Assign(Run{Cut: 1, CutStart: 0, CutEnd: 6, LocalStart: 0, GlobalStart: 0, Count: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SyncRecords(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.SyncedLen(); got != 6 {
+		t.Fatalf("SyncedLen after SyncRecords = %d, want 6", got)
+	}
+	if s.activeDirty || !s.posDirty {
+		t.Fatalf("after SyncRecords: segment dirty %v, positions dirty %v; want false, true", s.activeDirty, s.posDirty)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if s.posDirty {
+		t.Fatal("positions still dirty after Sync")
 	}
 }

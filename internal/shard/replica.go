@@ -48,6 +48,12 @@ type Config struct {
 	LastCut uint64
 	// Ordering is a primary's ordering mode; nil means Eager.
 	Ordering Ordering
+	// HeldWhenSynced says a copy holds an entry only once its log synced
+	// it (Log.SyncedLen), not as soon as it is written: then what every
+	// replica holds, and so every report and every acknowledgement,
+	// survives a power loss of all of them at once. Without it an entry
+	// counts once written, and survives only the crash of processes.
+	HeldWhenSynced bool
 }
 
 // Append is one client append offered to a primary. Entry holds the
@@ -85,9 +91,17 @@ type Output[W comparable] struct {
 	// overlap the primary's (a record counts only once every copy holds
 	// it); a batch of no-ops goes out after the primary wrote it.
 	Replicate []Batch
-	// Unsynced says the log holds writes not synced yet: sync it (within
-	// the sync interval).
+	// Unsynced says the log holds entries not synced yet: sync them, and
+	// then call Synced. With HeldWhenSynced none of them counts before
+	// that sync, so sync at once (group commit: one sync covers whatever
+	// was written while the previous one ran); otherwise within the sync
+	// interval.
 	Unsynced bool
+	// UnsyncedRuns says the log holds positions (runs) not synced yet:
+	// sync them within the sync interval. Nothing waits for it: the
+	// committed cuts that gave the positions survive in the ordering
+	// layer.
+	UnsyncedRuns bool
 	// Failed is set when the log failed a write: the shard can take no
 	// more and must be reported broken.
 	Failed error
@@ -144,16 +158,17 @@ func (o *Output[W]) Reset() {
 // out.Replicate to every backup, Store, carry out the output; pass each
 // backup's acknowledgement to BackupAcked; call Tick on every turn and at
 // out.WakeAt, LagFix for the leader's lag-fixes; and for every committed
-// event Trim, ApplyCut, then Finalize once the shard is final. A backup
-// only takes Replicated, ApplyCut, Trim and Finalize. Report says what to
+// event Trim, ApplyCut, then Finalize once the shard is final; after every
+// sync of the log that out.Unsynced asked for, Synced. A backup only takes
+// Replicated, Synced, ApplyCut, Trim and Finalize. Report says what to
 // tell the ordering leader whenever an output asks (Durable or Report) and
 // on every heartbeat.
 //
 // One goroutine (the owner) calls the methods, except: Replicated, on a
 // backup, may run concurrently with the owner's calls (it alone writes a
-// backup's entries and durable length; the owner only assigns positions
-// and trims); BackupAcked, Durable, Report, Final, Lost, ID and Role are
-// safe for concurrent use.
+// backup's entries; the owner only assigns positions and trims);
+// BackupAcked, Synced, Durable, Report, Final, Lost, ID and Role are safe
+// for concurrent use.
 type Replica[W comparable] struct {
 	id      cut.ShardID
 	role    Role
@@ -162,9 +177,11 @@ type Replica[W comparable] struct {
 	primary *Primary[W] // on a primary only
 
 	// durable is how many entries every replica holds: on a primary the
-	// least of its log's length and what each backup acknowledged, on a
-	// backup its own length. It only grows.
+	// least of what its log holds and what each backup acknowledged, on a
+	// backup what its own log holds (see held). It only grows.
 	durable atomic.Uint64
+	// heldWhenSynced: see Config.HeldWhenSynced.
+	heldWhenSynced bool
 	// backupHeld[i] is what backup i acknowledged holding.
 	backupHeld []atomic.Uint64
 	// records counts the real records a primary stored.
@@ -186,20 +203,34 @@ type Replica[W comparable] struct {
 // NewReplica returns the copy cfg describes over log, which may hold
 // entries already.
 func NewReplica[W comparable](cfg Config, log Log) *Replica[W] {
-	r := &Replica[W]{id: cfg.ID, role: cfg.Role, log: log, ord: cfg.Ordering, lastCut: cfg.LastCut}
+	r := &Replica[W]{id: cfg.ID, role: cfg.Role, log: log, ord: cfg.Ordering, lastCut: cfg.LastCut,
+		heldWhenSynced: cfg.HeldWhenSynced}
 	if r.ord == nil {
 		r.ord = Eager{}
 	}
-	if cfg.Role == RolePrimary {
+	switch cfg.Role {
+	case RolePrimary:
 		r.primary = NewPrimary[W](log.Len(), log.GlobalOf)
 		r.backupHeld = make([]atomic.Uint64, cfg.Backups)
 		if cfg.Backups == 0 {
-			r.durable.Store(log.Len())
+			r.durable.Store(r.held())
 		}
-	} else {
+	case RoleBackup:
+		r.durable.Store(r.held())
+	default:
+		// A recovered copy holds what it found on disk, as much as it
+		// ever will.
 		r.durable.Store(log.Len())
 	}
 	return r
+}
+
+// held is how many entries this copy's own log holds.
+func (r *Replica[W]) held() uint64 {
+	if r.heldWhenSynced {
+		return r.log.SyncedLen()
+	}
+	return r.log.Len()
 }
 
 // ID is the shard's id.
@@ -394,7 +425,7 @@ func (r *Replica[W]) updateDurable(out *Output[W]) {
 // raiseDurable sets durable to the least length any replica holds, if
 // that is more, and says whether it was.
 func (r *Replica[W]) raiseDurable() bool {
-	d := r.log.Len()
+	d := r.held()
 	for i := range r.backupHeld {
 		d = min(d, r.backupHeld[i].Load())
 	}
@@ -430,12 +461,25 @@ func (r *Replica[W]) BackupAcked(i int, held uint64) (advanced, step bool) {
 	return true, r.ord.ActsOnDurable()
 }
 
+// Synced tells the copy that its log finished a sync (Log.SyncedLen may
+// have moved). It is safe for concurrent use, so the goroutine that syncs
+// need not go through the owner's. advanced says durable moved: a primary
+// reports it, a backup acknowledges it to its primary. step is as for
+// BackupAcked. Without HeldWhenSynced a sync changes nothing here.
+func (r *Replica[W]) Synced() (advanced, step bool) {
+	if !r.heldWhenSynced || r.role == RoleRecovered || !r.raiseDurable() {
+		return false, false
+	}
+	return true, r.ord.ActsOnDurable()
+}
+
 // errNotBackup refuses replication to a copy that is not a backup.
 var errNotBackup = errors.New("not a backup here")
 
 // Replicated stores a batch from the primary on a backup and returns the
-// length this copy now holds, to acknowledge. The batch must start at the
-// log's length: batches come in order on one stream.
+// length this copy now holds, to acknowledge (with HeldWhenSynced, what it
+// synced: the batch counts only after a later sync, see Synced). The batch
+// must start at the log's length: batches come in order on one stream.
 func (r *Replica[W]) Replicated(first uint64, entries []segment.Entry) (held uint64, err error) {
 	if r.role != RoleBackup {
 		return 0, fmt.Errorf("shard %d: %w", r.id, errNotBackup)
@@ -446,9 +490,8 @@ func (r *Replica[W]) Replicated(first uint64, entries []segment.Entry) (held uin
 	if _, err := r.log.Append(entries); err != nil {
 		return 0, fmt.Errorf("shard %d: %w", r.id, err)
 	}
-	held = r.log.Len()
-	r.durable.Store(held)
-	return held, nil
+	r.raiseDurable()
+	return r.durable.Load(), nil
 }
 
 // Trim lets the log drop entries ordered below global.
@@ -479,7 +522,7 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 				r.lost.Store(true)
 				break
 			}
-			out.Unsynced = true
+			out.UnsyncedRuns = true
 			out.Ordered += sl.Count
 			if r.primary != nil {
 				out.Answers = append(out.Answers, r.primary.Order(sl)...)

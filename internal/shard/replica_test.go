@@ -127,6 +127,84 @@ func TestReplicaAnswersOnlyWhenDurableAndOrdered(t *testing.T) {
 	}
 }
 
+// TestReplicaHeldWhenSyncedCountsOnlySyncedEntries: with HeldWhenSynced a
+// record counts toward durable, and so toward a report and an answer, only
+// once every copy synced it; a power loss before that loses nothing that
+// was reported.
+func TestReplicaHeldWhenSyncedCountsOnlySyncedEntries(t *testing.T) {
+	pr := &pair{t: t, plog: NewMemLog(), inflight: make([][]Batch, 1)}
+	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: 1, HeldWhenSynced: true}, pr.plog)
+	pr.blogs = []*MemLog{NewMemLog()}
+	pr.backups = []*Replica[string]{NewReplica[string](Config{ID: 1, Role: RoleBackup, HeldWhenSynced: true}, pr.blogs[0])}
+
+	if out := pr.append("s", 7, 1, 2, 3); !out.Unsynced || out.Durable {
+		t.Fatalf("after store: unsynced %v durable %v, want true false", out.Unsynced, out.Durable)
+	}
+	if held := pr.deliver(0); held != 0 {
+		t.Fatalf("backup acknowledges %d before syncing, want 0", held)
+	}
+	if advanced, _ := pr.backups[0].Synced(); advanced {
+		t.Fatal("backup advanced on a sync of nothing")
+	}
+	// The backup syncs: it now holds 3 and acknowledges them.
+	if err := pr.blogs[0].Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if advanced, _ := pr.backups[0].Synced(); !advanced || pr.backups[0].Durable() != 3 {
+		t.Fatalf("backup after its sync: durable %d, want 3", pr.backups[0].Durable())
+	}
+	// The primary has not synced: nothing is durable, nothing is reported.
+	if advanced, _ := pr.p.BackupAcked(0, pr.backups[0].Durable()); advanced || pr.p.Durable() != 0 {
+		t.Fatalf("primary durable %d before its own sync, want 0", pr.p.Durable())
+	}
+	if rep, _ := pr.p.Report(); rep.Length != 0 {
+		t.Fatalf("report %+v before the primary synced, want length 0", rep)
+	}
+	// A power loss now loses the primary's unsynced records; none was
+	// reported, so no cut can have ordered them.
+	pr.plog.Crash()
+	if n := pr.plog.Len(); n != 0 {
+		t.Fatalf("primary's log after a power loss holds %d", n)
+	}
+
+	pr = &pair{t: t, plog: NewMemLog(), inflight: make([][]Batch, 1)}
+	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: 1, HeldWhenSynced: true}, pr.plog)
+	pr.blogs = []*MemLog{NewMemLog()}
+	pr.backups = []*Replica[string]{NewReplica[string](Config{ID: 1, Role: RoleBackup, HeldWhenSynced: true}, pr.blogs[0])}
+	pr.append("s", 7, 1, 2)
+	pr.deliver(0)
+	if err := pr.plog.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if advanced, _ := pr.p.Synced(); advanced {
+		t.Fatal("primary advanced on its own sync while the backup holds nothing")
+	}
+	pr.blogs[0].Sync()
+	pr.backups[0].Synced()
+	if advanced, _ := pr.p.BackupAcked(0, pr.backups[0].Durable()); !advanced {
+		t.Fatal("primary did not advance once both copies synced")
+	}
+	if rep, ok := pr.p.Report(); !ok || rep.Length != 2 {
+		t.Fatalf("report %+v %v once both copies synced, want length 2", rep, ok)
+	}
+	if out := pr.cutAt(1, 0, 2, 10); len(out.Answers) != 2 || out.Answers[1].Position != 11 {
+		t.Fatalf("cut answers %+v, want 2 ordered at 10 and 11", out.Answers)
+	}
+}
+
+// TestReplicaSyncedIgnoredWhenHeldWhenWritten: without HeldWhenSynced a
+// write counts at once and a sync changes nothing.
+func TestReplicaSyncedIgnoredWhenHeldWhenWritten(t *testing.T) {
+	pr := newPair(t, 0, nil)
+	if out := pr.append("s", 7, 1); !out.Durable || pr.p.Durable() != 1 {
+		t.Fatalf("written record not durable without HeldWhenSynced: durable %d", pr.p.Durable())
+	}
+	pr.plog.Sync()
+	if advanced, _ := pr.p.Synced(); advanced {
+		t.Fatal("Synced advanced without HeldWhenSynced")
+	}
+}
+
 // TestReplicaLaggingBackupHoldsDurableBack: durable is the least any copy
 // holds, so a slow backup holds reports back.
 func TestReplicaLaggingBackupHoldsDurableBack(t *testing.T) {

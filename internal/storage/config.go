@@ -29,7 +29,8 @@ type Config struct {
 	Ordering []string
 	Dir      string
 	Sync     segment.SyncPolicy
-	// SyncInterval is how often SyncInterval policy fsyncs.
+	// SyncInterval is how often SyncInterval policy fsyncs, and how often
+	// SyncGroup fsyncs the positions files.
 	SyncInterval   time.Duration
 	SegmentBytes   int64
 	RecordBytesMax int
@@ -65,7 +66,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("storage: heartbeat interval must be positive, got %v", c.HeartbeatInterval)
 	case c.Mode == nil:
 		return errors.New("storage: no ordering mode")
-	case c.Sync == segment.SyncInterval && c.SyncInterval <= 0:
+	case (c.Sync == segment.SyncInterval || c.Sync == segment.SyncGroup) && c.SyncInterval <= 0:
 		return fmt.Errorf("storage: fsync interval must be positive, got %v", c.SyncInterval)
 	}
 	if c.self() < 0 {

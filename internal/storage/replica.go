@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/bits"
@@ -90,6 +91,9 @@ type replica struct {
 
 	// durableCh wakes whoever forwards durable (backup acks).
 	durableCh chan struct{}
+	// syncWake wakes syncLoop, under SyncGroup, when the store holds
+	// unsynced writes; nil under the other policies.
+	syncWake chan struct{}
 	// replMu serializes the batches a backup stores (appendReplicated);
 	// replBuf is their reused entry buffer.
 	replMu  sync.Mutex
@@ -134,7 +138,13 @@ func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store,
 		changed:   make(chan struct{}),
 		backups:   backups,
 	}
-	cfg := shard.Config{ID: id, Role: r, Backups: len(backups)}
+	// Under SyncAlways every write is synced before it returns, so a copy
+	// holds what it synced either way.
+	held := srv.cfg.Sync == segment.SyncGroup || srv.cfg.Sync == segment.SyncAlways
+	cfg := shard.Config{ID: id, Role: r, Backups: len(backups), HeldWhenSynced: held}
+	if srv.cfg.Sync == segment.SyncGroup {
+		rp.syncWake = make(chan struct{}, 1)
+	}
 	if runs := store.Runs(0); len(runs) > 0 {
 		cfg.LastCut = runs[len(runs)-1].Cut
 	}
@@ -295,6 +305,9 @@ func (r *replica) carry(out *shard.Output[*appendStream]) {
 		r.replicate(b)
 	}
 	if out.Unsynced {
+		r.markUnsynced()
+	}
+	if out.UnsyncedRuns {
 		r.srv.markDirty()
 	}
 	if out.Stored > 0 {
@@ -389,9 +402,57 @@ func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) err
 		return err
 	}
 	r.srv.stored.Add(float64(len(records)))
-	r.srv.markDirty()
-	r.notifyDurable()
+	r.markUnsynced()
+	if r.syncWake == nil {
+		// Held once written: acknowledge now. Under SyncGroup syncLoop
+		// acknowledges once the batch is synced.
+		r.notifyDurable()
+	}
 	return nil
+}
+
+// markUnsynced asks for a sync of the store's records: under SyncGroup at
+// once, from this replica's syncLoop; otherwise from the server's interval
+// syncLoop.
+func (r *replica) markUnsynced() {
+	if r.syncWake == nil {
+		r.srv.markDirty()
+		return
+	}
+	select {
+	case r.syncWake <- struct{}{}:
+	default:
+	}
+}
+
+// syncLoop is the group commit of one store under SyncGroup: it fsyncs
+// back to back while writes keep coming, so one fsync covers everything
+// written while the previous one ran, and never one fsync per record. It
+// runs beside the loop and the replication stream, so a primary's fsync
+// overlaps its backups' (they got the batch before the primary wrote it),
+// and a write never waits for the disk. After each fsync the core learns
+// what is now held; a backup acknowledges it, a primary reports it.
+func (r *replica) syncLoop() {
+	for {
+		select {
+		case <-r.syncWake:
+		case <-r.stop:
+			return
+		}
+		if err := r.store.SyncRecords(); err != nil {
+			if r.srv.ctx.Err() == nil && !errors.Is(err, segment.ErrClosed) {
+				// The store refuses writes from now on; nothing written
+				// since the last good fsync was counted as held.
+				r.log.Error("fsync", "err", err)
+				r.failed.Store(true)
+				r.srv.signalHeartbeat()
+			}
+			return
+		}
+		if advanced, step := r.core.Synced(); advanced {
+			r.durableMoved(step)
+		}
+	}
 }
 
 // backupAcked records that backup i holds d records. The backup link's
@@ -399,8 +460,17 @@ func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) err
 // heartbeat without a detour through the loop, which may be busy storing
 // the next batch.
 func (r *replica) backupAcked(i int, d uint64) {
-	advanced, step := r.core.BackupAcked(i, d)
-	if !advanced {
+	if advanced, step := r.core.BackupAcked(i, d); advanced {
+		r.durableMoved(step)
+	}
+}
+
+// durableMoved passes on that what every replica holds grew: a backup
+// acknowledges it to its primary, a primary reports it. step is the
+// core's: the ordering mode acts on durable entries.
+func (r *replica) durableMoved(step bool) {
+	if r.role == roleBackup {
+		r.notifyDurable()
 		return
 	}
 	r.srv.signalHeartbeat()

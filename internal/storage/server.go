@@ -216,7 +216,9 @@ func (s *Server) Start() {
 	s.wg.Add(2)
 	go s.onOrdering("watch", s.watchFrom)
 	go s.onOrdering("heartbeat", s.heartbeatTo)
-	if s.cfg.Sync == segment.SyncInterval {
+	if s.cfg.Sync == segment.SyncInterval || s.cfg.Sync == segment.SyncGroup {
+		// Under SyncGroup the replicas' own loops sync records; this one
+		// syncs the positions files.
 		s.wg.Add(1)
 		go s.syncLoop()
 	}
@@ -232,6 +234,13 @@ func (s *Server) startReplicaLocked(r *replica) {
 		defer s.wg.Done()
 		r.run()
 	}()
+	if r.syncWake != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			r.syncLoop()
+		}()
+	}
 }
 
 // Stop stops the server and closes its stores.

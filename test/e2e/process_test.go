@@ -139,6 +139,8 @@ type procCluster struct {
 	cfgPath string
 	cfg     *config.Cluster
 	logDir  string
+	// env, when set, returns environment variables to add for server id.
+	env func(id string) []string
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -164,16 +166,22 @@ func freeAddrs(t *testing.T, n int) []string {
 }
 
 // newProcCluster writes a cluster file for 3 ordering replicas and groups a
-// and b of 2 storage servers each, with the given ordering interval and the
-// settings in extra (YAML lines); it starts nothing.
+// and b of 2 storage servers each, with the given ordering interval, fsync
+// interval and the settings in extra (YAML lines); it starts nothing.
 func newProcCluster(t *testing.T, bin string, interval time.Duration, extra string) *procCluster {
+	t.Helper()
+	return newProcClusterSettings(t, bin, interval, "fsync: interval\n"+extra)
+}
+
+// newProcClusterSettings is newProcCluster with only the settings given
+// (YAML lines) beyond the shape, so the others take their defaults.
+func newProcClusterSettings(t *testing.T, bin string, interval time.Duration, settings string) *procCluster {
 	t.Helper()
 	dir := t.TempDir()
 	addrs := freeAddrs(t, 7)
 	yaml := fmt.Sprintf(`cluster_id: e2e
 %sordering_interval: %v
 failure_timeout: %v
-fsync: interval
 data_dir: %s
 ordering:
   - {id: o1, addr: %s}
@@ -184,7 +192,7 @@ storage:
   - {id: a2, group: a, addr: %s}
   - {id: b1, group: b, addr: %s}
   - {id: b2, group: b, addr: %s}
-`, extra, interval, procFailureTimeout, filepath.Join(dir, "data"), addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6])
+`, settings, interval, procFailureTimeout, filepath.Join(dir, "data"), addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6])
 	cfgPath := filepath.Join(dir, "cluster.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -224,6 +232,9 @@ func (pc *procCluster) start(id string) {
 	fmt.Fprintf(f, "=== e2e: starting %s at %s ===\n", id, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(pc.bin, "server", "--config", pc.cfgPath, "--id", id, "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = f, f
+	if pc.env != nil {
+		cmd.Env = append(os.Environ(), pc.env(id)...)
+	}
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
