@@ -71,6 +71,7 @@ Start with:
 		newStatusCmd(),
 		newShardCmd(),
 		newBenchCmd(),
+		newTargetCmd(),
 	)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
