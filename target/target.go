@@ -141,6 +141,11 @@ var ErrNotNext = errors.New("batch does not follow the last applied index")
 func (s *Server) apply(ctx context.Context, prev uint64, b Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		// The player closed this stream while the batch waited for the
+		// lock: it has given up on this connection.
+		return status.FromContextError(err).Err()
+	}
 	last, err := s.lastLocked(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "last applied: %v", err)

@@ -465,6 +465,14 @@ func (c *Core) MainWait() bool { return c.mainWait }
 // RecoveryWait reports whether the recovery fetcher of target id must wait.
 func (c *Core) RecoveryWait(id TargetID) bool { return c.q[id].catchupFull }
 
+// NormalFull reports whether the normal queue of target id is full: while
+// it stays so and the target is not suspended, the main fetcher waits for
+// it, which is what the server's "full for too long" rule watches.
+func (c *Core) NormalFull(id TargetID) bool {
+	q := &c.q[id]
+	return q.state != Suspended && q.normal.full(c.cfg.QueueEntriesMax, c.cfg.QueueBytesMax)
+}
+
 // Term returns the current term of target id.
 func (c *Core) Term(id TargetID) Term { return c.q[id].term }
 
