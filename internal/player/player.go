@@ -459,6 +459,9 @@ func message(e *Entry) Message {
 	return Message{Index: e.Index, Key: e.Key, Payload: e.Payload}
 }
 
+// Started reports whether the core has seen its first PlayerRestart.
+func (c *Core) Started() bool { return c.started }
+
 // MainWait reports whether the main fetcher must wait.
 func (c *Core) MainWait() bool { return c.mainWait }
 

@@ -97,3 +97,11 @@ func keyHash(key string) uint64 {
 	}
 	return h
 }
+
+// TargetsOf returns the targets cfg routes e to, in ascending order, in a
+// fresh slice: what a checker outside the core uses to know which entries
+// each target must apply.
+func TargetsOf(cfg Config, e *Entry) []TargetID {
+	r := newRouter(cfg)
+	return slices.Clone(r.targets(e))
+}
