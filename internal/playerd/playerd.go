@@ -53,8 +53,8 @@ const (
 
 // TargetSpec names one target and where its Target service listens.
 type TargetSpec struct {
-	Name string
-	Addr string
+	Name string `yaml:"name"`
+	Addr string `yaml:"addr"`
 }
 
 // Config configures a Server.
