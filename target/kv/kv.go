@@ -84,7 +84,13 @@ func (s *Store) Apply(_ context.Context, b target.Batch) error {
 				return err
 			}
 			if s.opts.History {
-				if err := hist.Put(index(e.Index), []byte(e.Key)); err != nil {
+				// Keyed by an apply counter, not by the index, so that an
+				// entry applied twice would show twice.
+				seq, err := hist.NextSequence()
+				if err != nil {
+					return err
+				}
+				if err := hist.Put(index(seq), append(index(e.Index), e.Key...)); err != nil {
 					return err
 				}
 			}
@@ -128,18 +134,21 @@ type Applied struct {
 	Key   string
 }
 
-// History returns the applied entries in index order, which is the order
-// they were applied in (Options.History must have been on).
+// History returns the applied entries in the order they were applied
+// (Options.History must have been on), an entry applied twice twice.
 func (s *Store) History() ([]Applied, error) {
 	var out []Applied
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketHistory).ForEach(func(k, v []byte) error {
-			out = append(out, Applied{Index: binary.BigEndian.Uint64(k), Key: string(v)})
+		return tx.Bucket(bucketHistory).ForEach(func(_, v []byte) error {
+			if len(v) < 8 {
+				return errors.New("kv target: corrupt history")
+			}
+			out = append(out, Applied{Index: binary.BigEndian.Uint64(v), Key: string(v[8:])})
 			return nil
 		})
 	})
 	return out, err
 }
 
-// index encodes i so that bbolt's byte order is index order.
+// index encodes i so that bbolt's byte order is numeric order.
 func index(i uint64) []byte { return binary.BigEndian.AppendUint64(nil, i) }

@@ -52,4 +52,12 @@ func TestApplyPersists(t *testing.T) {
 			t.Fatalf("history %v, want %v", h, want)
 		}
 	}
+	// The store itself does not refuse a duplicate (the SDK does); the
+	// history must show one, since it is what checkers look for.
+	if err := s.Apply(ctx, target.Batch{Entries: []target.Entry{{Index: 8, Key: "a"}}, Last: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := s.History(); len(h) != 4 || h[3] != (Applied{8, "a"}) {
+		t.Fatalf("history after a duplicate: %v", h)
+	}
 }
