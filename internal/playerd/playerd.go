@@ -496,9 +496,13 @@ func (s *Server) writer(c *conn, id player.TargetID, term player.Term, ch <-chan
 		case <-ctx.Done():
 			return
 		}
-		msg := &pb.ApplyBatch{PrevIndex: prev, Entries: make([]*pb.TargetEntry, len(snd.Batch.Messages))}
+		// One slab of entries per batch rather than one allocation each.
+		slab := make([]pb.TargetEntry, len(snd.Batch.Messages))
+		msg := &pb.ApplyBatch{PrevIndex: prev, Entries: make([]*pb.TargetEntry, len(slab))}
 		for i, m := range snd.Batch.Messages {
-			msg.Entries[i] = &pb.TargetEntry{Index: uint64(m.Index), Empty: m.Empty, Key: m.Key, Payload: m.Payload}
+			e := &slab[i]
+			e.Index, e.Empty, e.Key, e.Payload = uint64(m.Index), m.Empty, m.Key, m.Payload
+			msg.Entries[i] = e
 		}
 		prev = uint64(snd.Batch.Last())
 		if err := c.stream.Send(msg); err != nil {
