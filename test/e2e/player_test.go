@@ -1,8 +1,9 @@
 package e2e
 
 // TestPlayerProcess runs the exactly-once player as real processes: a dev
-// cluster (`augur dev`), playerTargets kv targets (`augur target kv`) and
-// the player (`augur player`), with records flowing while targets and the
+// cluster (`augur dev`), playerKVTargets kv targets (`augur target kv`),
+// playerPGTargets PostgreSQL targets (`augur target postgres`, on one real
+// PostgreSQL server) and the player (`augur player`), with records flowing while targets and the
 // player are kill -9ed and restarted; then each target's applied sequence
 // must equal the log's sequence for that target, with no gap and no
 // duplicate, and its key-value state must be the last write of each key:
@@ -27,14 +28,18 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
+	"github.com/augur-log/augur/internal/pgtest"
 	"github.com/augur-log/augur/internal/player"
 	"github.com/augur-log/augur/internal/playerd"
 	"github.com/augur-log/augur/target/kv"
+	"github.com/augur-log/augur/target/postgres"
 )
 
 // Workload and fault schedule of TestPlayerProcess.
 const (
-	playerTargets = 4
+	playerKVTargets = 8
+	playerPGTargets = 2
+	playerTargets   = playerKVTargets + playerPGTargets
 	// playerKeys is how many keys the records spread over: few enough that
 	// keys are overwritten, so the final state checks the apply order.
 	playerKeys      = 40
@@ -91,19 +96,31 @@ func TestPlayerProcess(t *testing.T) {
 	})
 
 	// The targets and the player.
+	dsn := pgtest.Start(t)
 	addrs := freeAddrs(t, playerTargets+1)
 	statusAddr := addrs[playerTargets]
 	var yaml strings.Builder
 	fmt.Fprintf(&yaml, "cluster: %s\nstatus_addr: %s\nroute: key-hash\nempty_every: %d\nack_timeout: 2s\nreconnect_max: 300ms\ntargets:\n",
 		clusterFile, statusAddr, playerEmptyEvery)
+	// Targets 0..playerKVTargets-1 are kv targets, the rest PostgreSQL
+	// targets, each on its own table.
+	names := make([]string, playerTargets)
 	targetDirs := make([]string, playerTargets)
 	startTarget := func(i int) {
-		pc.startArgs(fmt.Sprint("kv", i), "target", "kv", "--addr", addrs[i], "--dir", targetDirs[i], "--history", "--log-level", "info")
+		if i < playerKVTargets {
+			pc.startArgs(names[i], "target", "kv", "--addr", addrs[i], "--dir", targetDirs[i], "--history", "--log-level", "info")
+		} else {
+			pc.startArgs(names[i], "target", "postgres", "--addr", addrs[i], "--dsn", dsn, "--table", names[i], "--history", "--log-level", "info")
+		}
 	}
 	for i := range playerTargets {
-		targetDirs[i] = filepath.Join(dir, fmt.Sprint("kv", i))
-		fmt.Fprintf(&yaml, "  - {name: kv%d, addr: %s}\n", i, addrs[i])
-		ids = append(ids, fmt.Sprint("kv", i))
+		names[i] = fmt.Sprint("kv", i)
+		if i >= playerKVTargets {
+			names[i] = fmt.Sprint("pg", i)
+		}
+		targetDirs[i] = filepath.Join(dir, names[i])
+		fmt.Fprintf(&yaml, "  - {name: %s, addr: %s}\n", names[i], addrs[i])
+		ids = append(ids, names[i])
 		startTarget(i)
 	}
 	playerFile := filepath.Join(dir, "player.yaml")
@@ -151,11 +168,19 @@ func TestPlayerProcess(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	for round := range playerFaultRounds {
+		// Every round hits a PostgreSQL target and a random other one.
 		victim := rng.IntN(playerTargets)
-		t.Logf("round %d: kill -9 kv%d", round, victim)
-		pc.kill9(fmt.Sprint("kv", victim))
+		pgVictim := playerKVTargets + round%playerPGTargets
+		t.Logf("round %d: kill -9 %s and %s", round, names[victim], names[pgVictim])
+		pc.kill9(names[victim])
+		if pgVictim != victim {
+			pc.kill9(names[pgVictim])
+		}
 		waitAppends(playerFaultAcks, "target down")
 		startTarget(victim)
+		if pgVictim != victim {
+			startTarget(pgVictim)
+		}
 		waitAppends(playerFaultAcks/2, "target back")
 
 		t.Logf("round %d: kill -9 the player", round)
@@ -166,8 +191,8 @@ func TestPlayerProcess(t *testing.T) {
 		// from the player's restart and its own at once.
 		if round == playerFaultRounds-1 {
 			other := (victim + 1) % playerTargets
-			t.Logf("round %d: kill -9 kv%d during the player's restart", round, other)
-			pc.kill9(fmt.Sprint("kv", other))
+			t.Logf("round %d: kill -9 %s during the player's restart", round, names[other])
+			pc.kill9(names[other])
 			waitAppends(playerFaultAcks/2, "target down with the player restarting")
 			startTarget(other)
 		}
@@ -187,10 +212,7 @@ func TestPlayerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read the log's %d positions: %v", tail, err)
 	}
-	pcfg := player.Config{Route: player.RouteKeyHash}
-	for i := range playerTargets {
-		pcfg.Targets = append(pcfg.Targets, fmt.Sprint("kv", i))
-	}
+	pcfg := player.Config{Route: player.RouteKeyHash, Targets: names}
 	want := make([][]kv.Applied, playerTargets)
 	wantState := make([]map[string]string, playerTargets)
 	for i := range wantState {
@@ -237,32 +259,56 @@ func TestPlayerProcess(t *testing.T) {
 	// Stop everything, then read each target's file.
 	pc.stopAll()
 	for i := range playerTargets {
-		s, err := kv.Open(filepath.Join(targetDirs[i], "kv.db"), kv.Options{History: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := s.History()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, get, closeStore := openApplied(t, i, targetDirs[i], dsn, names[i])
 		// Records ordered after the tail was read (an append that failed
 		// for the client but reached the log) may follow; none may be
 		// missing, doubled or out of order before it.
 		got = slices.DeleteFunc(got, func(a kv.Applied) bool { return a.Index > tail })
 		if !slices.Equal(got, want[i]) {
-			t.Errorf("kv%d applied %d entries, want %d; first difference: %s", i, len(got), len(want[i]), firstDiff(got, want[i]))
+			t.Errorf("%s applied %d entries, want %d; first difference: %s", names[i], len(got), len(want[i]), firstDiff(got, want[i]))
 		}
 		for k, v := range wantState[i] {
 			if lastTail != tail {
 				t.Logf("the log grew from %d to %d after the appenders stopped: state not checked", tail, lastTail)
 				break
 			}
-			if got, ok, err := s.Get(k); err != nil || !ok || string(got) != v {
-				t.Errorf("kv%d: %s = %q (set %v, %v), want %q", i, k, got, ok, err, v)
+			if got, ok, err := get(k); err != nil || !ok || string(got) != v {
+				t.Errorf("%s: %s = %q (set %v, %v), want %q", names[i], k, got, ok, err, v)
 			}
 		}
-		s.Close()
+		closeStore()
 	}
+}
+
+// openApplied opens target i's store after its process stopped and returns
+// its apply history and a reader of its keys.
+func openApplied(t *testing.T, i int, dir, dsn, table string) ([]kv.Applied, func(string) ([]byte, bool, error), func()) {
+	t.Helper()
+	if i < playerKVTargets {
+		s, err := kv.Open(filepath.Join(dir, "kv.db"), kv.Options{History: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := s.History()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, s.Get, func() { s.Close() }
+	}
+	ctx := t.Context()
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Table: table, History: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph, err := s.History(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h []kv.Applied
+	for _, a := range ph {
+		h = append(h, kv.Applied{Index: a.Index, Key: a.Key})
+	}
+	return h, func(k string) ([]byte, bool, error) { return s.Get(ctx, k) }, s.Close
 }
 
 func playerStatus(addr string, st *playerd.Status) error {
