@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/player"
+	"github.com/augur-log/augur/internal/playerd"
+	"github.com/augur-log/augur/target"
+)
+
+func init() { Register(playerWorkload{}) }
+
+// Bounds of the player workload's sweep.
+const (
+	playerTargetsMax = 64
+	// playerEmptyEvery keeps the player's empty entries, which advance idle
+	// targets, in the measured traffic as in a real deployment.
+	playerEmptyEvery = 1024
+)
+
+// playerWorkload measures the exactly-once player (LogPlayer): open-loop
+// appenders stamp each record with its start time and tag it with
+// Variant.PerEntry of Variant.Targets targets; an in-process player delivers
+// the log to that many targets, each a target SDK server on loopback gRPC
+// over an in-memory store. It reports the apply delay (append start until a
+// target applied the entry) and the player delay (the player's fetch of the
+// entry until a target applied it), beside the delivery latency of a
+// confirmed subscriber of the same run.
+type playerWorkload struct{}
+
+func (playerWorkload) Name() string { return "player" }
+
+func (playerWorkload) Defaults(p *Params) {
+	p.Compute = []time.Duration{0}
+	p.Follow = FollowLog
+	p.PlayerTargets = []int{10}
+	p.TargetsPerEntry = []int{1}
+}
+
+func (playerWorkload) Check(p Params) error {
+	errs := []error{checkLoad(p, true)}
+	if p.Rate == 0 {
+		errs = append(errs, errors.New("the player workload runs open loop: give --rate"))
+	}
+	if len(p.PlayerTargets) == 0 || len(p.TargetsPerEntry) == 0 {
+		errs = append(errs, errors.New("name at least one target count and one targets-per-entry count"))
+	}
+	for _, n := range p.PlayerTargets {
+		if n < 1 || n > playerTargetsMax {
+			errs = append(errs, fmt.Errorf("targets must be in [1, %d], got %d", playerTargetsMax, n))
+		}
+	}
+	for _, k := range p.TargetsPerEntry {
+		if k < 1 || k > playerTargetsMax {
+			errs = append(errs, fmt.Errorf("targets per entry must be in [1, %d], got %d", playerTargetsMax, k))
+		}
+	}
+	if len(p.PlayerTargets) > 0 && len(p.TargetsPerEntry) > 0 && slices.Min(p.TargetsPerEntry) > slices.Max(p.PlayerTargets) {
+		errs = append(errs, errors.New("every targets-per-entry count exceeds every target count"))
+	}
+	return errors.Join(errs...)
+}
+
+func (playerWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
+	v := e.Variant
+	if v.PerEntry > v.Targets {
+		return nil, fmt.Errorf("%d targets per entry, but only %d targets", v.PerEntry, v.Targets)
+	}
+	pb := &playerBench{targets: v.Targets, perEntry: v.PerEntry, apply: NewLatency(), play: NewLatency()}
+	return runLoad(ctx, e, loadSpec{Subscribers: e.Params.Subscribers, Compute: v.Compute, Player: pb})
+}
+
+// playerBench is one run's player, its targets and its measurements.
+type playerBench struct {
+	targets, perEntry int
+	r                 *loadRun
+	names             []string
+	grpcs             []*grpc.Server
+	cancel            context.CancelFunc
+	done              chan error
+	fetch             fetchTimes
+	// apply and play are the apply and player delays of entries started in
+	// the measured window; applied counts those applications.
+	apply, play *Latency
+	applied     atomic.Int64
+}
+
+// tags sends the seq-th record of an appender to perEntry consecutive
+// targets from one that turns with the record.
+func (pb *playerBench) tags(appender uint32, seq uint64) []string {
+	first := int((seq*31 + uint64(appender)*7) % uint64(pb.targets))
+	out := make([]string, pb.perEntry)
+	for i := range out {
+		out[i] = player.TargetTagPrefix + pb.names[(first+i)%pb.targets]
+	}
+	return out
+}
+
+// start serves the targets, each already at the log's tail, and starts the
+// player on them, before any measured record is appended.
+func (pb *playerBench) start(ctx context.Context, r *loadRun, cl *client.Client, tail uint64) error {
+	pb.r = r
+	cfg := playerd.Config{Core: player.Config{Route: player.RouteTags, EmptyEvery: playerEmptyEvery}}
+	for i := range pb.targets {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			pb.stop()
+			return err
+		}
+		g := grpc.NewServer()
+		target.Register(g, &benchStore{pb: pb, last: tail})
+		go g.Serve(l)
+		pb.grpcs = append(pb.grpcs, g)
+		name := fmt.Sprint("t", i)
+		pb.names = append(pb.names, name)
+		cfg.Targets = append(cfg.Targets, playerd.TargetSpec{Name: name, Addr: l.Addr().String()})
+	}
+	srv, err := playerd.New(cfg, &timedLog{Log: playerd.ClientLog{C: cl}, fetch: &pb.fetch})
+	if err != nil {
+		pb.stop()
+		return err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	pb.cancel, pb.done = cancel, make(chan error, 1)
+	go func() { pb.done <- srv.Run(pctx) }()
+	return nil
+}
+
+// drain waits until every record acknowledged in the window was applied by
+// each of its targets.
+func (pb *playerBench) drain(ctx context.Context) error {
+	want := pb.r.appended.Load() * int64(pb.perEntry)
+	deadline := time.Now().Add(drainTimeout)
+	for pb.applied.Load() < want {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the player's targets applied %d of %d entries within %v", pb.applied.Load(), want, drainTimeout)
+		}
+		if err := sleepUntil(ctx, time.Now().Add(pollEvery)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pollEvery paces drain's checks.
+const pollEvery = 10 * time.Millisecond
+
+func (pb *playerBench) stop() {
+	if pb.cancel != nil {
+		pb.cancel()
+		<-pb.done
+	}
+	for _, g := range pb.grpcs {
+		g.Stop()
+	}
+}
+
+func (pb *playerBench) summarize(res *Result) {
+	res.Targets, res.TargetsPerEntry = pb.targets, pb.perEntry
+	res.ApplyLatencyUS = pb.apply.Summary()
+	res.PlayerLatencyUS = pb.play.Summary()
+}
+
+// benchStore is an in-memory target that measures each entry it applies.
+type benchStore struct {
+	pb   *playerBench
+	last uint64
+}
+
+func (s *benchStore) Apply(_ context.Context, b target.Batch) error {
+	now := time.Now()
+	for _, e := range b.Entries {
+		start, _, ok := readHeader(e.Payload, s.pb.r.id)
+		if !ok || !s.pb.r.inWindow(start) {
+			continue
+		}
+		s.pb.apply.Record(now.Sub(start))
+		if t, ok := s.pb.fetch.at(e.Index - 1); ok {
+			s.pb.play.Record(now.Sub(t))
+		}
+		s.pb.applied.Add(1)
+	}
+	s.last = b.Last
+	return nil
+}
+
+func (s *benchStore) LastApplied(context.Context) (uint64, error) { return s.last, nil }
+
+// fetchTimes records when the player's main fetcher took each position.
+type fetchTimes struct {
+	mu    sync.RWMutex
+	from  uint64
+	set   bool
+	times []time.Time
+}
+
+func (f *fetchTimes) record(pos uint64, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.set {
+		f.from, f.set = pos, true
+	}
+	if pos < f.from {
+		return
+	}
+	for uint64(len(f.times)) <= pos-f.from {
+		f.times = append(f.times, time.Time{})
+	}
+	f.times[pos-f.from] = t
+}
+
+func (f *fetchTimes) at(pos uint64) (time.Time, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if !f.set || pos < f.from || pos-f.from >= uint64(len(f.times)) || f.times[pos-f.from].IsZero() {
+		return time.Time{}, false
+	}
+	return f.times[pos-f.from], true
+}
+
+// timedLog is the player's log, noting when the main stream hands over
+// each entry.
+type timedLog struct {
+	playerd.Log
+	fetch *fetchTimes
+}
+
+func (l *timedLog) Subscribe(ctx context.Context, from uint64) (playerd.Subscription, error) {
+	s, err := l.Log.Subscribe(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	return &timedSub{Subscription: s, fetch: l.fetch}, nil
+}
+
+type timedSub struct {
+	playerd.Subscription
+	fetch *fetchTimes
+}
+
+func (s *timedSub) Next(ctx context.Context) (client.Entry, error) {
+	e, err := s.Subscription.Next(ctx)
+	if err == nil {
+		s.fetch.record(e.Position, time.Now())
+	}
+	return e, err
+}
