@@ -123,7 +123,9 @@ target SDK servers (loopback gRPC, in-memory stores) and --subscribers
 confirmed subscribers follow the log. Reports apply_latency_us (append start
 until a target applied the record), player_latency_us (the player's fetch of
 the record until a target applied it) and the subscribers' delivery latency
-of the same run. --targets 2,10,20 and --targets-per-entry 1,5,10 sweep.`},
+of the same run. --targets 2,10,20 and --targets-per-entry 1,5,10 sweep.
+--faults stops a target at 20% of the window and restarts it at 40%, then
+restarts the player at 60%, and reports how long each took to catch up.`},
 	{name: "idle",
 		short: "Let an embedded cluster sit idle and report its CPU use",
 		long: `Start an embedded cluster, wait --warmup, then measure this process's CPU
@@ -250,6 +252,7 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	if f&flagsPlayer != 0 {
 		fs.StringVar(&b.targets, "targets", joinInts(d.PlayerTargets), "player targets; a comma list sweeps")
 		fs.StringVar(&b.perEntry, "targets-per-entry", joinInts(d.TargetsPerEntry), "targets each record goes to; a comma list sweeps")
+		fs.BoolVar(&b.p.PlayerFaults, "faults", false, "stop and restart a target, then restart the player, during the window; report the catch-up times")
 	}
 	if f&flagsFailureTimeout != 0 {
 		fs.DurationVar(&b.p.FailureTimeout, "failure-timeout", config.DefaultFailureTimeout, "embedded cluster: silence after which a storage server's shards are finalized")

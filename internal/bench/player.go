@@ -77,14 +77,27 @@ func (playerWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 		return nil, fmt.Errorf("%d targets per entry, but only %d targets", v.PerEntry, v.Targets)
 	}
 	pb := &playerBench{targets: v.Targets, perEntry: v.PerEntry, apply: NewLatency(), play: NewLatency()}
-	return runLoad(ctx, e, loadSpec{Subscribers: e.Params.Subscribers, Compute: v.Compute, Player: pb})
+	ls := loadSpec{Subscribers: e.Params.Subscribers, Compute: v.Compute, Player: pb}
+	if e.Params.PlayerFaults {
+		d := e.Params.Duration
+		ls.Actions = []action{
+			{At: d / 5, What: "target t0 stops", Do: pb.stopTarget},
+			{At: 2 * d / 5, What: "target t0 restarts", Do: pb.restartTarget},
+			{At: 3 * d / 5, What: "the player restarts", Do: pb.restartPlayer},
+		}
+	}
+	return runLoad(ctx, e, ls)
 }
 
 // playerBench is one run's player, its targets and its measurements.
 type playerBench struct {
 	targets, perEntry int
 	r                 *loadRun
+	ctx               context.Context
+	cfg               playerd.Config
+	log               playerd.Log
 	names             []string
+	stores            []*benchStore
 	grpcs             []*grpc.Server
 	cancel            context.CancelFunc
 	done              chan error
@@ -109,31 +122,100 @@ func (pb *playerBench) tags(appender uint32, seq uint64) []string {
 // start serves the targets, each already at the log's tail, and starts the
 // player on them, before any measured record is appended.
 func (pb *playerBench) start(ctx context.Context, r *loadRun, cl *client.Client, tail uint64) error {
-	pb.r = r
-	cfg := playerd.Config{Core: player.Config{Route: player.RouteTags, EmptyEvery: playerEmptyEvery}}
+	pb.r, pb.ctx = r, ctx
+	pb.cfg = playerd.Config{
+		Core: player.Config{Route: player.RouteTags, EmptyEvery: playerEmptyEvery},
+		// Reconnect quickly, so that the catch-up time measures the
+		// recovery rather than the backoff.
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond,
+	}
 	for i := range pb.targets {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		st := &benchStore{pb: pb}
+		st.last.Store(tail)
+		pb.stores = append(pb.stores, st)
+		pb.grpcs = append(pb.grpcs, nil)
+		name := fmt.Sprint("t", i)
+		pb.names = append(pb.names, name)
+		addr, err := pb.serveTarget(i, "127.0.0.1:0")
 		if err != nil {
 			pb.stop()
 			return err
 		}
-		g := grpc.NewServer()
-		target.Register(g, &benchStore{pb: pb, last: tail})
-		go g.Serve(l)
-		pb.grpcs = append(pb.grpcs, g)
-		name := fmt.Sprint("t", i)
-		pb.names = append(pb.names, name)
-		cfg.Targets = append(cfg.Targets, playerd.TargetSpec{Name: name, Addr: l.Addr().String()})
+		pb.cfg.Targets = append(pb.cfg.Targets, playerd.TargetSpec{Name: name, Addr: addr})
 	}
-	srv, err := playerd.New(cfg, &timedLog{Log: playerd.ClientLog{C: cl}, fetch: &pb.fetch})
-	if err != nil {
+	pb.log = &timedLog{Log: playerd.ClientLog{C: cl}, fetch: &pb.fetch}
+	if err := pb.startPlayer(); err != nil {
 		pb.stop()
 		return err
 	}
-	pctx, cancel := context.WithCancel(ctx)
+	return nil
+}
+
+// serveTarget serves target i's store on addr.
+func (pb *playerBench) serveTarget(i int, addr string) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	g := grpc.NewServer()
+	target.Register(g, pb.stores[i])
+	go g.Serve(l)
+	pb.grpcs[i] = g
+	return l.Addr().String(), nil
+}
+
+func (pb *playerBench) startPlayer() error {
+	srv, err := playerd.New(pb.cfg, pb.log)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithCancel(pb.ctx)
 	pb.cancel, pb.done = cancel, make(chan error, 1)
 	go func() { pb.done <- srv.Run(pctx) }()
 	return nil
+}
+
+// catchUpTimeout bounds the wait for a target to catch up after a fault.
+const catchUpTimeout = 20 * time.Second
+
+// caughtUp waits until each of the stores applied an index at or past
+// the log's last acknowledged position when it was called, and says how
+// long that took: the catch-up time.
+func (pb *playerBench) caughtUp(ctx context.Context, stores []*benchStore) (string, error) {
+	start := time.Now()
+	want := uint64(pb.r.maxPos.Load() + 1)
+	for _, s := range stores {
+		for s.last.Load() < want {
+			if time.Since(start) > catchUpTimeout {
+				return "", fmt.Errorf("a target did not catch up within %v", catchUpTimeout)
+			}
+			if err := sleepUntil(ctx, time.Now().Add(pollEvery)); err != nil {
+				return "", err
+			}
+		}
+	}
+	return fmt.Sprintf("; caught up in %.1f ms", float64(time.Since(start).Microseconds())/1e3), nil
+}
+
+func (pb *playerBench) stopTarget(context.Context) (string, error) {
+	pb.grpcs[0].Stop()
+	return "", nil
+}
+
+func (pb *playerBench) restartTarget(ctx context.Context) (string, error) {
+	if _, err := pb.serveTarget(0, pb.cfg.Targets[0].Addr); err != nil {
+		return "", err
+	}
+	return pb.caughtUp(ctx, pb.stores[:1])
+}
+
+func (pb *playerBench) restartPlayer(ctx context.Context) (string, error) {
+	pb.cancel()
+	<-pb.done
+	if err := pb.startPlayer(); err != nil {
+		return "", err
+	}
+	return pb.caughtUp(ctx, pb.stores)
 }
 
 // drain waits until every record acknowledged in the window was applied by
@@ -161,7 +243,9 @@ func (pb *playerBench) stop() {
 		<-pb.done
 	}
 	for _, g := range pb.grpcs {
-		g.Stop()
+		if g != nil {
+			g.Stop()
+		}
 	}
 }
 
@@ -172,12 +256,22 @@ func (pb *playerBench) summarize(res *Result) {
 }
 
 // benchStore is an in-memory target that measures each entry it applies.
+// A restarted target's new server shares it with the old one's last apply.
 type benchStore struct {
 	pb   *playerBench
-	last uint64
+	mu   sync.Mutex
+	last atomic.Uint64
 }
 
 func (s *benchStore) Apply(_ context.Context, b target.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last.Load() >= b.Last {
+		// A batch of the stopped server's stream that the new server's
+		// stream already applied: a real target's transaction would have
+		// been refused by the SDK, which this shared store bypasses.
+		return errors.New("batch already applied")
+	}
 	now := time.Now()
 	for _, e := range b.Entries {
 		start, _, ok := readHeader(e.Payload, s.pb.r.id)
@@ -190,11 +284,11 @@ func (s *benchStore) Apply(_ context.Context, b target.Batch) error {
 		}
 		s.pb.applied.Add(1)
 	}
-	s.last = b.Last
+	s.last.Store(b.Last)
 	return nil
 }
 
-func (s *benchStore) LastApplied(context.Context) (uint64, error) { return s.last, nil }
+func (s *benchStore) LastApplied(context.Context) (uint64, error) { return s.last.Load(), nil }
 
 // fetchTimes records when the player's main fetcher took each position.
 type fetchTimes struct {

@@ -110,6 +110,10 @@ type Params struct {
 	// TargetsPerEntry how many of them each record goes to.
 	PlayerTargets   []int
 	TargetsPerEntry []int
+	// PlayerFaults stops a target and restarts it, then restarts the
+	// player, during the player workload's window, and reports each
+	// catch-up time.
+	PlayerFaults bool
 	// Seed makes the run's payload bytes and record stamps reproducible.
 	Seed uint64
 	// Warmup runs the load unmeasured before the measured Duration.
