@@ -124,8 +124,8 @@ confirmed subscribers follow the log. Reports apply_latency_us (append start
 until a target applied the record), player_latency_us (the player's fetch of
 the record until a target applied it) and the subscribers' delivery latency
 of the same run. --targets 2,10,20 and --targets-per-entry 1,5,10 sweep.
---faults stops a target at 20% of the window and restarts it at 40%, then
-restarts the player at 60%, and reports how long each took to catch up.`},
+--faults stops a target at 10% of the window and restarts it at 25%, then
+restarts the player at 50%, and reports how long each took to catch up.`},
 	{name: "idle",
 		short: "Let an embedded cluster sit idle and report its CPU use",
 		long: `Start an embedded cluster, wait --warmup, then measure this process's CPU

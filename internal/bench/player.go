@@ -81,9 +81,12 @@ func (playerWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 	if e.Params.PlayerFaults {
 		d := e.Params.Duration
 		ls.Actions = []action{
-			{At: d / 5, What: "target t0 stops", Do: pb.stopTarget},
-			{At: 2 * d / 5, What: "target t0 restarts", Do: pb.restartTarget},
-			{At: 3 * d / 5, What: "the player restarts", Do: pb.restartPlayer},
+			// Early enough that records keep coming while the target and
+			// the player catch up: a target is caught up once it applied an
+			// entry past where the log stood when it came back.
+			{At: d / 10, What: "target t0 stops", Do: pb.stopTarget},
+			{At: d / 4, What: "target t0 restarts", Do: pb.restartTarget},
+			{At: d / 2, What: "the player restarts", Do: pb.restartPlayer},
 		}
 	}
 	return runLoad(ctx, e, ls)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,5 +46,29 @@ func TestPlayerTags(t *testing.T) {
 		if len(tags) != 3 || len(seen) != 3 {
 			t.Fatalf("seq %d: tags %v", seq, tags)
 		}
+	}
+}
+
+// TestPlayerFaultsSmoke: with --faults the run stops and restarts a target
+// and restarts the player, reports both catch-ups, and still applies every
+// record of the window exactly once at each of its targets (the drain
+// counts applications, and a second application of a batch is refused).
+func TestPlayerFaultsSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded cluster")
+	}
+	p := smokeParams(t, "player")
+	p.Shards = []int{1}
+	p.Duration = 2 * time.Second
+	p.PlayerTargets = []int{3}
+	p.TargetsPerEntry = []int{1}
+	p.PlayerFaults = true
+	rep := runSmoke(t, "player", p, true)
+	r := rep.Points[0].Results[0]
+	if len(r.Events) != 3 || !strings.Contains(r.Events[1].What, "caught up in") || !strings.Contains(r.Events[2].What, "caught up in") {
+		t.Fatalf("events %v", r.Events)
+	}
+	if r.ApplyLatencyUS == nil || r.PlayerLatencyUS == nil {
+		t.Fatalf("no apply or player delays: %+v", r)
 	}
 }

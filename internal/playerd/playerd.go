@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
@@ -191,7 +192,13 @@ func New(cfg Config, log Log) (*Server, error) {
 		if spec.Addr == "" {
 			return nil, fmt.Errorf("target %q has no address", spec.Name)
 		}
-		cc, err := grpc.NewClient(spec.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// gRPC's own reconnect backoff (1 s growing to 2 min) would delay a
+		// returning target long after this server's backoff asks for it.
+		cc, err := grpc.NewClient(spec.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: cfg.ReconnectMin, Multiplier: 2, Jitter: 0.2, MaxDelay: cfg.ReconnectMax},
+				MinConnectTimeout: cfg.ConnectTimeout,
+			}))
 		if err != nil {
 			s.closeConns()
 			return nil, fmt.Errorf("target %q: %w", spec.Name, err)
