@@ -257,6 +257,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.apply(out)
+	s.publish()
 	slog.Info("player started", "main_from", s.core.CurrentIndex()+1, "targets_up", len(la))
 
 	tick := time.NewTicker(min(s.cfg.AckTimeout, s.cfg.FullTimeout) / 4)

@@ -260,3 +260,89 @@ func TestPlayerExactlyOnce(t *testing.T) {
 	procs[2] = startTarget(t, procs[2].addr, procs[2].store)
 	waitFor(t, "after restart", func() bool { return delivered(l, cfg, procs, n) })
 }
+
+// stuckStore is a memStore whose applies block while stuck is set.
+type stuckStore struct {
+	memStore
+	gate  sync.Mutex
+	stuck chan struct{}
+}
+
+func (s *stuckStore) Apply(ctx context.Context, b targetsdk.Batch) error {
+	s.gate.Lock()
+	stuck := s.stuck
+	s.gate.Unlock()
+	if stuck != nil {
+		<-stuck
+	}
+	return s.memStore.Apply(ctx, b)
+}
+
+// TestPlayerAckTimeout: a target that stops acknowledging (its apply hangs
+// on a live connection) is taken down after the ack timeout and, once it
+// answers again, recovers; the apply that hung completes late, and still
+// nothing is applied twice or skipped.
+func TestPlayerAckTimeout(t *testing.T) {
+	l := newMemLog()
+	stuck := &stuckStore{}
+	cfg := Config{
+		Core:         player.Config{Route: player.RouteAll, BatchEntriesMax: 4, EmptyEvery: 8},
+		AckTimeout:   100 * time.Millisecond,
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
+		ConnectTimeout: 100 * time.Millisecond,
+	}
+	var procs []*targetProc
+	for i := range 2 {
+		var store *memStore
+		p := &targetProc{}
+		if i == 0 {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := grpc.NewServer()
+			targetsdk.Register(g, stuck)
+			go g.Serve(l)
+			defer g.Stop()
+			p = &targetProc{t: t, addr: l.Addr().String(), store: &stuck.memStore, g: g}
+		} else {
+			store = &memStore{}
+			p = startTarget(t, "127.0.0.1:0", store)
+			defer p.stop()
+		}
+		procs = append(procs, p)
+		cfg.Targets = append(cfg.Targets, TargetSpec{Name: fmt.Sprint("t", i), Addr: p.addr})
+	}
+	s, stop := runPlayer(t, cfg, l)
+	defer stop()
+	n := 0
+	for range 20 {
+		l.append(fmt.Sprint("k", n), false)
+		n++
+	}
+	waitFor(t, "first 20", func() bool { return delivered(l, cfg, procs, n) })
+
+	release := make(chan struct{})
+	stuck.gate.Lock()
+	stuck.stuck = release
+	stuck.gate.Unlock()
+	for range 20 {
+		l.append(fmt.Sprint("k", n), false)
+		n++
+	}
+	waitFor(t, "the silent target taken down", func() bool {
+		// A status that has seen the 40 entries, so not the one published
+		// before the player started.
+		st := s.Status()
+		return st.CurrentIndex >= 40 && st.Targets[0].State == player.Suspended.String()
+	})
+	stuck.gate.Lock()
+	stuck.stuck = nil
+	stuck.gate.Unlock()
+	close(release)
+	for range 20 {
+		l.append(fmt.Sprint("k", n), false)
+		n++
+	}
+	waitFor(t, "recovery", func() bool { return delivered(l, cfg, procs, n) })
+}
