@@ -3156,6 +3156,259 @@ func (*RaftAck) Descriptor() ([]byte, []int) {
 	return file_augur_proto_rawDescGZIP(), []int{44}
 }
 
+// TargetEntry is one log entry for a target. Indices are log positions plus
+// one, so that 0 means "nothing applied yet". An empty entry carries no
+// record: it only advances the target's last applied index.
+type TargetEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Empty         bool                   `protobuf:"varint,2,opt,name=empty,proto3" json:"empty,omitempty"`
+	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetEntry) Reset() {
+	*x = TargetEntry{}
+	mi := &file_augur_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetEntry) ProtoMessage() {}
+
+func (x *TargetEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetEntry.ProtoReflect.Descriptor instead.
+func (*TargetEntry) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TargetEntry) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *TargetEntry) GetEmpty() bool {
+	if x != nil {
+		return x.Empty
+	}
+	return false
+}
+
+func (x *TargetEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TargetEntry) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// ApplyBatch is a run of entries for one target, in increasing index order.
+// The entries of the log between prev_index and the batch's last index that
+// are not in the batch are not the target's.
+type ApplyBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prev_index is the last index the player knows the target applied
+	// before this batch.
+	PrevIndex     uint64         `protobuf:"varint,1,opt,name=prev_index,json=prevIndex,proto3" json:"prev_index,omitempty"`
+	Entries       []*TargetEntry `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyBatch) Reset() {
+	*x = ApplyBatch{}
+	mi := &file_augur_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyBatch) ProtoMessage() {}
+
+func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyBatch.ProtoReflect.Descriptor instead.
+func (*ApplyBatch) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ApplyBatch) GetPrevIndex() uint64 {
+	if x != nil {
+		return x.PrevIndex
+	}
+	return 0
+}
+
+func (x *ApplyBatch) GetEntries() []*TargetEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// ApplyAck says the target applied everything up to and including index.
+type ApplyAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyAck) Reset() {
+	*x = ApplyAck{}
+	mi := &file_augur_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyAck) ProtoMessage() {}
+
+func (x *ApplyAck) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyAck.ProtoReflect.Descriptor instead.
+func (*ApplyAck) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ApplyAck) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type LastAppliedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LastAppliedRequest) Reset() {
+	*x = LastAppliedRequest{}
+	mi := &file_augur_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LastAppliedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LastAppliedRequest) ProtoMessage() {}
+
+func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
+func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{48}
+}
+
+type LastAppliedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LastAppliedResponse) Reset() {
+	*x = LastAppliedResponse{}
+	mi := &file_augur_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LastAppliedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LastAppliedResponse) ProtoMessage() {}
+
+func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
+func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *LastAppliedResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 var File_augur_proto protoreflect.FileDescriptor
 
 const file_augur_proto_rawDesc = "" +
@@ -3398,7 +3651,22 @@ const file_augur_proto_rawDesc = "" +
 	"\x04spec\x18\v \x01(\v2\x13.augur.v1.SpecStateR\x04spec\"'\n" +
 	"\tRaftBatch\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\t\n" +
-	"\aRaftAck*\xb0\x01\n" +
+	"\aRaftAck\"e\n" +
+	"\vTargetEntry\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05empty\x18\x02 \x01(\bR\x05empty\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\"\\\n" +
+	"\n" +
+	"ApplyBatch\x12\x1d\n" +
+	"\n" +
+	"prev_index\x18\x01 \x01(\x04R\tprevIndex\x12/\n" +
+	"\aentries\x18\x02 \x03(\v2\x15.augur.v1.TargetEntryR\aentries\" \n" +
+	"\bApplyAck\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\x14\n" +
+	"\x12LastAppliedRequest\"+\n" +
+	"\x13LastAppliedResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index*\xb0\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\v\n" +
 	"\aINVALID\x10\x01\x12\x11\n" +
@@ -3434,7 +3702,10 @@ const file_augur_proto_rawDesc = "" +
 	"\x04Trim\x12\x15.augur.v1.TrimRequest\x1a\x16.augur.v1.TrimResponse\x12;\n" +
 	"\x06Status\x12\x17.augur.v1.StatusRequest\x1a\x18.augur.v1.StatusResponse2A\n" +
 	"\rRaftTransport\x120\n" +
-	"\x04Send\x12\x13.augur.v1.RaftBatch\x1a\x11.augur.v1.RaftAck(\x01B(Z&github.com/augur-log/augur/api/augurpbb\x06proto3"
+	"\x04Send\x12\x13.augur.v1.RaftBatch\x1a\x11.augur.v1.RaftAck(\x012\x8b\x01\n" +
+	"\x06Target\x125\n" +
+	"\x05Apply\x12\x14.augur.v1.ApplyBatch\x1a\x12.augur.v1.ApplyAck(\x010\x01\x12J\n" +
+	"\vLastApplied\x12\x1c.augur.v1.LastAppliedRequest\x1a\x1d.augur.v1.LastAppliedResponseB(Z&github.com/augur-log/augur/api/augurpbb\x06proto3"
 
 var (
 	file_augur_proto_rawDescOnce sync.Once
@@ -3449,7 +3720,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                     // 0: augur.v1.Code
 	(ShardState)(0),               // 1: augur.v1.ShardState
@@ -3498,6 +3769,11 @@ var file_augur_proto_goTypes = []any{
 	(*StatusResponse)(nil),        // 44: augur.v1.StatusResponse
 	(*RaftBatch)(nil),             // 45: augur.v1.RaftBatch
 	(*RaftAck)(nil),               // 46: augur.v1.RaftAck
+	(*TargetEntry)(nil),           // 47: augur.v1.TargetEntry
+	(*ApplyBatch)(nil),            // 48: augur.v1.ApplyBatch
+	(*ApplyAck)(nil),              // 49: augur.v1.ApplyAck
+	(*LastAppliedRequest)(nil),    // 50: augur.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),   // 51: augur.v1.LastAppliedResponse
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -3534,37 +3810,42 @@ var file_augur_proto_depIdxs = []int32{
 	29, // 31: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
 	27, // 32: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
 	33, // 33: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	5,  // 34: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 35: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 36: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 37: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 38: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 39: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 40: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	34, // 41: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	36, // 42: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	38, // 43: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	40, // 44: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	42, // 45: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	45, // 46: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	7,  // 47: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 48: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 49: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 50: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 51: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 52: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	26, // 53: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	35, // 54: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	37, // 55: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	39, // 56: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	41, // 57: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	44, // 58: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	46, // 59: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	47, // [47:60] is the sub-list for method output_type
-	34, // [34:47] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	47, // 34: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	5,  // 35: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 36: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 37: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 38: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 39: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 40: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 41: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	34, // 42: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	36, // 43: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	38, // 44: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	40, // 45: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	42, // 46: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	45, // 47: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	48, // 48: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	50, // 49: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 50: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 51: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 52: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 53: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 54: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 55: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	26, // 56: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	35, // 57: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	37, // 58: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	39, // 59: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	41, // 60: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	44, // 61: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	46, // 62: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	49, // 63: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	51, // 64: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	50, // [50:65] is the sub-list for method output_type
+	35, // [35:50] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -3578,9 +3859,9 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   50,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_augur_proto_goTypes,
 		DependencyIndexes: file_augur_proto_depIdxs,

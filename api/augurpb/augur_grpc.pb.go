@@ -779,3 +779,158 @@ var RaftTransport_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "augur.proto",
 }
+
+const (
+	Target_Apply_FullMethodName       = "/augur.v1.Target/Apply"
+	Target_LastApplied_FullMethodName = "/augur.v1.Target/LastApplied"
+)
+
+// TargetClient is the client API for Target service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Target is the service every player target implements. A target applies
+// each batch and records the batch's last index in one atomic step, so that
+// LastApplied, asked after any crash, names exactly the entries applied.
+type TargetClient interface {
+	// Apply is one connection of the player: batches go in, one
+	// acknowledgement per applied batch comes back, in order. A target
+	// applies the batches of all its streams one at a time, and refuses
+	// (FAILED_PRECONDITION, ending the stream) a batch whose prev_index is not
+	// its last applied index.
+	Apply(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ApplyBatch, ApplyAck], error)
+	// LastApplied returns the index of the last entry the target applied.
+	LastApplied(ctx context.Context, in *LastAppliedRequest, opts ...grpc.CallOption) (*LastAppliedResponse, error)
+}
+
+type targetClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewTargetClient(cc grpc.ClientConnInterface) TargetClient {
+	return &targetClient{cc}
+}
+
+func (c *targetClient) Apply(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ApplyBatch, ApplyAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Target_ServiceDesc.Streams[0], Target_Apply_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ApplyBatch, ApplyAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Target_ApplyClient = grpc.BidiStreamingClient[ApplyBatch, ApplyAck]
+
+func (c *targetClient) LastApplied(ctx context.Context, in *LastAppliedRequest, opts ...grpc.CallOption) (*LastAppliedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LastAppliedResponse)
+	err := c.cc.Invoke(ctx, Target_LastApplied_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TargetServer is the server API for Target service.
+// All implementations must embed UnimplementedTargetServer
+// for forward compatibility.
+//
+// Target is the service every player target implements. A target applies
+// each batch and records the batch's last index in one atomic step, so that
+// LastApplied, asked after any crash, names exactly the entries applied.
+type TargetServer interface {
+	// Apply is one connection of the player: batches go in, one
+	// acknowledgement per applied batch comes back, in order. A target
+	// applies the batches of all its streams one at a time, and refuses
+	// (FAILED_PRECONDITION, ending the stream) a batch whose prev_index is not
+	// its last applied index.
+	Apply(grpc.BidiStreamingServer[ApplyBatch, ApplyAck]) error
+	// LastApplied returns the index of the last entry the target applied.
+	LastApplied(context.Context, *LastAppliedRequest) (*LastAppliedResponse, error)
+	mustEmbedUnimplementedTargetServer()
+}
+
+// UnimplementedTargetServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedTargetServer struct{}
+
+func (UnimplementedTargetServer) Apply(grpc.BidiStreamingServer[ApplyBatch, ApplyAck]) error {
+	return status.Error(codes.Unimplemented, "method Apply not implemented")
+}
+func (UnimplementedTargetServer) LastApplied(context.Context, *LastAppliedRequest) (*LastAppliedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LastApplied not implemented")
+}
+func (UnimplementedTargetServer) mustEmbedUnimplementedTargetServer() {}
+func (UnimplementedTargetServer) testEmbeddedByValue()                {}
+
+// UnsafeTargetServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to TargetServer will
+// result in compilation errors.
+type UnsafeTargetServer interface {
+	mustEmbedUnimplementedTargetServer()
+}
+
+func RegisterTargetServer(s grpc.ServiceRegistrar, srv TargetServer) {
+	// If the following call panics, it indicates UnimplementedTargetServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Target_ServiceDesc, srv)
+}
+
+func _Target_Apply_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TargetServer).Apply(&grpc.GenericServerStream[ApplyBatch, ApplyAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Target_ApplyServer = grpc.BidiStreamingServer[ApplyBatch, ApplyAck]
+
+func _Target_LastApplied_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LastAppliedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TargetServer).LastApplied(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Target_LastApplied_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TargetServer).LastApplied(ctx, req.(*LastAppliedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Target_ServiceDesc is the grpc.ServiceDesc for Target service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Target_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "augur.v1.Target",
+	HandlerType: (*TargetServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "LastApplied",
+			Handler:    _Target_LastApplied_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Apply",
+			Handler:       _Target_Apply_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "augur.proto",
+}

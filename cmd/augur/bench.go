@@ -34,6 +34,8 @@ const (
 	// flagsEmulate: --emulate.
 	flagsEmulate
 	flagsNoStagger
+	// flagsPlayer: --targets --targets-per-entry.
+	flagsPlayer
 )
 
 // benchWorkload describes one `augur bench` subcommand.
@@ -113,6 +115,17 @@ server of the first shard stops (its shard is finalized after
 --failure-timeout and appends move to the other shards), at 45% the ordering
 leader stops (cuts pause until a new one is elected), at 70% both restart.
 A time series shows throughput and e2e latency.`},
+	{name: "player", flags: benchConsumerFlags | flagsPlayer,
+		short: "The exactly-once player: apply and player delay to 2-20 targets (LogPlayer)",
+		long: `Append open loop at --rate, each record tagged for --targets-per-entry of
+--targets targets, while an in-process player delivers the log to that many
+target SDK servers (loopback gRPC, in-memory stores) and --subscribers
+confirmed subscribers follow the log. Reports apply_latency_us (append start
+until a target applied the record), player_latency_us (the player's fetch of
+the record until a target applied it) and the subscribers' delivery latency
+of the same run. --targets 2,10,20 and --targets-per-entry 1,5,10 sweep.
+--faults stops a target at 10% of the window and restarts it at 25%, then
+restarts the player at 50%, and reports how long each took to catch up.`},
 	{name: "idle",
 		short: "Let an embedded cluster sit idle and report its CPU use",
 		long: `Start an embedded cluster, wait --warmup, then measure this process's CPU
@@ -168,6 +181,8 @@ type benchFlags struct {
 	compute     string
 	window      string
 	emulate     string
+	targets     string
+	perEntry    string
 	clusterPath string
 	cpuProfile  string
 	plot        string
@@ -236,6 +251,11 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	if f&flagsNoStagger != 0 {
 		fs.BoolVar(&b.p.NoStagger, "no-stagger", false, "speculative modes: every shard in every cut of a lease window, however many (stagger_above 0)")
 	}
+	if f&flagsPlayer != 0 {
+		fs.StringVar(&b.targets, "targets", joinInts(d.PlayerTargets), "player targets; a comma list sweeps")
+		fs.StringVar(&b.perEntry, "targets-per-entry", joinInts(d.TargetsPerEntry), "targets each record goes to; a comma list sweeps")
+		fs.BoolVar(&b.p.PlayerFaults, "faults", false, "stop and restart a target, then restart the player, during the window; report the catch-up times")
+	}
 	if f&flagsFailureTimeout != 0 {
 		fs.DurationVar(&b.p.FailureTimeout, "failure-timeout", config.DefaultFailureTimeout, "embedded cluster: silence after which a storage server's shards are finalized")
 	}
@@ -262,6 +282,12 @@ func (b *benchFlags) params(cmd *cobra.Command) (bench.Params, error) {
 		errs = append(errs, err)
 	}
 	if p.Emulate, err = parseList(b.emulate, "--emulate", strconv.Atoi); err != nil {
+		errs = append(errs, err)
+	}
+	if p.PlayerTargets, err = parseList(b.targets, "--targets", strconv.Atoi); err != nil {
+		errs = append(errs, err)
+	}
+	if p.TargetsPerEntry, err = parseList(b.perEntry, "--targets-per-entry", strconv.Atoi); err != nil {
 		errs = append(errs, err)
 	}
 	if len(p.Emulate) > 0 {
@@ -315,7 +341,7 @@ func (b *benchFlags) run(cmd *cobra.Command) error {
 	if len(p.Emulate) > 0 {
 		sizes = len(p.Emulate)
 	}
-	if runs := len(p.Modes) * max(len(p.Durability), 1) * max(sizes, 1) * max(len(p.Compute), 1) * max(len(p.Window), 1); runs > 1 {
+	if runs := len(p.Modes) * max(len(p.Durability), 1) * max(sizes, 1) * max(len(p.Compute), 1) * max(len(p.Window), 1) * max(len(p.PlayerTargets)*len(p.TargetsPerEntry), 1); runs > 1 {
 		p.Progress = cmd.ErrOrStderr()
 	}
 	if b.cpuProfile != "" {

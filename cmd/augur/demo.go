@@ -74,6 +74,7 @@ delivers them; the demo prints both delivery latencies side by side.
 	fs.IntVar(&f.subscribers, "subscribers", 2, "subscribing clients, each from position 0")
 	fs.IntVar(&f.recordBytes, "record-bytes", 4096, "payload bytes per record")
 	fs.IntVar(&f.rate, "rate", 2000, "appends per second over all appenders (open loop)")
+	cmd.AddCommand(newDemoPlayerCmd())
 	return cmd
 }
 

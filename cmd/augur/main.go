@@ -72,6 +72,8 @@ Start with:
 		newShardCmd(),
 		newBenchCmd(),
 		newSimCmd(),
+		newTargetCmd(),
+		newPlayerCmd(),
 	)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())

@@ -32,6 +32,9 @@ type loadSpec struct {
 	Actions []action
 	// Series collects per-interval points.
 	Series bool
+	// Player, when set, runs the exactly-once player on the log and tags
+	// each record with its targets (the player workload).
+	Player *playerBench
 }
 
 // extraLoad is added load on one shard (SpecLog §6.4's burst, §6.5's rate
@@ -55,11 +58,13 @@ type action struct {
 // loadRun is the shared state of one run; the appenders' done callbacks
 // and the downstream tasks update it from their goroutines.
 type loadRun struct {
-	p                   Params
-	id                  uint64
-	hashSeed            maphash.Seed
-	filler              []byte
-	stamp               bool
+	p        Params
+	id       uint64
+	hashSeed maphash.Seed
+	filler   []byte
+	stamp    bool
+	// tags, when set, gives each record its tags.
+	tags                func(appender uint32, seq uint64) []string
 	start, warmEnd, end time.Time
 	series              *series
 
@@ -86,7 +91,11 @@ func (r *loadRun) record(appender uint32, seq uint64, at time.Time) client.Recor
 	b := make([]byte, len(r.filler))
 	copy(b, r.filler)
 	putHeader(b, r.id, at, recID{appender: appender, seq: seq})
-	return client.Record{Payload: b}
+	rec := client.Record{Payload: b}
+	if r.tags != nil {
+		rec.Tags = r.tags(appender, seq)
+	}
+	return rec
 }
 
 // done returns the completion callback of an append that started at start.
@@ -168,7 +177,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	r := &loadRun{
 		p:         p,
 		hashSeed:  maphash.MakeSeed(),
-		stamp:     ls.Subscribers > 0 && p.RecordBytes >= headerBytes,
+		stamp:     (ls.Subscribers > 0 || ls.Player != nil) && p.RecordBytes >= headerBytes,
 		appendLat: NewLatency(),
 		delivery:  NewLatency(),
 		confirm:   NewLatency(),
@@ -228,6 +237,23 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 				d.computeLoop(runCtx)
 			}()
 		}
+	}
+	if ls.Player != nil {
+		// The player starts at the tail with targets that applied
+		// everything before it, so it plays only this run's records.
+		cl, err := dial()
+		if err != nil {
+			return nil, err
+		}
+		from, err := admin.CheckTail(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("check tail: %w", err)
+		}
+		if err := ls.Player.start(runCtx, r, cl, from); err != nil {
+			return nil, fmt.Errorf("start the player: %w", err)
+		}
+		defer ls.Player.stop()
+		r.tags = ls.Player.tags
 	}
 	var extraCl *client.Client
 	var extraShard uint32
@@ -337,6 +363,11 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	if err := r.drainTasks(ctx, tasks, targets); err != nil {
 		return nil, err
 	}
+	if ls.Player != nil {
+		if err := ls.Player.drain(ctx); err != nil {
+			return nil, err
+		}
+	}
 	cancel()
 	taskWG.Wait()
 
@@ -368,6 +399,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	if len(tasks) > 0 {
 		res.Follow = p.Follow
 		r.summarizeTasks(res, tasks, e.Mode.Speculative())
+	}
+	if ls.Player != nil {
+		ls.Player.summarize(res)
 	}
 	return res, nil
 }

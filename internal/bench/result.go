@@ -81,6 +81,16 @@ type Result struct {
 	// Misspeculations counts the fail_spec events of the run, as the
 	// subscriber that saw most saw them (speculative modes only).
 	Misspeculations *int64 `json:"misspeculations,omitempty"`
+	// Targets is the player workload's number of targets, and
+	// TargetsPerEntry how many of them each record went to.
+	Targets         int `json:"targets,omitempty"`
+	TargetsPerEntry int `json:"targets_per_entry,omitempty"`
+	// ApplyLatencyUS is, in the player workload, from an append's start
+	// until a target applied it (one sample per record and target).
+	ApplyLatencyUS *LatencySummary `json:"apply_latency_us,omitempty"`
+	// PlayerLatencyUS is from the player's fetch of a record until a
+	// target applied it: the player's own delay.
+	PlayerLatencyUS *LatencySummary `json:"player_latency_us,omitempty"`
 	// RolledBack counts deliveries voided by those failures, over all
 	// subscribers.
 	RolledBack   *int64 `json:"rolled_back,omitempty"`

@@ -111,6 +111,14 @@ type Params struct {
 	// window (stagger_above 0) instead of splitting more than
 	// config.DefaultStaggerAbove shards into staggered groups.
 	NoStagger bool
+	// PlayerTargets are the player workload's target counts to sweep, and
+	// TargetsPerEntry how many of them each record goes to.
+	PlayerTargets   []int
+	TargetsPerEntry []int
+	// PlayerFaults stops a target and restarts it, then restarts the
+	// player, during the player workload's window, and reports each
+	// catch-up time.
+	PlayerFaults bool
 	// Seed makes the run's payload bytes and record stamps reproducible.
 	Seed uint64
 	// Warmup runs the load unmeasured before the measured Duration.
@@ -135,6 +143,9 @@ type Variant struct {
 	Window int
 	// Emulate is the number of emulated shards, 0 for real ones.
 	Emulate int
+	// Targets and PerEntry are the player workload's target count and
+	// targets per record, 0 for other workloads.
+	Targets, PerEntry int
 }
 
 func (v Variant) String() string {
@@ -150,6 +161,9 @@ func (v Variant) String() string {
 	}
 	if v.Window > 0 {
 		parts = append(parts, fmt.Sprintf("window %d", v.Window))
+	}
+	if v.Targets > 0 {
+		parts = append(parts, fmt.Sprintf("%s, %d per entry", plural(v.Targets, "target"), v.PerEntry))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -187,7 +201,21 @@ func variants(p Params) []Variant {
 			}
 		}
 	}
-	return out
+	if len(p.PlayerTargets) == 0 {
+		return out
+	}
+	var withTargets []Variant
+	for _, v := range out {
+		for _, n := range p.PlayerTargets {
+			for _, k := range p.TargetsPerEntry {
+				if k <= n {
+					v.Targets, v.PerEntry = n, k
+					withTargets = append(withTargets, v)
+				}
+			}
+		}
+	}
+	return withTargets
 }
 
 // Target is the cluster a run targets.

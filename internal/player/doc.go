@@ -60,4 +60,7 @@
 //
 // The loop itself never blocks on I/O: every send to a goroutine above goes
 // through a channel with room for what the core allows in flight.
+//
+// internal/playerd is that server; the target package is the SDK targets
+// are written with.
 package player

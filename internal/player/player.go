@@ -459,11 +459,22 @@ func message(e *Entry) Message {
 	return Message{Index: e.Index, Key: e.Key, Payload: e.Payload}
 }
 
+// Started reports whether the core has seen its first PlayerRestart.
+func (c *Core) Started() bool { return c.started }
+
 // MainWait reports whether the main fetcher must wait.
 func (c *Core) MainWait() bool { return c.mainWait }
 
 // RecoveryWait reports whether the recovery fetcher of target id must wait.
 func (c *Core) RecoveryWait(id TargetID) bool { return c.q[id].catchupFull }
+
+// NormalFull reports whether the normal queue of target id is full: while
+// it stays so and the target is not suspended, the main fetcher waits for
+// it, which is what the server's "full for too long" rule watches.
+func (c *Core) NormalFull(id TargetID) bool {
+	q := &c.q[id]
+	return q.state != Suspended && q.normal.full(c.cfg.QueueEntriesMax, c.cfg.QueueBytesMax)
+}
 
 // Term returns the current term of target id.
 func (c *Core) Term(id TargetID) Term { return c.q[id].term }

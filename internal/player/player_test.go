@@ -118,6 +118,26 @@ func TestRoutes(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("100 keys hashed onto %d of 3 targets", len(seen))
 	}
+	for _, route := range []Route{RouteKeyHash, RouteTags, RouteAll} {
+		r := newRouter(cfgOf(3, route))
+		noop := Entry{Index: 1, Key: "k", Tags: []string{"target:t0"}, Noop: true}
+		if got := r.targets(&noop); len(got) != 0 {
+			t.Fatalf("route %d sends a no-op to %v", route, got)
+		}
+	}
+}
+
+// TestNoopAdvancesMain: a no-op position goes to nobody, but the main
+// stream passes it, so the next entry follows it.
+func TestNoopAdvancesMain(t *testing.T) {
+	h, _ := start(t, cfgOf(1, RouteAll), allAt(1, 0))
+	if out := h.step(EntryFetched{Stream: Main, Entry: Entry{Index: 1, Noop: true}}); len(out.Sends) != 0 {
+		t.Fatalf("a no-op was sent: %s", sends(out))
+	}
+	h.wantSends(h.main(2), "t0@1[2]")
+	if h.c.CurrentIndex() != 2 {
+		t.Fatalf("current index %d, want 2", h.c.CurrentIndex())
+	}
 }
 
 // TestDispatchOneWriteAtATime checks Algorithm 3's sendNext and Algorithm

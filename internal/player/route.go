@@ -32,6 +32,9 @@ type Entry struct {
 	Key     string
 	Tags    []string
 	Payload []byte
+	// Noop marks a position that holds no record (a speculative cluster's
+	// no-op): it goes to no target, but the main stream still passes it.
+	Noop bool
 }
 
 // router applies a Route; it reuses one buffer, so the slice it returns is
@@ -54,6 +57,9 @@ func newRouter(cfg Config) router {
 // targets returns the targets of e in ascending order, without duplicates.
 func (r *router) targets(e *Entry) []TargetID {
 	r.buf = r.buf[:0]
+	if e.Noop {
+		return r.buf
+	}
 	switch r.route {
 	case RouteKeyHash:
 		r.buf = append(r.buf, TargetID(keyHash(e.Key)%uint64(r.n)))
@@ -90,4 +96,12 @@ func keyHash(key string) uint64 {
 		h *= 1099511628211
 	}
 	return h
+}
+
+// TargetsOf returns the targets cfg routes e to, in ascending order, in a
+// fresh slice: what a checker outside the core uses to know which entries
+// each target must apply.
+func TargetsOf(cfg Config, e *Entry) []TargetID {
+	r := newRouter(cfg)
+	return slices.Clone(r.targets(e))
 }

@@ -222,6 +222,13 @@ func (pc *procCluster) ids() []string {
 // start starts (or restarts) server id; its stdout and stderr go to its log
 // file, which a restart appends to.
 func (pc *procCluster) start(id string) {
+	pc.t.Helper()
+	pc.startArgs(id, "server", "--config", pc.cfgPath, "--id", id, "--log-level", "info")
+}
+
+// startArgs starts (or restarts) process id running the augur binary with
+// args; its output goes to id's log file like a server's.
+func (pc *procCluster) startArgs(id string, args ...string) {
 	t := pc.t
 	t.Helper()
 	logPath := filepath.Join(pc.logDir, id+".log")
@@ -230,7 +237,7 @@ func (pc *procCluster) start(id string) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(f, "=== e2e: starting %s at %s ===\n", id, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(pc.bin, "server", "--config", pc.cfgPath, "--id", id, "--log-level", "info")
+	cmd := exec.Command(pc.bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if pc.env != nil {
 		cmd.Env = append(os.Environ(), pc.env(id)...)
