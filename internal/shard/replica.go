@@ -181,7 +181,13 @@ type Replica[W comparable] struct {
 	// are its appends' waiters. Both are reused from batch to batch.
 	staged        []segment.Entry
 	stagedWaiters []W
+	// stagedAt finds a staged append by client and sequence number, so a
+	// retry staged with its original is not stored twice (see restaged).
+	stagedAt map[clientSeq]int
 }
+
+// clientSeq names one client append: what a retry repeats.
+type clientSeq struct{ client, seq uint64 }
 
 // NewReplica returns the copy cfg describes over log, which may hold
 // entries already.
@@ -248,6 +254,9 @@ func (r *Replica[W]) Propose(batch []Append[W], out *Output[W]) {
 	}
 	for _, a := range batch {
 		verdict, pos := r.primary.Admit(a.Entry.ClientID, a.Entry.Seq, a.Waiter)
+		if verdict == Store && r.restaged(a, len(batch)) {
+			verdict = Waiting
+		}
 		if verdict != Store {
 			out.Answers = append(out.Answers, Answer[W]{Waiter: a.Waiter, Seq: a.Entry.Seq, Verdict: verdict, Position: pos})
 			continue
@@ -262,6 +271,27 @@ func (r *Replica[W]) Propose(batch []Append[W], out *Output[W]) {
 	}
 }
 
+// restaged says whether a repeats an append staged earlier in this batch:
+// Admit knows only what Store wrote, and a client that re-sent an append on
+// a new stream can have both copies queued for one batch. Like a retry
+// Admit finds waiting, a's waiter then takes over the answer. A batch of
+// one append cannot repeat itself and skips the lookup.
+func (r *Replica[W]) restaged(a Append[W], batchLen int) bool {
+	if batchLen < 2 {
+		return false
+	}
+	if r.stagedAt == nil {
+		r.stagedAt = map[clientSeq]int{}
+	}
+	k := clientSeq{a.Entry.ClientID, a.Entry.Seq}
+	if i, ok := r.stagedAt[k]; ok {
+		r.stagedWaiters[i] = a.Waiter
+		return true
+	}
+	r.stagedAt[k] = len(r.staged)
+	return false
+}
+
 // Store writes the batch Propose staged, after the owner sent it to the
 // backups. If the log fails, the staged appends are answered Unavailable
 // (nothing acknowledged is lost) and out.Failed is set.
@@ -270,6 +300,10 @@ func (r *Replica[W]) Store(out *Output[W]) {
 		return
 	}
 	defer func() {
+		if len(r.stagedAt) > BufferRetainMax {
+			r.stagedAt = nil
+		}
+		clear(r.stagedAt)
 		if cap(r.staged) > BufferRetainMax {
 			r.staged, r.stagedWaiters = nil, nil
 			return

@@ -169,6 +169,35 @@ func TestReplicaRetryStoredOnce(t *testing.T) {
 	}
 }
 
+// TestReplicaRetryInSameBatchStoredOnce: a retry that reaches the primary
+// in the same batch as its original (the client re-sent it on a new stream
+// while the old stream's request still sat in the shard's queue) is stored
+// once; the retry's waiter is answered when the record is ordered.
+func TestReplicaRetryInSameBatchStoredOnce(t *testing.T) {
+	pr := newPair(t, 0, nil)
+	out := &Output[string]{}
+	pr.p.Propose([]Append[string]{
+		{Waiter: "old", Entry: rec(7, 1)},
+		{Waiter: "old", Entry: rec(7, 2)},
+		{Waiter: "new", Entry: rec(7, 1)},
+		{Waiter: "new", Entry: rec(7, 2)},
+	}, out)
+	pr.p.Store(out)
+	if pr.plog.Len() != 2 || out.Stored != 2 {
+		t.Fatalf("log holds %d entries (%d stored) after a batch with its own retries, want 2", pr.plog.Len(), out.Stored)
+	}
+	for _, a := range out.Answers {
+		if a.Waiter != "new" || a.Verdict != Waiting {
+			t.Fatalf("answer %+v before the cut, want only the retries told to wait", a)
+		}
+	}
+	out = pr.cutAt(1, 0, 2, 5)
+	want := []Answer[string]{{Waiter: "new", Seq: 1, Verdict: Ordered, Position: 5}, {Waiter: "new", Seq: 2, Verdict: Ordered, Position: 6}}
+	if len(out.Answers) != 2 || out.Answers[0] != want[0] || out.Answers[1] != want[1] {
+		t.Fatalf("cut answers %+v, want %+v", out.Answers, want)
+	}
+}
+
 func TestReplicaFinalizeAnswersWaitingAppends(t *testing.T) {
 	pr := newPair(t, 0, nil)
 	pr.append("s", 7, 1, 2, 3)
