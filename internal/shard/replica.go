@@ -184,6 +184,9 @@ type Replica[W comparable] struct {
 	// stagedAt finds a staged append by client and sequence number, so a
 	// retry staged with its original is not stored twice (see restaged).
 	stagedAt map[clientSeq]int
+	// lastSeqs is mayRepeat's scratch space: each client's latest sequence
+	// number in the batch.
+	lastSeqs []clientSeq
 }
 
 // clientSeq names one client append: what a retry repeats.
@@ -252,9 +255,10 @@ func (r *Replica[W]) Propose(batch []Append[W], out *Output[W]) {
 		out.StoreErr = fmt.Errorf("shard %d: this copy is a %v, not the primary", r.id, r.role)
 		return
 	}
+	repeats := r.mayRepeat(batch)
 	for _, a := range batch {
 		verdict, pos := r.primary.Admit(a.Entry.ClientID, a.Entry.Seq, a.Waiter)
-		if verdict == Store && r.restaged(a, len(batch)) {
+		if verdict == Store && repeats && r.restaged(a) {
 			verdict = Waiting
 		}
 		if verdict != Store {
@@ -271,15 +275,52 @@ func (r *Replica[W]) Propose(batch []Append[W], out *Output[W]) {
 	}
 }
 
-// restaged says whether a repeats an append staged earlier in this batch:
-// Admit knows only what Store wrote, and a client that re-sent an append on
-// a new stream can have both copies queued for one batch. Like a retry
-// Admit finds waiting, a's waiter then takes over the answer. A batch of
-// one append cannot repeat itself and skips the lookup.
-func (r *Replica[W]) restaged(a Append[W], batchLen int) bool {
-	if batchLen < 2 {
-		return false
+// mayRepeat says whether batch may hold two copies of one append: Admit
+// knows only what Store wrote, and a client that re-sent an append on a new
+// stream can have both copies queued for one batch. A copy repeats its
+// client's sequence number, so a batch in which every client's sequence
+// numbers increase holds none; and they usually do increase, as a client
+// numbers its appends as it takes them and its stream sends them in about
+// that order. Checking costs a comparison or two per append, where
+// restaged costs a map lookup; a false alarm only costs the lookups.
+func (r *Replica[W]) mayRepeat(batch []Append[W]) bool {
+	last := r.lastSeqs[:0]
+	defer func() {
+		clear(last)
+		r.lastSeqs = last[:0]
+		if cap(last) > BufferRetainMax {
+			r.lastSeqs = nil
+		}
+	}()
+	cur := -1 // last[cur] is the client of the previous append
+	for _, a := range batch {
+		client, seq := a.Entry.ClientID, a.Entry.Seq
+		if cur < 0 || last[cur].client != client {
+			cur = -1
+			for i := range last {
+				if last[i].client == client {
+					cur = i
+					break
+				}
+			}
+			if cur < 0 {
+				last = append(last, clientSeq{client, seq})
+				cur = len(last) - 1
+				continue
+			}
+		}
+		if seq <= last[cur].seq {
+			return true
+		}
+		last[cur].seq = seq
 	}
+	return false
+}
+
+// restaged says whether a repeats an append staged earlier in this batch
+// (see mayRepeat). Like a retry Admit finds waiting, a's waiter then takes
+// over the answer.
+func (r *Replica[W]) restaged(a Append[W]) bool {
 	if r.stagedAt == nil {
 		r.stagedAt = map[clientSeq]int{}
 	}

@@ -198,6 +198,33 @@ func TestReplicaRetryInSameBatchStoredOnce(t *testing.T) {
 	}
 }
 
+// TestReplicaMayRepeat: only a batch in which some client's sequence
+// numbers do not increase is searched for copies.
+func TestReplicaMayRepeat(t *testing.T) {
+	r := NewReplica[string](Config{ID: 1, Role: RolePrimary}, NewMemLog())
+	batch := func(cs ...[2]uint64) []Append[string] {
+		var b []Append[string]
+		for _, c := range cs {
+			b = append(b, Append[string]{Entry: rec(c[0], c[1])})
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name  string
+		batch []Append[string]
+		want  bool
+	}{
+		{"one append", batch([2]uint64{7, 1}), false},
+		{"clients interleaved, each in order", batch([2]uint64{7, 1}, [2]uint64{7, 2}, [2]uint64{8, 1}, [2]uint64{7, 3}, [2]uint64{8, 5}), false},
+		{"a copy after another client", batch([2]uint64{7, 1}, [2]uint64{7, 2}, [2]uint64{8, 1}, [2]uint64{7, 2}), true},
+		{"an older append re-sent after newer ones", batch([2]uint64{7, 5}, [2]uint64{7, 3}), true},
+	} {
+		if got := r.mayRepeat(tc.batch); got != tc.want {
+			t.Errorf("%s: mayRepeat %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestReplicaFinalizeAnswersWaitingAppends(t *testing.T) {
 	pr := newPair(t, 0, nil)
 	pr.append("s", 7, 1, 2, 3)
