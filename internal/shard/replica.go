@@ -125,13 +125,18 @@ type Output[W comparable] struct {
 // uses, so that one huge batch does not pin its memory for good.
 const BufferRetainMax = 4096
 
-// Reset empties o, keeping its slices' capacity up to BufferRetainMax.
+// Reset empties o, keeping its slices' capacity up to BufferRetainMax. It
+// drops what every old element points to, up to the capacity (an owner may
+// have shortened a slice it carried out): a batch's entries, once staged
+// for a huge batch, would otherwise stay pinned after the Replica let go.
 func (o *Output[W]) Reset() {
 	answers := o.Answers
 	if cap(answers) > BufferRetainMax {
 		answers = nil
 	}
-	clear(answers)
+	clear(answers[:cap(answers)])
+	clear(o.Replicate[:cap(o.Replicate)])
+	clear(o.Problems[:cap(o.Problems)])
 	*o = Output[W]{Replicate: o.Replicate[:0], Answers: answers[:0], Problems: o.Problems[:0]}
 }
 

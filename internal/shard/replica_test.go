@@ -460,3 +460,24 @@ func TestReplicaIngestAndFillWithoutBackups(t *testing.T) {
 		t.Fatalf("cut over ingested records: %+v, want no answers", out)
 	}
 }
+
+// TestOutputResetDropsOldElements: Reset keeps the slices' memory but not
+// what their old elements point to, even past a length the owner cut
+// short after carrying a slice out.
+func TestOutputResetDropsOldElements(t *testing.T) {
+	out := &Output[string]{}
+	out.Replicate = append(out.Replicate, Batch{First: 1, Entries: []segment.Entry{rec(7, 1)}})
+	out.Answers = append(out.Answers, Answer[string]{Waiter: "s", Seq: 1})
+	out.Problems = append(out.Problems, errors.New("old"))
+	out.Replicate, out.Answers = out.Replicate[:0], out.Answers[:0] // as the storage loop does
+	out.Reset()
+	if b := out.Replicate[:1][0]; b.Entries != nil {
+		t.Errorf("a reset output still points to a replicated batch's entries")
+	}
+	if a := out.Answers[:1][0]; a.Waiter != "" {
+		t.Errorf("a reset output still points to an answer's waiter")
+	}
+	if p := out.Problems[:1][0]; p != nil {
+		t.Errorf("a reset output still points to a problem")
+	}
+}
