@@ -193,10 +193,10 @@ func (p *Primary[W]) evictClient() {
 	}
 }
 
-// Order applies a committed cut's slice for this shard and returns the
-// answers for the records it orders.
-func (p *Primary[W]) Order(sl cut.Slice) []Answer[W] {
-	var out []Answer[W]
+// Order applies a committed cut's slice for this shard and appends the
+// answers for the records it orders to out (the caller's reused buffer:
+// every cut answers, so a slice per cut would be garbage per cut).
+func (p *Primary[W]) Order(sl cut.Slice, out []Answer[W]) []Answer[W] {
 	end := sl.LocalStart + sl.Count
 	if end > p.Next() {
 		panic(fmt.Sprintf("shard: cut orders up to %d, only %d stored", end, p.Next()))

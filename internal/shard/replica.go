@@ -562,7 +562,7 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 			out.Unsynced = true
 			out.Ordered += sl.Count
 			if r.primary != nil {
-				out.Answers = append(out.Answers, r.primary.Order(sl)...)
+				out.Answers = r.primary.Order(sl, out.Answers)
 			}
 		}
 	}
