@@ -7,9 +7,11 @@ import "github.com/augur-log/augur/internal/segment"
 // 0, and the runs of global positions committed cuts gave them.
 // segment.Store implements it on disk, MemLog in memory.
 //
-// Writers (Append, Assign, Trim, Sync) come from one goroutine at a time;
-// the readers (Len, Ordered, GlobalOf, SyncedLen) may run concurrently with
-// them.
+// Writers (Append, Assign, Trim, Sync) may come from several goroutines
+// and the log serializes them: on a backup the replication stream appends
+// while the owner assigns and trims, and a server's sync loop syncs beside
+// both. The readers (Len, Ordered, GlobalOf, SyncedLen) may run
+// concurrently with the writers.
 type Log interface {
 	// Append stores entries at local indexes Len() onward, in order and
 	// as one write, and returns the index of entries[0]. A record takes

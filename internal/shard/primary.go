@@ -13,6 +13,7 @@ package shard
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/augur-log/augur/internal/cut"
 )
@@ -141,9 +142,10 @@ func (p *Primary[W]) Next() uint64 { return p.base + uint64(len(p.pending)) }
 // Noops records that n no-op entries were stored next: they take local
 // indexes but answer no append.
 func (p *Primary[W]) Noops(n uint64) {
-	for range n {
-		p.pending = append(p.pending, slot[W]{})
-	}
+	// One growth for the whole run: fills and lag-fixes add thousands.
+	l := len(p.pending)
+	p.pending = slices.Grow(p.pending, int(n))[:l+int(n)]
+	clear(p.pending[l:])
 }
 
 // Stored records that append (client, seq) was written at local.
@@ -193,10 +195,10 @@ func (p *Primary[W]) evictClient() {
 	}
 }
 
-// Order applies a committed cut's slice for this shard and returns the
-// answers for the records it orders.
-func (p *Primary[W]) Order(sl cut.Slice) []Answer[W] {
-	var out []Answer[W]
+// Order applies a committed cut's slice for this shard and appends the
+// answers for the records it orders to out (the caller's reused buffer:
+// every cut answers, so a slice per cut would be garbage per cut).
+func (p *Primary[W]) Order(sl cut.Slice, out []Answer[W]) []Answer[W] {
 	end := sl.LocalStart + sl.Count
 	if end > p.Next() {
 		panic(fmt.Sprintf("shard: cut orders up to %d, only %d stored", end, p.Next()))

@@ -21,7 +21,7 @@ func order(p *Primary[string], pos fakePositions, sl cut.Slice) []Answer[string]
 	for i := uint64(0); i < sl.Count; i++ {
 		pos[sl.LocalStart+i] = sl.GlobalStart + i
 	}
-	return p.Order(sl)
+	return p.Order(sl, nil)
 }
 
 func TestRetryIsStoredOnce(t *testing.T) {

@@ -139,13 +139,18 @@ type Output[W comparable] struct {
 // uses, so that one huge batch does not pin its memory for good.
 const BufferRetainMax = 4096
 
-// Reset empties o, keeping its slices' capacity up to BufferRetainMax.
+// Reset empties o, keeping its slices' capacity up to BufferRetainMax. It
+// drops what every old element points to, up to the capacity (an owner may
+// have shortened a slice it carried out): a batch's entries, once staged
+// for a huge batch, would otherwise stay pinned after the Replica let go.
 func (o *Output[W]) Reset() {
 	answers := o.Answers
 	if cap(answers) > BufferRetainMax {
 		answers = nil
 	}
-	clear(answers)
+	clear(answers[:cap(answers)])
+	clear(o.Replicate[:cap(o.Replicate)])
+	clear(o.Problems[:cap(o.Problems)])
 	*o = Output[W]{Replicate: o.Replicate[:0], Answers: answers[:0], Problems: o.Problems[:0]}
 }
 
@@ -198,7 +203,16 @@ type Replica[W comparable] struct {
 	// are its appends' waiters. Both are reused from batch to batch.
 	staged        []segment.Entry
 	stagedWaiters []W
+	// stagedAt finds a staged append by client and sequence number, so a
+	// retry staged with its original is not stored twice (see restaged).
+	stagedAt map[clientSeq]int
+	// lastSeqs is mayRepeat's scratch space: each client's latest sequence
+	// number in the batch.
+	lastSeqs []clientSeq
 }
+
+// clientSeq names one client append: what a retry repeats.
+type clientSeq struct{ client, seq uint64 }
 
 // NewReplica returns the copy cfg describes over log, which may hold
 // entries already.
@@ -277,8 +291,12 @@ func (r *Replica[W]) Propose(batch []Append[W], out *Output[W]) {
 		out.StoreErr = fmt.Errorf("shard %d: this copy is a %v, not the primary", r.id, r.role)
 		return
 	}
+	repeats := r.mayRepeat(batch)
 	for _, a := range batch {
 		verdict, pos := r.primary.Admit(a.Entry.ClientID, a.Entry.Seq, a.Waiter)
+		if verdict == Store && repeats && r.restaged(a) {
+			verdict = Waiting
+		}
 		if verdict != Store {
 			out.Answers = append(out.Answers, Answer[W]{Waiter: a.Waiter, Seq: a.Entry.Seq, Verdict: verdict, Position: pos})
 			continue
@@ -293,6 +311,64 @@ func (r *Replica[W]) Propose(batch []Append[W], out *Output[W]) {
 	}
 }
 
+// mayRepeat says whether batch may hold two copies of one append: Admit
+// knows only what Store wrote, and a client that re-sent an append on a new
+// stream can have both copies queued for one batch. A copy repeats its
+// client's sequence number, so a batch in which every client's sequence
+// numbers increase holds none; and they usually do increase, as a client
+// numbers its appends as it takes them and its stream sends them in about
+// that order. Checking costs a comparison or two per append, where
+// restaged costs a map lookup; a false alarm only costs the lookups.
+func (r *Replica[W]) mayRepeat(batch []Append[W]) bool {
+	last := r.lastSeqs[:0]
+	defer func() {
+		clear(last)
+		r.lastSeqs = last[:0]
+		if cap(last) > BufferRetainMax {
+			r.lastSeqs = nil
+		}
+	}()
+	cur := -1 // last[cur] is the client of the previous append
+	for _, a := range batch {
+		client, seq := a.Entry.ClientID, a.Entry.Seq
+		if cur < 0 || last[cur].client != client {
+			cur = -1
+			for i := range last {
+				if last[i].client == client {
+					cur = i
+					break
+				}
+			}
+			if cur < 0 {
+				last = append(last, clientSeq{client, seq})
+				cur = len(last) - 1
+				continue
+			}
+		}
+		if seq <= last[cur].seq {
+			return true
+		}
+		last[cur].seq = seq
+	}
+	return false
+}
+
+// restaged says whether a repeats an append staged earlier in this batch
+// (see mayRepeat). Like a retry Admit finds waiting, a's waiter then takes
+// over the answer.
+func (r *Replica[W]) restaged(a Append[W]) bool {
+	if r.stagedAt == nil {
+		r.stagedAt = map[clientSeq]int{}
+	}
+	k := clientSeq{a.Entry.ClientID, a.Entry.Seq}
+	if i, ok := r.stagedAt[k]; ok {
+		r.stagedWaiters[i] = a.Waiter
+		return true
+	}
+	r.stagedAt[k] = len(r.staged)
+	return false
+}
+
 // Store writes the batch Propose staged, after the owner sent it to the
 // backups. If the log fails, the staged appends are answered Unavailable
 // (nothing acknowledged is lost) and out.Failed is set.
@@ -301,6 +377,10 @@ func (r *Replica[W]) Store(out *Output[W]) {
 		return
 	}
 	defer func() {
+		if len(r.stagedAt) > BufferRetainMax {
+			r.stagedAt = nil
+		}
+		clear(r.stagedAt)
 		if cap(r.staged) > BufferRetainMax {
 			r.staged, r.stagedWaiters = nil, nil
 			return
@@ -525,7 +605,7 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 			out.UnsyncedRuns = true
 			out.Ordered += sl.Count
 			if r.primary != nil {
-				out.Answers = append(out.Answers, r.primary.Order(sl)...)
+				out.Answers = r.primary.Order(sl, out.Answers)
 			}
 		}
 	}

@@ -247,6 +247,62 @@ func TestReplicaRetryStoredOnce(t *testing.T) {
 	}
 }
 
+// TestReplicaRetryInSameBatchStoredOnce: a retry that reaches the primary
+// in the same batch as its original (the client re-sent it on a new stream
+// while the old stream's request still sat in the shard's queue) is stored
+// once; the retry's waiter is answered when the record is ordered.
+func TestReplicaRetryInSameBatchStoredOnce(t *testing.T) {
+	pr := newPair(t, 0, nil)
+	out := &Output[string]{}
+	pr.p.Propose([]Append[string]{
+		{Waiter: "old", Entry: rec(7, 1)},
+		{Waiter: "old", Entry: rec(7, 2)},
+		{Waiter: "new", Entry: rec(7, 1)},
+		{Waiter: "new", Entry: rec(7, 2)},
+	}, out)
+	pr.p.Store(out)
+	if pr.plog.Len() != 2 || out.Stored != 2 {
+		t.Fatalf("log holds %d entries (%d stored) after a batch with its own retries, want 2", pr.plog.Len(), out.Stored)
+	}
+	for _, a := range out.Answers {
+		if a.Waiter != "new" || a.Verdict != Waiting {
+			t.Fatalf("answer %+v before the cut, want only the retries told to wait", a)
+		}
+	}
+	out = pr.cutAt(1, 0, 2, 5)
+	want := []Answer[string]{{Waiter: "new", Seq: 1, Verdict: Ordered, Position: 5}, {Waiter: "new", Seq: 2, Verdict: Ordered, Position: 6}}
+	if len(out.Answers) != 2 || out.Answers[0] != want[0] || out.Answers[1] != want[1] {
+		t.Fatalf("cut answers %+v, want %+v", out.Answers, want)
+	}
+}
+
+// TestReplicaMayRepeat: only a batch in which some client's sequence
+// numbers do not increase is searched for copies.
+func TestReplicaMayRepeat(t *testing.T) {
+	r := NewReplica[string](Config{ID: 1, Role: RolePrimary}, NewMemLog())
+	batch := func(cs ...[2]uint64) []Append[string] {
+		var b []Append[string]
+		for _, c := range cs {
+			b = append(b, Append[string]{Entry: rec(c[0], c[1])})
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name  string
+		batch []Append[string]
+		want  bool
+	}{
+		{"one append", batch([2]uint64{7, 1}), false},
+		{"clients interleaved, each in order", batch([2]uint64{7, 1}, [2]uint64{7, 2}, [2]uint64{8, 1}, [2]uint64{7, 3}, [2]uint64{8, 5}), false},
+		{"a copy after another client", batch([2]uint64{7, 1}, [2]uint64{7, 2}, [2]uint64{8, 1}, [2]uint64{7, 2}), true},
+		{"an older append re-sent after newer ones", batch([2]uint64{7, 5}, [2]uint64{7, 3}), true},
+	} {
+		if got := r.mayRepeat(tc.batch); got != tc.want {
+			t.Errorf("%s: mayRepeat %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestReplicaFinalizeAnswersWaitingAppends(t *testing.T) {
 	pr := newPair(t, 0, nil)
 	pr.append("s", 7, 1, 2, 3)
@@ -480,5 +536,26 @@ func TestReplicaIngestAndFillWithoutBackups(t *testing.T) {
 	p.ApplyCut(Cut{Index: 1, End: 3, Slice: cut.Slice{Shard: 1, Count: 3}}, out)
 	if len(out.Answers) != 0 || out.Ordered != 3 {
 		t.Fatalf("cut over ingested records: %+v, want no answers", out)
+	}
+}
+
+// TestOutputResetDropsOldElements: Reset keeps the slices' memory but not
+// what their old elements point to, even past a length the owner cut
+// short after carrying a slice out.
+func TestOutputResetDropsOldElements(t *testing.T) {
+	out := &Output[string]{}
+	out.Replicate = append(out.Replicate, Batch{First: 1, Entries: []segment.Entry{rec(7, 1)}})
+	out.Answers = append(out.Answers, Answer[string]{Waiter: "s", Seq: 1})
+	out.Problems = append(out.Problems, errors.New("old"))
+	out.Replicate, out.Answers = out.Replicate[:0], out.Answers[:0] // as the storage loop does
+	out.Reset()
+	if b := out.Replicate[:1][0]; b.Entries != nil {
+		t.Errorf("a reset output still points to a replicated batch's entries")
+	}
+	if a := out.Answers[:1][0]; a.Waiter != "" {
+		t.Errorf("a reset output still points to an answer's waiter")
+	}
+	if p := out.Problems[:1][0]; p != nil {
+		t.Errorf("a reset output still points to a problem")
 	}
 }

@@ -210,3 +210,37 @@ func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
 		t.Fatalf("stream sent view changes %v and ended (done %v); want views 1 and 2 before the end", views, last.Done)
 	}
 }
+
+// TestRetryQueuedWithItsOriginalIsStoredOnce: a client whose append stream
+// broke re-sends its appends on a new stream; the old stream's request may
+// still sit in the shard's queue, and the loop then drains both into one
+// batch. The record must be stored once, and the new stream answered.
+func TestRetryQueuedWithItsOriginalIsStoredOnce(t *testing.T) {
+	s, err := New(Config{
+		ClusterID: "c", ID: "s1", Group: []Peer{{ID: "s1", Addr: "127.0.0.1:1"}}, GroupName: "g",
+		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
+		HeartbeatInterval: time.Second, Mode: testMode(t, mode.EagerName),
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.openStore(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r := newReplica(s, 0, rolePrimary, st, nil)
+	entry := func() []*pb.AppendEntry {
+		return []*pb.AppendEntry{{Seq: 1, Record: &pb.Record{Payload: []byte("once")}}}
+	}
+	broken := &appendStream{wake: make(chan struct{}, 1)}
+	fresh := &appendStream{wake: make(chan struct{}, 1)}
+	r.appendLoop([]appendReq{{stream: broken, clientID: 7, entries: entry()}, {stream: fresh, clientID: 7, entries: entry()}})
+	if n := st.Len(); n != 1 {
+		t.Fatalf("the store holds %d entries after an append and its retry, want 1", n)
+	}
+	if acks := fresh.take(); len(acks) != 1 || acks[0].Code != pb.Code_PENDING {
+		t.Fatalf("the retry's stream got %v before the cut, want one PENDING", acks)
+	}
+}
