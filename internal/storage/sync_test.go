@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
 )
@@ -22,6 +23,7 @@ func groupSyncReplica(t *testing.T, role shard.Role) (*Server, *replica) {
 		ClusterID: "c", ID: "s1", Group: []Peer{{ID: "s1", Addr: "127.0.0.1:1"}}, GroupName: "g",
 		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024,
 		HeartbeatInterval: time.Second, Sync: segment.SyncGroup, SyncInterval: time.Millisecond,
+		Mode:   testMode(t, mode.EagerName),
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
