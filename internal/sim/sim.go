@@ -158,11 +158,6 @@ type Result struct {
 	ShardFailed, SoleHolder bool
 	Fails                   uint64
 	Steps                   uint64
-	// Orphaned says a whole-shard failure found no live shard to fill
-	// its slots (every other shard was gone, leaving or failed): a known
-	// gap of the protocol (control.fillerFor), in which subscribers stall.
-	// Such a run is checked for safety only, not for convergence.
-	Orphaned bool
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -188,7 +183,7 @@ func Run(seed uint64, o Options) Result {
 		Seed: seed, Mode: o.Mode, Faults: o.Faults,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
-		Orphaned: s.orphaned, planted: s.planted,
+		planted: s.planted,
 	}
 }
 
@@ -220,9 +215,7 @@ func RunSeeds(o Options, first uint64, n int) []Result {
 type Tally struct {
 	Seeds, Failing          int
 	ShardFailed, SoleHolder int
-	// Orphaned counts the runs checked for safety only (Result.Orphaned).
-	Orphaned     int
-	Fails, Steps uint64
+	Fails, Steps            uint64
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -240,9 +233,6 @@ func Count(rs []Result) Tally {
 		if r.SoleHolder {
 			t.SoleHolder++
 		}
-		if r.Orphaned {
-			t.Orphaned++
-		}
 		if r.Failed() {
 			t.Failing++
 			t.FailingSeeds = append(t.FailingSeeds, r.Seed)
@@ -253,8 +243,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d Fail events, %d steps; %d with orphaned void slots (safety checked only)",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Fails, t.Steps, t.Orphaned)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d Fail events, %d steps",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Fails, t.Steps)
 }
 
 func (s *cluster) summary() string {
