@@ -70,6 +70,9 @@ type cluster struct {
 	// rescuing says one is being registered.
 	rescues  int
 	rescuing bool
+	// adopted says a shard that registered took over the slots of a
+	// failed shard that no live shard filled.
+	adopted bool
 
 	stats stats
 	// plant is the bug a test planted (noBug: none); planted says it
@@ -358,6 +361,14 @@ func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State
 		s.addShard(ev.Registered, c.Register.Group, c.Register.Quota, snap)
 		if rate, ok := s.joinRates[c.Register.Group]; ok {
 			s.startClient(ev.Registered, rate)
+		}
+		if snap.Spec != nil {
+			for _, vd := range snap.Spec.Void {
+				if vd.Filler == ev.Registered {
+					s.adopted = true
+					s.tracef("leader: shard %d adopts the slots of shard %d (view %d)", vd.Filler, vd.Shard, vd.View)
+				}
+			}
 		}
 	}
 	if v := ev.View; v != nil {

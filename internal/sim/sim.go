@@ -158,6 +158,10 @@ type Result struct {
 	ShardFailed, SoleHolder bool
 	Fails                   uint64
 	Steps                   uint64
+	// Adopted says a shard that registered took over a failed shard's
+	// slots that no live shard filled (every other shard was leaving or
+	// failed).
+	Adopted bool
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -183,7 +187,7 @@ func Run(seed uint64, o Options) Result {
 		Seed: seed, Mode: o.Mode, Faults: o.Faults,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
-		planted: s.planted,
+		Adopted: s.adopted, planted: s.planted,
 	}
 }
 
@@ -215,7 +219,9 @@ func RunSeeds(o Options, first uint64, n int) []Result {
 type Tally struct {
 	Seeds, Failing          int
 	ShardFailed, SoleHolder int
-	Fails, Steps            uint64
+	// Adopted counts the runs of Result.Adopted.
+	Adopted      int
+	Fails, Steps uint64
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -233,6 +239,9 @@ func Count(rs []Result) Tally {
 		if r.SoleHolder {
 			t.SoleHolder++
 		}
+		if r.Adopted {
+			t.Adopted++
+		}
 		if r.Failed() {
 			t.Failing++
 			t.FailingSeeds = append(t.FailingSeeds, r.Seed)
@@ -243,8 +252,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d Fail events, %d steps",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Fails, t.Steps)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps)
 }
 
 func (s *cluster) summary() string {
