@@ -224,8 +224,9 @@ func (s *State) finalizeSpec(sh *Shard, failed bool) (*ViewChange, bool) {
 	return &ViewChange{View: sp.View, ConfirmedGP: sp.ConfirmedGP, Void: v}, true
 }
 
-// Orphaned reports whether no live shard fills v's slots: every shard
-// was leaving or failed when v's filler was chosen.
+// Orphaned reports whether no live shard fills v's slots: every other
+// shard was leaving, gone or failed when v's filler was chosen, and none
+// has registered since.
 func (v Void) Orphaned() bool { return v.Filler == v.Shard }
 
 // adoptOrphans hands every orphaned void to shard id, which just joined
