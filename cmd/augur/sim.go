@@ -70,9 +70,6 @@ violation.`,
 					}
 					r := sim.Run(uint64(seed), o)
 					fmt.Fprintf(out, "%s seed %d (faults %s): %s\n%s\n", m, r.Seed, f, r.Scenario, r.Summary)
-					if r.Orphaned {
-						fmt.Fprintln(out, "note: a failed shard's slots found no live filler; this run was checked for safety only")
-					}
 					if r.Failed() {
 						bad++
 						fmt.Fprintf(out, "FAIL:\n  %s\n", strings.Join(r.Errs, "\n  "))

@@ -31,7 +31,10 @@ type Spec struct {
 }
 
 // Void says that a failed shard's entries from local index From on are
-// no-ops, delivered to subscribers by the live shard Filler.
+// no-ops, delivered to subscribers by the live shard Filler. When no live
+// shard is left, Filler is Shard itself (an orphaned void) until a shard
+// registers and takes the slots over (adoptOrphans): only then can
+// subscribers pass them.
 type Void struct {
 	Shard  cut.ShardID `json:"shard"`
 	From   uint64      `json:"from"`
@@ -221,11 +224,30 @@ func (s *State) finalizeSpec(sh *Shard, failed bool) (*ViewChange, bool) {
 	return &ViewChange{View: sp.View, ConfirmedGP: sp.ConfirmedGP, Void: v}, true
 }
 
+// Orphaned reports whether no live shard fills v's slots: every other
+// shard was leaving, gone or failed when v's filler was chosen, and none
+// has registered since.
+func (v Void) Orphaned() bool { return v.Filler == v.Shard }
+
+// adoptOrphans hands every orphaned void to shard id, which just joined
+// and so is live: its servers stream the slots as skips from then on, as
+// a filler chosen at the failure would have. The slots themselves do not
+// change, so no position does. The register event ships the new state
+// to every server and, through the status, to subscribers.
+func (s *State) adoptOrphans(id cut.ShardID) {
+	for i := range s.Spec.Void {
+		if v := &s.Spec.Void[i]; v.Orphaned() {
+			v.Filler = id
+		}
+	}
+}
+
 // fillerFor picks the live shard that delivers failed's no-op slots: the
 // lowest-id live shard other than failed and gone. It need not hold a quota:
 // it only streams the slots as skips, and when the failed shard was the
 // only one the windows give a quota (the others excluded as stragglers),
-// nobody else would. It returns failed when there is none.
+// nobody else would. It returns failed when there is none (an orphaned
+// void, which the next shard to register adopts).
 func (s *State) fillerFor(failed, gone cut.ShardID) cut.ShardID {
 	best := failed
 	for _, sh := range s.Shards {

@@ -158,3 +158,72 @@ func TestSpecFillerNeedNotHoldAQuota(t *testing.T) {
 		t.Fatalf("view change %+v: want shard 1 to fill", ev.View)
 	}
 }
+
+// TestSpecOrphanedVoidAdopted fails the last live shards while the only
+// other one is leaving: nobody is left to fill their slots, so the voids
+// are orphaned. The next shard to register takes every orphaned void over,
+// slots unchanged and no new view, and a later one takes nothing.
+func TestSpecOrphanedVoidAdopted(t *testing.T) {
+	s := NewSpec("test", 2)
+	for _, id := range []string{"a", "b", "c"} {
+		mustApply(t, s, reg(id, Replica{ID: id + "1", Incarnation: 1}))
+	}
+	q := []fixante.Quota{{Shard: 0, PerCut: 1}, {Shard: 1, PerCut: 1}, {Shard: 2, PerCut: 1}}
+	mustApply(t, s, window(q...))
+	mustApply(t, s, release(s, 1))
+	mustApply(t, s, window(q...))
+	mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 2}})
+	ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 1, Failed: true}})
+	if ev.View.Void.Filler != 0 {
+		t.Fatalf("void of shard 1 filled by %d, want 0", ev.View.Void.Filler)
+	}
+	// Shard 0, the filler, fails too; shard 2 is leaving, so neither void
+	// has a live filler.
+	ev = mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}})
+	if ev.View == nil || ev.View.View != 2 {
+		t.Fatalf("second failure: %+v", ev)
+	}
+	before := slices.Clone(s.Spec.Void)
+	for _, v := range before {
+		if !v.Orphaned() {
+			t.Fatalf("void %+v has a filler, but no shard is live", v)
+		}
+	}
+	ev = mustApply(t, s, reg("d", Replica{ID: "d1", Incarnation: 1}))
+	if ev.Registered != 3 || ev.View != nil || s.Spec.View != 2 || !ev.MembershipChanged {
+		t.Fatalf("register: %+v, view %d", ev, s.Spec.View)
+	}
+	for i, v := range s.Spec.Void {
+		want := before[i]
+		want.Filler = 3
+		if v.Orphaned() || v.Filler != 3 || v.Shard != want.Shard || v.From != want.From || v.View != want.View ||
+			v.ConfirmedGP != want.ConfirmedGP || !slices.Equal(v.Slots, want.Slots) {
+			t.Fatalf("void %d after the register: %+v, want %+v", i, v, want)
+		}
+	}
+	// Adopted voids keep their filler: a later shard takes nothing over.
+	mustApply(t, s, reg("e", Replica{ID: "e1", Incarnation: 1}))
+	for _, v := range s.Spec.Void {
+		if v.Filler != 3 {
+			t.Fatalf("void of shard %d moved to %d", v.Shard, v.Filler)
+		}
+	}
+}
+
+// TestSpecRestartedSoleShardFillsItsOwnSlots restarts the server of the
+// only shard: the register that finalizes the old shard as failed finds no
+// live filler for its slots, and the shard it creates takes them over in
+// the same command.
+func TestSpecRestartedSoleShardFillsItsOwnSlots(t *testing.T) {
+	s := NewSpec("test", 2)
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}))
+	mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 2}))
+	ev := mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 2}))
+	if ev.View == nil || ev.Registered != 1 {
+		t.Fatalf("restart: %+v", ev)
+	}
+	v, ok := s.Spec.VoidOf(0)
+	if !ok || v.Filler != 1 || len(v.Slots) == 0 {
+		t.Fatalf("void of the restarted shard %+v (found %v), want filled by the new shard 1", v, ok)
+	}
+}

@@ -110,6 +110,8 @@ type CutCommand struct {
 // RegisterCommand adds a shard served by Replicas (the first is primary).
 // Every live shard that names one of the replicas with another incarnation
 // is finalized first as failed: that server restarted and lost its state.
+// In speculative mode the new shard fills the slots of every failed shard
+// that no live shard fills (Void.Orphaned).
 type RegisterCommand struct {
 	Group    string    `json:"group"`
 	Replicas []Replica `json:"replicas"`
@@ -268,6 +270,9 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 		AddedCut: s.LastCut.Index + 1,
 		Quota:    r.Quota,
 	})
+	if s.Spec != nil {
+		s.adoptOrphans(id)
+	}
 	ev.Registered = id
 	return ev
 }

@@ -70,10 +70,9 @@ type cluster struct {
 	// rescuing says one is being registered.
 	rescues  int
 	rescuing bool
-	// orphaned says a failed shard's void slots got no live filler (every
-	// other shard was gone or leaving): a known gap of the protocol, in
-	// which subscribers cannot pass the first slot.
-	orphaned bool
+	// adopted says a shard that registered took over the slots of a
+	// failed shard that no live shard filled.
+	adopted bool
 
 	stats stats
 	// plant is the bug a test planted (noBug: none); planted says it
@@ -363,6 +362,14 @@ func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State
 		if rate, ok := s.joinRates[c.Register.Group]; ok {
 			s.startClient(ev.Registered, rate)
 		}
+		if snap.Spec != nil {
+			for _, vd := range snap.Spec.Void {
+				if vd.Filler == ev.Registered {
+					s.adopted = true
+					s.tracef("leader: shard %d adopts the slots of shard %d (view %d)", vd.Filler, vd.Shard, vd.View)
+				}
+			}
+		}
 	}
 	if v := ev.View; v != nil {
 		s.tracef("leader: view %d, confirmed-gp %d, void %+v", v.View, v.ConfirmedGP, v.Void)
@@ -373,14 +380,13 @@ func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State
 		s.voidFrom[v.Void.Shard] = v.Void.From
 		s.checkSlots(v.Void, snap)
 		for _, vd := range snap.Spec.Void {
-			if vd.Filler == vd.Shard && !s.orphaned {
-				// control.fillerFor found no live shard to stream the
-				// failed shard's slots, and no later shard takes them
-				// over: subscribers stall at the first slot.
-				s.orphaned = true
-				s.tracef("leader: no live shard fills the slots of shard %d (view %d)", vd.Shard, vd.View)
+			if vd.Orphaned() {
+				s.tracef("leader: no live shard fills the slots of shard %d (view %d) until one registers", vd.Shard, vd.View)
 			}
 		}
+	}
+	if snap.Spec != nil {
+		s.checkFillers(snap)
 	}
 	cuts := ev.Cuts
 	if len(cuts) == 0 && ev.Cut != nil {
@@ -416,6 +422,21 @@ func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State
 			if id := sh.log[i]; id != noop {
 				s.reroute(id)
 			}
+		}
+	}
+}
+
+// checkFillers checks that a live shard fills every void once one exists:
+// subscribers cannot pass a void slot no live shard streams. With none
+// live, a void waits for the next shard to register.
+func (s *cluster) checkFillers(snap *control.State) {
+	i := slices.IndexFunc(snap.Shards, func(row control.Shard) bool { return row.State == control.Live })
+	if i < 0 {
+		return
+	}
+	for _, v := range snap.Spec.Void {
+		if v.Orphaned() {
+			s.errorf("shard %d is live, but no live shard fills the slots of shard %d (view %d)", snap.Shards[i].ID, v.Shard, v.View)
 		}
 	}
 }

@@ -81,6 +81,15 @@ func (x *specShard) onState(ev control.Event, snap *control.State) {
 	sh, s := x.sh, x.sh.s
 	x.adh.SetWindows(snap.Spec.Windows)
 	for _, v := range snap.Spec.Void {
+		if v.View > sh.view {
+			// A stream carries every view change before the slots it
+			// voids, as a storage server's does: a shard that
+			// registered after failures, and adopted their slots,
+			// announces them first.
+			sh.view = v.View
+			vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Shard}
+			sh.broadcast(func(m *subMsg) { m.views = append(m.views, vc) })
+		}
 		if v.Filler != sh.id || x.filled[v.View] {
 			continue
 		}

@@ -158,11 +158,10 @@ type Result struct {
 	ShardFailed, SoleHolder bool
 	Fails                   uint64
 	Steps                   uint64
-	// Orphaned says a whole-shard failure found no live shard to fill
-	// its slots (every other shard was gone, leaving or failed): a known
-	// gap of the protocol (control.fillerFor), in which subscribers stall.
-	// Such a run is checked for safety only, not for convergence.
-	Orphaned bool
+	// Adopted says a shard that registered took over a failed shard's
+	// slots that no live shard filled (every other shard was leaving or
+	// failed).
+	Adopted bool
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -188,7 +187,7 @@ func Run(seed uint64, o Options) Result {
 		Seed: seed, Mode: o.Mode, Faults: o.Faults,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
-		Orphaned: s.orphaned, planted: s.planted,
+		Adopted: s.adopted, planted: s.planted,
 	}
 }
 
@@ -220,8 +219,8 @@ func RunSeeds(o Options, first uint64, n int) []Result {
 type Tally struct {
 	Seeds, Failing          int
 	ShardFailed, SoleHolder int
-	// Orphaned counts the runs checked for safety only (Result.Orphaned).
-	Orphaned     int
+	// Adopted counts the runs of Result.Adopted.
+	Adopted      int
 	Fails, Steps uint64
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
@@ -240,8 +239,8 @@ func Count(rs []Result) Tally {
 		if r.SoleHolder {
 			t.SoleHolder++
 		}
-		if r.Orphaned {
-			t.Orphaned++
+		if r.Adopted {
+			t.Adopted++
 		}
 		if r.Failed() {
 			t.Failing++
@@ -253,8 +252,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d Fail events, %d steps; %d with orphaned void slots (safety checked only)",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Fails, t.Steps, t.Orphaned)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps)
 }
 
 func (s *cluster) summary() string {

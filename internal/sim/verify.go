@@ -23,13 +23,7 @@ func (s *cluster) verify() {
 	appends, final := s.history()
 	logs := []check.Log{final}
 	for _, sb := range s.subs {
-		end := final.End
-		if s.orphaned {
-			// Subscribers stall at the first orphaned slot: hold them
-			// to what they confirmed.
-			end = min(end, sb.confirmedEnd())
-		}
-		logs = append(logs, sb.log(end))
+		logs = append(logs, sb.log(final.End))
 	}
 	report := func(err error) {
 		if vs, ok := err.(check.Violations); ok {
@@ -51,9 +45,7 @@ func (s *cluster) verify() {
 	for _, sb := range s.subs {
 		h := sb.history()
 		report(check.Speculation(h, final))
-		if !s.orphaned {
-			report(check.Converged(h, final))
-		}
+		report(check.Converged(h, final))
 	}
 	if len(s.errs) > 0 {
 		return

@@ -190,6 +190,30 @@ func TestMergerFillerFails(t *testing.T) {
 	expect(t, m, "c9")
 }
 
+// TestMergerAdoptedVoid fails both shards, the second before it filled the
+// first's slots: nobody fills them, and the merger must not pass them,
+// even once confirmed. A shard that registers later, named in no view
+// change, sends their no-ops, and the merger goes on.
+func TestMergerAdoptedVoid(t *testing.T) {
+	m := NewMerger[string](0, false)
+	// Two shards: 0, 1 take one slot each per cut.
+	m.Add(rec(0, 0, "a0"), rec(1, 1, "b0"))
+	m.Confirm(2)
+	expect(t, m, "d0~a0 d1~b0 c2")
+	m.ViewChange(1, 2, 1) // shard 1 fails after cut 1; shard 0 fills
+	m.Add(rec(2, 0, "a1"))
+	expect(t, m, "d2~a1")
+	m.ViewChange(2, 2, 0) // shard 0 fails too, before it filled
+	expect(t, m, "f2")
+	m.Confirm(6) // the window's cuts are released without them
+	expect(t, m, "")
+	m.Add(skip(2, 2, 4))
+	expect(t, m, "c6")
+	if m.Position() != 6 {
+		t.Fatalf("position %d after the adopted void, want 6", m.Position())
+	}
+}
+
 // TestMergerRandom feeds one log's items in random order with repeats,
 // confirmations and a view change, and checks the merged sequence against
 // the log after the rewind.

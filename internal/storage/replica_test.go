@@ -168,14 +168,63 @@ func (s *subscribeRecorder) Context() context.Context { return s.ctx }
 // that got predictions of the second view's positions would otherwise never
 // hear that they failed.
 func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
+	s, r, _ := fillerOfTwoVoids(t)
+	rec := subscribeAll(t, s, r)
+	var views []uint64
+	for _, m := range rec.sent {
+		if m.ViewChange != nil {
+			views = append(views, m.ViewChange.View)
+		}
+	}
+	if last := rec.sent[len(rec.sent)-1]; !last.Done || !slices.Equal(views, []uint64{1, 2}) {
+		t.Fatalf("stream sent view changes %v and ended (done %v); want views 1 and 2 before the end", views, last.Done)
+	}
+}
+
+// TestFillerSendsVoidSlotsAfterTheirViewChange follows, from position 0
+// on a new stream, a shard that fills the slots of two failed shards (as a
+// shard that registers after both failed does). A message carries one
+// view change, and a subscriber takes the slots of a void as no-ops only
+// in the view that voided them: every skip of a void must come in a
+// message of that void's view or later.
+func TestFillerSendsVoidSlotsAfterTheirViewChange(t *testing.T) {
+	s, r, cs := fillerOfTwoVoids(t)
+	rec := subscribeAll(t, s, r)
+	filled := map[uint64]bool{}
+	for i, m := range rec.sent {
+		for _, e := range m.Entries {
+			if e.Skip == 0 {
+				continue
+			}
+			for _, v := range cs.Spec.Void {
+				for _, rg := range v.Slots {
+					if e.Position < rg.Start+rg.Count && rg.Start < e.Position+e.Skip {
+						if m.View < v.View {
+							t.Errorf("message %d (view %d) skips [%d,%d), slots of view %d", i, m.View, e.Position, e.Position+e.Skip, v.View)
+						}
+						filled[v.View] = true
+					}
+				}
+			}
+		}
+	}
+	if !filled[1] || !filled[2] {
+		t.Fatalf("filled the voids of views %v, want 1 and 2", filled)
+	}
+}
+
+// fillerOfTwoVoids returns a speculative primary of shard 0 with two
+// appends, and the control state it learned: four shards with a quota of
+// one in a window of two cuts; shards 1 and 2 fail (views 1 and 2, shard 0
+// fills their slots), shard 0 leaves, and both cuts are released, which
+// makes shard 0 final at 2.
+func fillerOfTwoVoids(t *testing.T) (*Server, *replica, *control.State) {
+	t.Helper()
 	s, r := specPrimary(t, "s0", "g0")
 	as := &appendStream{wake: make(chan struct{}, 1)}
 	r.appendLoop([]appendReq{{stream: as, clientID: 7, entries: []*pb.AppendEntry{
 		{Seq: 1, Record: &pb.Record{Payload: []byte("a")}}, {Seq: 2, Record: &pb.Record{Payload: []byte("b")}}}}})
 
-	// Four shards, one window of two cuts with a quota of one each; shards
-	// 1 and 2 fail (views 1 and 2, shard 0 fills their slots), shard 0
-	// leaves, and both cuts are released: shard 0 is final at 2.
 	cs := control.NewSpec("c", 2)
 	var cmds []control.Command
 	for i := range 4 {
@@ -193,22 +242,20 @@ func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
 	if l, final := r.core.Final(); !final || l != 2 || len(cs.Spec.Void) != 2 {
 		t.Fatalf("replica finalized %v at %d with %d voids, want final at 2 after 2 failures", final, l, len(cs.Spec.Void))
 	}
+	return s, r, cs
+}
 
+// subscribeAll runs a speculative subscription to r's shard from position
+// 0 until the stream is done, and returns what it sent.
+func subscribeAll(t *testing.T, s *Server, r *replica) *subscribeRecorder {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rec := &subscribeRecorder{ctx: ctx}
 	if err := s.subscribeSpec(r, &pb.SubscribeRequest{ClusterId: "c", Shard: 0, Speculative: true}, rec); err != nil {
 		t.Fatalf("stream ended with %v", err)
 	}
-	var views []uint64
-	for _, m := range rec.sent {
-		if m.ViewChange != nil {
-			views = append(views, m.ViewChange.View)
-		}
-	}
-	if last := rec.sent[len(rec.sent)-1]; !last.Done || !slices.Equal(views, []uint64{1, 2}) {
-		t.Fatalf("stream sent view changes %v and ended (done %v); want views 1 and 2 before the end", views, last.Done)
-	}
+	return rec
 }
 
 // TestRetryQueuedWithItsOriginalIsStoredOnce: a client whose append stream

@@ -125,7 +125,14 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 	}
 	if sp != nil {
 		for _, v := range sp.Void {
-			if v.View > fd.sentView && resp.ViewChange == nil {
+			if v.View > fd.sentView {
+				// One view change goes per message, and a void's slots
+				// only after it: before it, the subscriber still takes
+				// them for the failed shard's. sp.Void is oldest first;
+				// the next message goes on from here.
+				if resp.ViewChange != nil {
+					break
+				}
 				resp.ViewChange = wire.VoidToProto(v)
 				fd.sentView = v.View
 			}
