@@ -164,8 +164,7 @@ func TestPlayerProcess(t *testing.T) {
 	}
 	waitAppends(playerFaultAcks, "before the faults")
 
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	for round := range playerFaultRounds {
 		// Every round hits a PostgreSQL target and a random other one.

@@ -490,8 +490,7 @@ func TestProcessFaults(t *testing.T) {
 		cl := pc.dial(ctx)
 		wg.Go(func() { appendPaced(opCtx, stop, cl, h, clk, i, procAppendPace) })
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testSeed(t)
 	readCl := pc.dial(ctx)
 	wg.Go(func() { readPaced(opCtx, stop, readCl, h, clk, procAppenders, seed) })
 
