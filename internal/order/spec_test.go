@@ -1,9 +1,11 @@
 package order
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/spec"
 )
 
@@ -148,5 +150,38 @@ func TestSpecNextWindowAfterCommit(t *testing.T) {
 	w.apply(control.Command{Cut: c[0]}, true)
 	if n := windows(w.l.Step(w.now).Propose); n != 1 {
 		t.Fatalf("%d windows proposed halfway through the first, want 1", n)
+	}
+}
+
+// finalizes returns the shards cmds finalize as failed.
+func finalizes(cmds []control.Command) []cut.ShardID {
+	var out []cut.ShardID
+	for _, c := range cmds {
+		if c.Finalize != nil && c.Finalize.Failed {
+			out = append(out, c.Finalize.Shard)
+		}
+	}
+	return out
+}
+
+// TestSpecLostSuspectFinalizeRetried checks that a suspect's finalize
+// that never commits is proposed again a failure timeout later, and not
+// before.
+func TestSpecLostSuspectFinalizeRetried(t *testing.T) {
+	w := newSpecWorld(t, 2, 100)
+	w.report(0, 3)
+	w.l.Step(w.now)
+	w.after(specConfig().SuspectAfter + 1)
+	if f := finalizes(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
+		t.Fatalf("finalized %v, want shard 1 suspected", f)
+	}
+	// The proposal is lost: it never commits.
+	w.after(timeout - 1)
+	if f := finalizes(w.l.Step(w.now).Propose); len(f) != 0 {
+		t.Fatalf("finalized %v again within the failure timeout", f)
+	}
+	w.after(1)
+	if f := finalizes(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
+		t.Fatalf("finalized %v a failure timeout after the lost proposal, want shard 1 again", f)
 	}
 }
