@@ -69,7 +69,7 @@ func TestSpecReleasesPipeline(t *testing.T) {
 	for i := range uint64(releasesInflightMax + 1) {
 		w.report(0, i+1)
 		w.report(1, i+1)
-		c := cuts(w.l.Step(w.now).Propose)
+		c := w.cuts(w.l.Step(w.now).Propose)
 		if i == releasesInflightMax {
 			if len(c) != 0 {
 				t.Fatalf("released %+v beyond %d in flight", c, releasesInflightMax)
@@ -80,17 +80,17 @@ func TestSpecReleasesPipeline(t *testing.T) {
 			t.Fatalf("step %d released %+v, want through %d", i, c, i+1)
 		}
 		sent = append(sent, c[0])
-		if c := cuts(w.l.Step(w.now).Propose); len(c) != 0 {
+		if c := w.cuts(w.l.Step(w.now).Propose); len(c) != 0 {
 			t.Fatalf("released %+v again while it is in flight", c)
 		}
 	}
 	if !w.apply(control.Command{Cut: sent[0]}, true) {
 		t.Fatal("the commit of an own release is not news")
 	}
-	if c := cuts(w.l.Step(w.now).Propose); len(c) != 1 || c[0].ReleaseThrough != releasesInflightMax+1 {
+	if c := w.cuts(w.l.Step(w.now).Propose); len(c) != 1 || c[0].ReleaseThrough != releasesInflightMax+1 {
 		t.Fatalf("released %+v after a commit, want through %d", c, releasesInflightMax+1)
 	}
-	if c := cuts(w.l.Step(w.now).Propose); len(c) != 0 {
+	if c := w.cuts(w.l.Step(w.now).Propose); len(c) != 0 {
 		t.Fatalf("released %+v again", c)
 	}
 }
@@ -143,7 +143,7 @@ func TestSpecNextWindowAfterCommit(t *testing.T) {
 	if n := windows(out.Propose); n != 0 {
 		t.Fatalf("%d windows proposed before halfway through the first", n)
 	}
-	c := cuts(out.Propose)
+	c := w.cuts(out.Propose)
 	if len(c) != 1 || c[0].ReleaseThrough != 2 {
 		t.Fatalf("released %+v, want through 2", c)
 	}
