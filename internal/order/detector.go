@@ -134,14 +134,7 @@ func (d *Detector) Detect(now time.Time) []cut.ShardID {
 	var failed []cut.ShardID
 	for i := range d.st.Shards {
 		sh := &d.st.Shards[i]
-		if sh.State == control.Finalized {
-			continue
-		}
-		if t, ok := d.finalizing[sh.ID]; ok && now.Sub(t) < d.timeout {
-			continue
-		}
-		if d.failed(sh, now) {
-			d.finalizing[sh.ID] = now
+		if d.failed(sh, now) && d.finalize(sh, now) {
 			failed = append(failed, sh.ID)
 		}
 	}
@@ -170,13 +163,25 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) bool {
 }
 
 // Suspect says that the policy takes shard for failed at now, and reports
-// whether to propose finalizing it: only if this leader has not yet
-// proposed that, whatever the reason.
+// whether to propose finalizing it (see finalize).
 func (d *Detector) Suspect(shard cut.ShardID, now time.Time) bool {
-	if _, ok := d.finalizing[shard]; ok {
+	sh := d.st.Shard(shard)
+	return sh != nil && d.finalize(sh, now)
+}
+
+// finalize reports whether to propose finalizing sh as failed at now,
+// whatever the reason: unless it is finalized already, or this leader
+// proposed that within a failure timeout, since that proposal may yet
+// commit (after a timeout, it was lost). If so, the shard counts as being
+// finalized from now on.
+func (d *Detector) finalize(sh *control.Shard, now time.Time) bool {
+	if sh.State == control.Finalized {
 		return false
 	}
-	d.finalizing[shard] = now
+	if t, ok := d.finalizing[sh.ID]; ok && now.Sub(t) < d.timeout {
+		return false
+	}
+	d.finalizing[sh.ID] = now
 	return true
 }
 

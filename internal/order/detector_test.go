@@ -88,7 +88,7 @@ func TestDetectIncarnationChange(t *testing.T) {
 func TestDetectNewLeaderWaitsAFullTimeout(t *testing.T) {
 	w := newEagerWorld(t, 1)
 	w.after(time.Hour)
-	w.l = NewLeader(NewEager(tord), timeout, w.st, w.now)
+	w.l = NewLeader(NewEager(tord), timeout, w.st, w.now, idPrefix)
 	w.pass(timeout)
 	w.after(1)
 	w.detect(0)

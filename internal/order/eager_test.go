@@ -137,7 +137,7 @@ func TestEagerFailedProposalFreesItsSlot(t *testing.T) {
 	w := newEagerWorld(t, 1)
 	sent := w.fill()
 	w.none(w.l.Step(w.now))
-	w.l.Failed(control.Command{Cut: sent[2]})
+	w.l.Failed(w.proposal(sent[2]))
 	if c := w.oneCut(w.l.Step(w.now)); c.Lengths[0].Length != cutsInflightMax {
 		t.Fatalf("cut %+v, want the failed length %d again", c, cutsInflightMax)
 	}
@@ -166,5 +166,30 @@ func TestEagerFinalizingForcesCuts(t *testing.T) {
 	w.after(tord)
 	if out := w.l.Step(w.now); len(out.Propose) != 0 || out.Wake != 0 {
 		t.Fatalf("after the final cut: %+v, want nothing", out)
+	}
+}
+
+// TestEagerExpiredCutFreesNoSlot checks that a cut that commits after its
+// slot expired frees no slot of a newer cut: at most cutsInflightMax cuts
+// are in flight at once.
+func TestEagerExpiredCutFreesNoSlot(t *testing.T) {
+	w := newEagerWorld(t, 1)
+	stale := w.fill()
+	w.after(proposalStaleAfter)
+	w.report(0, 10)
+	w.oneCut(w.l.Step(w.now))
+	for _, c := range stale {
+		if w.apply(control.Command{Cut: c}, true) {
+			t.Fatalf("the late commit of the expired cut %+v is news", c)
+		}
+	}
+	more := 0
+	for i := range cutsInflightMax {
+		w.after(tord)
+		w.report(0, uint64(11+i))
+		more += len(w.cuts(w.l.Step(w.now).Propose))
+	}
+	if more != cutsInflightMax-1 {
+		t.Fatalf("%d more cuts proposed beside the one in flight, want %d", more, cutsInflightMax-1)
 	}
 }

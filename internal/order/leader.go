@@ -2,6 +2,7 @@ package order
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,13 +21,20 @@ type Leader struct {
 	det    *Detector
 	cuts   Inflight
 	st     *control.State
+	// idPrefix and ids name the commands Step returns: idPrefix, then
+	// their count. The cut slots are tracked by these ids.
+	idPrefix string
+	ids      uint64
 }
 
 // NewLeader returns the leader state of a replica that starts leading at
 // now with the committed state st. failureTimeout is how long a storage
-// server may stay silent before its shards are finalized.
-func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now time.Time) *Leader {
-	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st}
+// server may stay silent before its shards are finalized. idPrefix starts
+// the id of every command Step returns: the caller picks one that no
+// other command ever bore (not even one of an earlier Leader's), and by
+// which it recognizes these commands as its own when they are applied.
+func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now time.Time, idPrefix string) *Leader {
+	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st, idPrefix: idPrefix}
 	p.Observe(st, now)
 	return l
 }
@@ -36,10 +44,9 @@ func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now ti
 // returns whether Step may now propose something it could not before.
 func (l *Leader) Applied(st *control.State, cmd control.Command, own bool, now time.Time) (news bool) {
 	if own {
-		if cmd.Cut != nil {
-			// Even a refused cut frees its slot; it only repeated
-			// what an earlier one ordered.
-			l.cuts.Done()
+		// Even a refused cut frees its slot; it only repeated what an
+		// earlier one ordered. A cut whose slot expired frees nothing.
+		if cmd.Cut != nil && l.cuts.Done(cmd.ID) {
 			news = true
 		}
 		if l.policy.Committed(cmd) {
@@ -94,10 +101,9 @@ func (l *Leader) Detect(now time.Time) []cut.ShardID {
 // time out: a window after proposalStaleAfter, a finalize after the
 // failure timeout.
 func (l *Leader) Failed(cmd control.Command) {
-	if cmd.Cut == nil {
+	if cmd.Cut == nil || !l.cuts.Done(cmd.ID) {
 		return
 	}
-	l.cuts.Done()
 	l.policy.Forget()
 }
 
@@ -105,9 +111,9 @@ func (l *Leader) Failed(cmd control.Command) {
 type Output struct {
 	// Propose lists the commands to propose, in this order, without
 	// waiting for one to commit before proposing the next, and outside
-	// any lock held across Step. Each must carry an id by which the
-	// caller recognizes it as its own when it is applied (Applied's own);
-	// report a proposal Raft refused with Failed.
+	// any lock held across Step. Each carries its id (see NewLeader):
+	// propose it under that id, and report a proposal Raft refused with
+	// Failed.
 	Propose []control.Command
 	// LagFixes go to each shard's primary, on the heartbeat stream of that
 	// storage server. A fix that cannot be sent at once may be dropped:
@@ -136,15 +142,18 @@ func (l *Leader) Step(now time.Time) Output {
 	}
 	plan := l.policy.Step(now, l.cuts.Free())
 	out := Output{Propose: plan.Propose, Stats: plan.Stats, Wake: plan.Wake}
-	for _, c := range plan.Propose {
-		if c.Cut != nil {
-			l.cuts.Take(now)
-		}
-	}
 	for _, id := range plan.Suspects {
 		if l.det.Suspect(id, now) {
 			out.Suspects = append(out.Suspects, id)
 			out.Propose = append(out.Propose, control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
+		}
+	}
+	for i := range out.Propose {
+		c := &out.Propose[i]
+		l.ids++
+		c.ID = l.idPrefix + strconv.FormatUint(l.ids, 10)
+		if c.Cut != nil {
+			l.cuts.Take(c.ID, now)
 		}
 	}
 	out.LagFixes = l.route(plan.LagFixes)

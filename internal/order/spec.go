@@ -15,7 +15,10 @@ type Spec struct {
 	cfg spec.Config
 	seq *spec.Sequencer
 	st  *control.State
-	// window tracks the announcement awaiting commit.
+	// window tracks the announcement awaiting commit, under the one key
+	// windowSlot: the policy does not know the command ids the Leader
+	// gives its proposals, so a window that commits after its slot
+	// expired frees the slot of the next one early.
 	window Inflight
 	// released is the furthest release proposed: with several in flight,
 	// the next must reach further.
@@ -23,6 +26,9 @@ type Spec struct {
 }
 
 var _ Policy = (*Spec)(nil)
+
+// windowSlot is the key of the one window announcement in flight.
+const windowSlot = "window"
 
 // NewSpec returns the speculative policy with cfg.
 func NewSpec(cfg spec.Config) *Spec {
@@ -50,7 +56,7 @@ func (p *Spec) Committed(cmd control.Command) bool {
 	if cmd.Window == nil {
 		return false
 	}
-	p.window.Done()
+	p.window.Done(windowSlot)
 	return true
 }
 
@@ -63,7 +69,7 @@ func (p *Spec) Step(now time.Time, free int) Plan {
 	p.window.Expire(now)
 	if p.window.Free() > 0 {
 		if w, ok := p.seq.PlanWindow(now); ok {
-			p.window.Take(now)
+			p.window.Take(windowSlot, now)
 			plan.Propose = append(plan.Propose, control.Command{Window: w})
 		}
 	}

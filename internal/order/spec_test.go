@@ -1,9 +1,11 @@
 package order
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/spec"
 )
 
@@ -67,7 +69,7 @@ func TestSpecReleasesPipeline(t *testing.T) {
 	for i := range uint64(releasesInflightMax + 1) {
 		w.report(0, i+1)
 		w.report(1, i+1)
-		c := cuts(w.l.Step(w.now).Propose)
+		c := w.cuts(w.l.Step(w.now).Propose)
 		if i == releasesInflightMax {
 			if len(c) != 0 {
 				t.Fatalf("released %+v beyond %d in flight", c, releasesInflightMax)
@@ -78,17 +80,17 @@ func TestSpecReleasesPipeline(t *testing.T) {
 			t.Fatalf("step %d released %+v, want through %d", i, c, i+1)
 		}
 		sent = append(sent, c[0])
-		if c := cuts(w.l.Step(w.now).Propose); len(c) != 0 {
+		if c := w.cuts(w.l.Step(w.now).Propose); len(c) != 0 {
 			t.Fatalf("released %+v again while it is in flight", c)
 		}
 	}
 	if !w.apply(control.Command{Cut: sent[0]}, true) {
 		t.Fatal("the commit of an own release is not news")
 	}
-	if c := cuts(w.l.Step(w.now).Propose); len(c) != 1 || c[0].ReleaseThrough != releasesInflightMax+1 {
+	if c := w.cuts(w.l.Step(w.now).Propose); len(c) != 1 || c[0].ReleaseThrough != releasesInflightMax+1 {
 		t.Fatalf("released %+v after a commit, want through %d", c, releasesInflightMax+1)
 	}
-	if c := cuts(w.l.Step(w.now).Propose); len(c) != 0 {
+	if c := w.cuts(w.l.Step(w.now).Propose); len(c) != 0 {
 		t.Fatalf("released %+v again", c)
 	}
 }
@@ -141,12 +143,45 @@ func TestSpecNextWindowAfterCommit(t *testing.T) {
 	if n := windows(out.Propose); n != 0 {
 		t.Fatalf("%d windows proposed before halfway through the first", n)
 	}
-	c := cuts(out.Propose)
+	c := w.cuts(out.Propose)
 	if len(c) != 1 || c[0].ReleaseThrough != 2 {
 		t.Fatalf("released %+v, want through 2", c)
 	}
 	w.apply(control.Command{Cut: c[0]}, true)
 	if n := windows(w.l.Step(w.now).Propose); n != 1 {
 		t.Fatalf("%d windows proposed halfway through the first, want 1", n)
+	}
+}
+
+// finalizes returns the shards cmds finalize as failed.
+func finalizes(cmds []control.Command) []cut.ShardID {
+	var out []cut.ShardID
+	for _, c := range cmds {
+		if c.Finalize != nil && c.Finalize.Failed {
+			out = append(out, c.Finalize.Shard)
+		}
+	}
+	return out
+}
+
+// TestSpecLostSuspectFinalizeRetried checks that a suspect's finalize
+// that never commits is proposed again a failure timeout later, and not
+// before.
+func TestSpecLostSuspectFinalizeRetried(t *testing.T) {
+	w := newSpecWorld(t, 2, 100)
+	w.report(0, 3)
+	w.l.Step(w.now)
+	w.after(specConfig().SuspectAfter + 1)
+	if f := finalizes(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
+		t.Fatalf("finalized %v, want shard 1 suspected", f)
+	}
+	// The proposal is lost: it never commits.
+	w.after(timeout - 1)
+	if f := finalizes(w.l.Step(w.now).Propose); len(f) != 0 {
+		t.Fatalf("finalized %v again within the failure timeout", f)
+	}
+	w.after(1)
+	if f := finalizes(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
+		t.Fatalf("finalized %v a failure timeout after the lost proposal, want shard 1 again", f)
 	}
 }

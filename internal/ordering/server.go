@@ -320,9 +320,12 @@ func (s *Server) newID() string {
 	return s.cfg.ID + "/" + strconv.FormatUint(s.nextID.Add(1), 10)
 }
 
-// propose submits cmd and, with wait, blocks until it is applied here.
+// propose submits cmd, under a new id unless it has one (the leader
+// core's), and, with wait, blocks until it is applied here.
 func (s *Server) propose(ctx context.Context, cmd control.Command, wait bool) (control.Event, error) {
-	cmd.ID = s.newID()
+	if cmd.ID == "" {
+		cmd.ID = s.newID()
+	}
 	var w chan control.Event
 	if wait {
 		w = make(chan control.Event, 1)
@@ -419,7 +422,9 @@ func (s *Server) resetLeaderState(leader bool) {
 	if !leader {
 		return
 	}
-	s.leader = order.NewLeader(s.cfg.Mode.NewPolicy(), s.cfg.FailureTimeout, s.state, time.Now())
+	// A fresh id of this replica as the prefix: the leader's commands are
+	// its own (ownsLocked), and no other command bears their ids.
+	s.leader = order.NewLeader(s.cfg.Mode.NewPolicy(), s.cfg.FailureTimeout, s.state, time.Now(), s.newID()+"/")
 }
 
 // step runs the leader's policy: it proposes what the policy decided and

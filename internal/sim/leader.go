@@ -72,8 +72,10 @@ func (ld *leader) propose(c control.Command) error {
 	if n == nil {
 		return fmt.Errorf("no leader")
 	}
-	ld.seq++
-	c.ID = fmt.Sprintf("%s-%d", ld.tag, ld.seq)
+	if c.ID == "" { // the leader core's commands carry theirs
+		ld.seq++
+		c.ID = fmt.Sprintf("%s-%d", ld.tag, ld.seq)
+	}
 	if err := n.rn.Propose(c.Encode()); err != nil {
 		ld.s.tracef("raft %d: propose: %v", n.id, err)
 		return err
@@ -95,7 +97,7 @@ func (ld *leader) leadership(n *replica, leads bool) {
 		ld.node = n
 		ld.terms++
 		ld.tag = fmt.Sprintf("n%dl%d", n.id, ld.terms)
-		ld.l = order.NewLeader(s.rules.policy(&s.sc), s.sc.failureTimeout, n.st, s.now)
+		ld.l = order.NewLeader(s.rules.policy(&s.sc), s.sc.failureTimeout, n.st, s.now, ld.tag+"-c")
 		ld.wakeAt = time.Time{}
 		s.tracef("leader: raft %d leads", n.id)
 		q := ld.queued
