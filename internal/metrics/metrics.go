@@ -65,6 +65,18 @@ var (
 		Name: "augur_ordering_leader",
 		Help: "1 if this ordering replica is the Raft leader.",
 	}, []string{"replica"})
+	// DamagedRecords is how many stored records of a shard this storage
+	// server found damaged on disk and refuses to serve until repaired.
+	DamagedRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "augur_damaged_records",
+		Help: "Records of a shard found damaged on this storage server's disk; reads of them are refused.",
+	}, []string{"server", "shard"})
+	// ReplicaLost is 1 while a storage server's copy of a shard missed
+	// records the shard ordered, so it serves none of the shard.
+	ReplicaLost = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "augur_replica_lost",
+		Help: "1 if this storage server's copy of the shard missed ordered records and is not served.",
+	}, []string{"server", "shard"})
 	// Tail is the next global position, as this server last saw it.
 	Tail = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "augur_tail_position",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -328,6 +329,10 @@ func (r *replica) carry(out *shard.Output[*appendStream]) {
 	}
 	for _, p := range out.Problems {
 		r.log.Error("replica", "err", p)
+	}
+	if len(out.Problems) > 0 && r.core.Lost() {
+		// Only a problem marks a copy lost, so the hot path never looks.
+		metrics.ReplicaLost.WithLabelValues(r.srv.cfg.ID, strconv.FormatUint(uint64(r.id), 10)).Set(1)
 	}
 	if len(out.Answers) > 0 {
 		r.answer(out.Answers, out.StoreErr, false)

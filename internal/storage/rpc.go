@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -193,7 +194,7 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	for {
 		changed := r.changedCh()
 		if r.core.Lost() {
-			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", req.Shard)
+			return status.Errorf(codes.Unavailable, "shard %d: the copy on this replica (%s) missed records the shard ordered, so none of it is served; read another replica", req.Shard, s.cfg.ID)
 		}
 		s.mu.Lock()
 		viewChanged, mv := s.viewChanged, s.view.mv
@@ -237,6 +238,9 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 				})
 				if trimmed || errors.Is(err, segment.ErrTrimmed) {
 					return status.Errorf(codes.OutOfRange, "position %d of shard %d is trimmed", pos, r.id)
+				}
+				if errors.Is(err, segment.ErrDamaged) {
+					return r.damagedStatus(err)
 				}
 				if err != nil {
 					return status.Errorf(codes.Internal, "read shard %d: %v", r.id, err)
@@ -292,21 +296,38 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 		want[q] = true
 	}
 	found := map[uint64]uint64{}
-	err := r.store.Scan(0, func(local uint64, e segment.Entry) bool {
-		if e.ClientID == req.ClientId && want[e.Seq] {
-			found[e.Seq] = local
+	// Damaged records cannot be read: scan around them.
+	damaged := r.store.Damaged()
+	from := uint64(0)
+	for i := 0; ; i++ {
+		end := uint64(math.MaxUint64)
+		if i < len(damaged) {
+			end = damaged[i].First
 		}
-		return true
-	})
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
+		err := r.store.Scan(from, func(local uint64, e segment.Entry) bool {
+			if local >= end {
+				return false
+			}
+			if e.ClientID == req.ClientId && want[e.Seq] {
+				found[e.Seq] = local
+			}
+			return true
+		})
+		if err != nil && (i == len(damaged) || !errors.Is(err, segment.ErrDamaged)) {
+			return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
+		}
+		if i == len(damaged) {
+			break
+		}
+		from = damaged[i].End
 	}
 	finalLen, final := r.core.Final()
 	// Only a copy that holds every record the shard ordered may say a
 	// record was not ordered: one that lost its tail (a restart after a
-	// crash) or missed cuts has Ordered below finalLen and would deny
-	// records the other replicas serve.
-	complete := final && r.store.Ordered() >= finalLen
+	// crash), missed cuts, or cannot read damaged records has Ordered
+	// below finalLen or damage, and would deny records the other
+	// replicas serve.
+	complete := final && r.store.Ordered() >= finalLen && len(damaged) == 0
 	resp := &pb.ResolveResponse{}
 	for _, q := range req.Seqs {
 		ack := &pb.AppendAck{Seq: q, Shard: r.id}

@@ -190,6 +190,7 @@ func (s *Server) openStore(id cut.ShardID) (*segment.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage %s: open shard %d: %w", s.cfg.ID, id, err)
 	}
+	s.reportDamage(id, st)
 	return st, nil
 }
 

@@ -116,6 +116,9 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 		if errors.Is(err, segment.ErrTrimmed) {
 			return status.Errorf(codes.OutOfRange, "records of shard %d from local index %d on are trimmed", r.id, fd.local)
 		}
+		if errors.Is(err, segment.ErrDamaged) {
+			return r.damagedStatus(err)
+		}
 		if err != nil {
 			return status.Errorf(codes.Internal, "read shard %d: %v", r.id, err)
 		}

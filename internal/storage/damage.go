@@ -1,0 +1,63 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/metrics"
+	"github.com/augur-log/augur/internal/segment"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// # Damaged records
+//
+// A store lists the records it found damaged when it was opened (see
+// segment's damage.go). Until a repair fetches them back from a live
+// replica (not built yet), this server refuses to serve them: a read that
+// reaches one fails with codes.Unavailable and a message naming the shard,
+// the range and "damaged on this replica", which clients take as "ask
+// another replica" (client.followShard tries the next replica on any
+// error but OutOfRange; Resolve answers PENDING for what it cannot see,
+// and the client asks the next replica). Everything else the replica
+// holds is served as usual, and the count of damaged records is exported
+// per shard as augur_damaged_records.
+
+// damagedStatus turns an error that reached a damaged record of r's store
+// into the status a reader gets, and returns other errors unchanged.
+func (r *replica) damagedStatus(err error) error {
+	var de *segment.DamagedError
+	if !errors.As(err, &de) {
+		return err
+	}
+	where := ""
+	if g, ok := r.store.GlobalOf(de.Range.First); ok {
+		where = fmt.Sprintf(" (global positions from %d)", g)
+	}
+	return status.Errorf(codes.Unavailable, "shard %d: local records [%d, %d)%s damaged on this replica (%s); read another replica",
+		r.id, de.Range.First, de.Range.End, where, r.srv.cfg.ID)
+}
+
+// damagedCount is how many local indexes of st's damaged ranges are still
+// stored (not trimmed).
+func damagedCount(st *segment.Store) uint64 {
+	var n uint64
+	for _, d := range st.Damaged() {
+		n += d.End - max(d.First, st.Start())
+	}
+	return n
+}
+
+// reportDamage exports the damaged count of shard id's store st and logs
+// each damaged range once, when the store is opened.
+func (s *Server) reportDamage(id cut.ShardID, st *segment.Store) {
+	ds := st.Damaged()
+	for _, d := range ds {
+		s.log.Warn("records damaged on this replica; reads of them are refused until repaired",
+			"shard", id, "first", d.First, "end", d.End, "file", d.File, "offset", d.Offset, "bytes", d.Bytes, "reason", d.Reason)
+	}
+	metrics.DamagedRecords.WithLabelValues(s.cfg.ID, strconv.FormatUint(uint64(id), 10)).Set(float64(damagedCount(st)))
+}
