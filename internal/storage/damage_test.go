@@ -1,0 +1,159 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/devcluster"
+	"github.com/augur-log/augur/internal/metrics"
+)
+
+// TestDamagedRecordIsRefusedAndReadFromTheOtherReplica damages one
+// record in the middle of a stopped backup's segment file and restarts
+// it. The backup must report the damage (metric), refuse to serve the
+// damaged position with Unavailable naming the shard, the range and
+// "damaged on this replica", keep serving the positions after it, and a
+// client read of the damaged position must return the record the other
+// replica holds.
+func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const n = 5
+	const damagedIdx = 2
+	var acks []client.Ack
+	for i := range n {
+		a, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprintf("record-%d-payload", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	ids := c.StorageIDs()
+	backup := ids[1]
+	// The backup holds every record once a read from it returns the last.
+	addr, err := c.Config().Addr(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	readFrom := func(from uint64) (*pb.SubscribeResponse, error) {
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		stream, err := pb.NewLogClient(cc).Subscribe(sctx, &pb.SubscribeRequest{ClusterId: c.ClusterID, Shard: acks[0].Shard, From: from})
+		if err != nil {
+			return nil, err
+		}
+		return stream.Recv()
+	}
+	for {
+		resp, err := readFrom(acks[n-1].Position)
+		if err != nil {
+			t.Fatalf("read the last record from the backup before damage: %v", err)
+		}
+		if len(resp.Batches) > 0 && len(resp.Batches[0].Records) > 0 {
+			break
+		}
+	}
+	if err := c.StopStorage(backup); err != nil {
+		t.Fatal(err)
+	}
+	damageRecord(t, filepath.Join(c.Dir(), backup), []byte(fmt.Sprintf("record-%d-payload", damagedIdx)))
+	if err := c.StartStorage(backup); err != nil {
+		t.Fatal(err)
+	}
+	var m dto.Metric
+	if err := metrics.DamagedRecords.WithLabelValues(backup, fmt.Sprint(acks[0].Shard)).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetGauge().GetValue(); got != 1 {
+		t.Fatalf("augur_damaged_records{server=%q} = %v, want 1", backup, got)
+	}
+
+	// The damaged position is refused, with a message that says why.
+	_, err = readFrom(acks[damagedIdx].Position)
+	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "damaged on this replica") ||
+		!strings.Contains(st.Message(), fmt.Sprintf("shard %d", acks[0].Shard)) || !strings.Contains(st.Message(), fmt.Sprintf("[%d, %d)", damagedIdx, damagedIdx+1)) {
+		t.Fatalf("read of the damaged position from the backup: %v; want Unavailable naming shard, range and the damage", err)
+	}
+	// The positions after it are served.
+	resp, err := readFrom(acks[damagedIdx+1].Position)
+	if err != nil {
+		t.Fatalf("read past the damage from the backup: %v", err)
+	}
+	if len(resp.Batches) == 0 || len(resp.Batches[0].Records) == 0 ||
+		string(resp.Batches[0].Records[0].Record.Payload) != fmt.Sprintf("record-%d-payload", damagedIdx+1) {
+		t.Fatalf("read past the damage from the backup: %v", resp)
+	}
+	// A client read of every position, the damaged one included, returns
+	// what was appended.
+	got, err := cl.ReadRange(ctx, acks[0].Position, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf("record-%d-payload", i); string(e.Record.Payload) != want {
+			t.Fatalf("position %d holds %q, want %q", e.Position, e.Record.Payload, want)
+		}
+	}
+}
+
+// damageRecord flips a byte of the one payload equal to payload in the
+// files under dir, so its frame no longer checks out.
+func damageRecord(t *testing.T, dir string, payload []byte) {
+	t.Helper()
+	hits := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		i := bytes.Index(b, payload)
+		if i < 0 {
+			return nil
+		}
+		hits++
+		b[i+len(payload)-1] ^= 0xff
+		return os.WriteFile(path, b, 0o644)
+	})
+	if err != nil || hits != 1 {
+		t.Fatalf("damage %q under %s: %d files hold it, %v", payload, dir, hits, err)
+	}
+}
