@@ -258,6 +258,18 @@ func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
 	return c.refresh(ctx)
 }
 
+// Ping asks the storage server at addr who it is and, for each shard it
+// holds, what of its copy it cannot serve (damaged or lost records).
+func (c *Client) Ping(ctx context.Context, addr string) (*pb.PingResponse, error) {
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	return pb.NewReplicaClient(cc).Ping(ctx, &pb.PingRequest{ClusterId: c.cfg.ClusterID})
+}
+
 // CheckTail returns the next position to be assigned.
 func (c *Client) CheckTail(ctx context.Context) (uint64, error) {
 	st, err := c.refresh(ctx)

@@ -1500,10 +1500,13 @@ func (x *PingRequest) GetClusterId() string {
 }
 
 type PingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ServerId    string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Group       string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// health lists, for each shard this storage server holds, what of its
+	// copy it cannot serve.
+	Health        []*ReplicaHealth `protobuf:"bytes,4,rep,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1557,6 +1560,13 @@ func (x *PingResponse) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *PingResponse) GetHealth() []*ReplicaHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
 }
 
 type ShardLength struct {
@@ -3409,6 +3419,124 @@ func (x *LastAppliedResponse) GetIndex() uint64 {
 	return 0
 }
 
+// ReplicaHealth is the state of one storage server's copy of a shard.
+type ReplicaHealth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// damaged lists the runs of local indexes [first, end) found damaged on
+	// disk; reads of them are refused until repaired.
+	Damaged []*LocalRange `protobuf:"bytes,2,rep,name=damaged,proto3" json:"damaged,omitempty"`
+	// lost: the copy missed records the shard ordered, so none of it is
+	// served.
+	Lost          bool `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaHealth) Reset() {
+	*x = ReplicaHealth{}
+	mi := &file_augur_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaHealth) ProtoMessage() {}
+
+func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaHealth.ProtoReflect.Descriptor instead.
+func (*ReplicaHealth) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ReplicaHealth) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ReplicaHealth) GetDamaged() []*LocalRange {
+	if x != nil {
+		return x.Damaged
+	}
+	return nil
+}
+
+func (x *ReplicaHealth) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
+}
+
+// LocalRange is a run [first, end) of a shard's local indexes.
+type LocalRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint64                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	End           uint64                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalRange) Reset() {
+	*x = LocalRange{}
+	mi := &file_augur_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalRange) ProtoMessage() {}
+
+func (x *LocalRange) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalRange.ProtoReflect.Descriptor instead.
+func (*LocalRange) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *LocalRange) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *LocalRange) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
 var File_augur_proto protoreflect.FileDescriptor
 
 const file_augur_proto_rawDesc = "" +
@@ -3513,11 +3641,12 @@ const file_augur_proto_rawDesc = "" +
 	"\adurable\x18\x01 \x01(\x04R\adurable\",\n" +
 	"\vPingRequest\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"c\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\x94\x01\n" +
 	"\fPingResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"o\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12/\n" +
+	"\x06health\x18\x04 \x03(\v2\x17.augur.v1.ReplicaHealthR\x06health\"o\n" +
 	"\vShardLength\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x18\n" +
@@ -3666,7 +3795,15 @@ const file_augur_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x14\n" +
 	"\x12LastAppliedRequest\"+\n" +
 	"\x13LastAppliedResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index*\xb0\x01\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"i\n" +
+	"\rReplicaHealth\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12.\n" +
+	"\adamaged\x18\x02 \x03(\v2\x14.augur.v1.LocalRangeR\adamaged\x12\x12\n" +
+	"\x04lost\x18\x03 \x01(\bR\x04lost\"4\n" +
+	"\n" +
+	"LocalRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end*\xb0\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\v\n" +
 	"\aINVALID\x10\x01\x12\x11\n" +
@@ -3720,7 +3857,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                     // 0: augur.v1.Code
 	(ShardState)(0),               // 1: augur.v1.ShardState
@@ -3774,6 +3911,8 @@ var file_augur_proto_goTypes = []any{
 	(*ApplyAck)(nil),              // 49: augur.v1.ApplyAck
 	(*LastAppliedRequest)(nil),    // 50: augur.v1.LastAppliedRequest
 	(*LastAppliedResponse)(nil),   // 51: augur.v1.LastAppliedResponse
+	(*ReplicaHealth)(nil),         // 52: augur.v1.ReplicaHealth
+	(*LocalRange)(nil),            // 53: augur.v1.LocalRange
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -3791,61 +3930,63 @@ var file_augur_proto_depIdxs = []int32{
 	6,  // 12: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
 	2,  // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
 	19, // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
-	24, // 15: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
-	24, // 16: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
-	24, // 17: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
-	28, // 18: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
-	1,  // 19: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	27, // 20: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	29, // 21: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	33, // 22: augur.v1.Event.spec:type_name -> augur.v1.SpecState
-	27, // 23: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
-	31, // 24: augur.v1.Window.quotas:type_name -> augur.v1.Quota
-	32, // 25: augur.v1.SpecState.windows:type_name -> augur.v1.Window
-	13, // 26: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
-	30, // 27: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	44, // 28: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	28, // 29: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	43, // 30: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	29, // 31: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	27, // 32: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	33, // 33: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	47, // 34: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	5,  // 35: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 36: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 37: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 38: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 39: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 40: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 41: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	34, // 42: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	36, // 43: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	38, // 44: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	40, // 45: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	42, // 46: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	45, // 47: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	48, // 48: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	50, // 49: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 50: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 51: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 52: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 53: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 54: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 55: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	26, // 56: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	35, // 57: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	37, // 58: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	39, // 59: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	41, // 60: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	44, // 61: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	46, // 62: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	49, // 63: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	51, // 64: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	50, // [50:65] is the sub-list for method output_type
-	35, // [35:50] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	52, // 15: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
+	24, // 16: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
+	24, // 17: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
+	24, // 18: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
+	28, // 19: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
+	1,  // 20: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
+	27, // 21: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	29, // 22: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	33, // 23: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	27, // 24: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
+	31, // 25: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	32, // 26: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13, // 27: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	30, // 28: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	44, // 29: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	28, // 30: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	43, // 31: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	29, // 32: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	27, // 33: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	33, // 34: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	47, // 35: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	53, // 36: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	5,  // 37: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 38: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 39: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 40: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 41: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 42: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 43: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	34, // 44: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	36, // 45: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	38, // 46: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	40, // 47: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	42, // 48: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	45, // 49: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	48, // 50: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	50, // 51: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 52: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 53: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 54: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 55: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 56: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 57: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	26, // 58: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	35, // 59: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	37, // 60: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	39, // 61: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	41, // 62: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	44, // 63: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	46, // 64: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	49, // 65: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	51, // 66: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -3859,7 +4000,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

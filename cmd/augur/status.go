@@ -38,7 +38,10 @@ func newStatusCmd() *cobra.Command {
 					_, err = fmt.Fprintln(cmd.OutOrStdout(), string(data))
 					return err
 				}
-				return printStatus(cmd.OutOrStdout(), st)
+				if err := printStatus(cmd.OutOrStdout(), st); err != nil {
+					return err
+				}
+				return printHealth(cmd.OutOrStdout(), st, askHealth(ctx, cl, st))
 			})
 		},
 	}
@@ -123,4 +126,79 @@ func shardState(s pb.ShardState) string {
 		return "finalized"
 	}
 	return s.String()
+}
+
+// askHealth pings every storage server the shard table names, once each,
+// for the state of its copies; a server that does not answer maps to its
+// error.
+func askHealth(ctx context.Context, cl *client.Client, st *pb.StatusResponse) map[string]healthAnswer {
+	out := map[string]healthAnswer{}
+	for _, sh := range st.Shards {
+		for _, r := range sh.Replicas {
+			if _, ok := out[r.Addr]; ok {
+				continue
+			}
+			resp, err := cl.Ping(ctx, r.Addr)
+			out[r.Addr] = healthAnswer{resp: resp, err: err}
+		}
+	}
+	return out
+}
+
+// healthAnswer is one storage server's answer to Ping, or why it gave none.
+type healthAnswer struct {
+	resp *pb.PingResponse
+	err  error
+}
+
+// printHealth writes, for every replica of every shard not finalized
+// long ago, whether its copy can be served: the storage servers, not the
+// ordering layer, know that, so each was asked directly (askHealth).
+func printHealth(w io.Writer, st *pb.StatusResponse, answers map[string]healthAnswer) error {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tREPLICA\tCOPY")
+	for _, sh := range st.Shards {
+		for _, r := range sh.Replicas {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", sh.Id, r.Id, copyState(sh.Id, answers[r.Addr]))
+		}
+	}
+	if len(st.Shards) == 0 {
+		fmt.Fprintln(tw, "(none)\t\t")
+	}
+	return tw.Flush()
+}
+
+// copyState says in words what a storage server's answer says of its copy
+// of shard id.
+func copyState(id uint32, a healthAnswer) string {
+	if a.err != nil {
+		return "unreachable: " + a.err.Error()
+	}
+	if a.resp == nil {
+		return "not asked"
+	}
+	for _, h := range a.resp.Health {
+		if h.Shard != id {
+			continue
+		}
+		var parts []string
+		if h.Lost {
+			parts = append(parts, "lost: missed records the shard ordered; none of it is served")
+		}
+		if len(h.Damaged) > 0 {
+			var n uint64
+			var rs []string
+			for _, d := range h.Damaged {
+				n += d.End - d.First
+				rs = append(rs, fmt.Sprintf("[%d, %d)", d.First, d.End))
+			}
+			parts = append(parts, fmt.Sprintf("damaged: %d records at local %s refused until repaired", n, strings.Join(rs, " ")))
+		}
+		if len(parts) == 0 {
+			return "ok"
+		}
+		return strings.Join(parts, "; ")
+	}
+	return "not held"
 }

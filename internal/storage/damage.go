@@ -1,10 +1,13 @@
 package storage
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
+	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/segment"
@@ -60,4 +63,25 @@ func (s *Server) reportDamage(id cut.ShardID, st *segment.Store) {
 			"shard", id, "first", d.First, "end", d.End, "file", d.File, "offset", d.Offset, "bytes", d.Bytes, "reason", d.Reason)
 	}
 	metrics.DamagedRecords.WithLabelValues(s.cfg.ID, strconv.FormatUint(uint64(id), 10)).Set(float64(damagedCount(st)))
+}
+
+// health says, for each shard held here, what of its copy this server
+// cannot serve; Ping carries it to `augur status`.
+func (s *Server) health() []*pb.ReplicaHealth {
+	s.mu.Lock()
+	rs := make([]*replica, 0, len(s.replicas))
+	for _, r := range s.replicas {
+		rs = append(rs, r)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(rs, func(a, b *replica) int { return cmp.Compare(a.id, b.id) })
+	out := make([]*pb.ReplicaHealth, 0, len(rs))
+	for _, r := range rs {
+		h := &pb.ReplicaHealth{Shard: r.id, Lost: r.core.Lost()}
+		for _, d := range r.store.Damaged() {
+			h.Damaged = append(h.Damaged, &pb.LocalRange{First: d.First, End: d.End})
+		}
+		out = append(out, h)
+	}
+	return out
 }

@@ -439,7 +439,7 @@ func (s *Server) Ping(_ context.Context, req *pb.PingRequest) (*pb.PingResponse,
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return nil, err
 	}
-	return &pb.PingResponse{ServerId: s.cfg.ID, Group: s.cfg.GroupName, Incarnation: s.incarnation}, nil
+	return &pb.PingResponse{ServerId: s.cfg.ID, Group: s.cfg.GroupName, Incarnation: s.incarnation, Health: s.health()}, nil
 }
 
 // AddShard forms one more live shard in this server's group.
