@@ -59,6 +59,12 @@ type engine struct {
 	followed  map[uint32]bool
 	streaming int
 	wg        sync.WaitGroup
+
+	// refused is the last refusal (codes.Unavailable: a replica whose copy
+	// is damaged or lost, or that is stopping) a stream got; a read that
+	// runs out of time says it, so "not ordered before the deadline" is
+	// not the only story told.
+	refused atomic.Pointer[error]
 }
 
 type shardMsg struct {
@@ -129,7 +135,23 @@ func (e *engine) follow(st *pb.StatusResponse) {
 // stream follows one shard, moving to another replica when one fails.
 func (e *engine) stream(sh *pb.ShardInfo) {
 	defer e.wg.Done()
-	e.c.followShard(e.ctx, sh, e.streamFrom, func(err error) { e.send(shardMsg{shard: sh.Id, err: err}) })
+	streamFrom := func(shard uint32, addr string) (bool, error) {
+		done, err := e.streamFrom(shard, addr)
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+			e.refused.Store(&err)
+		}
+		return done, err
+	}
+	e.c.followShard(e.ctx, sh, streamFrom, func(err error) { e.send(shardMsg{shard: sh.Id, err: err}) })
+}
+
+// lastRefusal returns what the last replica that refused a stream said,
+// as a clause to add to an error, or "".
+func (e *engine) lastRefusal() string {
+	if err := e.refused.Load(); err != nil {
+		return fmt.Sprintf(" (a replica refused: %s)", status.Convert(*err).Message())
+	}
+	return ""
 }
 
 // followShard keeps a subscription stream of shard sh open until ctx ends

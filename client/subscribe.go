@@ -82,7 +82,7 @@ func (c *Client) ReadRange(ctx context.Context, from uint64, n int) ([]Entry, er
 		e, err := sub.Next(ctx)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return out, fmt.Errorf("augur: read %d..%d: %d of %d records ordered before the deadline: %w", from, from+uint64(n), len(out), n, err)
+				return out, fmt.Errorf("augur: read %d..%d: %d of %d records ordered before the deadline%s: %w", from, from+uint64(n), len(out), n, sub.e.lastRefusal(), err)
 			}
 			return out, err
 		}
@@ -111,7 +111,7 @@ func (c *Client) readSpec(ctx context.Context, from uint64, n int) ([]Entry, err
 		ev, err := sub.Next(ctx)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return out, fmt.Errorf("augur: read %d..%d: not final before the deadline: %w", from, end, err)
+				return out, fmt.Errorf("augur: read %d..%d: not final before the deadline%s: %w", from, end, sub.e.lastRefusal(), err)
 			}
 			return out, err
 		}

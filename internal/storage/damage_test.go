@@ -157,3 +157,61 @@ func damageRecord(t *testing.T, dir string, payload []byte) {
 		t.Fatalf("damage %q under %s: %d files hold it, %v", payload, dir, hits, err)
 	}
 }
+
+// TestReadOfARecordDamagedOnEveryReplicaSaysSo damages the same record on
+// both replicas of a shard. A read of it can be answered by neither, so it
+// must end at its deadline with an error that passes on the replicas'
+// refusal, not only "not ordered before the deadline", and a read of the
+// record after it still returns that record.
+func TestReadOfARecordDamagedOnEveryReplicaSaysSo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var acks []client.Ack
+	for i := range 3 {
+		// An acknowledged record is stored on every replica.
+		a, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprintf("both-%d-payload", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	for _, id := range c.StorageIDs() {
+		if err := c.StopStorage(id); err != nil {
+			t.Fatal(err)
+		}
+		damageRecord(t, filepath.Join(c.Dir(), id), []byte("both-1-payload"))
+	}
+	for _, id := range c.StorageIDs() {
+		if err := c.StartStorage(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// readDeadline bounds a read no replica can answer.
+	const readDeadline = 2 * time.Second
+	rctx, rcancel := context.WithTimeout(ctx, readDeadline)
+	defer rcancel()
+	got, err := cl.ReadRange(rctx, acks[1].Position, 1)
+	if err == nil || !strings.Contains(err.Error(), "damaged on this replica") {
+		t.Fatalf("read of a record damaged everywhere returned %v, %v; want an error naming the damage", got, err)
+	}
+	e, err := cl.Read(ctx, acks[2].Position)
+	if err != nil || string(e.Record.Payload) != "both-2-payload" {
+		t.Fatalf("read past the damage: %q, %v", e.Record.Payload, err)
+	}
+}
