@@ -28,6 +28,12 @@ import (
 // and the client asks the next replica). Everything else the replica
 // holds is served as usual, and the count of damaged records is exported
 // per shard as augur_damaged_records.
+//
+// A copy that missed records the shard ordered (the core marks it Lost)
+// serves none of the shard, with the same kind of refusal (lostStatus),
+// and augur_replica_lost says so. Ping carries both states (health), and
+// `augur status` asks every replica for them: the storage servers know
+// them, the ordering layer does not.
 
 // damagedStatus turns an error that reached a damaged record of r's store
 // into the status a reader gets, and returns other errors unchanged.
@@ -42,6 +48,14 @@ func (r *replica) damagedStatus(err error) error {
 	}
 	return status.Errorf(codes.Unavailable, "shard %d: local records [%d, %d)%s damaged on this replica (%s); read another replica",
 		r.id, de.Range.First, de.Range.End, where, r.srv.cfg.ID)
+}
+
+// lostStatus is the status a reader of r gets once r's copy is lost: it
+// missed records the shard ordered (a torn tail dropped records a cut had
+// ordered, or a snapshot skipped cuts it needed), so none of it is served.
+func (r *replica) lostStatus() error {
+	return status.Errorf(codes.Unavailable, "shard %d: the copy on this replica (%s) missed records the shard ordered, so none of it is served; read another replica",
+		r.id, r.srv.cfg.ID)
 }
 
 // damagedCount is how many local indexes of st's damaged ranges are still

@@ -194,7 +194,7 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	for {
 		changed := r.changedCh()
 		if r.core.Lost() {
-			return status.Errorf(codes.Unavailable, "shard %d: the copy on this replica (%s) missed records the shard ordered, so none of it is served; read another replica", req.Shard, s.cfg.ID)
+			return r.lostStatus()
 		}
 		s.mu.Lock()
 		viewChanged, mv := s.viewChanged, s.view.mv

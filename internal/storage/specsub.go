@@ -197,7 +197,7 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 	for {
 		changed := r.changedCh()
 		if r.core.Lost() {
-			return status.Errorf(codes.Unavailable, "the copy of shard %d here is incomplete; read another replica", r.id)
+			return r.lostStatus()
 		}
 		// Finality is read before the view: a shard is finalized by a cut
 		// the view then already holds, so the confirmation sent with the
