@@ -68,15 +68,19 @@ func damagedCount(st *segment.Store) uint64 {
 	return n
 }
 
-// reportDamage exports the damaged count of shard id's store st and logs
-// each damaged range once, when the store is opened.
+// reportDamage exports the damaged count of shard id's store st (and
+// that its copy is not lost yet), and logs each damaged range once, when
+// the store is opened.
 func (s *Server) reportDamage(id cut.ShardID, st *segment.Store) {
 	ds := st.Damaged()
 	for _, d := range ds {
 		s.log.Warn("records damaged on this replica; reads of them are refused until repaired",
 			"shard", id, "first", d.First, "end", d.End, "file", d.File, "offset", d.Offset, "bytes", d.Bytes, "reason", d.Reason)
 	}
-	metrics.DamagedRecords.WithLabelValues(s.cfg.ID, strconv.FormatUint(uint64(id), 10)).Set(float64(damagedCount(st)))
+	shard := strconv.FormatUint(uint64(id), 10)
+	metrics.DamagedRecords.WithLabelValues(s.cfg.ID, shard).Set(float64(damagedCount(st)))
+	// A copy just opened has missed nothing yet: cuts applied later say.
+	metrics.ReplicaLost.WithLabelValues(s.cfg.ID, shard).Set(0)
 }
 
 // health says, for each shard held here, what of its copy this server

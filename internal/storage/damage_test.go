@@ -215,3 +215,114 @@ func TestReadOfARecordDamagedOnEveryReplicaSaysSo(t *testing.T) {
 		t.Fatalf("read past the damage: %q, %v", e.Record.Payload, err)
 	}
 }
+
+// TestTornTailThatDroppedOrderedRecordsIsReportedLost cuts the last
+// record of a stopped backup's segment file in half, as a crash in the
+// middle of a write would, after a cut ordered it. The restarted backup
+// cannot follow the order any more: Ping must report its copy lost, and a
+// read of every record must still return them, from the primary.
+func TestTornTailThatDroppedOrderedRecordsIsReportedLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const n = 3
+	var acks []client.Ack
+	for i := range n {
+		a, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprintf("torn-%d-payload", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	backup := c.StorageIDs()[1]
+	if err := c.StopStorage(backup); err != nil {
+		t.Fatal(err)
+	}
+	tearAfter(t, filepath.Join(c.Dir(), backup), []byte(fmt.Sprintf("torn-%d-payload", n-1)))
+	if err := c.StartStorage(backup); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := c.Config().Addr(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	// A subscription to the torn position waits until the backup learns
+	// the order it cannot follow, then is refused.
+	stream, err := pb.NewLogClient(cc).Subscribe(ctx, &pb.SubscribeRequest{ClusterId: c.ClusterID, Shard: acks[0].Shard, From: acks[n-1].Position})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "missed records the shard ordered") ||
+		!strings.Contains(st.Message(), fmt.Sprintf("shard %d", acks[0].Shard)) {
+		t.Fatalf("read of the torn position from the backup: %v; want Unavailable saying the copy is lost", err)
+	}
+	ping, err := cl.Ping(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ping.Health) != 1 || !ping.Health[0].Lost {
+		t.Fatalf("Ping of the torn backup says %v, want its copy lost", ping.Health)
+	}
+	var m dto.Metric
+	if err := metrics.ReplicaLost.WithLabelValues(backup, fmt.Sprint(acks[0].Shard)).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetGauge().GetValue(); got != 1 {
+		t.Fatalf("augur_replica_lost{server=%q} = %v, want 1", backup, got)
+	}
+	got, err := cl.ReadRange(ctx, acks[0].Position, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf("torn-%d-payload", i); string(e.Record.Payload) != want {
+			t.Fatalf("position %d holds %q, want %q", e.Position, e.Record.Payload, want)
+		}
+	}
+}
+
+// tearAfter truncates the one file under dir that holds payload in the
+// middle of it.
+func tearAfter(t *testing.T, dir string, payload []byte) {
+	t.Helper()
+	hits := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		i := bytes.Index(b, payload)
+		if i < 0 {
+			return nil
+		}
+		hits++
+		return os.Truncate(path, int64(i+len(payload)/2))
+	})
+	if err != nil || hits != 1 {
+		t.Fatalf("tear %q under %s: %d files hold it, %v", payload, dir, hits, err)
+	}
+}
