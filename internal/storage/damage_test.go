@@ -119,8 +119,8 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 		string(resp.Batches[0].Records[0].Record.Payload) != fmt.Sprintf("record-%d-payload", damagedIdx+1) {
 		t.Fatalf("read past the damage from the backup: %v", resp)
 	}
-	// Resolve scans around the damage, and does not deny an append the
-	// damaged record might be: that is for a complete copy to say.
+	// Resolve scans around the damage instead of failing, and leaves an
+	// append it does not find pending.
 	res, err := pb.NewLogClient(cc).Resolve(ctx, &pb.ResolveRequest{ClusterId: c.ClusterID, Shard: acks[0].Shard, ClientId: 1 << 62, Seqs: []uint64{1}})
 	if err != nil || len(res.Results) != 1 || res.Results[0].Code != pb.Code_PENDING {
 		t.Fatalf("resolve on the damaged backup: %v, %v; want PENDING", res, err)
