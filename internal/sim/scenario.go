@@ -41,6 +41,47 @@ type straggle struct {
 type partition struct {
 	shard   int // index among the initial shards
 	at, dur time.Duration
+	dir     linkDir
+}
+
+// linkDir says which way a partition cuts a link.
+type linkDir int
+
+const (
+	// bothWays: neither end hears the other.
+	bothWays linkDir = iota
+	// fromShardOnly: the leader does not hear the shard, which hears the
+	// leader (a one-way link).
+	fromShardOnly
+	// toShardOnly: the shard does not hear the leader, which hears the
+	// shard.
+	toShardOnly
+)
+
+func (d linkDir) String() string {
+	switch d {
+	case fromShardOnly:
+		return "leader deaf to the shard"
+	case toShardOnly:
+		return "shard deaf to the leader"
+	}
+	return "both ways"
+}
+
+// crash crashes one storage server of a live shard: copy is primaryCopy
+// or backupCopy, or copiesN for both (a power loss; only with the durable
+// default, which promises to survive it), keep how many whole unsynced frames its log keeps (a
+// torn write), down how long until it restarts.
+type crash struct {
+	at, down time.Duration
+	copy     int
+	keep     int
+}
+
+// raftCrash crashes ordering replica node for down.
+type raftCrash struct {
+	at, down time.Duration
+	node     int
 }
 
 type scenario struct {
@@ -94,6 +135,13 @@ type scenario struct {
 	// of what it sent.
 	dupProb    float64
 	partitions []partition
+	// crashes and raftCrashes crash and restart storage and ordering
+	// servers.
+	crashes     []crash
+	raftCrashes []raftCrash
+	// sync is the storage servers' fsync policy, syncEvery its interval.
+	sync      syncPolicy
+	syncEvery time.Duration
 
 	subs     int
 	eagerSub bool
@@ -204,7 +252,20 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	var parts []partition
 	for range r.IntN(3) {
 		parts = append(parts, partition{shard: r.IntN(sc.shards), at: time.Duration(10+r.IntN(200)) * t,
-			dur: []time.Duration{5 * t, 40 * t, 90 * t}[r.IntN(3)] + time.Duration(r.IntN(20))*t})
+			dur: []time.Duration{5 * t, 40 * t, 90 * t}[r.IntN(3)] + time.Duration(r.IntN(20))*t, dir: linkDir(r.IntN(3))})
+	}
+	var crashes []crash
+	for range r.IntN(3) {
+		crashes = append(crashes, crash{at: time.Duration(15+r.IntN(220)) * t, copy: r.IntN(copiesN + 1), keep: r.IntN(3),
+			down: time.Duration(2+r.IntN(60)) * t})
+	}
+	var raftCrashes []raftCrash
+	for range r.IntN(3) {
+		raftCrashes = append(raftCrashes, raftCrash{at: time.Duration(10+r.IntN(250)) * t, node: r.IntN(replicasN),
+			down: time.Duration(1+r.IntN(40)) * t})
+	}
+	if r.IntN(3) == 0 {
+		sc.sync, sc.syncEvery = syncInterval, time.Duration(200+r.IntN(2800))*time.Microsecond
 	}
 	if f.Delay {
 		sc.spikeProb = spike
@@ -219,6 +280,16 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	}
 	if f.Partition {
 		sc.partitions = parts
+	}
+	if f.Crash {
+		sc.crashes, sc.raftCrashes = crashes, raftCrashes
+	}
+	for i := range sc.crashes {
+		if sc.crashes[i].copy == copiesN && sc.sync != syncAlways {
+			// Beyond the budget: the other replica holds what a crash
+			// loses unsynced, unless both crash.
+			sc.crashes[i].copy = primaryCopy
+		}
 	}
 	if mode != Spec {
 		sc.lagFixLoss = 0
@@ -277,7 +348,17 @@ func (sc scenario) String() string {
 		fmt.Fprintf(&b, "; stream repeats %.0f%%", 100*sc.dupProb)
 	}
 	for _, p := range sc.partitions {
-		fmt.Fprintf(&b, "; partition of #%d from the leader at %v for %v", p.shard, p.at, p.dur)
+		fmt.Fprintf(&b, "; partition of #%d from the leader at %v for %v (%v)", p.shard, p.at, p.dur, p.dir)
+	}
+	fmt.Fprintf(&b, "; fsync %v", sc.sync)
+	if sc.sync == syncInterval {
+		fmt.Fprintf(&b, " every %v", sc.syncEvery)
+	}
+	for _, x := range sc.crashes {
+		fmt.Fprintf(&b, "; a shard's %s crash at %v (keep %d unsynced frames), restart %v later", []string{"primary", "backup", "servers"}[x.copy], x.at, x.keep, x.down)
+	}
+	for _, x := range sc.raftCrashes {
+		fmt.Fprintf(&b, "; ordering replica %d crashes at %v for %v", x.node+1, x.at, x.down)
 	}
 	return b.String()
 }
