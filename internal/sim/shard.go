@@ -105,6 +105,9 @@ type shard struct {
 	// appends.
 	alive, accepting, leaving, finalized bool
 	finalLen                             uint64
+	// resolved says the clients resolved the appends the shard's primary
+	// never answered.
+	resolved bool
 
 	knownCut cut.Cut // the last cut the shard heard of
 	hist     []spec.Item[int64]
@@ -395,11 +398,19 @@ func (sh *shard) answer(a core.Answer[int64]) {
 // acts, and the subscription feed streams what its mode streams.
 func (sh *shard) onState(ev control.Event, snap *control.State) {
 	s := sh.s
-	if v := ev.View; v != nil {
-		sh.view = max(sh.view, v.View)
-		if sh.alive {
-			vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Void.Shard}
-			sh.broadcast(func(m *subMsg) { m.views = append(m.views, vc) })
+	if snap.Spec != nil {
+		// Like the storage server's feed, every stream carries each view
+		// change of the state it has not carried yet, before what
+		// follows: a shard registered after a view change carries it too.
+		for _, v := range snap.Spec.Void {
+			if v.View <= sh.view {
+				continue
+			}
+			sh.view = v.View
+			if sh.alive {
+				vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Shard}
+				sh.broadcast(func(m *subMsg) { m.views = append(m.views, vc) })
+			}
 		}
 	}
 	cuts := ev.Cuts
@@ -465,9 +476,10 @@ func sliceOf(prev, c cut.Cut, id cut.ShardID) cut.Slice {
 // position the cuts gave, or not ordered, and retried on another shard.
 func (sh *shard) resolve() {
 	s := sh.s
-	if p := sh.copies[primaryCopy]; p.up && p.r.Role() == core.RolePrimary {
-		return // the primary answers (Finalize abandons the rest)
+	if p := sh.copies[primaryCopy]; sh.resolved || (p.up && p.r.Role() == core.RolePrimary) {
+		return // done, or the primary answers (Finalize abandons the rest)
 	}
+	sh.resolved = true
 	sh.queue = nil
 	for id := range s.recs {
 		r := &s.recs[id]
