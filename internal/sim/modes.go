@@ -111,24 +111,28 @@ func (x *specStream) changed() {
 	if !ok {
 		return
 	}
-	durable := p.r.Durable()
-	if x.sent >= durable {
+	// The entries to send: the durable ones the windows predict (a
+	// prefix: the windows cover the log up to a point).
+	end := x.sent
+	for durable := p.r.Durable(); end < durable; end++ {
+		if _, ok := adh.Predict(end); !ok {
+			if end < sh.knownCut.Len(sh.id) {
+				sh.s.errorf("shard %d: entry %d is ordered but no window predicts it", sh.id, end)
+			}
+			break
+		}
+	}
+	if end == x.sent {
 		return
 	}
-	ids, ok := readIDs(p.log, x.sent, durable)
+	ids, ok := readIDs(p.log, x.sent, end)
 	if !ok {
-		sh.s.errorf("shard %d: the primary's log lacks [%d, %d), which it holds durably", sh.id, x.sent, durable)
+		sh.s.errorf("shard %d: the primary's log lacks [%d, %d), which it holds durably", sh.id, x.sent, end)
 		return
 	}
 	var items []spec.Item[int64]
 	for _, e := range ids {
-		pos, ok := adh.Predict(x.sent)
-		if !ok {
-			if x.sent < sh.knownCut.Len(sh.id) {
-				sh.s.errorf("shard %d: entry %d is ordered but no window predicts it", sh.id, x.sent)
-			}
-			break
-		}
+		pos, _ := adh.Predict(x.sent)
 		x.sent++
 		if e == noop {
 			if n := len(items); n > 0 && items[n-1].Skip > 0 && items[n-1].Pos+items[n-1].Skip == pos {

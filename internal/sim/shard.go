@@ -308,8 +308,8 @@ func (sh *shard) carry(c *copyOf, out *core.Output[int64]) {
 			s.stats.noopRuns++
 		}
 	}
-	for _, a := range out.Answers {
-		sh.answer(a)
+	if len(out.Answers) > 0 {
+		sh.answer(slices.Clone(out.Answers))
 	}
 	if out.Durable {
 		sh.noteDurable()
@@ -387,10 +387,15 @@ func (c *copyOf) unsynced() {
 	})
 }
 
-// answer sends a core's answer to the append's client.
-func (sh *shard) answer(a core.Answer[int64]) {
+// answer sends a core's answers to the appends' clients (one message
+// for all: the simulator spares itself an event per answer).
+func (sh *shard) answer(as []core.Answer[int64]) {
 	s := sh.s
-	s.after(s.netDelay(), func() { s.onAnswer(sh, a) })
+	s.after(s.netDelay(), func() {
+		for _, a := range as {
+			s.onAnswer(sh, a)
+		}
+	})
 }
 
 // onState is a storage server hearing of an applied change: every copy
