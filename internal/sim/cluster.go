@@ -89,6 +89,8 @@ type cluster struct {
 	// struck.
 	plant   bug
 	planted bool
+	// powerLoss asks for Options.powerLoss; powerLost says it struck.
+	powerLoss, powerLost bool
 }
 
 // recordInfo is what the history records of one append: its client,
@@ -127,11 +129,6 @@ type stats struct {
 func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug) *cluster {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	sc := newScenario(r, mode, f)
-	if plant == bugSkipSync {
-		// The durable default, and a power loss the default survives.
-		sc.sync = syncAlways
-		sc.crashes = append(sc.crashes, crash{at: 60 * time.Millisecond, copy: copiesN, down: 5 * time.Millisecond})
-	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -249,6 +246,9 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 			}
 			sh.crash(sh.copies[x.copy], x.keep, x.down)
 		})
+	}
+	for _, x := range sc.raftOneWay {
+		s.after(x.at, func() { s.ld.oneWay(x.node, x.dur, x.dir) })
 	}
 	for _, x := range sc.raftCrashes {
 		s.after(x.at, func() { s.ld.crash(x.node, x.down) })
@@ -537,6 +537,17 @@ func (s *cluster) commit(c cut.Cut) {
 	}
 	for _, sl := range parts {
 		sh := s.shards[sl.Shard]
+		if s.powerLoss && !s.powerLost && sl.Count > 0 && sh != nil && sh.alive && !sh.leaving &&
+			s.now.After(s.start.Add(50*time.Millisecond)) {
+			// The power fails on the shard's servers as the cut commits,
+			// before they hear of it: the entries it orders must survive
+			// in their logs.
+			s.powerLost = true
+			s.tracef("shard %d loses power", sh.id)
+			for _, c := range sh.copies {
+				sh.crash(c, 0, 5*time.Millisecond)
+			}
+		}
 		from, void := s.voidFrom[sl.Shard]
 		for k := uint64(0); k < sl.Count; k++ {
 			local := sl.LocalStart + k

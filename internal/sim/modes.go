@@ -20,7 +20,7 @@ import (
 func newMode(m Mode, sc *scenario) mode.Mode {
 	md, err := mode.Parse(string(m), mode.Params{
 		OrderingInterval: sc.interval, FailureTimeout: sc.failureTimeout,
-		WindowCuts: sc.windowCuts, StaggerAbove: sc.cfg.StaggerAbove,
+		WindowCuts: sc.windowCuts, StaggerAbove: sc.staggerAbove,
 	})
 	if err != nil {
 		panic("sim: " + err.Error())

@@ -44,8 +44,10 @@ type replica struct {
 	st    *control.State
 	// leader says raft last reported this node as leader.
 	leader bool
-	// isolatedUntil cuts the node off from the others until then.
-	isolatedUntil time.Time
+	// isolatedUntil cuts the node off from the others until then;
+	// deafUntil and muteUntil cut one way only: the node hears nothing,
+	// or nobody hears it.
+	isolatedUntil, deafUntil, muteUntil time.Time
 	// down says the node's server crashed; inc counts its incarnations
 	// (what was sent to an earlier one is lost with it).
 	down bool
@@ -155,7 +157,8 @@ func (ld *leader) ready(n *replica) {
 func (ld *leader) sendRaft(from *replica, m *raftpb.Message) {
 	s := ld.s
 	to := ld.replicas[m.GetTo()-1]
-	if s.now.Before(from.isolatedUntil) || s.now.Before(to.isolatedUntil) || to.down {
+	if s.now.Before(from.isolatedUntil) || s.now.Before(to.isolatedUntil) || to.down ||
+		s.now.Before(from.muteUntil) || s.now.Before(to.deafUntil) {
 		return
 	}
 	inc := to.inc
@@ -230,4 +233,24 @@ func (ld *leader) crash(i int, down time.Duration) {
 		s.tracef("raft %d restarts", n.id)
 		ld.ready(n)
 	})
+}
+
+// oneWay cuts ordering replica i's links one way for dur (until the heal
+// at the latest): dir fromShardOnly makes the others deaf to it (it is
+// mute), toShardOnly makes it deaf to them. Raft stays safe either way; a
+// deaf or mute leader stalls the ordering until the link heals.
+func (ld *leader) oneWay(i int, dur time.Duration, dir linkDir) {
+	s := ld.s
+	n := ld.replicas[i%replicasN]
+	until := s.now.Add(dur)
+	if heal := s.start.Add(s.sc.healAt); until.After(heal) {
+		until = heal
+	}
+	if dir == toShardOnly {
+		n.deafUntil = until
+		s.tracef("raft %d hears nobody until %v", n.id, until.Sub(s.start))
+		return
+	}
+	n.muteUntil = until
+	s.tracef("raft %d is heard by nobody until %v", n.id, until.Sub(s.start))
 }

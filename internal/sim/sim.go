@@ -135,6 +135,11 @@ type Options struct {
 	// plant makes the run misbehave on purpose, so that the tests show
 	// the checks catch it.
 	plant bug
+	// powerLoss fails the power of a shard's servers as the first cut
+	// after 50 ms that orders its entries commits, before they hear of it
+	// (with the durable default): what bugSkipSync loses, and a correct
+	// run keeps.
+	powerLoss bool
 }
 
 // bug is a mistake a test plants in a run.
@@ -156,7 +161,8 @@ const (
 	bugEarlyAck
 	// bugSkipSync: the storage servers carry out their cores' outputs
 	// (acknowledge, report, answer) without the fsync the durable default
-	// demands first; the run loses power on a whole shard's servers.
+	// demands first; the run loses power on a whole shard's servers
+	// (Options.powerLoss).
 	bugSkipSync
 )
 
@@ -202,6 +208,9 @@ func Run(seed uint64, o Options) Result {
 		o.Mode = Spec
 	}
 	s := newCluster(seed, o.Mode, o.Faults, o.Trace, o.plant)
+	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
+		s.sc.sync = syncAlways // the durable default, which survives it
+	}
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
 	return Result{
