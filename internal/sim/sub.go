@@ -92,7 +92,7 @@ func (sb *sub) on(m *subMsg) {
 	if sb.oneShard && m.shard != sb.shard {
 		return
 	}
-	if sb.s.mode == Eager {
+	if !sb.s.md.Speculative() {
 		sb.onEager(m)
 		return
 	}
