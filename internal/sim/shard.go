@@ -474,11 +474,10 @@ func sliceOf(prev, c cut.Cut, id cut.ShardID) cut.Slice {
 	return cut.Slice{Shard: id}
 }
 
-// resolve settles the appends a finalized shard never answered because
-// its primary was down: a client asks the shard's copies (the storage
-// server's Resolve) which of its appends were ordered. The simulator
-// answers from the truth the copies hold between them: ordered at the
-// position the cuts gave, or not ordered, and retried on another shard.
+// resolve settles the appends a finalized shard's primary never answered
+// (its server crashed or failed): their clients ask the shard's copies
+// which of them were ordered (the storage server's Resolve, the core's
+// rule), and ask again while no copy can tell.
 func (sh *shard) resolve() {
 	s := sh.s
 	if p := sh.copies[primaryCopy]; sh.resolved || (p.up && p.r.Role() == core.RolePrimary) {
@@ -486,16 +485,67 @@ func (sh *shard) resolve() {
 	}
 	sh.resolved = true
 	sh.queue = nil
+	var ids []int64
 	for id := range s.recs {
+		if r := &s.recs[id]; r.at == sh.id && !r.acked && !r.rerouting {
+			ids = append(ids, int64(id))
+		}
+	}
+	sh.resolveIDs(ids)
+}
+
+// resolveRetryEvery is how soon a client asks again when no copy could
+// resolve its append.
+const resolveRetryEvery = 10 * time.Millisecond
+
+// resolveKey identifies an append in a log.
+type resolveKey struct{ client, seq uint64 }
+
+func (sh *shard) resolveIDs(ids []int64) {
+	s := sh.s
+	var held [copiesN]map[resolveKey]uint64
+	for i, c := range sh.copies {
+		if !c.up {
+			continue
+		}
+		m := map[resolveKey]uint64{}
+		c.log.Scan(0, func(local uint64, e segment.Entry) bool {
+			if e.Noops == 0 {
+				m[resolveKey{e.ClientID, e.Seq}] = local
+			}
+			return true
+		})
+		held[i] = m
+	}
+	var pending []int64
+	for _, id := range ids {
 		r := &s.recs[id]
 		if r.at != sh.id || r.acked || r.rerouting {
-			continue
+			continue // an answer or another shard settled it
 		}
-		if pos, ok := s.orderedAt[int64(id)]; ok {
-			s.acked(int64(id), pos)
-			continue
+		k := resolveKey{clientIDOf(r.client), uint64(id) + 1}
+		res, pos := core.ResolvePending, uint64(0)
+		for i, c := range sh.copies {
+			if held[i] == nil {
+				continue
+			}
+			local, found := held[i][k]
+			if res, pos = c.r.Resolve(local, found); res != core.ResolvePending {
+				break
+			}
 		}
-		s.reroute(int64(id))
+		switch res {
+		case core.ResolveOrdered:
+			s.tracef("shard %d resolves %s: ordered at %d", sh.id, r.name, pos)
+			s.acked(id, pos)
+		case core.ResolveNotOrdered:
+			s.reroute(id)
+		default:
+			pending = append(pending, id)
+		}
+	}
+	if len(pending) > 0 {
+		s.after(resolveRetryEvery, func() { sh.resolveIDs(pending) })
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/shard"
 )
 
 // Bounds.
@@ -301,21 +302,14 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
 	}
-	finalLen, final := r.core.Final()
-	// Only a copy that holds every record the shard ordered may say a
-	// record was not ordered: one that lost its tail (a restart after a
-	// crash) or missed cuts has Ordered below finalLen and would deny
-	// records the other replicas serve.
-	complete := final && r.store.Ordered() >= finalLen
 	resp := &pb.ResolveResponse{}
 	for _, q := range req.Seqs {
 		ack := &pb.AppendAck{Seq: q, Shard: r.id}
 		local, ok := found[q]
-		switch {
-		case ok && local < r.store.Ordered():
-			pos, _ := r.store.GlobalOf(local)
+		switch res, pos := r.core.Resolve(local, ok); res {
+		case shard.ResolveOrdered:
 			ack.Code, ack.Position = pb.Code_OK, pos
-		case complete && (!ok || local >= finalLen):
+		case shard.ResolveNotOrdered:
 			ack.Code = pb.Code_NOT_ORDERED
 		default:
 			ack.Code = pb.Code_PENDING
