@@ -21,7 +21,9 @@ import (
 // backup acknowledgements over the simulated network, syncs the logs as
 // the sync policy says, sends reports and heartbeats, hands the copies
 // the control events their watch streams bring, answers clients only
-// with what the cores' outputs answer, and feeds subscribers.
+// with what the cores' outputs answer (or, for the appends a crash left
+// unanswered, what the copies' Replica.Resolve says), and feeds
+// subscribers.
 
 // The copies of a shard.
 const (
