@@ -26,9 +26,10 @@ func newSimCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the seeded whole-cluster simulation and check its invariants",
-		Long: `Run the seeded whole-cluster simulation: the ordering replicas (Raft), shards,
-clients and subscribers of one cluster in one goroutine on a simulated clock
-and network, with the faults --faults selects, through a safety phase and a
+		Long: `Run the seeded whole-cluster simulation: the ordering replicas (Raft), the
+storage servers' shard replicas (primary and backup, on logs that lose what
+was not synced in a crash), clients and subscribers of one cluster in one
+goroutine on a simulated clock and network, with the faults --faults selects, through a safety phase and a
 heal phase that must converge. Each seed's history is checked against the
 invariants (no acknowledged append lost, one order for every reader,
 real-time order and linearizability, confirmed speculation never revised,
@@ -107,6 +108,6 @@ violation.`,
 	fl.Uint64Var(&first, "first", 0, "the first seed of --seeds")
 	fl.Int64Var(&seed, "seed", -1, "run only this seed")
 	fl.BoolVar(&trace, "trace", false, "print every step of the run (with --seed)")
-	fl.StringVar(&faults, "faults", "all", "faults to inject, comma-separated: delay, reorder, loss, partition; or all, none")
+	fl.StringVar(&faults, "faults", "all", "faults to inject, comma-separated: delay, reorder, loss, partition, crash; or all, none")
 	return cmd
 }

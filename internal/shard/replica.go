@@ -643,3 +643,45 @@ func (r *Replica[W]) Waiting() []Answer[W] {
 	}
 	return r.primary.Waiting()
 }
+
+// Resolution is what a copy can tell a client about one of its appends
+// whose answer it never got (its primary crashed, or its stream broke).
+type Resolution int
+
+const (
+	// ResolvePending: this copy cannot tell yet; ask again, or ask
+	// another copy.
+	ResolvePending Resolution = iota
+	// ResolveOrdered: the append has a position.
+	ResolveOrdered
+	// ResolveNotOrdered: the shard is final and never ordered the
+	// append; the client may store it elsewhere.
+	ResolveNotOrdered
+)
+
+// Resolve says what this copy knows of an append: found says its log
+// holds it at local index local, and readAll that the copy could read
+// every entry it holds while looking. Only a copy that holds, and could
+// read, every entry the shard ordered may deny an append it did not find:
+// one that lost its tail in a crash, missed cuts, or has damaged records
+// would deny records the other replicas serve. An entry at or past a final shard's length was never ordered,
+// even where this copy applied cuts that place it: in speculative order
+// the cuts after a view change still give a failed shard's void slots to
+// its entries past the void point, and those slots are no-ops to readers.
+func (r *Replica[W]) Resolve(local uint64, found, readAll bool) (Resolution, uint64) {
+	finalLen, final := r.Final()
+	if final && found && local >= finalLen {
+		return ResolveNotOrdered, 0
+	}
+	ordered := r.log.Ordered()
+	if found && local < ordered {
+		if pos, ok := r.log.GlobalOf(local); ok {
+			return ResolveOrdered, pos
+		}
+		return ResolvePending, 0 // trimmed: another copy may still tell
+	}
+	if final && !found && readAll && ordered >= finalLen {
+		return ResolveNotOrdered, 0
+	}
+	return ResolvePending, 0
+}

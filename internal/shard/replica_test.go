@@ -559,3 +559,65 @@ func TestOutputResetDropsOldElements(t *testing.T) {
 		t.Errorf("a reset output still points to a problem")
 	}
 }
+
+// TestReplicaResolve: a copy tells an ordered append's position; only a
+// copy that holds everything the final shard ordered denies one, so one
+// that lost its tail in a crash answers pending instead.
+func TestReplicaResolve(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	pr.append("s", 7, 1, 2, 3)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	if err := pr.blogs[0].Sync(); err != nil {
+		t.Fatal(err)
+	}
+	pr.cutAt(1, 0, 2, 40)
+	if res, pos := pr.p.Resolve(1, true, true); res != ResolveOrdered || pos != 41 {
+		t.Fatalf("ordered append: %v at %d, want ordered at 41", res, pos)
+	}
+	if res, _ := pr.p.Resolve(2, true, true); res != ResolvePending {
+		t.Fatalf("stored, unordered append of a live shard: %v, want pending", res)
+	}
+	pr.p.Finalize(2, &Output[string]{})
+	if res, _ := pr.p.Resolve(2, true, true); res != ResolveNotOrdered {
+		t.Fatalf("append past the final length: %v, want not ordered", res)
+	}
+	if res, _ := pr.p.Resolve(0, false, true); res != ResolveNotOrdered {
+		t.Fatalf("append the final copy never stored: %v, want not ordered", res)
+	}
+	if res, _ := pr.p.Resolve(0, false, false); res != ResolvePending {
+		t.Fatalf("append not found by a final copy that could not read all it holds: %v, want pending", res)
+	}
+	// The backup's server crashes before syncing the cut's positions: its
+	// recovered copy holds the records but not their order, so it may
+	// deny nothing.
+	pr.blogs[0].Crash()
+	rec := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, pr.blogs[0])
+	rec.Finalize(2, &Output[string]{})
+	if n, o := pr.blogs[0].Len(), pr.blogs[0].Ordered(); n != 3 || o != 0 {
+		t.Fatalf("the recovered log holds %d entries, %d ordered; want 3, 0", n, o)
+	}
+	if res, _ := rec.Resolve(0, true, true); res != ResolvePending {
+		t.Fatalf("a copy that lost the cut's positions: %v, want pending", res)
+	}
+	if res, _ := rec.Resolve(0, false, true); res != ResolvePending {
+		t.Fatalf("a copy that lost the cut's positions denies an append: %v, want pending", res)
+	}
+}
+
+// TestReplicaResolveVoidedEntry: a speculative cut after a view change
+// gives a failed shard's entries past its void point the void slots; a
+// copy that applied it must still say those entries were never ordered.
+func TestReplicaResolveVoidedEntry(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	pr.append("s", 7, 1, 2, 3)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	b := pr.backups[0]
+	b.ApplyCut(Cut{Index: 1, Start: 40, End: 43, Slice: cut.Slice{Shard: 1, LocalStart: 0, GlobalStart: 40, Count: 3}}, &Output[string]{})
+	b.Finalize(2, &Output[string]{})
+	if res, pos := b.Resolve(1, true, true); res != ResolveOrdered || pos != 41 {
+		t.Fatalf("entry below the final length: %v at %d, want ordered at 41", res, pos)
+	}
+	if res, _ := b.Resolve(2, true, true); res != ResolveNotOrdered {
+		t.Fatalf("entry past the final length, placed in a void slot: %v, want not ordered", res)
+	}
+}

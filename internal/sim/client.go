@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/internal/cut"
+	core "github.com/augur-log/augur/internal/shard"
 )
 
 // client appends records at a rate to one shard, moving to another when
@@ -54,10 +55,14 @@ func (c *client) schedule() {
 		id := s.nextRec
 		s.nextRec++
 		s.recs = append(s.recs, recordInfo{client: c.id, call: s.now, name: recordName(id)})
-		sh.appendRecord(id)
+		sh.appendRecord(id, clientIDOf(c.id))
 		c.schedule()
 	})
 }
+
+// clientIDOf is the client id client i's appends carry (the shards'
+// dedup key with the sequence number).
+func clientIDOf(i int) uint64 { return uint64(i) + 1 }
 
 // acceptingShard picks a random shard that takes appends.
 func (s *cluster) acceptingShard() *shard {
@@ -73,9 +78,48 @@ func (s *cluster) acceptingShard() *shard {
 	return live[s.r.IntN(len(live))]
 }
 
+// onAnswer is a shard's answer reaching the append's client.
+func (s *cluster) onAnswer(sh *shard, a core.Answer[int64]) {
+	id := a.Waiter
+	if id == noop {
+		return // nobody waits (a planted retry)
+	}
+	r := &s.recs[id]
+	switch a.Verdict {
+	case core.Ordered:
+		s.acked(id, a.Position)
+	case core.Waiting:
+	case core.Abandoned, core.Finalized, core.Unavailable:
+		// Never ordered on that shard: retry elsewhere, unless the
+		// client already moved on.
+		if r.at == sh.id && !r.acked {
+			s.reroute(id)
+		}
+	default:
+		s.errorf("shard %d answers %v to the append of %s", sh.id, a.Verdict, r.name)
+	}
+}
+
+// acked records that record id's append returned at position pos.
+func (s *cluster) acked(id int64, pos uint64) {
+	r := &s.recs[id]
+	if r.acked {
+		if r.pos != pos {
+			s.errorf("append of %s answered at %d and at %d", r.name, r.pos, pos)
+		}
+		return
+	}
+	r.acked, r.pos, r.ret = true, pos, s.now
+}
+
 // reroute appends an unacknowledged record again on another shard after
 // the client's timeout: a retry, with the same client and sequence number.
 func (s *cluster) reroute(id int64) {
+	r := &s.recs[id]
+	if r.rerouting {
+		return
+	}
+	r.rerouting = true
 	s.reroutes++
 	var retry func()
 	retry = func() {
@@ -84,8 +128,10 @@ func (s *cluster) reroute(id int64) {
 			s.after(time.Millisecond, retry)
 			return
 		}
-		sh.appendRecord(id)
-		s.stats.records--
+		r := &s.recs[id]
+		r.rerouting = false
+		s.stats.retries++
+		sh.appendRecord(id, clientIDOf(r.client))
 	}
 	s.after(s.uniform(2*time.Millisecond, 10*time.Millisecond), retry)
 }

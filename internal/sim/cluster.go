@@ -12,6 +12,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
+	"github.com/augur-log/augur/internal/mode"
 )
 
 // noop marks a no-op entry in a shard's log and a position without a
@@ -22,9 +23,11 @@ const noop int64 = -1
 // clients and subscribers, and the truth the committed cuts establish.
 type cluster struct {
 	world
-	mode  Mode
-	rules modeRules
-	sc    scenario
+	mode Mode
+	// md is the cluster's ordering mode: the parts the servers and the
+	// client build per mode come from it.
+	md mode.Mode
+	sc scenario
 
 	ld      *leader
 	shards  map[cut.ShardID]*shard
@@ -36,18 +39,19 @@ type cluster struct {
 	// shards' logs, the views, the failed shards' void points.
 	lastCut  cut.Cut
 	cutCount uint64
-	eager    []int64
+	// cutHist lists the committed cuts after initialCut, for a restarted
+	// storage server's watch to catch up on.
+	cutHist    []cut.Cut
+	initialCut cut.Cut
+	eager      []int64
 	// eagerShard is the shard of each position.
 	eagerShard []cut.ShardID
 	views      []control.ViewChange
 	voidFrom   map[cut.ShardID]uint64
 	finals     map[cut.ShardID]bool
-	// orderedAt maps each record to its position and committedAt to when
-	// the cut that ordered it committed (its append's return); nextRec
-	// counts records.
-	orderedAt   map[int64]uint64
-	committedAt map[int64]time.Time
-	nextRec     int64
+	// orderedAt maps each record to its position; nextRec counts records.
+	orderedAt map[int64]uint64
+	nextRec   int64
 	// recs holds each record's append: its client, first call and name.
 	recs     []recordInfo
 	reroutes int
@@ -57,6 +61,9 @@ type cluster struct {
 	// failed is the shard the scenario failed, if any; joinRates gives a
 	// joining shard's client rate by name.
 	failed *shard
+	// failedShards holds the shards a crash of one of their servers
+	// failed.
+	failedShards map[cut.ShardID]bool
 	// failedSoleHolder says the failed shard held the newest window's
 	// only quota (scenario.failSoleHolder).
 	failedSoleHolder bool
@@ -73,19 +80,31 @@ type cluster struct {
 	// adopted says a shard that registered took over the slots of a
 	// failed shard that no live shard filled.
 	adopted bool
+	// replacements counts the shards registered in place of crashed ones.
+	replacements int
 
 	stats stats
 	// plant is the bug a test planted (noBug: none); planted says it
 	// struck.
 	plant   bug
 	planted bool
+	// powerLoss asks for Options.powerLoss; powerLost says it struck.
+	powerLoss, powerLost bool
 }
 
-// recordInfo is what the history records of one append.
+// recordInfo is what the history records of one append: its client,
+// first call and name; the shard it last went to (at), whether a retry on
+// another shard is under way; and, once a shard answered it ordered (or a
+// resolution said so), its position and return.
 type recordInfo struct {
-	client int
-	call   time.Time
-	name   string
+	client    int
+	call      time.Time
+	name      string
+	at        cut.ShardID
+	rerouting bool
+	acked     bool
+	pos       uint64
+	ret       time.Time
 }
 
 type stats struct {
@@ -97,28 +116,32 @@ type stats struct {
 	lostReports, lostPolls    uint64
 	specDeliveries, delivered uint64
 	fails, voided             uint64
+	crashes, raftCrashes      uint64
+	lostTails                 uint64 // crashes that lost an unsynced tail
+	retries                   uint64
 	specLead                  time.Duration // summed over confirmed speculative deliveries
 	specLeadN                 uint64
 	maxQuota                  uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
-func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
+func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug) *cluster {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	sc := newScenario(r, mode, f)
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
-		mode:  mode, rules: rulesOf(mode), sc: sc,
-		shards:      map[cut.ShardID]*shard{},
-		voidFrom:    map[cut.ShardID]uint64{},
-		finals:      map[cut.ShardID]bool{},
-		orderedAt:   map[int64]uint64{},
-		committedAt: map[int64]time.Time{},
-		windowed:    map[cut.ShardID]bool{},
-		cutOff:      map[cut.ShardID]bool{},
+		mode:  mode, md: newMode(mode, &sc), sc: sc, plant: plant,
+		failedShards: map[cut.ShardID]bool{},
+		shards:       map[cut.ShardID]*shard{},
+		voidFrom:     map[cut.ShardID]uint64{},
+		finals:       map[cut.ShardID]bool{},
+		orderedAt:    map[int64]uint64{},
+		windowed:     map[cut.ShardID]bool{},
+		cutOff:       map[cut.ShardID]bool{},
 	}
 	s.ld = newLeader(s)
+	s.initialCut = s.ld.st.LastCut
 	for i := range sc.subs {
 		sb := &sub{s: s, id: i}
 		if i == 1 && sc.eagerSub {
@@ -204,7 +227,30 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string)) *cluster {
 		})
 	}
 	for _, p := range sc.partitions {
-		s.after(p.at, func() { s.partition(cut.ShardID(p.shard), p.dur) })
+		s.after(p.at, func() { s.partition(cut.ShardID(p.shard), p.dur, p.dir) })
+	}
+	for _, x := range sc.crashes {
+		s.after(x.at, func() {
+			sh := s.pick(2, func(sh *shard) bool { return sh.alive && !sh.leaving && !sh.finalized })
+			if sh == nil {
+				return
+			}
+			if x.copy == copiesN {
+				// A power loss takes the whole replica group.
+				s.tracef("shard %d loses power", sh.id)
+				for _, c := range sh.copies {
+					sh.crash(c, x.keep, x.down)
+				}
+				return
+			}
+			sh.crash(sh.copies[x.copy], x.keep, x.down)
+		})
+	}
+	for _, x := range sc.raftOneWay {
+		s.after(x.at, func() { s.ld.oneWay(x.node, x.dur, x.dir) })
+	}
+	for _, x := range sc.raftCrashes {
+		s.after(x.at, func() { s.ld.crash(x.node, x.down) })
 	}
 	// Once the faults stop, a one-shard subscriber's next poll tells it
 	// what the lost ones did, and an operator makes sure some shard takes
@@ -287,9 +333,11 @@ func (s *cluster) netDelay() time.Duration {
 	return d
 }
 
-// partition cuts shard id off from the leader for dur: reports and
-// lag-fixes are lost, and the control events it watches wait for the heal.
-func (s *cluster) partition(id cut.ShardID, dur time.Duration) {
+// partition cuts shard id off from the leader for dur, one way or both:
+// while the leader is deaf to the shard its reports are lost; while the
+// shard is deaf to the leader its lag-fixes are lost and the control
+// events it watches wait for the heal.
+func (s *cluster) partition(id cut.ShardID, dur time.Duration, dir linkDir) {
 	sh := s.shards[id]
 	if sh == nil {
 		return
@@ -299,19 +347,28 @@ func (s *cluster) partition(id cut.ShardID, dur time.Duration) {
 	if heal := s.start.Add(s.sc.healAt); until.After(heal) {
 		until = heal
 	}
-	if !until.After(sh.partitionedUntil) {
-		return
+	if dir != toShardOnly && until.After(sh.deafUntil) {
+		sh.deafUntil = until
+		s.cutOff[id] = true
 	}
-	sh.partitionedUntil = until
-	s.cutOff[id] = true
-	s.tracef("shard %d cut off from the leader until %v", id, until.Sub(s.start))
+	if dir != fromShardOnly && until.After(sh.muteUntil) {
+		sh.muteUntil = until
+	}
+	s.tracef("shard %d cut off from the leader (%v) until %v", id, dir, until.Sub(s.start))
 }
-
-func (s *cluster) partitioned(sh *shard) bool { return s.now.Before(sh.partitionedUntil) }
 
 // faulty reports whether the run is in its safety phase, where the lossy
 // channels lose and repeat messages.
 func (s *cluster) faulty() bool { return s.now.Before(s.start.Add(s.sc.healAt)) }
+
+// addReplacement registers a fresh shard in place of one a crash failed
+// (Scalog's finalize-and-add).
+func (s *cluster) addReplacement() {
+	name := fmt.Sprintf("replacement%d", s.replacements)
+	s.replacements++
+	s.ld.operator(control.Command{Register: &control.RegisterCommand{
+		Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}}})
+}
 
 // rescueEvery is how often, once the faults stop, the operator looks for
 // a shard that takes appends.
@@ -338,8 +395,8 @@ func (s *cluster) rescue() {
 // order, and not before a partition heals.
 func (s *cluster) deliverWatch(sh *shard, fn func()) {
 	at := linkOf(s.ld.watch, sh.id).arrival(s.now, s.netDelay())
-	if at.Before(sh.partitionedUntil) {
-		at = linkOf(s.ld.watch, sh.id).arrival(sh.partitionedUntil, s.netDelay())
+	if at.Before(sh.muteUntil) {
+		at = linkOf(s.ld.watch, sh.id).arrival(sh.muteUntil, s.netDelay())
 	}
 	s.at(at, fn)
 }
@@ -415,14 +472,9 @@ func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State
 			continue
 		}
 		s.tracef("leader: shard %d finalized at %d (failed %v)", row.ID, row.FinalLength, row.Failed)
+		// The appends it will never order are answered Abandoned when
+		// the shard hears of it, or resolved if its primary is down.
 		sh.accepting = false
-		// Appends the cuts will never order were never acknowledged:
-		// their clients retry them on another shard.
-		for i := row.FinalLength; i < uint64(len(sh.log)); i++ {
-			if id := sh.log[i]; id != noop {
-				s.reroute(id)
-			}
-		}
 	}
 }
 
@@ -506,6 +558,17 @@ func (s *cluster) commit(c cut.Cut) {
 	}
 	for _, sl := range parts {
 		sh := s.shards[sl.Shard]
+		if s.powerLoss && !s.powerLost && sl.Count > 0 && sh != nil && sh.alive && !sh.leaving &&
+			s.now.After(s.start.Add(50*time.Millisecond)) {
+			// The power fails on the shard's servers as the cut commits,
+			// before they hear of it: the entries it orders must survive
+			// in their logs.
+			s.powerLost = true
+			s.tracef("shard %d loses power", sh.id)
+			for _, c := range sh.copies {
+				sh.crash(c, 0, 5*time.Millisecond)
+			}
+		}
 		from, void := s.voidFrom[sl.Shard]
 		for k := uint64(0); k < sl.Count; k++ {
 			local := sl.LocalStart + k
@@ -521,10 +584,11 @@ func (s *cluster) commit(c cut.Cut) {
 			}
 			if _, dup := s.orderedAt[e]; e != noop && !dup {
 				s.orderedAt[e] = pos
-				s.committedAt[e] = s.now
 				if s.plant == bugRetryTwice && !s.planted && s.shards[sl.Shard].accepting {
+					// A client that forgot its identity retries an
+					// ordered append: the shard's dedup cannot tell.
 					s.planted = true
-					s.after(time.Millisecond, func() { s.shards[sl.Shard].appendRecord(e) })
+					s.after(time.Millisecond, func() { s.shards[sl.Shard].appendRecord(e, forgetfulClient) })
 				}
 			}
 			s.eager = append(s.eager, e)
@@ -532,6 +596,7 @@ func (s *cluster) commit(c cut.Cut) {
 		}
 	}
 	s.lastCut = c
+	s.cutHist = append(s.cutHist, c)
 	s.cutCount++
 }
 

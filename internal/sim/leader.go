@@ -45,9 +45,9 @@ type leader struct {
 }
 
 func newLeader(s *cluster) *leader {
-	ld := &leader{s: s, st: s.rules.state(&s.sc), raftLinks: map[[2]uint64]*link{}, committed: map[uint64]control.Command{},
+	ld := &leader{s: s, st: s.md.NewState("sim"), raftLinks: map[[2]uint64]*link{}, committed: map[uint64]control.Command{},
 		watch: map[cut.ShardID]*link{}, fix: map[cut.ShardID]*link{}}
-	ld.replicas = newReplicas(func() *control.State { return s.rules.state(&s.sc) })
+	ld.replicas = newReplicas(func() *control.State { return s.md.NewState("sim") })
 	s.after(0, func() { ld.campaign(0) })
 	s.after(raftTickEvery, ld.tick)
 	s.after(s.sc.failureTimeout/4, ld.detectTick)
@@ -97,7 +97,7 @@ func (ld *leader) leadership(n *replica, leads bool) {
 		ld.node = n
 		ld.terms++
 		ld.tag = fmt.Sprintf("n%dl%d", n.id, ld.terms)
-		ld.l = order.NewLeader(s.rules.policy(&s.sc), s.sc.failureTimeout, n.st, s.now, ld.tag+"-c")
+		ld.l = order.NewLeader(s.md.NewPolicy(), s.sc.failureTimeout, n.st, s.now, ld.tag+"-c")
 		ld.wakeAt = time.Time{}
 		s.tracef("leader: raft %d leads", n.id)
 		q := ld.queued
@@ -132,9 +132,7 @@ func (ld *leader) apply(n *replica, index uint64, c control.Command) {
 			snap := ld.st.Clone()
 			s.learn(c, ev, snap)
 			for _, sh := range s.order {
-				if sh.alive || s.rules.servesAfterFailure() {
-					s.deliverWatch(sh, func() { sh.onState(ev, snap) })
-				}
+				s.deliverWatch(sh, func() { sh.onState(ev, snap) })
 			}
 		}
 	}
@@ -221,12 +219,12 @@ func (ld *leader) sendLagFix(f cut.Length) {
 	if sh == nil || !sh.alive {
 		return
 	}
-	if s.r.Float64() < s.sc.lagFixLoss || s.partitioned(sh) {
+	if s.r.Float64() < s.sc.lagFixLoss || s.now.Before(sh.muteUntil) {
 		s.stats.lostLagFix++
 		return
 	}
 	target := f.Length
-	s.at(linkOf(ld.fix, f.Shard).arrival(s.now, s.netDelay()), func() { sh.rules.lagFix(target) })
+	s.at(linkOf(ld.fix, f.Shard).arrival(s.now, s.netDelay()), func() { sh.lagFix(target) })
 }
 
 // onReport is a shard's report reaching the leader on its heartbeat

@@ -1,85 +1,82 @@
 package sim
 
 import (
-	"time"
-
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
-	"github.com/augur-log/augur/internal/merge"
-	"github.com/augur-log/augur/internal/order"
+	"github.com/augur-log/augur/internal/mode"
+	core "github.com/augur-log/augur/internal/shard"
 	"github.com/augur-log/augur/internal/spec"
 )
 
-// modeRules is what an ordering mode supplies to the simulator: the
-// control state a cluster starts from, the ordering leader's policy, each
-// shard's behaviour and each subscriber's merger. The world supplies the
-// network, the clock, the clients, the faults and the truth. A new mode
-// plugs in as one more implementation.
-type modeRules interface {
-	// state returns the control state of a new cluster.
-	state(sc *scenario) *control.State
-	// policy returns a fresh leader's policy (at start and after every
-	// failover).
-	policy(sc *scenario) order.Policy
-	// shard returns one shard's behaviour.
-	shard(sh *shard) shardRules
-	// subscribe gives a subscriber its mode's merger.
-	subscribe(sb *sub)
-	// servesAfterFailure says a failed shard's durable entries stay
-	// readable (their backups serve the streams) rather than voided.
-	servesAfterFailure() bool
-	// dense says the order has no no-ops.
-	dense() bool
+// The ordering modes. Every part the servers and the client build per
+// mode — the control state, the leader's policy, each primary's ordering,
+// each subscriber's merger — comes from mode.Mode, as it does for them.
+// What stays here is what only the simulator's stand-in for the storage
+// server's subscription feed does differently per mode (streamRules).
+
+// newMode builds the cluster's mode from the scenario's parameters, as
+// the servers build it from a cluster file.
+func newMode(m Mode, sc *scenario) mode.Mode {
+	md, err := mode.Parse(string(m), mode.Params{
+		OrderingInterval: sc.interval, FailureTimeout: sc.failureTimeout,
+		WindowCuts: sc.windowCuts, StaggerAbove: sc.staggerAbove,
+	})
+	if err != nil {
+		panic("sim: " + err.Error())
+	}
+	return md
 }
 
-func rulesOf(m Mode) modeRules {
-	if m == Eager {
-		return eagerRules{}
-	}
-	return specRules{}
+// streamRules is a mode's subscription feed on one shard: what a storage
+// server streams to subscribers, and when.
+type streamRules interface {
+	// onState takes an applied control change the shard heard of on its
+	// watch stream, after its copies applied it.
+	onState(ev control.Event, snap *control.State, cuts []shardCut)
+	// changed says what subscribers may read changed (Output.Changed).
+	changed()
+	// replay streams what a copy that restarted can serve of cuts it
+	// applied again.
+	replay(c *copyOf, cuts []shardCut)
 }
+
+// shardCut is a committed cut and this shard's part of it.
+type shardCut struct {
+	c     cut.Cut
+	slice cut.Slice
+}
+
+func (s *cluster) newStream(sh *shard) streamRules {
+	if s.md.Speculative() {
+		return &specStream{sh: sh, filled: map[uint64]bool{}}
+	}
+	return &eagerStream{sh: sh}
+}
+
+// servesAfterFailure says a failed shard's ordered entries stay readable
+// (its other copies serve the streams) rather than voided: so in eager
+// order, where a cut orders only what every replica holds.
+func (s *cluster) servesAfterFailure() bool { return !s.md.Speculative() }
+
+// dense says the order has no no-ops.
+func (s *cluster) dense() bool { return !s.md.Speculative() }
 
 // ---- speculative order ----
 
-type specRules struct{}
-
-func (specRules) state(sc *scenario) *control.State { return control.NewSpec("sim", sc.windowCuts) }
-
-func (specRules) policy(sc *scenario) order.Policy { return order.NewSpec(sc.cfg) }
-
-func (specRules) shard(sh *shard) shardRules {
-	s := sh.s
-	return &specShard{sh: sh, adh: spec.NewShard(sh.id, 0, s.sc.fillAfter, s.sc.interval*time.Duration(s.sc.windowCuts), s.now), filled: map[uint64]bool{}}
-}
-
-// subscribe: a speculative subscriber runs the client's speculative
-// merger (spec.StreamMerger) over the shards' streams and status polls.
-func (specRules) subscribe(sb *sub) {
-	sb.em = spec.NewStreamMerger(sb.from, sb.confirmedOnly, sb.oneShard)
-}
-
-func (specRules) servesAfterFailure() bool { return false }
-
-func (specRules) dense() bool { return false }
-
-// specShard is a storage server's speculative step around spec.Shard:
-// fill no-ops when due, report at quota boundaries, stream what is
-// durable and predictable, fill a failed shard's slots when chosen.
-type specShard struct {
-	sh  *shard
-	adh *spec.Shard
+// specStream streams what the primary holds durably as soon as a window
+// predicts its position, and a failed shard's slots when chosen to fill
+// them.
+type specStream struct {
+	sh *shard
 	// sent is the next own entry to stream; filled the views whose void
 	// slots went out.
-	sent      uint64
-	filled    map[uint64]bool
-	fillArmed bool
-	fillAt    time.Time
+	sent   uint64
+	filled map[uint64]bool
 }
 
-func (x *specShard) onState(ev control.Event, snap *control.State) {
+func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut) {
 	sh, s := x.sh, x.sh.s
-	x.adh.SetWindows(snap.Spec.Windows)
 	for _, v := range snap.Spec.Void {
 		if v.View > sh.view {
 			// A stream carries every view change before the slots it
@@ -104,80 +101,47 @@ func (x *specShard) onState(ev control.Event, snap *control.State) {
 		s.tracef("shard %d fills the slots of shard %d: %d runs", sh.id, v.Shard, len(items))
 		sh.stream(items)
 	}
-	if ev.Cut != nil {
+	if ev.Cut != nil || len(ev.Cuts) > 0 {
 		end := snap.LastCut.End
 		sh.broadcast(func(m *subMsg) { m.confirm = max(m.confirm, end) })
 	}
-	sh.knownCut = snap.LastCut
-	x.poke()
+	x.changed()
 }
 
-func (x *specShard) stored() {
-	x.adh.Stored(uint64(len(x.sh.log)), x.sh.records, x.sh.s.now)
-}
-
-func (x *specShard) durable() {
-	x.adh.Durable(x.sh.durable)
-	x.poke()
-}
-
-func (x *specShard) lagFix(target uint64) {
+// changed sends every durable entry of the primary whose position its
+// ordering predicts: records as themselves, no-ops as skips.
+func (x *specStream) changed() {
 	sh := x.sh
-	if !sh.alive || sh.finalized {
+	p := sh.copies[primaryCopy]
+	if !p.up || !sh.alive {
 		return
 	}
-	n := x.adh.LagFix(target)
-	sh.s.tracef("shard %d: lag-fix to %d: %d no-ops (stored %d)", sh.id, target, n, len(sh.log))
-	sh.appendNoops(n)
-	x.poke()
-}
-
-// poke is the storage server's speculative step: fill no-ops when due,
-// report at a quota boundary, stream what became durable and predictable,
-// arm the fill timer.
-func (x *specShard) poke() {
-	sh, s := x.sh, x.sh.s
-	if !sh.alive || sh.finalized {
+	adh, ok := p.ord.(*core.Speculative)
+	if !ok {
 		return
 	}
-	if n := x.adh.Fill(s.now); n > 0 {
-		sh.appendNoops(n)
-	}
-	if l, ok := x.adh.Report(s.now); ok {
-		sh.lastReport, sh.lastRecords = l, x.adh.Records()
-		sh.sendReport()
-	}
-	x.streamDurable()
-	if at, ok := x.adh.FillAt(); ok {
-		if at.Before(s.now) {
-			at = s.now
-		}
-		if !x.fillArmed || at.Before(x.fillAt) {
-			x.fillArmed, x.fillAt = true, at
-			s.at(at, func() {
-				if x.fillArmed && x.fillAt.Equal(at) {
-					x.fillArmed = false
-					x.poke()
-				}
-			})
-		}
-	}
-}
-
-// streamDurable sends every durable entry whose position is predictable:
-// records as themselves, no-ops as skips.
-func (x *specShard) streamDurable() {
-	sh := x.sh
-	var items []spec.Item[int64]
-	for x.sent < sh.durable {
-		pos, ok := x.adh.Predict(x.sent)
-		if !ok {
-			if x.sent < sh.knownCut.Len(sh.id) {
-				sh.s.errorf("shard %d: entry %d is ordered but no window predicts it", sh.id, x.sent)
+	// The entries to send: the durable ones the windows predict (a
+	// prefix: the windows cover the log up to a point).
+	end := x.sent
+	for durable := p.r.Durable(); end < durable; end++ {
+		if _, ok := adh.Predict(end); !ok {
+			if end < sh.knownCut.Len(sh.id) {
+				sh.s.errorf("shard %d: entry %d is ordered but no window predicts it", sh.id, end)
 			}
 			break
 		}
-		e := sh.log[x.sent]
+	}
+	if end == x.sent {
+		return
+	}
+	ids, ok := readIDs(p.log, x.sent, end)
+	if !ok {
+		sh.s.errorf("shard %d: the primary's log lacks [%d, %d), which it holds durably", sh.id, x.sent, end)
+		return
+	}
+	var items []spec.Item[int64]
+	for _, e := range ids {
+		pos, _ := adh.Predict(x.sent)
 		x.sent++
 		if e == noop {
 			if n := len(items); n > 0 && items[n-1].Skip > 0 && items[n-1].Pos+items[n-1].Skip == pos {
@@ -192,87 +156,68 @@ func (x *specShard) streamDurable() {
 	sh.stream(items)
 }
 
+// replay: a speculative shard whose copy crashed has failed, and a failed
+// shard's streams stop (its positions past the void point are voided).
+func (x *specStream) replay(*copyOf, []shardCut) {}
+
 // ---- eager order ----
 
-type eagerRules struct{}
+// eagerStream streams each committed cut's share of the shard's log, as
+// one batch of the cut, from a copy that applied the cut.
+type eagerStream struct{ sh *shard }
 
-func (eagerRules) state(*scenario) *control.State { return control.New("sim") }
-
-func (eagerRules) policy(sc *scenario) order.Policy { return order.NewEager(sc.interval) }
-
-func (eagerRules) shard(sh *shard) shardRules { return &eagerShard{sh: sh} }
-
-// subscribe: an eager subscriber runs the client's eager merger
-// (merge.Eager) over the shards' cut batches; it releases only complete
-// committed cuts, so every delivery is final.
-func (eagerRules) subscribe(sb *sub) {
-	sb.confirmedOnly = true
-	if sb.oneShard {
-		sb.em = merge.NewEagerShard(sb.from)
-		return
+func (x *eagerStream) onState(_ control.Event, _ *control.State, cuts []shardCut) {
+	for _, sc := range cuts {
+		x.serve(sc, nil)
 	}
-	sb.em = merge.NewEager(sb.from)
 }
 
-// servesAfterFailure: a cut orders only what every replica holds, so a
-// failed primary's committed entries stay readable from its backups.
-func (eagerRules) servesAfterFailure() bool { return true }
+func (x *eagerStream) changed() {}
 
-func (eagerRules) dense() bool { return true }
+func (x *eagerStream) replay(c *copyOf, cuts []shardCut) {
+	for _, sc := range cuts {
+		x.serve(sc, c)
+	}
+}
 
-// eagerShard is a Scalog storage server: it reports the length every
-// replica holds, and streams each committed cut's share of its log.
-type eagerShard struct{ sh *shard }
-
-func (x *eagerShard) onState(ev control.Event, snap *control.State) {
+// serve streams one cut's batch, read from copy from, or from the first
+// copy that is up, not lost and ordered it. No copy holding it sends
+// nothing: subscribers wait for a copy that restarts with it.
+func (x *eagerStream) serve(sc shardCut, from *copyOf) {
 	sh, s := x.sh, x.sh.s
-	if ev.Cut == nil {
+	p := sc.slice
+	if p.Count == 0 {
 		return
 	}
-	c := snap.LastCut
-	parts, err := cut.Interleave(sh.knownCut, c)
-	if err != nil {
-		s.errorf("shard %d: cut %d after %d: %v", sh.id, c.Index, sh.knownCut.Index, err)
-		return
-	}
-	for _, p := range parts {
-		if p.Shard != sh.id || p.Count == 0 {
+	var ids []int64
+	for _, c := range sh.copies {
+		if from != nil && c != from {
 			continue
 		}
-		// The storage server streams the run the cut gave the shard,
-		// as one batch of the cut, once the cut is committed.
-		items := make([]spec.Item[int64], 0, p.Count)
-		for k := range p.Count {
-			local := p.LocalStart + k
-			if local >= sh.durable {
-				s.errorf("shard %d: cut %d orders entry %d, but only %d are durable", sh.id, c.Index, local, sh.durable)
-				return
-			}
-			items = append(items, spec.Item[int64]{Pos: p.GlobalStart + k, Shard: sh.id, Rec: sh.log[local]})
+		if !c.up || c.r.Lost() || c.log.Ordered() < p.LocalStart+p.Count {
+			continue
 		}
-		items = s.plantInStream(items)
-		b := &pb.CutBatch{Cut: c.Index, CutStart: c.Start, CutEnd: c.End, Shard: uint32(sh.id), RunStart: p.GlobalStart, RunCount: p.Count}
-		for _, it := range items {
-			if it.Skip > 0 {
-				continue // only a planted bug drops a record
-			}
-			b.Records = append(b.Records, &pb.LogEntry{Position: it.Pos, Shard: uint32(sh.id), Record: s.pbRecord(it.Rec)})
+		var ok bool
+		if ids, ok = readIDs(c.log, p.LocalStart, p.LocalStart+p.Count); ok {
+			break
 		}
-		sh.streamBatch(b)
 	}
-}
-
-func (x *eagerShard) stored() {}
-
-// durable reports the new durable length at once, as the eager storage
-// server's report loop does.
-func (x *eagerShard) durable() {
-	sh := x.sh
-	if !sh.alive || sh.finalized {
+	if ids == nil {
+		s.tracef("shard %d: no copy serves cut %d's local [%d, %d)", sh.id, sc.c.Index, p.LocalStart, p.LocalStart+p.Count)
 		return
 	}
-	sh.lastReport, sh.lastRecords = sh.durable, sh.records
-	sh.sendReport()
+	items := make([]spec.Item[int64], 0, p.Count)
+	for k, e := range ids {
+		items = append(items, spec.Item[int64]{Pos: p.GlobalStart + uint64(k), Shard: sh.id, Rec: e})
+	}
+	items = s.plantInStream(items)
+	c := sc.c
+	b := &pb.CutBatch{Cut: c.Index, CutStart: c.Start, CutEnd: c.End, Shard: uint32(sh.id), RunStart: p.GlobalStart, RunCount: p.Count}
+	for _, it := range items {
+		if it.Skip > 0 || it.Rec == noop {
+			continue // only a planted bug drops a record
+		}
+		b.Records = append(b.Records, &pb.LogEntry{Position: it.Pos, Shard: uint32(sh.id), Record: s.pbRecord(it.Rec)})
+	}
+	sh.streamBatch(b)
 }
-
-func (x *eagerShard) lagFix(uint64) {}

@@ -44,14 +44,34 @@ type replica struct {
 	st    *control.State
 	// leader says raft last reported this node as leader.
 	leader bool
-	// isolatedUntil cuts the node off from the others until then.
-	isolatedUntil time.Time
+	// isolatedUntil cuts the node off from the others until then;
+	// deafUntil and muteUntil cut one way only: the node hears nothing,
+	// or nobody hears it.
+	isolatedUntil, deafUntil, muteUntil time.Time
+	// down says the node's server crashed; inc counts its incarnations
+	// (what was sent to an earlier one is lost with it).
+	down bool
+	inc  int
 	// inReady says the node's Ready is being handled: what is proposed
 	// meanwhile waits for the next round of the same loop.
 	inReady bool
 }
 
 var raftLogger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
+
+// startNode starts (or restarts) node id over its storage: a restarted
+// node's log and hard state are what it persisted, and it applies its
+// committed entries again from the start into a fresh control state.
+func startNode(id uint64, ms *raft.MemoryStorage) *raft.RawNode {
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID: id, ElectionTick: electionTicksNever, HeartbeatTick: 1, Storage: ms,
+		MaxSizePerMsg: raftMsgBytesMax, MaxInflightMsgs: raftInflightMsgsMax, Logger: raftLogger,
+	})
+	if err != nil {
+		panic("sim: start raft node: " + err.Error())
+	}
+	return rn
+}
 
 // newReplicas starts the ordering replicas from an empty log, each with a
 // fresh control state from newState.
@@ -68,14 +88,7 @@ func newReplicas(newState func() *control.State) []*replica {
 		if err := ms.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: &raftpb.ConfState{Voters: voters}}}); err != nil {
 			panic("sim: bootstrap raft storage: " + err.Error())
 		}
-		rn, err := raft.NewRawNode(&raft.Config{
-			ID: id, ElectionTick: electionTicksNever, HeartbeatTick: 1, Storage: ms,
-			MaxSizePerMsg: raftMsgBytesMax, MaxInflightMsgs: raftInflightMsgsMax, Logger: raftLogger,
-		})
-		if err != nil {
-			panic("sim: start raft node: " + err.Error())
-		}
-		out = append(out, &replica{id: id, rn: rn, store: ms, st: newState()})
+		out = append(out, &replica{id: id, rn: startNode(id, ms), store: ms, st: newState()})
 	}
 	return out
 }
@@ -84,6 +97,9 @@ func newReplicas(newState func() *control.State) []*replica {
 func (ld *leader) tick() {
 	s := ld.s
 	for _, n := range ld.replicas {
+		if n.down {
+			continue
+		}
 		n.rn.Tick()
 		ld.ready(n)
 	}
@@ -94,7 +110,7 @@ func (ld *leader) tick() {
 // the entries and hard state, then send and apply.
 func (ld *leader) ready(n *replica) {
 	s := ld.s
-	if n.inReady {
+	if n.inReady || n.down {
 		return
 	}
 	n.inReady = true
@@ -141,9 +157,11 @@ func (ld *leader) ready(n *replica) {
 func (ld *leader) sendRaft(from *replica, m *raftpb.Message) {
 	s := ld.s
 	to := ld.replicas[m.GetTo()-1]
-	if s.now.Before(from.isolatedUntil) || s.now.Before(to.isolatedUntil) {
+	if s.now.Before(from.isolatedUntil) || s.now.Before(to.isolatedUntil) || to.down ||
+		s.now.Before(from.muteUntil) || s.now.Before(to.deafUntil) {
 		return
 	}
+	inc := to.inc
 	k := [2]uint64{from.id, to.id}
 	l, ok := ld.raftLinks[k]
 	if !ok {
@@ -151,7 +169,7 @@ func (ld *leader) sendRaft(from *replica, m *raftpb.Message) {
 		ld.raftLinks[k] = l
 	}
 	s.at(l.arrival(s.now, s.netDelay()), func() {
-		if s.now.Before(to.isolatedUntil) {
+		if s.now.Before(to.isolatedUntil) || to.down || to.inc != inc {
 			return
 		}
 		if err := to.rn.Step(m); err != nil {
@@ -170,7 +188,7 @@ func (ld *leader) campaign(skip uint64) {
 	}
 	cands := make([]*replica, 0, replicasN)
 	for _, n := range ld.replicas {
-		if n.id != skip && !s.now.Before(n.isolatedUntil) {
+		if n.id != skip && !s.now.Before(n.isolatedUntil) && !n.down {
 			cands = append(cands, n)
 		}
 	}
@@ -185,4 +203,54 @@ func (ld *leader) campaign(skip uint64) {
 	}
 	ld.ready(n)
 	s.after(campaignRetryEvery, func() { ld.campaign(skip) })
+}
+
+// crash crashes ordering replica i (of replicasN) for down, unless another
+// is down already: a minority at a time. Its storage keeps what raft had
+// it persist, which is everything it acknowledged (raft persists before
+// it sends); its raft node and control state are lost, and a leader's
+// term ends with it: another replica campaigns after an election gap.
+func (ld *leader) crash(i int, down time.Duration) {
+	s := ld.s
+	n := ld.replicas[i%replicasN]
+	for _, o := range ld.replicas {
+		if o.down || s.now.Before(o.isolatedUntil) {
+			return
+		}
+	}
+	n.down, n.leader = true, false
+	n.inc++
+	s.stats.raftCrashes++
+	s.tracef("raft %d crashes for %v", n.id, down)
+	if ld.node == n {
+		ld.node, ld.l, ld.wakeAt = nil, nil, time.Time{}
+		s.after(s.uniform(time.Millisecond, 5*time.Millisecond), func() { ld.campaign(n.id) })
+	}
+	s.after(down, func() {
+		n.rn = startNode(n.id, n.store)
+		n.st = ld.s.md.NewState("sim")
+		n.down = false
+		s.tracef("raft %d restarts", n.id)
+		ld.ready(n)
+	})
+}
+
+// oneWay cuts ordering replica i's links one way for dur (until the heal
+// at the latest): dir fromShardOnly makes the others deaf to it (it is
+// mute), toShardOnly makes it deaf to them. Raft stays safe either way; a
+// deaf or mute leader stalls the ordering until the link heals.
+func (ld *leader) oneWay(i int, dur time.Duration, dir linkDir) {
+	s := ld.s
+	n := ld.replicas[i%replicasN]
+	until := s.now.Add(dur)
+	if heal := s.start.Add(s.sc.healAt); until.After(heal) {
+		until = heal
+	}
+	if dir == toShardOnly {
+		n.deafUntil = until
+		s.tracef("raft %d hears nobody until %v", n.id, until.Sub(s.start))
+		return
+	}
+	n.muteUntil = until
+	s.tracef("raft %d is heard by nobody until %v", n.id, until.Sub(s.start))
 }

@@ -41,14 +41,64 @@ type straggle struct {
 type partition struct {
 	shard   int // index among the initial shards
 	at, dur time.Duration
+	dir     linkDir
+}
+
+// linkDir says which way a partition cuts a link.
+type linkDir int
+
+const (
+	// bothWays: neither end hears the other.
+	bothWays linkDir = iota
+	// fromShardOnly: the leader does not hear the shard, which hears the
+	// leader (a one-way link).
+	fromShardOnly
+	// toShardOnly: the shard does not hear the leader, which hears the
+	// shard.
+	toShardOnly
+)
+
+func (d linkDir) String() string {
+	switch d {
+	case fromShardOnly:
+		return "leader deaf to the shard"
+	case toShardOnly:
+		return "shard deaf to the leader"
+	}
+	return "both ways"
+}
+
+// crash crashes one storage server of a live shard: copy is primaryCopy
+// or backupCopy, or copiesN for both (a power loss; only with the durable
+// default, which promises to survive it), keep how many whole unsynced frames its log keeps (a
+// torn write), down how long until it restarts.
+type crash struct {
+	at, down time.Duration
+	copy     int
+	keep     int
+}
+
+// raftCrash crashes ordering replica node for down.
+type raftCrash struct {
+	at, down time.Duration
+	node     int
+}
+
+// raftOneWay cuts ordering replica node's links one way for dur: dir is
+// fromShardOnly (the others do not hear it) or toShardOnly (it does not
+// hear them).
+type raftOneWay struct {
+	at, dur time.Duration
+	node    int
+	dir     linkDir
 }
 
 type scenario struct {
-	mode       Mode
-	interval   time.Duration
-	fillAfter  time.Duration
-	windowCuts uint64
-	cfg        spec.Config
+	// The cluster file's mode parameters (see mode.Params).
+	mode         Mode
+	interval     time.Duration
+	windowCuts   uint64
+	staggerAbove int
 	// failureTimeout is how long a storage server may stay silent before
 	// the leader's failure detector finalizes its shards.
 	failureTimeout time.Duration
@@ -94,6 +144,14 @@ type scenario struct {
 	// of what it sent.
 	dupProb    float64
 	partitions []partition
+	raftOneWay []raftOneWay
+	// crashes and raftCrashes crash and restart storage and ordering
+	// servers.
+	crashes     []crash
+	raftCrashes []raftCrash
+	// sync is the storage servers' fsync policy, syncEvery its interval.
+	sync      syncPolicy
+	syncEvery time.Duration
 
 	subs     int
 	eagerSub bool
@@ -108,26 +166,24 @@ type scenario struct {
 func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	t := time.Millisecond
 	sc := scenario{
-		mode:       mode,
-		interval:   t,
-		fillAfter:  t * 3 / 2,
-		windowCuts: []uint64{6, 8, 12, 16, 32}[r.IntN(5)],
-		cfg:        spec.DefaultConfig(t),
-		shards:     2 + r.IntN(3),
-		appendFor:  250 * t,
-		healAt:     300 * t,
-		runFor:     600 * t,
-		subs:       2 + r.IntN(2),
-		eagerSub:   r.IntN(2) == 0,
-		dupProb:    []float64{0, 0, 0.02}[r.IntN(3)],
-		lagFixLoss: []float64{0, 0, 0.2}[r.IntN(3)],
+		mode:         mode,
+		interval:     t,
+		windowCuts:   []uint64{6, 8, 12, 16, 32}[r.IntN(5)],
+		staggerAbove: spec.DefaultConfig(t).StaggerAbove,
+		shards:       2 + r.IntN(3),
+		appendFor:    250 * t,
+		healAt:       300 * t,
+		runFor:       600 * t,
+		subs:         2 + r.IntN(2),
+		eagerSub:     r.IntN(2) == 0,
+		dupProb:      []float64{0, 0, 0.02}[r.IntN(3)],
+		lagFixLoss:   []float64{0, 0, 0.2}[r.IntN(3)],
 	}
-	// Whole-shard failures are detected after SuspectAfter; the default's
-	// one-second floor would only make runs longer.
-	sc.cfg.SuspectAfter = 150 * t
-	sc.failureTimeout = sc.cfg.SuspectAfter
+	// Whole-shard failures are detected after the failure timeout; the
+	// default's one-second floor would only make runs longer.
+	sc.failureTimeout = 150 * t
 	if r.IntN(3) == 0 {
-		sc.cfg.StaggerAbove = 2
+		sc.staggerAbove = 2
 	}
 	if r.IntN(2) == 0 {
 		sc.lateFrom = uint64(r.IntN(200))
@@ -186,7 +242,7 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 		sc.straggle = &straggle{at: time.Duration(10+r.IntN(40)) * t, dur: 150 * t, extra: time.Duration(12+r.IntN(20)) * t}
 		sc.failAt, sc.failSoleHolder = sc.straggle.at, true
 	}
-	sc.heartbeat = sc.cfg.SuspectAfter / 5
+	sc.heartbeat = sc.failureTimeout / 5
 	if r.IntN(4) == 0 {
 		sc.failoverAt = time.Duration(10+r.IntN(220)) * t
 		sc.electionGap = time.Duration(1+r.IntN(10)) * t
@@ -204,7 +260,25 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	var parts []partition
 	for range r.IntN(3) {
 		parts = append(parts, partition{shard: r.IntN(sc.shards), at: time.Duration(10+r.IntN(200)) * t,
-			dur: []time.Duration{5 * t, 40 * t, 90 * t}[r.IntN(3)] + time.Duration(r.IntN(20))*t})
+			dur: []time.Duration{5 * t, 40 * t, 90 * t}[r.IntN(3)] + time.Duration(r.IntN(20))*t, dir: linkDir(r.IntN(3))})
+	}
+	var oneWays []raftOneWay
+	for range r.IntN(2) {
+		oneWays = append(oneWays, raftOneWay{at: time.Duration(10+r.IntN(250)) * t, dur: time.Duration(1+r.IntN(30)) * t,
+			node: r.IntN(replicasN), dir: fromShardOnly + linkDir(r.IntN(2))})
+	}
+	var crashes []crash
+	for range r.IntN(3) {
+		crashes = append(crashes, crash{at: time.Duration(15+r.IntN(220)) * t, copy: r.IntN(copiesN + 1), keep: r.IntN(3),
+			down: time.Duration(2+r.IntN(60)) * t})
+	}
+	var raftCrashes []raftCrash
+	for range r.IntN(3) {
+		raftCrashes = append(raftCrashes, raftCrash{at: time.Duration(10+r.IntN(250)) * t, node: r.IntN(replicasN),
+			down: time.Duration(1+r.IntN(40)) * t})
+	}
+	if r.IntN(3) == 0 {
+		sc.sync, sc.syncEvery = syncInterval, time.Duration(200+r.IntN(2800))*time.Microsecond
 	}
 	if f.Delay {
 		sc.spikeProb = spike
@@ -218,7 +292,17 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 		sc.lagFixLoss, sc.dupProb = 0, 0
 	}
 	if f.Partition {
-		sc.partitions = parts
+		sc.partitions, sc.raftOneWay = parts, oneWays
+	}
+	if f.Crash {
+		sc.crashes, sc.raftCrashes = crashes, raftCrashes
+	}
+	for i := range sc.crashes {
+		if sc.crashes[i].copy == copiesN && sc.sync != syncAlways {
+			// Beyond the budget: the other replica holds what a crash
+			// loses unsynced, unless both crash.
+			sc.crashes[i].copy = primaryCopy
+		}
 	}
 	if mode != Spec {
 		sc.lagFixLoss = 0
@@ -230,7 +314,7 @@ func (sc scenario) String() string {
 	var b strings.Builder
 	if sc.mode == Spec {
 		fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (confirmed only %v, late from %d) and one of shard #%d (from %d, confirmed only %v)",
-			sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.cfg.StaggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard, sc.oneShardFrom, sc.oneShardConfirmed)
+			sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.staggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard, sc.oneShardFrom, sc.oneShardConfirmed)
 	} else {
 		fmt.Fprintf(&b, "%d shards (rates %.2f/ms), %d subscribers (late from %d) and one of shard #%d (from %d)",
 			sc.shards, sc.rates, sc.subs, sc.lateFrom, sc.oneShard, sc.oneShardFrom)
@@ -277,7 +361,20 @@ func (sc scenario) String() string {
 		fmt.Fprintf(&b, "; stream repeats %.0f%%", 100*sc.dupProb)
 	}
 	for _, p := range sc.partitions {
-		fmt.Fprintf(&b, "; partition of #%d from the leader at %v for %v", p.shard, p.at, p.dur)
+		fmt.Fprintf(&b, "; partition of #%d from the leader at %v for %v (%v)", p.shard, p.at, p.dur, p.dir)
+	}
+	for _, x := range sc.raftOneWay {
+		fmt.Fprintf(&b, "; ordering replica %d %s at %v for %v", x.node+1, map[linkDir]string{fromShardOnly: "unheard", toShardOnly: "deaf"}[x.dir], x.at, x.dur)
+	}
+	fmt.Fprintf(&b, "; fsync %v", sc.sync)
+	if sc.sync == syncInterval {
+		fmt.Fprintf(&b, " every %v", sc.syncEvery)
+	}
+	for _, x := range sc.crashes {
+		fmt.Fprintf(&b, "; a shard's %s crash at %v (keep %d unsynced frames), restart %v later", []string{"primary", "backup", "servers"}[x.copy], x.at, x.keep, x.down)
+	}
+	for _, x := range sc.raftCrashes {
+		fmt.Fprintf(&b, "; ordering replica %d crashes at %v for %v", x.node+1, x.at, x.down)
 	}
 	return b.String()
 }

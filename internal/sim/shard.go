@@ -8,58 +8,123 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/order"
+	"github.com/augur-log/augur/internal/segment"
+	core "github.com/augur-log/augur/internal/shard"
 	"github.com/augur-log/augur/internal/spec"
 )
 
-// shard is one shard's storage: a log of records and no-ops that becomes
-// durable after a replication delay, the report and heartbeat streams to
-// the leader, and a subscription stream to every subscriber. What it
-// reports, when it fills and what it streams is its mode's (shardRules).
+// A shard is f+1 = 2 storage servers' copies of it, each the storage
+// server's replica core (shard.Replica) over an in-memory log
+// (shard.MemLog) that loses what was not synced when its server crashes.
+// The simulator plays the storage servers' part around the cores: it
+// batches appends into the primary's turns, carries replicate batches and
+// backup acknowledgements over the simulated network, syncs the logs as
+// the sync policy says, sends reports and heartbeats, hands the copies
+// the control events their watch streams bring, answers clients only
+// with what the cores' outputs answer (or, for the appends a crash left
+// unanswered, what the copies' Replica.Resolve says), and feeds
+// subscribers.
+
+// The copies of a shard.
+const (
+	primaryCopy = 0
+	backupCopy  = 1
+	// copiesN is f+1 with f = 1: a cut orders only what both hold.
+	copiesN = 2
+)
+
+// syncPolicy says when a storage server fsyncs its logs.
+type syncPolicy int
+
+const (
+	// syncAlways fsyncs every write before the core's output is carried
+	// out (segment.SyncAlways, the durable default): no acknowledgement,
+	// answer or report covers an unsynced write.
+	syncAlways syncPolicy = iota
+	// syncInterval fsyncs at most scenario.syncEvery after a write
+	// (segment.SyncInterval): a crash loses the unsynced tail, which only
+	// the other copy then holds.
+	syncInterval
+)
+
+func (p syncPolicy) String() string {
+	if p == syncInterval {
+		return "interval"
+	}
+	return "always"
+}
+
+// copyOf is one storage server's copy of a shard.
+type copyOf struct {
+	sh  *shard
+	idx int
+	r   *core.Replica[int64]
+	// ord is a primary's ordering (mode.Mode's), nil on other copies.
+	ord core.Ordering
+	log *core.MemLog
+	up  bool
+	// inc counts the server's incarnations: what was sent to or by an
+	// earlier one is lost with it.
+	inc int
+	// crashed says the server crashed once; it restarted read-only.
+	crashed bool
+	// syncArmed says an interval sync is scheduled; wakeAt is the
+	// primary's timer (zero: none).
+	syncArmed bool
+	wakeAt    time.Time
+}
+
+func (c *copyOf) name() string {
+	if c.idx == primaryCopy {
+		return "primary"
+	}
+	return "backup"
+}
+
+// shard is one shard: its copies, its report and subscription streams,
+// and what the simulator knows of it.
 type shard struct {
-	s     *cluster
-	id    cut.ShardID
-	name  string
-	rules shardRules
-	// log holds record ids and no-ops; durable is how much every replica
-	// holds.
+	s    *cluster
+	id   cut.ShardID
+	name string
+	feed streamRules
+	// copies are the primary and its backup.
+	copies [copiesN]*copyOf
+	// repl carries replicate batches to the backup, acks the backup's
+	// acknowledgements back.
+	repl, acks link
+	// log mirrors what the primary stored, by local index (record ids and
+	// no-ops): the truth the committed cuts order. records counts its
+	// records; durable is the most the primary ever held durably.
 	log     []int64
 	records uint64
 	durable uint64
+	// queue holds the appends waiting for the primary's next turn.
+	queue     []core.Append[int64]
+	turnArmed bool
 
-	flushPending bool
-	durableAt    time.Time
-
+	// alive says no copy crashed or failed; accepting that it takes
+	// appends.
 	alive, accepting, leaving, finalized bool
+	finalLen                             uint64
+	// resolved says the clients resolved the appends the shard's primary
+	// never answered.
+	resolved bool
 
 	knownCut cut.Cut // the last cut the shard heard of
 	hist     []spec.Item[int64]
 	streams  []*stream
 	report   link
-	// lastReport is the last length reported, with the records then.
-	lastReport, lastRecords uint64
-	reported                bool
 	// straggle delays reports by extra while now is in [from, until).
 	straggleFrom, straggleUntil time.Time
 	straggleExtra               time.Duration
-	// partitionedUntil is when the shard's partition from the leader
-	// heals.
-	partitionedUntil time.Time
+	// deafUntil and muteUntil bound a partition from the leader: the
+	// leader does not hear the shard until deafUntil (reports are lost),
+	// the shard does not hear the leader until muteUntil (control events
+	// wait, lag-fixes are lost).
+	deafUntil, muteUntil time.Time
 	// view is the last view the shard heard of.
 	view uint64
-}
-
-// shardRules is a mode's shard behaviour: what a storage server of that
-// mode reports, fills and streams.
-type shardRules interface {
-	// onState takes an applied control change the shard heard of on its
-	// watch stream, in commit order.
-	onState(ev control.Event, snap *control.State)
-	// stored says the log grew (records or no-ops).
-	stored()
-	// durable says every replica now holds the log up to sh.durable.
-	durable()
-	// lagFix takes a lag-fix from the leader.
-	lagFix(target uint64)
 }
 
 // stream is a subscription stream: a link and the message being filled.
@@ -76,9 +141,26 @@ const (
 	repeatMax = 40
 )
 
+// Storage servers' timings.
+const (
+	// turnDelayMin and turnDelayMax bound how long an append waits for
+	// the primary's next turn (its batch).
+	turnDelayMin = 5 * time.Microsecond
+	turnDelayMax = 40 * time.Microsecond
+	// diskDelayMin and diskDelayMax bound a backup's write and fsync
+	// before it acknowledges.
+	diskDelayMin = 20 * time.Microsecond
+	diskDelayMax = 120 * time.Microsecond
+)
+
 func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *control.State) {
 	sh := &shard{s: s, id: id, name: name, alive: true, accepting: true, knownCut: snap.LastCut}
-	sh.rules = s.rules.shard(sh)
+	sh.feed = s.newStream(sh)
+	p := &copyOf{sh: sh, idx: primaryCopy, log: core.NewMemLog(), up: true, ord: s.md.NewShardOrdering(id, 0, s.now)}
+	p.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RolePrimary, Backups: copiesN - 1, LastCut: snap.LastCut.Index, Ordering: p.ord}, p.log)
+	b := &copyOf{sh: sh, idx: backupCopy, log: core.NewMemLog(), up: true}
+	b.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RoleBackup, LastCut: snap.LastCut.Index}, b.log)
+	sh.copies = [copiesN]*copyOf{p, b}
 	for range s.subs {
 		sh.streams = append(sh.streams, &stream{})
 	}
@@ -90,33 +172,399 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 	sh.heartbeat()
 }
 
-// onState is a storage server hearing of an applied change: a view change
-// goes to every subscriber first, then what the mode makes of it.
-func (sh *shard) onState(ev control.Event, snap *control.State) {
-	if !sh.alive && !sh.s.rules.servesAfterFailure() {
+// forgetfulClient is the client id of a planted retry (bugRetryTwice): a
+// client that lost its identity, whose answers nobody waits for.
+const forgetfulClient = 1 << 40
+
+// appendRecord offers record id to the primary's next turn, as client
+// clientID's append.
+func (sh *shard) appendRecord(id int64, clientID uint64) {
+	s := sh.s
+	waiter := id
+	if clientID == forgetfulClient {
+		waiter = noop
+	} else {
+		s.recs[id].at = sh.id
+	}
+	sh.queue = append(sh.queue, core.Append[int64]{Waiter: waiter, Entry: segment.Entry{ClientID: clientID, Seq: uint64(id) + 1}})
+	if sh.turnArmed {
 		return
 	}
-	if v := ev.View; v != nil {
-		sh.view = max(sh.view, v.View)
-	}
-	if v := ev.View; v != nil && sh.alive {
-		vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Void.Shard}
-		sh.broadcast(func(m *subMsg) { m.views = append(m.views, vc) })
-	}
-	if row := snap.Shard(sh.id); row != nil && row.State == control.Finalized {
-		sh.finalized = true
-	}
-	sh.rules.onState(ev, snap)
-	sh.knownCut = snap.LastCut
+	sh.turnArmed = true
+	s.after(s.uniform(turnDelayMin, turnDelayMax), sh.turn)
 }
 
-// sendReport sends the last report to the leader, late while straggling,
-// lost while cut off.
+// turn is one turn of the primary's loop: admit the batch, send it to the
+// backup, store it, carry out the output.
+func (sh *shard) turn() {
+	sh.turnArmed = false
+	p := sh.copies[primaryCopy]
+	if !p.up || len(sh.queue) == 0 {
+		return // a crash took the batch: its clients resolve it
+	}
+	batch := sh.queue
+	sh.queue = nil
+	var out core.Output[int64]
+	p.r.Propose(batch, &out)
+	for _, b := range out.Replicate {
+		sh.replicate(b)
+	}
+	out.Replicate = out.Replicate[:0]
+	p.r.Store(&out)
+	sh.carry(p, &out)
+}
+
+// replicate sends a batch to the backup on the replication stream. The
+// entries are the core's buffer: they are copied, as the storage server
+// encodes them.
+func (sh *shard) replicate(b core.Batch) {
+	s := sh.s
+	p, bk := sh.copies[primaryCopy], sh.copies[backupCopy]
+	first, entries := b.First, slices.Clone(b.Entries)
+	pinc, binc := p.inc, bk.inc
+	s.at(sh.repl.arrival(s.now, s.netDelay()), func() {
+		if !bk.up || bk.inc != binc || p.inc != pinc {
+			return // either end restarted: the stream broke
+		}
+		held, err := bk.r.Replicated(first, entries)
+		if err != nil {
+			s.tracef("shard %d: backup: %v", sh.id, err)
+			return
+		}
+		bk.unsynced()
+		s.after(s.uniform(diskDelayMin, diskDelayMax), func() {
+			if !bk.up || bk.inc != binc {
+				return
+			}
+			s.at(sh.acks.arrival(s.now, s.netDelay()), func() {
+				if p.up && p.inc == pinc {
+					sh.acked(held)
+				}
+			})
+		})
+	})
+}
+
+// acked takes the backup's acknowledgement that it holds held entries.
+func (sh *shard) acked(held uint64) {
+	p := sh.copies[primaryCopy]
+	advanced, step := p.r.BackupAcked(0, held)
+	if !advanced {
+		return
+	}
+	sh.noteDurable()
+	sh.sendReport()
+	if step {
+		// The mode streams and reports durable entries: wake the feed
+		// and the primary's loop, as the storage server does.
+		sh.feed.changed()
+		sh.tick()
+	}
+}
+
+// tick runs the primary's ordering now: fills, reports, its timer.
+func (sh *shard) tick() {
+	p := sh.copies[primaryCopy]
+	if !p.up {
+		return
+	}
+	var out core.Output[int64]
+	p.r.Tick(sh.s.now, &out)
+	sh.carry(p, &out)
+}
+
+// lagFix takes a lag-fix from the leader.
+func (sh *shard) lagFix(target uint64) {
+	p := sh.copies[primaryCopy]
+	if !p.up {
+		return
+	}
+	var out core.Output[int64]
+	p.r.LagFix(sh.s.now, target, &out)
+	sh.s.tracef("shard %d: lag-fix to %d: %d no-ops (stored %d)", sh.id, target, out.Noops, p.log.Len())
+	sh.carry(p, &out)
+}
+
+// carry carries out a core's output, in the order of its fields.
+func (sh *shard) carry(c *copyOf, out *core.Output[int64]) {
+	s := sh.s
+	for _, b := range out.Replicate {
+		sh.replicate(b)
+	}
+	if out.Unsynced {
+		c.unsynced()
+	}
+	if out.Failed != nil {
+		s.errorf("shard %d %s: %v", sh.id, c.name(), out.Failed)
+	}
+	for _, p := range out.Problems {
+		s.tracef("shard %d %s: %v", sh.id, c.name(), p)
+	}
+	if c.r.Role() == core.RolePrimary {
+		sh.mirror()
+		if out.Stored > 0 {
+			s.stats.records += out.Stored
+		}
+		if out.Noops > 0 {
+			s.stats.noops += out.Noops
+			s.stats.noopRuns++
+		}
+	}
+	if len(out.Answers) > 0 {
+		sh.answer(slices.Clone(out.Answers))
+	}
+	if out.Durable {
+		sh.noteDurable()
+	}
+	if out.Durable || out.Report {
+		sh.sendReport()
+	}
+	if out.Changed {
+		sh.feed.changed()
+	}
+	if at := out.WakeAt; !at.IsZero() && c.idx == primaryCopy && (c.wakeAt.IsZero() || at.Before(c.wakeAt)) {
+		c.wakeAt = at
+		inc := c.inc
+		s.at(at, func() {
+			if c.inc == inc && c.wakeAt.Equal(at) {
+				c.wakeAt = time.Time{}
+				sh.tick()
+			}
+		})
+	}
+}
+
+// mirror copies what the primary stored since the last call into the
+// simulator's truth.
+func (sh *shard) mirror() {
+	p := sh.copies[primaryCopy]
+	n := uint64(len(sh.log))
+	if l := p.log.Len(); l > n {
+		ids, ok := readIDs(p.log, n, l)
+		if !ok {
+			sh.s.errorf("shard %d: the primary's log lacks [%d, %d)", sh.id, n, l)
+			return
+		}
+		for _, e := range ids {
+			if e != noop {
+				sh.records++
+			}
+		}
+		sh.log = append(sh.log, ids...)
+	}
+}
+
+// noteDurable records what the primary holds durably.
+func (sh *shard) noteDurable() {
+	if p := sh.copies[primaryCopy]; p.r.Role() == core.RolePrimary {
+		sh.durable = max(sh.durable, p.r.Durable())
+	}
+}
+
+// unsynced syncs the copy's log as the sync policy says.
+func (c *copyOf) unsynced() {
+	s := c.sh.s
+	if s.plant == bugSkipSync {
+		return
+	}
+	if s.sc.sync == syncAlways {
+		if err := c.log.Sync(); err != nil {
+			s.errorf("shard %d %s: sync: %v", c.sh.id, c.name(), err)
+		}
+		return
+	}
+	if c.syncArmed {
+		return
+	}
+	c.syncArmed = true
+	inc := c.inc
+	s.after(s.sc.syncEvery, func() {
+		if c.inc != inc {
+			return
+		}
+		c.syncArmed = false
+		if c.up {
+			_ = c.log.Sync()
+		}
+	})
+}
+
+// answer sends a core's answers to the appends' clients (one message
+// for all: the simulator spares itself an event per answer).
+func (sh *shard) answer(as []core.Answer[int64]) {
+	s := sh.s
+	s.after(s.netDelay(), func() {
+		for _, a := range as {
+			s.onAnswer(sh, a)
+		}
+	})
+}
+
+// onState is a storage server hearing of an applied change: every copy
+// that is up applies the cuts and the finalization; then the primary
+// acts, and the subscription feed streams what its mode streams.
+func (sh *shard) onState(ev control.Event, snap *control.State) {
+	s := sh.s
+	if snap.Spec != nil {
+		// Like the storage server's feed, every stream carries each view
+		// change of the state it has not carried yet, before what
+		// follows: a shard registered after a view change carries it too.
+		for _, v := range snap.Spec.Void {
+			if v.View <= sh.view {
+				continue
+			}
+			sh.view = v.View
+			if sh.alive {
+				vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Shard}
+				sh.broadcast(func(m *subMsg) { m.views = append(m.views, vc) })
+			}
+		}
+	}
+	cuts := ev.Cuts
+	if len(cuts) == 0 && ev.Cut != nil {
+		cuts = []cut.Cut{*ev.Cut}
+	}
+	var mine []shardCut
+	for _, c := range cuts {
+		if c.Index <= sh.knownCut.Index {
+			continue
+		}
+		mine = append(mine, shardCut{c: c, slice: sliceOf(sh.knownCut, c, sh.id)})
+		sh.knownCut = c
+	}
+	row := snap.Shard(sh.id)
+	if row != nil && row.State == control.Finalized && !sh.finalized {
+		sh.finalized, sh.finalLen = true, row.FinalLength
+	}
+	for _, c := range sh.copies {
+		if !c.up {
+			continue
+		}
+		var out core.Output[int64]
+		if f, ok := c.ord.(core.WindowFollower); ok && snap.Spec != nil {
+			f.SetWindows(snap.Spec.Windows)
+		}
+		for _, m := range mine {
+			c.r.ApplyCut(core.Cut{Index: m.c.Index, Start: m.c.Start, End: m.c.End, Slice: m.slice}, &out)
+		}
+		if sh.finalized {
+			c.r.Finalize(sh.finalLen, &out)
+		}
+		sh.carry(c, &out)
+	}
+	if sh.finalized {
+		sh.accepting = false
+		sh.resolve()
+	}
+	if sh.alive || s.servesAfterFailure() {
+		sh.feed.onState(ev, snap, mine)
+	}
+	sh.tick()
+}
+
+// sliceOf returns shard id's part of cut c after prev.
+func sliceOf(prev, c cut.Cut, id cut.ShardID) cut.Slice {
+	parts, err := cut.Interleave(prev, c)
+	if err != nil {
+		panic("sim: " + err.Error())
+	}
+	for _, p := range parts {
+		if p.Shard == id {
+			return p
+		}
+	}
+	return cut.Slice{Shard: id}
+}
+
+// resolve settles the appends a finalized shard's primary never answered
+// (its server crashed or failed): their clients ask the shard's copies
+// which of them were ordered (the storage server's Resolve, the core's
+// rule), and ask again while no copy can tell.
+func (sh *shard) resolve() {
+	s := sh.s
+	if p := sh.copies[primaryCopy]; sh.resolved || (p.up && p.r.Role() == core.RolePrimary) {
+		return // done, or the primary answers (Finalize abandons the rest)
+	}
+	sh.resolved = true
+	sh.queue = nil
+	var ids []int64
+	for id := range s.recs {
+		if r := &s.recs[id]; r.at == sh.id && !r.acked && !r.rerouting {
+			ids = append(ids, int64(id))
+		}
+	}
+	sh.resolveIDs(ids)
+}
+
+// resolveRetryEvery is how soon a client asks again when no copy could
+// resolve its append.
+const resolveRetryEvery = 10 * time.Millisecond
+
+// resolveKey identifies an append in a log.
+type resolveKey struct{ client, seq uint64 }
+
+func (sh *shard) resolveIDs(ids []int64) {
+	s := sh.s
+	var held [copiesN]map[resolveKey]uint64
+	for i, c := range sh.copies {
+		if !c.up {
+			continue
+		}
+		m := map[resolveKey]uint64{}
+		c.log.Scan(0, func(local uint64, e segment.Entry) bool {
+			if e.Noops == 0 {
+				m[resolveKey{e.ClientID, e.Seq}] = local
+			}
+			return true
+		})
+		held[i] = m
+	}
+	var pending []int64
+	for _, id := range ids {
+		r := &s.recs[id]
+		if r.at != sh.id || r.acked || r.rerouting {
+			continue // an answer or another shard settled it
+		}
+		k := resolveKey{clientIDOf(r.client), uint64(id) + 1}
+		res, pos := core.ResolvePending, uint64(0)
+		for i, c := range sh.copies {
+			if held[i] == nil {
+				continue
+			}
+			local, found := held[i][k]
+			if res, pos = c.r.Resolve(local, found, true); res != core.ResolvePending {
+				break
+			}
+		}
+		switch res {
+		case core.ResolveOrdered:
+			s.tracef("shard %d resolves %s: ordered at %d", sh.id, r.name, pos)
+			s.acked(id, pos)
+		case core.ResolveNotOrdered:
+			s.reroute(id)
+		default:
+			pending = append(pending, id)
+		}
+	}
+	if len(pending) > 0 {
+		s.after(resolveRetryEvery, func() { sh.resolveIDs(pending) })
+	}
+}
+
+// sendReport sends the primary's report to the leader, late while
+// straggling, lost while the leader cannot hear the shard.
 func (sh *shard) sendReport() {
 	s := sh.s
-	r := order.Report{Shard: sh.id, Length: sh.lastReport, Records: sh.lastRecords}
-	r.Backlog = uint64(len(sh.log)) - min(r.Length, uint64(len(sh.log)))
-	if s.partitioned(sh) || (s.faulty() && s.r.Float64() < s.sc.reportLoss) {
+	p := sh.copies[primaryCopy]
+	if !p.up || !sh.alive {
+		return
+	}
+	rep, ok := p.r.Report()
+	if !ok {
+		return
+	}
+	r := order.Report{Shard: sh.id, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog}
+	if s.now.Before(sh.deafUntil) || (s.faulty() && s.r.Float64() < s.sc.reportLoss) {
 		s.stats.lostReports++
 		return
 	}
@@ -144,60 +592,6 @@ func (sh *shard) heartbeat() {
 		}
 		sh.sendReport()
 		sh.heartbeat()
-	})
-}
-
-func (sh *shard) appendRecord(id int64) {
-	sh.log = append(sh.log, id)
-	sh.records++
-	sh.s.stats.records++
-	sh.stored()
-}
-
-func (sh *shard) appendNoops(n uint64) {
-	if n == 0 {
-		return
-	}
-	for range n {
-		sh.log = append(sh.log, noop)
-	}
-	sh.s.stats.noops += n
-	sh.s.stats.noopRuns++
-	sh.stored()
-}
-
-// stored tells the mode the log grew, then replicates it.
-func (sh *shard) stored() {
-	sh.rules.stored()
-	sh.replicate()
-}
-
-// replicate makes the log durable after a replication delay, in batches,
-// in order.
-func (sh *shard) replicate() {
-	s := sh.s
-	if sh.flushPending {
-		return
-	}
-	sh.flushPending = true
-	s.after(s.uniform(5*time.Microsecond, 40*time.Microsecond), func() {
-		sh.flushPending = false
-		if !sh.alive {
-			return
-		}
-		target := uint64(len(sh.log))
-		at := s.now.Add(s.uniform(60*time.Microsecond, 300*time.Microsecond))
-		if at.Before(sh.durableAt) {
-			at = sh.durableAt
-		}
-		sh.durableAt = at
-		s.at(at, func() {
-			if !sh.alive || target <= sh.durable {
-				return
-			}
-			sh.durable = target
-			sh.rules.durable()
-		})
 	})
 }
 
@@ -264,11 +658,120 @@ func (sh *shard) broadcast(add func(*subMsg)) {
 	}
 }
 
-// fail stops the whole shard: it takes no appends, reports nothing and
-// stops its heartbeats.
+// fail stops the shard's primary server for good: the shard takes no
+// appends, reports nothing and stops its heartbeats. Its backup stays up
+// and, in a mode that serves after a failure, serves what was ordered.
 func (sh *shard) fail() {
+	p := sh.copies[primaryCopy]
 	sh.alive, sh.accepting = false, false
+	p.up = false
+	p.inc++
 	sh.s.tracef("shard %d fails (stored %d, durable %d)", sh.id, len(sh.log), sh.durable)
+}
+
+// crash crashes copy c's server: its log keeps what was synced and keep
+// more whole frames of the write in flight (a torn write); the shard
+// fails (finalize-and-add: a surviving server reports it), and the server
+// restarts after down with the copy read-only (RoleRecovered).
+func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
+	s := sh.s
+	if c.idx == primaryCopy && len(sh.queue) > 0 && s.sc.sync == syncAlways {
+		// The turn that was writing the queued batch: its frames reach
+		// the log unsynced, so the crash may keep or tear them.
+		var es []segment.Entry
+		for _, a := range sh.queue {
+			es = append(es, a.Entry)
+		}
+		_, _ = c.log.Append(es)
+	}
+	before, synced := c.log.Len(), c.log.SyncedLen()
+	if s.plant == bugSkipSync && synced < sh.durable {
+		s.planted = true
+	}
+	c.log.CrashTorn(keep)
+	if c.log.Len() < before {
+		s.stats.lostTails++
+	}
+	c.up, c.crashed, c.syncArmed, c.wakeAt = false, true, false, time.Time{}
+	c.inc++
+	s.stats.crashes++
+	s.tracef("shard %d: %s crashes (stored %d, synced %d, kept %d after the crash; durable %d)", sh.id, c.name(), before, synced, c.log.Len(), sh.durable)
+	wasAlive := sh.alive
+	sh.alive, sh.accepting = false, false
+	if wasAlive {
+		s.failedShards[sh.id] = true
+		s.after(crashReportDelay, func() {
+			s.ld.operator(control.Command{Finalize: &control.FinalizeCommand{Shard: sh.id, Failed: true}})
+			s.addReplacement()
+		})
+	}
+	if sh.finalized {
+		sh.resolve()
+	}
+	s.after(down, func() { sh.restart(c) })
+}
+
+// crashReportDelay is how soon a surviving server (or the failure
+// detector of an ordering replica) reports a crashed one.
+const crashReportDelay = 2 * time.Millisecond
+
+// restart brings copy c's server back: the copy is what its log
+// recovered, read-only; it applies the cuts it missed (its watch resumes)
+// and serves what it holds.
+func (sh *shard) restart(c *copyOf) {
+	s := sh.s
+	var last uint64
+	if runs := c.log.Runs(0); len(runs) > 0 {
+		last = runs[len(runs)-1].Cut
+	}
+	c.r = core.NewReplica[int64](core.Config{ID: sh.id, Role: core.RoleRecovered, LastCut: last}, c.log)
+	c.ord = nil
+	c.up = true
+	s.tracef("shard %d: %s restarts read-only (%d entries, %d ordered, last cut %d)", sh.id, c.name(), c.log.Len(), c.log.Ordered(), last)
+	var out core.Output[int64]
+	var replayed []shardCut
+	prev := s.initialCut
+	for _, cc := range s.cutHist {
+		if cc.Index > sh.knownCut.Index {
+			break
+		}
+		if cc.Index > last {
+			sl := sliceOf(prev, cc, sh.id)
+			c.r.ApplyCut(core.Cut{Index: cc.Index, Start: cc.Start, End: cc.End, Slice: sl}, &out)
+			replayed = append(replayed, shardCut{c: cc, slice: sl})
+		}
+		prev = cc
+	}
+	if sh.finalized {
+		c.r.Finalize(sh.finalLen, &out)
+	}
+	sh.carry(c, &out)
+	if s.servesAfterFailure() {
+		sh.feed.replay(c, replayed)
+	}
+}
+
+// readIDs returns the record ids (noop for no-ops) at local [from, to) of
+// log, or false if it does not hold them all.
+func readIDs(log *core.MemLog, from, to uint64) ([]int64, bool) {
+	if to <= from {
+		return nil, true
+	}
+	out := make([]int64, 0, to-from)
+	log.Scan(from, func(local uint64, e segment.Entry) bool {
+		if local != from+uint64(len(out)) {
+			return false
+		}
+		if e.Noops > 0 {
+			for range min(e.Noops, to-local) {
+				out = append(out, noop)
+			}
+		} else {
+			out = append(out, int64(e.Seq)-1)
+		}
+		return uint64(len(out)) < to-from
+	})
+	return out, uint64(len(out)) == to-from
 }
 
 // plantInStream plants a swap or a drop in items, once.

@@ -1,10 +1,15 @@
 // Package sim is the seeded whole-cluster simulator: three ordering
 // replicas (etcd raft RawNodes, driven deterministically, with leader
-// failovers) whose leader runs the order.Leader core the ordering server
-// runs; shards that join, leave, burst, straggle, fail and get cut off
-// (spec.Shard in speculative order, Scalog reports in eager order);
-// clients that append and retry; and subscribers that merge the shards'
-// streams (spec.Merger, merge.Eager). All of it runs in one goroutine on a
+// failovers, crashes and restarts from their persisted storage) whose
+// leader runs the order.Leader core the ordering server runs; shards of
+// two storage servers each, primary and backup, running the storage
+// server's replica core (shard.Replica) over in-memory logs
+// (shard.MemLog) that lose what was not synced, and sometimes tear the
+// write in flight, when their server crashes; shards that join, leave,
+// burst, straggle, fail, crash and get cut off; clients that append and
+// retry, answered only by the cores; and subscribers that merge the
+// shards' streams with the client's mergers. Every per-mode part comes
+// from the cluster's mode.Mode. All of it runs in one goroutine on a
 // simulated clock and network, driven by one seed. Each run ends with the
 // invariant checkers of package check over its history; a failing seed
 // replays exactly.
@@ -63,15 +68,21 @@ type Faults struct {
 	// reconnect and repeat what they sent.
 	Loss bool
 	// Partition cuts shards off from the ordering leader for a while
-	// during the safety phase.
+	// during the safety phase, both ways or one way only.
 	Partition bool
+	// Crash crashes and restarts storage servers (a log keeps only what
+	// was synced, and maybe part of the write in flight) and ordering
+	// replicas (a minority at a time), during the safety phase.
+	Crash bool
 }
 
 // AllFaults enables every fault.
-func AllFaults() Faults { return Faults{Delay: true, Reorder: true, Loss: true, Partition: true} }
+func AllFaults() Faults {
+	return Faults{Delay: true, Reorder: true, Loss: true, Partition: true, Crash: true}
+}
 
 // ParseFaults reads a comma-separated list of delay, reorder, loss,
-// partition, or "all" or "none".
+// partition, crash, or "all" or "none".
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for _, w := range strings.Split(s, ",") {
@@ -87,8 +98,10 @@ func ParseFaults(s string) (Faults, error) {
 			f.Loss = true
 		case "partition":
 			f.Partition = true
+		case "crash":
+			f.Crash = true
 		default:
-			return Faults{}, fmt.Errorf("sim: unknown fault %q (want delay, reorder, loss, partition, all or none)", w)
+			return Faults{}, fmt.Errorf("sim: unknown fault %q (want delay, reorder, loss, partition, crash, all or none)", w)
 		}
 	}
 	return f, nil
@@ -99,7 +112,7 @@ func (f Faults) String() string {
 	for _, x := range []struct {
 		on   bool
 		name string
-	}{{f.Delay, "delay"}, {f.Reorder, "reorder"}, {f.Loss, "loss"}, {f.Partition, "partition"}} {
+	}{{f.Delay, "delay"}, {f.Reorder, "reorder"}, {f.Loss, "loss"}, {f.Partition, "partition"}, {f.Crash, "crash"}} {
 		if x.on {
 			on = append(on, x.name)
 		}
@@ -107,7 +120,7 @@ func (f Faults) String() string {
 	switch len(on) {
 	case 0:
 		return "none"
-	case 4:
+	case 5:
 		return "all"
 	}
 	return strings.Join(on, ",")
@@ -122,6 +135,11 @@ type Options struct {
 	// plant makes the run misbehave on purpose, so that the tests show
 	// the checks catch it.
 	plant bug
+	// powerLoss fails the power of a shard's servers as the first cut
+	// after 50 ms that orders its entries commits, before they hear of it
+	// (with the durable default): what bugSkipSync loses, and a correct
+	// run keeps.
+	powerLoss bool
 }
 
 // bug is a mistake a test plants in a run.
@@ -141,6 +159,11 @@ const (
 	// bugEarlyAck: a shard answers an append as soon as it stores it, at
 	// the position it will get, before the cut that orders it commits.
 	bugEarlyAck
+	// bugSkipSync: the storage servers carry out their cores' outputs
+	// (acknowledge, report, answer) without the fsync the durable default
+	// demands first; the run loses power on a whole shard's servers
+	// (Options.powerLoss).
+	bugSkipSync
 )
 
 // Result is the outcome of one seed.
@@ -162,6 +185,10 @@ type Result struct {
 	// slots that no live shard filled (every other shard was leaving or
 	// failed).
 	Adopted bool
+	// Crashes counts the storage servers that crashed, LostTails those
+	// whose logs lost unsynced writes in the crash, RaftCrashes the
+	// ordering replicas that crashed.
+	Crashes, LostTails, RaftCrashes uint64
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -179,15 +206,18 @@ func Run(seed uint64, o Options) Result {
 	if o.Mode == "" {
 		o.Mode = Spec
 	}
-	s := newCluster(seed, o.Mode, o.Faults, o.Trace)
-	s.plant = o.plant
+	s := newCluster(seed, o.Mode, o.Faults, o.Trace, o.plant)
+	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
+		s.sc.sync = syncAlways // the durable default, which survives it
+	}
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
 	return Result{
 		Seed: seed, Mode: o.Mode, Faults: o.Faults,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
-		Adopted: s.adopted, planted: s.planted,
+		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes,
+		planted: s.planted,
 	}
 }
 
@@ -222,6 +252,8 @@ type Tally struct {
 	// Adopted counts the runs of Result.Adopted.
 	Adopted      int
 	Fails, Steps uint64
+	// Crashes, LostTails and RaftCrashes sum the results'.
+	Crashes, LostTails, RaftCrashes uint64
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -233,6 +265,9 @@ func Count(rs []Result) Tally {
 		t.Seeds++
 		t.Steps += r.Steps
 		t.Fails += r.Fails
+		t.Crashes += r.Crashes
+		t.LostTails += r.LostTails
+		t.RaftCrashes += r.RaftCrashes
 		if r.ShardFailed {
 			t.ShardFailed++
 		}
@@ -252,8 +287,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes), %d ordering replica crashes",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.RaftCrashes)
 }
 
 func (s *cluster) summary() string {

@@ -73,7 +73,15 @@ type sub struct {
 	fails    int
 }
 
-func (sb *sub) init() { sb.s.rules.subscribe(sb) }
+// init gives the subscriber its mode's merger, as the client builds it.
+// An eager merger releases only complete committed cuts, so every
+// delivery is final.
+func (sb *sub) init() {
+	if !sb.s.md.Speculative() {
+		sb.confirmedOnly = true
+	}
+	sb.em = sb.s.md.NewMerger(sb.from, sb.confirmedOnly, sb.oneShard)
+}
 
 // mine reports whether position p is one this subscriber delivers.
 func (sb *sub) mine(p uint64) bool {
@@ -84,7 +92,7 @@ func (sb *sub) on(m *subMsg) {
 	if sb.oneShard && m.shard != sb.shard {
 		return
 	}
-	if sb.s.mode == Eager {
+	if !sb.s.md.Speculative() {
 		sb.onEager(m)
 		return
 	}

@@ -41,7 +41,7 @@ func (s *cluster) verify() {
 	report(check.Order(appends, logs...))
 	report(check.StoredOnce(appends, logs...))
 	report(check.RealTime(appends))
-	report(check.Linearizable(appends, nil, s.rules.dense(), linearizabilityTimeout))
+	report(check.Linearizable(appends, nil, s.dense(), linearizabilityTimeout))
 	for _, sb := range s.subs {
 		h := sb.history()
 		report(check.Speculation(h, final))
@@ -53,7 +53,7 @@ func (s *cluster) verify() {
 	// A view change, or a misspeculation, needs a shard that failed or
 	// looked failed: one that died, was cut off, or whose reports were
 	// lost.
-	faulted := s.failed != nil || len(s.cutOff) > 0 || s.stats.lostReports > 0
+	faulted := s.failed != nil || len(s.failedShards) > 0 || len(s.cutOff) > 0 || s.stats.lostReports > 0
 	if !faulted && len(s.views) > 0 {
 		s.errorf("no shard failed, but the leader started view %d: %+v", len(s.views), s.views[0])
 	}
@@ -91,9 +91,14 @@ func (s *cluster) history() ([]check.Append, check.Log) {
 	appends := make([]check.Append, len(s.recs))
 	for id, rec := range s.recs {
 		a := check.Append{Client: uint64(rec.client), Seq: uint64(id), Record: rec.name, Call: rec.call.Sub(s.start)}
-		if pos, ok := s.orderedAt[int64(id)]; ok {
-			a.Outcome, a.Position, a.Shard = check.Acked, pos, uint32(s.eagerShard[pos])
-			a.Return = s.committedAt[int64(id)].Sub(s.start)
+		if rec.acked {
+			// What the shard answered (or a resolution said): check
+			// holds it to the order the readers saw.
+			a.Outcome, a.Position = check.Acked, rec.pos
+			if rec.pos < uint64(len(s.eagerShard)) {
+				a.Shard = uint32(s.eagerShard[rec.pos])
+			}
+			a.Return = rec.ret.Sub(s.start)
 			if s.plant == bugEarlyAck {
 				a.Return = a.Call + time.Microsecond
 				s.planted = true
@@ -103,7 +108,7 @@ func (s *cluster) history() ([]check.Append, check.Log) {
 		}
 		appends[id] = a
 	}
-	final := check.Log{Reader: "cuts", End: uint64(len(s.eager)), Dense: s.rules.dense()}
+	final := check.Log{Reader: "cuts", End: uint64(len(s.eager)), Dense: s.dense()}
 	for p, e := range s.eager {
 		if e != noop {
 			final.Entries = append(final.Entries, check.Entry{Pos: uint64(p), Shard: uint32(s.eagerShard[p]), Record: s.name(e)})

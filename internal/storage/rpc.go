@@ -14,6 +14,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/shard"
 )
 
 // Bounds.
@@ -321,22 +322,16 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 		}
 		from = damaged[i].End
 	}
-	finalLen, final := r.core.Final()
-	// Only a copy that holds every record the shard ordered may say a
-	// record was not ordered: one that lost its tail (a restart after a
-	// crash), missed cuts, or cannot read damaged records has Ordered
-	// below finalLen or damage, and would deny records the other
-	// replicas serve.
-	complete := final && r.store.Ordered() >= finalLen && len(damaged) == 0
 	resp := &pb.ResolveResponse{}
 	for _, q := range req.Seqs {
 		ack := &pb.AppendAck{Seq: q, Shard: r.id}
 		local, ok := found[q]
-		switch {
-		case ok && local < r.store.Ordered():
-			pos, _ := r.store.GlobalOf(local)
+		// A copy that cannot read some of its records may hold the append
+		// among them.
+		switch res, pos := r.core.Resolve(local, ok, len(damaged) == 0); res {
+		case shard.ResolveOrdered:
 			ack.Code, ack.Position = pb.Code_OK, pos
-		case complete && (!ok || local >= finalLen):
+		case shard.ResolveNotOrdered:
 			ack.Code = pb.Code_NOT_ORDERED
 		default:
 			ack.Code = pb.Code_PENDING
