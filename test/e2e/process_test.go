@@ -141,6 +141,9 @@ type procCluster struct {
 	logDir  string
 	// env, when set, returns environment variables to add for server id.
 	env func(id string) []string
+	// cfgPaths, when set, gives a server its own cluster file (see
+	// withFaultNet); the others read cfgPath.
+	cfgPaths map[string]string
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -223,7 +226,11 @@ func (pc *procCluster) ids() []string {
 // file, which a restart appends to.
 func (pc *procCluster) start(id string) {
 	pc.t.Helper()
-	pc.startArgs(id, "server", "--config", pc.cfgPath, "--id", id, "--log-level", "info")
+	path := pc.cfgPath
+	if p, ok := pc.cfgPaths[id]; ok {
+		path = p
+	}
+	pc.startArgs(id, "server", "--config", path, "--id", id, "--log-level", "info")
 }
 
 // startArgs starts (or restarts) process id running the augur binary with
