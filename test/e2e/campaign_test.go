@@ -18,6 +18,9 @@ import (
 var campaignFlag = flag.Bool("e2e.campaign", false,
 	"run the long fault campaign: every fault, in eager and speculative mode, several runs")
 
+var faultFlag = flag.String("e2e.faults", "",
+	"with -e2e.campaign, inject only the faults whose names contain this text")
+
 // Bounds of the fault campaign.
 const (
 	// faultHold is how long each fault lasts: several failure timeouts and
@@ -164,12 +167,18 @@ func TestFaultCampaign(t *testing.T) {
 		runCampaign(t, "eager", seed, fs)
 		return
 	}
+	var fs []fault
+	for _, f := range campaignFaults {
+		if strings.Contains(f.name, *faultFlag) {
+			fs = append(fs, f)
+		}
+	}
 	for _, mode := range []string{"eager", "spec"} {
 		for run := range campaignRuns {
 			s := seed + uint64(run)
 			t.Run(fmt.Sprintf("%s/run%d", mode, run), func(t *testing.T) {
 				t.Logf("seed of this run: %d", s)
-				runCampaign(t, mode, s, campaignFaults)
+				runCampaign(t, mode, s, fs)
 			})
 		}
 	}
