@@ -600,10 +600,14 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 			if err := r.log.Assign(run); err != nil {
 				out.Problems = append(out.Problems, fmt.Errorf("shard %d: assign positions: %w", r.id, err))
 				r.lost.Store(true)
-				break
+			} else {
+				out.UnsyncedRuns = true
+				out.Ordered += sl.Count
 			}
-			out.UnsyncedRuns = true
-			out.Ordered += sl.Count
+			// Answer even when this copy could not record the positions
+			// (a full disk): the answer rests on the committed cut, as
+			// when the write succeeds, and the other copies serve those
+			// positions. Not answering left the clients waiting forever.
 			if r.primary != nil {
 				out.Answers = r.primary.Order(sl, out.Answers)
 			}

@@ -559,3 +559,27 @@ func TestOutputResetDropsOldElements(t *testing.T) {
 		t.Errorf("a reset output still points to a problem")
 	}
 }
+
+// TestReplicaAssignFailureStillAnswersOrderedAppends: a primary whose disk
+// fills after it stored and reported records cannot write the positions a
+// committed cut gives them. The cut is committed and the other copies
+// serve those positions, so the waiting clients are answered with them
+// (not left waiting forever, which a full disk did before), and the copy
+// is marked lost.
+func TestReplicaAssignFailureStillAnswersOrderedAppends(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	pr.append("s", 7, 1, 2)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.plog.Fail(errors.New("no space left on device"))
+	out := pr.cutAt(1, 0, 2, 40)
+	want := []Answer[string]{{Waiter: "s", Seq: 1, Verdict: Ordered, Position: 40}, {Waiter: "s", Seq: 2, Verdict: Ordered, Position: 41}}
+	if len(out.Answers) != 2 || out.Answers[0] != want[0] || out.Answers[1] != want[1] {
+		t.Fatalf("answers %+v, want %+v", out.Answers, want)
+	}
+	if !pr.p.Lost() || len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Error(), "assign positions") {
+		t.Fatalf("lost %v problems %v, want lost: assign positions", pr.p.Lost(), out.Problems)
+	}
+	if pos, ok := pr.blogs[0].GlobalOf(1); !ok || pos != 41 {
+		t.Fatalf("backup's position of local 1: %d %v", pos, ok)
+	}
+}
