@@ -14,6 +14,7 @@ import (
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/check"
 )
 
@@ -27,6 +28,9 @@ const (
 	fullDiskSegmentBytes = 64 << 10
 	// fullDiskHold is how long the disk stays full while clients append.
 	fullDiskHold = 3 * time.Second
+	// fullDiskProbeTimeout bounds the wait for the answer to an append
+	// sent to the full server's shard.
+	fullDiskProbeTimeout = 5 * time.Second
 	// fullDiskFillChunk is what the filler writes at a time.
 	fullDiskFillChunk = 64 << 10
 )
@@ -80,6 +84,28 @@ func TestFullDisk(t *testing.T) {
 	written := fillDisk(t, filler)
 	acked, _ := h.counts()
 	t.Logf("at %v (%d acked): filled %s's disk with %d KiB", clk.now().Round(time.Millisecond), acked, victim, written>>10)
+	// An append sent straight to a shard of the full server's group is
+	// answered (an error that says why, or an acknowledgement of a record
+	// the checks below then find), not left waiting.
+	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status with the disk full", func(st *pb.StatusResponse) string {
+		return clusterReady(st, "a")
+	})
+	probe := liveShard(st, "a").Id
+	probeCl := pc.dial(ctx)
+	pctx, cancel := context.WithTimeout(ctx, fullDiskProbeTimeout)
+	h.begin()
+	call := clk.now()
+	ack, err := probeCl.AppendToShard(pctx, client.Record{Key: "probe", Payload: []byte("probe-0")}, probe)
+	h.addAppend(appendOp{worker: procAppenders + 1, payload: "probe-0", call: call, ret: clk.now(), ack: ack, err: err})
+	cancel()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		t.Errorf("an append to shard %d of %s's group got no answer within %v while the disk was full", probe, victim, fullDiskProbeTimeout)
+	case err != nil:
+		t.Logf("  an append to shard %d while the disk is full: %v", probe, err)
+	default:
+		t.Logf("  an append to shard %d while the disk is full was acknowledged by shard %d at %d", probe, ack.Shard, ack.Position)
+	}
 	held := time.NewTimer(fullDiskHold)
 	select {
 	case <-held.C: // the fault's duration, not synchronisation
