@@ -15,6 +15,14 @@
 //
 //	go test ./test/e2e/ -run SpecProcess -v
 //
+// TestFaultCampaign puts a fault-injecting proxy on every link between the
+// 7 processes and injects partitions, one-way stalls, slow links and
+// SIGSTOPs; TestFullDisk and TestSlowDisk give one storage server a full
+// or slow disk. docs/reliability.md lists them, how to run the long
+// campaign (-e2e.campaign) and what the runs showed:
+//
+//	go test ./test/e2e/ -run 'FaultCampaign|FullDisk|SlowDisk' -v
+//
 // TestReconfig adds and finalizes shards under load in an in-process cluster:
 //
 //	go test ./test/e2e/ -run Reconfig -v
