@@ -247,14 +247,35 @@ func withFaultNet(t *testing.T, pc *procCluster) *faultNet {
 		}
 		real[id] = a
 	}
+	isReal := map[string]bool{}
+	for _, a := range real {
+		isReal[a] = true
+	}
+	// The servers' ports were free a moment ago (freeAddrs) and are not
+	// taken yet: a proxy that lands on one is kept aside, so the kernel
+	// hands out another, and closed at the end.
+	var aside []net.Listener
+	defer func() {
+		for _, l := range aside {
+			l.Close()
+		}
+	}()
 	for _, src := range append([]string{clientSource}, ids...) {
 		for _, dst := range ids {
 			if src == dst {
 				continue
 			}
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatalf("listen for link %s->%s: %v", src, dst, err)
+			var l net.Listener
+			for l == nil {
+				nl, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatalf("listen for link %s->%s: %v", src, dst, err)
+				}
+				if isReal[nl.Addr().String()] {
+					aside = append(aside, nl)
+				} else {
+					l = nl
+				}
 			}
 			k := &link{src: src, dst: dst, target: real[dst], l: l, changed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 			n.links[[2]string{src, dst}] = k
