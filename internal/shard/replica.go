@@ -612,6 +612,11 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 				out.Answers = r.primary.Order(sl, out.Answers)
 			}
 		}
+	} else if c.Index > r.lastCut && c.Slice.Count > 0 && r.lost.Load() && r.primary != nil && c.Slice.LocalStart+c.Slice.Count <= r.primary.Next() {
+		// A lost primary records no positions but still answers the
+		// appends it stored that a committed cut orders, for the same
+		// reason: the other copies serve them.
+		out.Answers = r.primary.Order(c.Slice, out.Answers)
 	}
 	if ordered := r.log.Ordered(); c.OrderedAtLeast > ordered && !r.lost.Load() {
 		out.Problems = append(out.Problems, fmt.Errorf("shard %d: copy missed cuts that a snapshot skipped: ordered %d, want %d", r.id, ordered, c.OrderedAtLeast))

@@ -582,4 +582,16 @@ func TestReplicaAssignFailureStillAnswersOrderedAppends(t *testing.T) {
 	if pos, ok := pr.blogs[0].GlobalOf(1); !ok || pos != 41 {
 		t.Fatalf("backup's position of local 1: %d %v", pos, ok)
 	}
+	// Records the primary stored before its disk filled and that a later
+	// cut orders are answered too, though the copy is lost by then.
+	pr.plog.mu.Lock()
+	pr.plog.failErr = nil
+	pr.plog.mu.Unlock()
+	pr.append("s", 7, 3)
+	pr.plog.Fail(errors.New("no space left on device"))
+	pr.p.BackupAcked(0, pr.deliver(0))
+	out = pr.cutAt(2, 2, 1, 42)
+	if len(out.Answers) != 1 || out.Answers[0] != (Answer[string]{Waiter: "s", Seq: 3, Verdict: Ordered, Position: 42}) {
+		t.Fatalf("answers of a later cut %+v, want seq 3 at 42", out.Answers)
+	}
 }
