@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"sync"
@@ -70,10 +69,10 @@ func (k *link) String() string { return k.src + "->" + k.dst }
 
 // state returns the link's state for direction d and a channel closed at
 // its next change.
-func (k *link) state(d direction) (stalled bool, delay time.Duration, changed <-chan struct{}) {
+func (k *link) state(d direction) (cut, stalled bool, delay time.Duration, changed <-chan struct{}) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.stalled[d] || k.cut, k.delay, k.changed
+	return k.cut, k.stalled[d], k.delay, k.changed
 }
 
 // set changes the link's state under its lock and wakes its copiers.
@@ -152,7 +151,10 @@ func (k *link) copy(dst, src net.Conn, d direction) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			for {
-				stalled, delay, changed := k.state(d)
+				cut, stalled, delay, changed := k.state(d)
+				if cut {
+					return // set closed the connections
+				}
 				if !stalled {
 					if delay > 0 {
 						time.Sleep(delay) // the fault itself, not synchronisation
@@ -166,10 +168,7 @@ func (k *link) copy(dst, src net.Conn, d direction) {
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
-			}
-			return
+			return // EOF or a closed connection: handle ends both sides
 		}
 	}
 }
