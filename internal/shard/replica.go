@@ -600,14 +600,23 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 			if err := r.log.Assign(run); err != nil {
 				out.Problems = append(out.Problems, fmt.Errorf("shard %d: assign positions: %w", r.id, err))
 				r.lost.Store(true)
-				break
+			} else {
+				out.UnsyncedRuns = true
+				out.Ordered += sl.Count
 			}
-			out.UnsyncedRuns = true
-			out.Ordered += sl.Count
+			// Answer even when this copy could not record the positions
+			// (a full disk): the answer rests on the committed cut, as
+			// when the write succeeds, and the other copies serve those
+			// positions. Not answering left the clients waiting forever.
 			if r.primary != nil {
 				out.Answers = r.primary.Order(sl, out.Answers)
 			}
 		}
+	} else if c.Index > r.lastCut && c.Slice.Count > 0 && r.lost.Load() && r.primary != nil && c.Slice.LocalStart+c.Slice.Count <= r.primary.Next() {
+		// A lost primary records no positions but still answers the
+		// appends it stored that a committed cut orders, for the same
+		// reason: the other copies serve them.
+		out.Answers = r.primary.Order(c.Slice, out.Answers)
 	}
 	if ordered := r.log.Ordered(); c.OrderedAtLeast > ordered && !r.lost.Load() {
 		out.Problems = append(out.Problems, fmt.Errorf("shard %d: copy missed cuts that a snapshot skipped: ordered %d, want %d", r.id, ordered, c.OrderedAtLeast))

@@ -621,3 +621,39 @@ func TestReplicaResolveVoidedEntry(t *testing.T) {
 		t.Fatalf("entry past the final length, placed in a void slot: %v, want not ordered", res)
 	}
 }
+
+// TestReplicaAssignFailureStillAnswersOrderedAppends: a primary whose disk
+// fills after it stored and reported records cannot write the positions a
+// committed cut gives them. The cut is committed and the other copies
+// serve those positions, so the waiting clients are answered with them
+// (not left waiting forever, which a full disk did before), and the copy
+// is marked lost.
+func TestReplicaAssignFailureStillAnswersOrderedAppends(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	pr.append("s", 7, 1, 2)
+	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.plog.Fail(errors.New("no space left on device"))
+	out := pr.cutAt(1, 0, 2, 40)
+	want := []Answer[string]{{Waiter: "s", Seq: 1, Verdict: Ordered, Position: 40}, {Waiter: "s", Seq: 2, Verdict: Ordered, Position: 41}}
+	if len(out.Answers) != 2 || out.Answers[0] != want[0] || out.Answers[1] != want[1] {
+		t.Fatalf("answers %+v, want %+v", out.Answers, want)
+	}
+	if !pr.p.Lost() || len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Error(), "assign positions") {
+		t.Fatalf("lost %v problems %v, want lost: assign positions", pr.p.Lost(), out.Problems)
+	}
+	if pos, ok := pr.blogs[0].GlobalOf(1); !ok || pos != 41 {
+		t.Fatalf("backup's position of local 1: %d %v", pos, ok)
+	}
+	// Records the primary stored before its disk filled and that a later
+	// cut orders are answered too, though the copy is lost by then.
+	pr.plog.mu.Lock()
+	pr.plog.failErr = nil
+	pr.plog.mu.Unlock()
+	pr.append("s", 7, 3)
+	pr.plog.Fail(errors.New("no space left on device"))
+	pr.p.BackupAcked(0, pr.deliver(0))
+	out = pr.cutAt(2, 2, 1, 42)
+	if len(out.Answers) != 1 || out.Answers[0] != (Answer[string]{Waiter: "s", Seq: 3, Verdict: Ordered, Position: 42}) {
+		t.Fatalf("answers of a later cut %+v, want seq 3 at 42", out.Answers)
+	}
+}

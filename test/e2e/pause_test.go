@@ -103,24 +103,9 @@ func TestPausedLeader(t *testing.T) {
 		return clusterReady(st, "a", "b")
 	})
 	leader := st.LeaderId
-	p := pc.proc(leader)
-	pc.mu.Lock()
-	p.expected = true // a stopped process may be killed by the cleanup
-	pc.mu.Unlock()
 	stoppedAt := clk.now()
 	t.Logf("at %v (per shard %v acked): SIGSTOP ordering leader %s", stoppedAt.Round(time.Millisecond), h.ackedByShard(), leader)
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP %s: %v", leader, err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil && err != os.ErrProcessDone {
-				t.Errorf("SIGCONT %s: %v", leader, err)
-			}
-		}
-	}
+	resume := pc.pause(leader)
 	defer resume()
 
 	// During the pause the other replicas hold the committed shard table.
@@ -173,6 +158,29 @@ func TestPausedLeader(t *testing.T) {
 	failOn(t, check.RealTime(checkAppends(appends)))
 	pc.checkAlive()
 	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
+}
+
+// pause SIGSTOPs server id and returns what SIGCONTs it; calling that
+// again does nothing, so a test can both defer it and call it.
+func (pc *procCluster) pause(id string) (resume func()) {
+	t := pc.t
+	t.Helper()
+	p := pc.proc(id)
+	pc.mu.Lock()
+	p.expected = true // a stopped process may be killed by the cleanup
+	pc.mu.Unlock()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %s: %v", id, err)
+	}
+	resumed := false
+	return func() {
+		if !resumed {
+			resumed = true
+			if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil && err != os.ErrProcessDone {
+				t.Errorf("SIGCONT %s: %v", id, err)
+			}
+		}
+	}
 }
 
 // appendToShardPaced appends "w<worker>-<n>" to shard every pace until stop

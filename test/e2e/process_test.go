@@ -15,6 +15,14 @@
 //
 //	go test ./test/e2e/ -run SpecProcess -v
 //
+// TestFaultCampaign puts a fault-injecting proxy on every link between the
+// 7 processes and injects partitions, one-way stalls, slow links and
+// SIGSTOPs; TestFullDisk and TestSlowDisk give one storage server a full
+// or slow disk. docs/reliability.md lists them, how to run the long
+// campaign (-e2e.campaign) and what the runs showed:
+//
+//	go test ./test/e2e/ -run 'FaultCampaign|FullDisk|SlowDisk' -v
+//
 // TestReconfig adds and finalizes shards under load in an in-process cluster:
 //
 //	go test ./test/e2e/ -run Reconfig -v
@@ -141,6 +149,9 @@ type procCluster struct {
 	logDir  string
 	// env, when set, returns environment variables to add for server id.
 	env func(id string) []string
+	// cfgPaths, when set, gives a server its own cluster file (see
+	// withFaultNet); the others read cfgPath.
+	cfgPaths map[string]string
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -223,7 +234,11 @@ func (pc *procCluster) ids() []string {
 // file, which a restart appends to.
 func (pc *procCluster) start(id string) {
 	pc.t.Helper()
-	pc.startArgs(id, "server", "--config", pc.cfgPath, "--id", id, "--log-level", "info")
+	path := pc.cfgPath
+	if p, ok := pc.cfgPaths[id]; ok {
+		path = p
+	}
+	pc.startArgs(id, "server", "--config", path, "--id", id, "--log-level", "info")
 }
 
 // startArgs starts (or restarts) process id running the augur binary with
