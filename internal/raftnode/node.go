@@ -294,6 +294,10 @@ func (n *Node) errOrStopped() error {
 	return ErrStopped
 }
 
+// beforeSaveHook, when a test sets it before any node starts, sees each
+// Ready just before the driver persists it. Nil outside tests.
+var beforeSaveHook func(n *Node, rd *raft.Ready)
+
 // run is the driver goroutine: the only user of rn, storage and fsm.
 func (n *Node) run() {
 	defer close(n.done)
@@ -400,6 +404,22 @@ func (n *Node) handleReady() error {
 	if leader {
 		n.send(rd.Messages, sendReplication)
 	}
+	// A leader applies before it persists the Ready's new entries. What it
+	// applies is committed, so it is on a quorum's disks already, its own
+	// copy among them (see above); persisting the entries proposed since
+	// changes nothing about it. Applying after that fsync made every cut's
+	// commit wait for the fsync of the next cut under load, and the FSM's
+	// watchers (storage servers waiting for the cut) with it. A snapshot
+	// to install is restored first, so that case keeps the order below.
+	applyFirst := leader && raft.IsEmptySnap(rd.Snapshot)
+	if applyFirst {
+		if err := n.apply(rd.CommittedEntries); err != nil {
+			return err
+		}
+	}
+	if beforeSaveHook != nil {
+		beforeSaveHook(n, &rd)
+	}
 	if err := n.storage.saveReady(&rd); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
@@ -410,16 +430,17 @@ func (n *Node) handleReady() error {
 	}
 	// Committed entries are durable on a quorum, so they may be applied
 	// before or after this Ready's messages go out; the order only decides
-	// who waits. A leader applies first: the Ready that commits an entry
+	// who waits. A leader applied above: the Ready that commits an entry
 	// carries the messages that merely tell the followers so, and the FSM's
-	// watchers (storage servers waiting for the cut) should not queue
-	// behind those sends. A follower sends first: its messages acknowledge
-	// the entries the leader is waiting to commit.
+	// watchers should not queue behind those sends. A follower sends first:
+	// its messages acknowledge the entries the leader is waiting to commit.
 	if !leader {
 		n.send(rd.Messages, sendAll)
 	}
-	if err := n.apply(rd.CommittedEntries); err != nil {
-		return err
+	if !applyFirst {
+		if err := n.apply(rd.CommittedEntries); err != nil {
+			return err
+		}
 	}
 	if leader {
 		n.send(rd.Messages, sendRest)
