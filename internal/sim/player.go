@@ -409,8 +409,8 @@ func (p *simPlayer) send(x player.Send) {
 	})
 }
 
-// verify checks invariant 6 once the faults stopped, and that the player
-// holds nothing more.
+// verify checks invariant 6 once the faults stopped, and that every
+// target rejoined the main stream.
 func (p *simPlayer) verify(final check.Log, report func(error)) {
 	s := p.s
 	routes := func(e check.Entry) []string {
@@ -429,9 +429,12 @@ func (p *simPlayer) verify(final check.Log, report func(error)) {
 		s.errorf("player: down at the end of the run")
 		return
 	}
+	// Every target is back on the main stream. Its queues may still hold
+	// messages: a speculative cluster keeps ordering no-ops, which keep
+	// the main stream and the empty messages going to the end.
 	for i := range p.tgts {
-		if st := p.core.Status(player.TargetID(i)); st.State != player.Normal || st.Queued > 0 || st.Inflight > 0 {
-			s.errorf("player: target %d still %v with %d queued and %d in flight at the end of the run", i, st.State, st.Queued, st.Inflight)
+		if st := p.core.Status(player.TargetID(i)); st.State != player.Normal {
+			s.errorf("player: target %d still %v at the end of the run (%d queued, %d in flight)", i, st.State, st.Queued, st.Inflight)
 		}
 	}
 }
