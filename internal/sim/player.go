@@ -150,7 +150,11 @@ type simPlayer struct {
 	next  player.Index // the main fetcher's next index; 0: not running
 	fetch []*recoveryFetch
 	conns []*playerConn
-	tgts  []*simTarget
+	// held counts, per target, the batches this run of the core sent and
+	// has not released: a Release of a batch it does not hold is a leak's
+	// mirror image, and at the end it holds what it reports in flight.
+	held []int
+	tgts []*simTarget
 	// connSeq numbers connections.
 	connSeq uint64
 	stats   struct{ sends, releases, restarts, targetCrashes, recoveries uint64 }
@@ -195,6 +199,7 @@ func (p *simPlayer) start() {
 		return
 	}
 	p.core = core
+	p.held = make([]int, len(p.tgts))
 	la := map[player.TargetID]player.Index{}
 	for i, tg := range p.tgts {
 		if tg.up {
@@ -353,9 +358,16 @@ func (p *simPlayer) step(ev player.Event) {
 		p.fetch[f.Target] = &recoveryFetch{f: f, next: f.From}
 	}
 	for _, x := range out.Sends {
+		p.held[x.Target]++
 		p.send(x)
 	}
 	p.stats.releases += uint64(len(out.Releases))
+	for _, r := range out.Releases {
+		if p.held[r.Target]--; p.held[r.Target] < 0 {
+			s.errorf("player: released a batch of target %d (ending at %d) it did not hold", r.Target, r.Batch.Last())
+			p.held[r.Target] = 0
+		}
+	}
 	for _, id := range out.Misbehaving {
 		s.errorf("player: target %d acknowledged an index it was never sent", id)
 	}
@@ -433,8 +445,12 @@ func (p *simPlayer) verify(final check.Log, report func(error)) {
 	// messages: a speculative cluster keeps ordering no-ops, which keep
 	// the main stream and the empty messages going to the end.
 	for i := range p.tgts {
-		if st := p.core.Status(player.TargetID(i)); st.State != player.Normal {
+		st := p.core.Status(player.TargetID(i))
+		if st.State != player.Normal {
 			s.errorf("player: target %d still %v at the end of the run (%d queued, %d in flight)", i, st.State, st.Queued, st.Inflight)
+		}
+		if st.Inflight != p.held[i] {
+			s.errorf("player: target %d has %d batches in flight, but %d were sent and not released", i, st.Inflight, p.held[i])
 		}
 	}
 }
