@@ -1,4 +1,4 @@
-// Package check holds the invariant checkers of DESIGN.md (invariants 1–5)
+// Package check holds the invariant checkers of DESIGN.md (invariants 1–6)
 // over recorded histories. A history says what clients and readers saw —
 // appends with their outcomes, reads, the logs subscribers received, the
 // events of speculative subscriptions — and nothing of how it was

@@ -34,6 +34,8 @@ type cluster struct {
 	order   []*shard // by id
 	subs    []*sub
 	clients []*client
+	// player is the exactly-once player, in the seeds that run one.
+	player *simPlayer
 
 	// The truth: committed cuts, the sequence they define over the
 	// shards' logs, the views, the failed shards' void points.
@@ -157,6 +159,12 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 		from: sc.oneShardFrom, confirmedOnly: sc.oneShardConfirmed}
 	one.init()
 	s.subs = append(s.subs, one)
+	if plant == bugApplyTwice {
+		s.sc.playerOn = true
+	}
+	if s.sc.playerOn {
+		s.player = newSimPlayer(s, s.sc.player)
+	}
 	joinRates := map[string]float64{}
 	register := func(name string, quota uint64) {
 		s.ld.operator(control.Command{Register: &control.RegisterCommand{

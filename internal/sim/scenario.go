@@ -161,6 +161,10 @@ type scenario struct {
 	oneShard          int
 	oneShardFrom      uint64
 	oneShardConfirmed bool
+
+	// player is the exactly-once player's scenario, run when playerOn.
+	player   *playerScenario
+	playerOn bool
 }
 
 func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
@@ -307,6 +311,7 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	if mode != Spec {
 		sc.lagFixLoss = 0
 	}
+	sc.player, sc.playerOn = newPlayerScenario(r, f, sc.healAt)
 	return sc
 }
 
@@ -375,6 +380,9 @@ func (sc scenario) String() string {
 	}
 	for _, x := range sc.raftCrashes {
 		fmt.Fprintf(&b, "; ordering replica %d crashes at %v for %v", x.node+1, x.at, x.down)
+	}
+	if sc.playerOn {
+		b.WriteString(sc.player.String())
 	}
 	return b.String()
 }

@@ -164,6 +164,8 @@ const (
 	// demands first; the run loses power on a whole shard's servers
 	// (Options.powerLoss).
 	bugSkipSync
+	// bugApplyTwice: a player's target applies an entry twice.
+	bugApplyTwice
 )
 
 // Result is the outcome of one seed.
@@ -189,6 +191,10 @@ type Result struct {
 	// whose logs lost unsynced writes in the crash, RaftCrashes the
 	// ordering replicas that crashed.
 	Crashes, LostTails, RaftCrashes uint64
+	// Player says the seed ran the exactly-once player; TargetCrashes and
+	// PlayerRestarts count its faults.
+	Player                        bool
+	TargetCrashes, PlayerRestarts uint64
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -212,13 +218,17 @@ func Run(seed uint64, o Options) Result {
 	}
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
-	return Result{
+	res := Result{
 		Seed: seed, Mode: o.Mode, Faults: o.Faults,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes,
 		planted: s.planted,
 	}
+	if p := s.player; p != nil {
+		res.Player, res.TargetCrashes, res.PlayerRestarts = true, p.stats.targetCrashes, p.stats.restarts
+	}
+	return res
 }
 
 // RunSeeds runs seeds first, first+1, ... first+n-1 on every processor
@@ -254,6 +264,10 @@ type Tally struct {
 	Fails, Steps uint64
 	// Crashes, LostTails and RaftCrashes sum the results'.
 	Crashes, LostTails, RaftCrashes uint64
+	// Player counts the seeds that ran the player; TargetCrashes and
+	// PlayerRestarts sum their faults.
+	Player                        int
+	TargetCrashes, PlayerRestarts uint64
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -277,6 +291,11 @@ func Count(rs []Result) Tally {
 		if r.Adopted {
 			t.Adopted++
 		}
+		if r.Player {
+			t.Player++
+			t.TargetCrashes += r.TargetCrashes
+			t.PlayerRestarts += r.PlayerRestarts
+		}
 		if r.Failed() {
 			t.Failing++
 			t.FailingSeeds = append(t.FailingSeeds, r.Seed)
@@ -287,8 +306,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes), %d ordering replica crashes",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.RaftCrashes)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }
 
 func (s *cluster) summary() string {
@@ -303,10 +322,14 @@ func (s *cluster) summary() string {
 	if leadN > 0 {
 		lead /= time.Duration(leadN)
 	}
+	var player string
+	if s.player != nil {
+		player = s.player.summary()
+	}
 	return fmt.Sprintf("%d steps, %d cuts (%d proposals), %d windows planned; %d records, %d no-ops in %d runs (%.1f%% of entries); "+
 		"%d reports (%d lost), %d lag-fixes started (%d messages, %d lost), %d quota changes (largest quota %d); %d views, %d reroutes; "+
 		"%d deliveries (%d speculative, mean %v before confirmation), %d fails, %d stream repeats, %d status polls lost",
 		s.steps, s.cutCount, st.proposals, st.windows, st.records, st.noops, st.noopRuns, 100*float64(st.noops)/float64(max(1, st.noops+st.records)),
 		st.reports, st.lostReports, st.lagFixes, st.lagFixMsgs, st.lostLagFix, st.quotaChanges, st.maxQuota, len(s.views), s.reroutes,
-		st.delivered, st.specDeliveries, lead, st.fails, st.dupResends, st.lostPolls)
+		st.delivered, st.specDeliveries, lead, st.fails, st.dupResends, st.lostPolls) + player
 }

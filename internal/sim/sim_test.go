@@ -51,6 +51,11 @@ func TestSeeds(t *testing.T) {
 			if faults.Crash && n >= 40 && (tally.LostTails == 0 || tally.RaftCrashes == 0) {
 				t.Errorf("no seed crashed a storage server that lost unsynced writes, or an ordering replica: %v", tally)
 			}
+			// And the player runs in some seeds, through target crashes
+			// and its own restarts.
+			if n >= 40 && (tally.Player == 0 || faults.Crash && (tally.TargetCrashes == 0 || tally.PlayerRestarts == 0)) {
+				t.Errorf("no seed ran the player through target crashes and player restarts: %v", tally)
+			}
 		})
 	}
 }
@@ -85,6 +90,10 @@ func TestPlantedBugs(t *testing.T) {
 		// what it takes (they got it before it was ordered), so the
 		// eager mode shows it.
 		{"servers answer and acknowledge before they fsync", Eager, bugSkipSync, "completion", 0},
+		// A target of the player applies one entry twice: the player's
+		// check over the targets' applied sequences catches it.
+		{"a player's target applies an entry twice", Eager, bugApplyTwice, "invariant 6", 0},
+		{"a player's target applies an entry twice (spec)", Spec, bugApplyTwice, "invariant 6", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

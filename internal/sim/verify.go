@@ -47,6 +47,9 @@ func (s *cluster) verify() {
 		report(check.Speculation(h, final))
 		report(check.Converged(h, final))
 	}
+	if s.player != nil {
+		s.player.verify(final, report)
+	}
 	if len(s.errs) > 0 {
 		return
 	}
