@@ -28,12 +28,14 @@ func newSimCmd() *cobra.Command {
 		Short: "Run the seeded whole-cluster simulation and check its invariants",
 		Long: `Run the seeded whole-cluster simulation: the ordering replicas (Raft), the
 storage servers' shard replicas (primary and backup, on logs that lose what
-was not synced in a crash), clients and subscribers of one cluster in one
-goroutine on a simulated clock and network, with the faults --faults selects, through a safety phase and a
-heal phase that must converge. Each seed's history is checked against the
-invariants (no acknowledged append lost, one order for every reader,
-real-time order and linearizability, confirmed speculation never revised,
-retries stored once).
+was not synced in a crash), clients, subscribers and, in some seeds, a
+player with its targets, of one cluster in one goroutine on a simulated
+clock and network, with the faults --faults selects, through a safety
+phase and a heal phase that must converge. Each seed's history is checked
+against the invariants (no acknowledged append lost, one order for every
+reader, real-time order and linearizability, confirmed speculation never
+revised, retries stored once, every entry applied to each of its targets
+exactly once and in order).
 
 It prints a summary per mode and, for each failing seed, its violations and
 the one command that replays it with a trace; it exits non-zero on any
