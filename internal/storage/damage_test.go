@@ -70,7 +70,7 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	defer func() { cc.Close() }()
 	readFrom := func(from uint64) (*pb.SubscribeResponse, error) {
 		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 		defer scancel()
@@ -94,6 +94,12 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 	}
 	damageRecord(t, filepath.Join(c.Dir(), backup), []byte(fmt.Sprintf("record-%d-payload", damagedIdx)))
 	if err := c.StartStorage(backup); err != nil {
+		t.Fatal(err)
+	}
+	// A connection to the stopped server may not know yet that it broke:
+	// talk to the restarted one on a new one.
+	cc.Close()
+	if cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
 	var m dto.Metric
