@@ -148,26 +148,10 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 // files under dir, so its frame no longer checks out.
 func damageRecord(t *testing.T, dir string, payload []byte) {
 	t.Helper()
-	hits := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		i := bytes.Index(b, payload)
-		if i < 0 {
-			return nil
-		}
-		hits++
+	editHolder(t, dir, payload, func(path string, b []byte, i int) error {
 		b[i+len(payload)-1] ^= 0xff
 		return os.WriteFile(path, b, 0o644)
 	})
-	if err != nil || hits != 1 {
-		t.Fatalf("damage %q under %s: %d files hold it, %v", payload, dir, hits, err)
-	}
 }
 
 // TestReadOfARecordDamagedOnEveryReplicaSaysSo damages the same record on
@@ -336,6 +320,15 @@ func TestTornTailThatDroppedOrderedRecordsIsReportedLost(t *testing.T) {
 // middle of it.
 func tearAfter(t *testing.T, dir string, payload []byte) {
 	t.Helper()
+	editHolder(t, dir, payload, func(path string, _ []byte, i int) error {
+		return os.Truncate(path, int64(i+len(payload)/2))
+	})
+}
+
+// editHolder calls edit for the one file under dir that holds payload,
+// with its bytes and the payload's offset in them.
+func editHolder(t *testing.T, dir string, payload []byte, edit func(path string, b []byte, i int) error) {
+	t.Helper()
 	hits := 0
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -350,9 +343,9 @@ func tearAfter(t *testing.T, dir string, payload []byte) {
 			return nil
 		}
 		hits++
-		return os.Truncate(path, int64(i+len(payload)/2))
+		return edit(path, b, i)
 	})
 	if err != nil || hits != 1 {
-		t.Fatalf("tear %q under %s: %d files hold it, %v", payload, dir, hits, err)
+		t.Fatalf("edit %q under %s: %d files hold it, %v", payload, dir, hits, err)
 	}
 }
