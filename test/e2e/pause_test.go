@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,23 +185,9 @@ func (pc *procCluster) pause(id string) (resume func()) {
 // appendToShardPaced appends "w<worker>-<n>" to shard every pace until stop
 // is closed, recording each append.
 func appendToShardPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, shard uint32, pace time.Duration) {
-	tick := time.NewTicker(pace)
-	defer tick.Stop()
-	key := fmt.Sprintf("w%d", worker)
-	for n := 0; ; n++ {
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		payload := fmt.Sprintf("w%d-%d", worker, n)
-		h.begin()
-		call := clk.now()
-		ack, err := cl.AppendToShard(ctx, client.Record{Key: key, Payload: []byte(payload)}, shard)
-		h.addAppend(appendOp{worker: worker, payload: payload, call: call, ret: clk.now(), ack: ack, err: err})
-	}
+	appendEvery(ctx, stop, h, clk, worker, pace, func(ctx context.Context, rec client.Record) (client.Ack, error) {
+		return cl.AppendToShard(ctx, rec, shard)
+	})
 }
 
 // shardAckTimes returns the return times of shard's acknowledged appends,

@@ -624,6 +624,13 @@ func waitAcks(t *testing.T, h *history, clk clock, n int, phase string) {
 // appendPaced appends "w<worker>-<n>" every pace until stop is closed,
 // recording each append.
 func appendPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, pace time.Duration) {
+	appendEvery(ctx, stop, h, clk, worker, pace, cl.Append)
+}
+
+// appendEvery appends "w<worker>-<n>", keyed "w<worker>", with appendFn
+// every pace until stop is closed, recording each append.
+func appendEvery(ctx context.Context, stop <-chan struct{}, h *history, clk clock, worker int, pace time.Duration,
+	appendFn func(context.Context, client.Record) (client.Ack, error)) {
 	tick := time.NewTicker(pace)
 	defer tick.Stop()
 	key := fmt.Sprintf("w%d", worker)
@@ -638,7 +645,7 @@ func appendPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h
 		payload := fmt.Sprintf("w%d-%d", worker, n)
 		h.begin()
 		call := clk.now()
-		ack, err := cl.Append(ctx, client.Record{Key: key, Payload: []byte(payload)})
+		ack, err := appendFn(ctx, client.Record{Key: key, Payload: []byte(payload)})
 		h.addAppend(appendOp{worker: worker, payload: payload, call: call, ret: clk.now(), ack: ack, err: err})
 	}
 }
