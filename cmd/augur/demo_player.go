@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/augur-log/augur/client"
-	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/player"
 	"github.com/augur-log/augur/internal/playerd"
 	targetsdk "github.com/augur-log/augur/target"
@@ -58,8 +58,8 @@ every target applied exactly its entries of the log, in log order.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var errs []error
-			if f.mode != config.ModeSpec && f.mode != config.ModeEager {
-				errs = append(errs, fmt.Errorf("--mode must be %s or %s, got %q", config.ModeSpec, config.ModeEager, f.mode))
+			if _, err := mode.Lookup(f.mode); err != nil {
+				errs = append(errs, fmt.Errorf("--mode: %w", err))
 			}
 			if f.duration <= 0 {
 				errs = append(errs, fmt.Errorf("--duration must be positive, got %v", f.duration))
@@ -77,7 +77,7 @@ every target applied exactly its entries of the log, in log order.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.mode, "mode", config.ModeEager, "ordering mode of the cluster: eager or spec")
+	fs.StringVar(&f.mode, "mode", mode.EagerName, "ordering mode of the cluster: eager or spec")
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "how long to append")
 	fs.IntVar(&f.targets, "targets", 3, "kv targets")
 	fs.IntVar(&f.rate, "rate", 500, "appends per second")
