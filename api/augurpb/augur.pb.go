@@ -1943,7 +1943,14 @@ type ShardInfo struct {
 	FinalCut    uint64 `protobuf:"varint,6,opt,name=final_cut,json=finalCut,proto3" json:"final_cut,omitempty"`
 	FinalLength uint64 `protobuf:"varint,7,opt,name=final_length,json=finalLength,proto3" json:"final_length,omitempty"`
 	// failed is set when the shard was finalized because a replica failed.
-	Failed        bool `protobuf:"varint,8,opt,name=failed,proto3" json:"failed,omitempty"`
+	Failed bool `protobuf:"varint,8,opt,name=failed,proto3" json:"failed,omitempty"`
+	// epoch numbers the configuration in replicas (1 at registration, one
+	// more per change); replication, acks and reports of an older epoch are
+	// refused.
+	Epoch uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// out lists replicas taken out of the configuration (failed, stopped,
+	// restarted) that may rejoin after catching up.
+	Out           []*ReplicaAddr `protobuf:"bytes,10,rep,name=out,proto3" json:"out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2032,6 +2039,20 @@ func (x *ShardInfo) GetFailed() bool {
 		return x.Failed
 	}
 	return false
+}
+
+func (x *ShardInfo) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardInfo) GetOut() []*ReplicaAddr {
+	if x != nil {
+		return x.Out
+	}
+	return nil
 }
 
 // Event is one applied control-state change, numbered densely from 1.
@@ -3675,7 +3696,7 @@ const file_augur_proto_rawDesc = "" +
 	"\vReplicaAddr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\x85\x02\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\xc4\x02\n" +
 	"\tShardInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x121\n" +
@@ -3684,7 +3705,10 @@ const file_augur_proto_rawDesc = "" +
 	"\tadded_cut\x18\x05 \x01(\x04R\baddedCut\x12\x1b\n" +
 	"\tfinal_cut\x18\x06 \x01(\x04R\bfinalCut\x12!\n" +
 	"\ffinal_length\x18\a \x01(\x04R\vfinalLength\x12\x16\n" +
-	"\x06failed\x18\b \x01(\bR\x06failed\"\x85\x02\n" +
+	"\x06failed\x18\b \x01(\bR\x06failed\x12\x14\n" +
+	"\x05epoch\x18\t \x01(\x04R\x05epoch\x12'\n" +
+	"\x03out\x18\n" +
+	" \x03(\v2\x15.augur.v1.ReplicaAddrR\x03out\"\x85\x02\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\x03cut\x18\x02 \x01(\v2\r.augur.v1.CutR\x03cut\x12+\n" +
@@ -3936,57 +3960,58 @@ var file_augur_proto_depIdxs = []int32{
 	24, // 18: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
 	28, // 19: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
 	1,  // 20: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	27, // 21: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	29, // 22: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	33, // 23: augur.v1.Event.spec:type_name -> augur.v1.SpecState
-	27, // 24: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
-	31, // 25: augur.v1.Window.quotas:type_name -> augur.v1.Quota
-	32, // 26: augur.v1.SpecState.windows:type_name -> augur.v1.Window
-	13, // 27: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
-	30, // 28: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	44, // 29: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	28, // 30: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	43, // 31: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	29, // 32: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	27, // 33: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	33, // 34: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	47, // 35: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	53, // 36: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	5,  // 37: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 38: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 39: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 40: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 41: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 42: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 43: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	34, // 44: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	36, // 45: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	38, // 46: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	40, // 47: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	42, // 48: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	45, // 49: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	48, // 50: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	50, // 51: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 52: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 53: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 54: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 55: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 56: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 57: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	26, // 58: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	35, // 59: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	37, // 60: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	39, // 61: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	41, // 62: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	44, // 63: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	46, // 64: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	49, // 65: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	51, // 66: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	52, // [52:67] is the sub-list for method output_type
-	37, // [37:52] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	28, // 21: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
+	27, // 22: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	29, // 23: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	33, // 24: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	27, // 25: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
+	31, // 26: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	32, // 27: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13, // 28: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	30, // 29: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	44, // 30: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	28, // 31: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	43, // 32: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	29, // 33: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	27, // 34: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	33, // 35: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	47, // 36: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	53, // 37: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	5,  // 38: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 39: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 40: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 41: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 42: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 43: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 44: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	34, // 45: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	36, // 46: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	38, // 47: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	40, // 48: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	42, // 49: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	45, // 50: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	48, // 51: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	50, // 52: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 53: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 54: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 55: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 56: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 57: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 58: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	26, // 59: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	35, // 60: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	37, // 61: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	39, // 62: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	41, // 63: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	44, // 64: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	46, // 65: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	49, // 66: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	51, // 67: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	53, // [53:68] is the sub-list for method output_type
+	38, // [38:53] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }

@@ -227,3 +227,21 @@ func TestSpecRestartedSoleShardFillsItsOwnSlots(t *testing.T) {
 		t.Fatalf("void of the restarted shard %+v (found %v), want filled by the new shard 1", v, ok)
 	}
 }
+
+// TestSpecReplicaFailureIsNoViewChange takes replicas of a shard out one at
+// a time: while one survives the shard keeps its slots and the view stays;
+// only the last one's removal is a whole-shard failure.
+func TestSpecReplicaFailureIsNoViewChange(t *testing.T) {
+	s := NewSpec("test", 2)
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}))
+	mustApply(t, s, reg("b", Replica{ID: "b1", Incarnation: 1}))
+	mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}, fixante.Quota{Shard: 1, PerCut: 1}))
+	ev := mustApply(t, s, reconfig(0, 1, nil, "a1"))
+	if ev.View != nil || s.Spec.View != 0 || len(s.Spec.Void) != 0 || s.Shard(0).State != Live {
+		t.Fatalf("a replica failure changed the view: %+v, spec %+v", ev, s.Spec)
+	}
+	ev = mustApply(t, s, reconfig(0, 2, nil, "a2"))
+	if ev.View == nil || ev.View.Void.Shard != 0 || s.Shard(0).State != Finalized {
+		t.Fatalf("the whole shard failed without a view change: %+v", ev)
+	}
+}

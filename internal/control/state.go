@@ -44,12 +44,22 @@ type Replica struct {
 	Incarnation uint64 `json:"inc"`
 }
 
-// Shard is one row of the shard table. Replicas[0] is the primary.
+// Shard is one row of the shard table. Replicas is the shard's current
+// configuration, numbered by Epoch; Replicas[0] is the primary.
 type Shard struct {
 	ID       cut.ShardID `json:"id"`
 	Group    string      `json:"group"`
 	Replicas []Replica   `json:"replicas"`
-	State    ShardState  `json:"state"`
+	// Epoch numbers the configurations: 1 at registration, one more with
+	// every ReconfigCommand that changes it. A storage server refuses
+	// replication, acknowledgements and reports of an older epoch, which
+	// fences a replica taken out of the configuration.
+	Epoch uint64 `json:"epoch"`
+	// Out lists the replicas taken out of the configuration (failed,
+	// stopped, restarted). They hold no new records; one may rejoin
+	// after it caught up from a replica of the configuration.
+	Out   []Replica  `json:"out,omitempty"`
+	State ShardState `json:"state"`
 	// AddedCut is the first cut that may order the shard's records.
 	AddedCut uint64 `json:"added"`
 	// FinalCut is the last cut that may order them, once not Live.
@@ -93,6 +103,7 @@ type Command struct {
 	Finalize *FinalizeCommand `json:"fin,omitempty"`
 	Trim     *TrimCommand     `json:"trim,omitempty"`
 	Window   *WindowCommand   `json:"win,omitempty"`
+	Reconfig *ReconfigCommand `json:"cfg,omitempty"`
 }
 
 // CutCommand proposes the next cut from reported lengths. Force asks for a
@@ -108,8 +119,10 @@ type CutCommand struct {
 }
 
 // RegisterCommand adds a shard served by Replicas (the first is primary).
-// Every live shard that names one of the replicas with another incarnation
-// is finalized first as failed: that server restarted and lost its state.
+// Every shard not finalized whose configuration names one of the replicas
+// with another incarnation is reconfigured first without it, as a
+// ReconfigCommand would: that server restarted, and it rejoins only after
+// catching up. A shard left with no replica is finalized as failed.
 // In speculative mode the new shard fills the slots of every failed shard
 // that no live shard fills (Void.Orphaned).
 type RegisterCommand struct {
@@ -125,6 +138,25 @@ type FinalizeCommand struct {
 	Shard     cut.ShardID `json:"shard"`
 	GraceCuts uint64      `json:"grace"`
 	Failed    bool        `json:"failed,omitempty"`
+}
+
+// ReconfigCommand commits a new configuration of a shard's replicas at
+// Epoch+1. Epoch is the configuration the proposer decided on: if the
+// shard has moved past it (or is finalized), the command changes nothing.
+// Remove takes servers out of the configuration (into Out); if the primary
+// is among them, the first surviving replica in configuration order
+// becomes primary: it holds every record a report ever covered, since a
+// report covers only what every replica of the configuration holds.
+// Removing every replica finalizes the shard as failed (in speculative
+// mode, a view change) and keeps its last configuration for readers.
+// Join adds a replica that caught up as the last backup (leaving Out).
+// A Remove naming a server outside the configuration, or a Join of one
+// inside it, makes the whole command change nothing.
+type ReconfigCommand struct {
+	Shard  cut.ShardID `json:"shard"`
+	Epoch  uint64      `json:"epoch"`
+	Remove []string    `json:"rm,omitempty"`
+	Join   *Replica    `json:"join,omitempty"`
 }
 
 // TrimCommand moves the trim point up to Position.
@@ -185,6 +217,8 @@ func (s *State) Apply(c Command) (Event, bool) {
 		ev = s.applyRegister(*c.Register)
 	case c.Finalize != nil:
 		ev.MembershipChanged, ev.View = s.stop(c.Finalize.Shard, c.Finalize.GraceCuts, c.Finalize.Failed)
+	case c.Reconfig != nil:
+		ev.MembershipChanged, ev.View = s.applyReconfig(*c.Reconfig)
 	case c.Trim != nil:
 		if c.Trim.Position > s.Trim && c.Trim.Position <= s.LastCut.End {
 			s.Trim = c.Trim.Position
@@ -247,15 +281,16 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 	ev := Event{MembershipChanged: true}
 	for _, rep := range r.Replicas {
 		for i := range s.Shards {
-			sh := s.Shards[i]
+			sh := &s.Shards[i]
 			if sh.State == Finalized {
 				continue
 			}
 			for _, old := range sh.Replicas {
 				if old.ID == rep.ID && old.Incarnation != rep.Incarnation {
-					if _, v := s.stop(sh.ID, 0, true); v != nil {
+					if _, v := s.applyReconfig(ReconfigCommand{Shard: sh.ID, Epoch: sh.Epoch, Remove: []string{old.ID}}); v != nil {
 						ev.View = v
 					}
+					break
 				}
 			}
 		}
@@ -266,6 +301,7 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 		ID:       id,
 		Group:    r.Group,
 		Replicas: slices.Clone(r.Replicas),
+		Epoch:    1,
 		State:    Live,
 		AddedCut: s.LastCut.Index + 1,
 		Quota:    r.Quota,
@@ -275,6 +311,54 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 	}
 	ev.Registered = id
 	return ev
+}
+
+// applyReconfig commits a new configuration (see ReconfigCommand); it
+// reports whether the shard changed and, in speculative mode, the view
+// change a removal of every replica caused.
+func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
+	sh := s.Shard(c.Shard)
+	if sh == nil || sh.State == Finalized || c.Epoch != sh.Epoch || (len(c.Remove) == 0 && c.Join == nil) {
+		return false, nil
+	}
+	in := func(id string) bool {
+		return slices.ContainsFunc(sh.Replicas, func(r Replica) bool { return r.ID == id })
+	}
+	for _, id := range c.Remove {
+		if !in(id) {
+			return false, nil
+		}
+	}
+	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID)) {
+		return false, nil
+	}
+	var kept, out []Replica
+	for _, r := range sh.Replicas {
+		if slices.Contains(c.Remove, r.ID) {
+			out = append(out, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == 0 && c.Join == nil {
+		// No replica holds the shard's records any more.
+		return s.stop(sh.ID, 0, true)
+	}
+	if len(kept) == 0 {
+		// A joining replica caught up from a configuration that no
+		// longer exists; it cannot vouch for what that one made durable.
+		return false, nil
+	}
+	sh.Out = slices.DeleteFunc(sh.Out, func(r Replica) bool {
+		return slices.ContainsFunc(out, func(o Replica) bool { return o.ID == r.ID }) || (c.Join != nil && r.ID == c.Join.ID)
+	})
+	sh.Out = append(sh.Out, out...)
+	if c.Join != nil {
+		kept = append(kept, *c.Join)
+	}
+	sh.Replicas = kept
+	sh.Epoch++
+	return true, nil
 }
 
 // stop finalizes a shard in either mode; it reports whether the shard
@@ -381,6 +465,7 @@ func (s *State) Clone() *State {
 	n.Shards = make([]Shard, len(s.Shards))
 	for i, sh := range s.Shards {
 		sh.Replicas = slices.Clone(sh.Replicas)
+		sh.Out = slices.Clone(sh.Out)
 		n.Shards[i] = sh
 	}
 	if s.Spec != nil {

@@ -122,24 +122,100 @@ func TestGracefulFinalizeWaitsGraceCuts(t *testing.T) {
 	}
 }
 
-func TestRegisterAfterRestartFinalizesStaleShard(t *testing.T) {
+func TestRegisterAfterRestartTakesTheRestartedReplicaOut(t *testing.T) {
 	s := twoShards(t)
 	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 2}))
-	// a2 restarted (new incarnation): the group forms a new shard, and the
-	// old one, whose replica lost its volatile state, ends at its cut length.
+	// a2 restarted (new incarnation) while a group registered a shard:
+	// shard 0 keeps its id and stays live on a1, at a new epoch; a2 waits
+	// outside the configuration until it caught up.
 	ev := mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 2}))
-	if ev.Registered != 2 {
-		t.Fatalf("registered %d", ev.Registered)
+	if ev.Registered != 2 || ev.View != nil {
+		t.Fatalf("event %+v", ev)
 	}
-	if sh := s.Shard(0); sh.State != Finalized || sh.FinalLength != 2 || !sh.Failed {
+	sh := s.Shard(0)
+	if sh.State != Live || sh.Epoch != 2 || len(sh.Replicas) != 1 || sh.Replicas[0].ID != "a1" ||
+		len(sh.Out) != 1 || sh.Out[0] != (Replica{ID: "a2", Incarnation: 1}) {
 		t.Fatalf("old shard %+v", sh)
 	}
-	if s.Shard(1).State != Live {
-		t.Fatal("other group's shard must stay live")
+	if s.Shard(1).State != Live || s.Shard(1).Epoch != 1 {
+		t.Fatal("other group's shard must stay as it was")
 	}
 	// The new shard may appear from the next cut on.
-	if sh := s.Shard(2); sh.AddedCut != 2 {
+	if sh := s.Shard(2); sh.AddedCut != 2 || sh.Epoch != 1 {
 		t.Fatalf("new shard %+v", sh)
+	}
+	// The last replica restarting leaves nobody: the shard is finalized
+	// at its length in the last cut.
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 2}))
+	if sh := s.Shard(0); sh.State != Finalized || sh.FinalLength != 2 || !sh.Failed {
+		t.Fatalf("old shard after its last replica restarted %+v", sh)
+	}
+}
+
+func reconfig(shard cut.ShardID, epoch uint64, join *Replica, remove ...string) Command {
+	return Command{Reconfig: &ReconfigCommand{Shard: shard, Epoch: epoch, Remove: remove, Join: join}}
+}
+
+func TestReconfigPromotesASurvivorAndBumpsTheEpoch(t *testing.T) {
+	s := New("test")
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}, Replica{ID: "a3", Incarnation: 1}))
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 4}))
+	mv := s.MembershipVersion
+	ev := mustApply(t, s, reconfig(0, 1, nil, "a1"))
+	if !ev.MembershipChanged || s.MembershipVersion != mv+1 {
+		t.Fatalf("event %+v", ev)
+	}
+	sh := s.Shard(0)
+	if sh.Epoch != 2 || sh.State != Live || len(sh.Replicas) != 2 || sh.Replicas[0].ID != "a2" || sh.Replicas[1].ID != "a3" {
+		t.Fatalf("shard %+v", sh)
+	}
+	if s.Primary("a1") || !s.Primary("a2") {
+		t.Fatal("a2 must be the primary now, a1 not")
+	}
+	// A decision taken on epoch 1 is stale now.
+	if _, ok := s.Apply(reconfig(0, 1, nil, "a3")); ok {
+		t.Fatal("stale reconfiguration applied")
+	}
+	// a1 caught up and rejoins as the last backup.
+	mustApply(t, s, reconfig(0, 2, &Replica{ID: "a1", Incarnation: 2}))
+	sh = s.Shard(0)
+	if sh.Epoch != 3 || len(sh.Replicas) != 3 || sh.Replicas[0].ID != "a2" || sh.Replicas[2] != (Replica{ID: "a1", Incarnation: 2}) || len(sh.Out) != 0 {
+		t.Fatalf("after the join %+v", sh)
+	}
+	// Removing two at once leaves one; removing the rest finalizes.
+	mustApply(t, s, reconfig(0, 3, nil, "a2", "a1"))
+	if sh := s.Shard(0); sh.Epoch != 4 || len(sh.Replicas) != 1 || sh.Replicas[0].ID != "a3" || len(sh.Out) != 2 {
+		t.Fatalf("after removing two %+v", sh)
+	}
+	mustApply(t, s, reconfig(0, 4, nil, "a3"))
+	if sh := s.Shard(0); sh.State != Finalized || !sh.Failed || sh.FinalLength != 4 || len(sh.Replicas) != 1 {
+		t.Fatalf("after removing the last %+v", sh)
+	}
+	if _, ok := s.Apply(reconfig(0, 4, &Replica{ID: "a1", Incarnation: 2})); ok {
+		t.Fatal("a finalized shard took a replica")
+	}
+}
+
+func TestReconfigRefusesBadInput(t *testing.T) {
+	s := twoShards(t)
+	before := s.Snapshot()
+	for name, c := range map[string]Command{
+		"unknown shard":          reconfig(7, 1, nil, "a1"),
+		"stale epoch":            reconfig(0, 0, nil, "a1"),
+		"future epoch":           reconfig(0, 2, nil, "a1"),
+		"no change":              reconfig(0, 1, nil),
+		"remove outsider":        reconfig(0, 1, nil, "a2", "b1"),
+		"join member":            reconfig(0, 1, &Replica{ID: "a2", Incarnation: 2}),
+		"join nameless":          reconfig(0, 1, &Replica{Incarnation: 2}),
+		"join and remove one id": reconfig(0, 1, &Replica{ID: "a2", Incarnation: 2}, "a2"),
+		"replace everybody":      reconfig(0, 1, &Replica{ID: "c1", Incarnation: 1}, "a1", "a2"),
+	} {
+		if _, ok := s.Apply(c); ok {
+			t.Errorf("%s: applied", name)
+		}
+	}
+	if !bytes.Equal(before, s.Snapshot()) {
+		t.Fatal("refused reconfigurations changed the state")
 	}
 }
 

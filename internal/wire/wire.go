@@ -39,9 +39,13 @@ func ShardsToProto(shards []control.Shard) []*pb.ShardInfo {
 			FinalCut:    sh.FinalCut,
 			FinalLength: sh.FinalLength,
 			Failed:      sh.Failed,
+			Epoch:       sh.Epoch,
 		}
 		for _, r := range sh.Replicas {
 			si.Replicas = append(si.Replicas, &pb.ReplicaAddr{Id: r.ID, Addr: r.Addr, Incarnation: r.Incarnation})
+		}
+		for _, r := range sh.Out {
+			si.Out = append(si.Out, &pb.ReplicaAddr{Id: r.ID, Addr: r.Addr, Incarnation: r.Incarnation})
 		}
 		out = append(out, si)
 	}
