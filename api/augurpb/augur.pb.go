@@ -1347,8 +1347,16 @@ type ReplicateRequest struct {
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	Shard     uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
 	// first_local is the local index of records[0].
-	FirstLocal    uint64          `protobuf:"varint,3,opt,name=first_local,json=firstLocal,proto3" json:"first_local,omitempty"`
-	Records       []*StoredRecord `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
+	FirstLocal uint64          `protobuf:"varint,3,opt,name=first_local,json=firstLocal,proto3" json:"first_local,omitempty"`
+	Records    []*StoredRecord `protobuf:"bytes,4,rep,name=records,proto3" json:"records,omitempty"`
+	// epoch is the shard configuration the primary replicates in; a backup
+	// refuses a batch of an older one.
+	Epoch uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// join opens replication in a new configuration: the backup takes
+	// nothing older from then on, and answers with its length and, past
+	// primary_length, its entries (the primary adopts them).
+	Join          bool   `protobuf:"varint,6,opt,name=join,proto3" json:"join,omitempty"`
+	PrimaryLength uint64 `protobuf:"varint,7,opt,name=primary_length,json=primaryLength,proto3" json:"primary_length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1411,9 +1419,37 @@ func (x *ReplicateRequest) GetRecords() []*StoredRecord {
 	return nil
 }
 
+func (x *ReplicateRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReplicateRequest) GetJoin() bool {
+	if x != nil {
+		return x.Join
+	}
+	return false
+}
+
+func (x *ReplicateRequest) GetPrimaryLength() uint64 {
+	if x != nil {
+		return x.PrimaryLength
+	}
+	return 0
+}
+
 type ReplicateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Durable       uint64                 `protobuf:"varint,1,opt,name=durable,proto3" json:"durable,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Durable uint64                 `protobuf:"varint,1,opt,name=durable,proto3" json:"durable,omitempty"`
+	// epoch is the configuration the acknowledgement is made in.
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// joined answers a join: the backup's log holds length entries, tail
+	// are those from the join's primary_length on.
+	Joined        bool            `protobuf:"varint,3,opt,name=joined,proto3" json:"joined,omitempty"`
+	Length        uint64          `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	Tail          []*StoredRecord `protobuf:"bytes,5,rep,name=tail,proto3" json:"tail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1453,6 +1489,34 @@ func (x *ReplicateResponse) GetDurable() uint64 {
 		return x.Durable
 	}
 	return 0
+}
+
+func (x *ReplicateResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReplicateResponse) GetJoined() bool {
+	if x != nil {
+		return x.Joined
+	}
+	return false
+}
+
+func (x *ReplicateResponse) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *ReplicateResponse) GetTail() []*StoredRecord {
+	if x != nil {
+		return x.Tail
+	}
+	return nil
 }
 
 type PingRequest struct {
@@ -1577,7 +1641,10 @@ type ShardLength struct {
 	// mode, where the rest are no-ops); the leader estimates rates from it.
 	Records uint64 `protobuf:"varint,3,opt,name=records,proto3" json:"records,omitempty"`
 	// backlog is how many entries the shard holds beyond length.
-	Backlog       uint64 `protobuf:"varint,4,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	Backlog uint64 `protobuf:"varint,4,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	// epoch is the shard configuration the primary reports in; the leader
+	// drops a report of another one.
+	Epoch         uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1640,14 +1707,27 @@ func (x *ShardLength) GetBacklog() uint64 {
 	return 0
 }
 
+func (x *ShardLength) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId   string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	ServerId    string                 `protobuf:"bytes,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Incarnation uint64                 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	Reports     []*ShardLength         `protobuf:"bytes,3,rep,name=reports,proto3" json:"reports,omitempty"`
-	// broken lists shards whose replication this server saw fail.
-	Broken        []uint32 `protobuf:"varint,4,rep,packed,name=broken,proto3" json:"broken,omitempty"`
+	// broken lists shards whose copy on this server failed (its store).
+	Broken []uint32 `protobuf:"varint,4,rep,packed,name=broken,proto3" json:"broken,omitempty"`
+	// going_away says this server stops cleanly: the leader takes it out of
+	// its shards' configurations at once.
+	GoingAway bool `protobuf:"varint,6,opt,name=going_away,json=goingAway,proto3" json:"going_away,omitempty"`
+	// unreachable lists backups this primary cannot replicate to; the
+	// leader takes them out of their shards' configurations.
+	Unreachable   []*ReplicaRef `protobuf:"bytes,7,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1717,6 +1797,73 @@ func (x *HeartbeatRequest) GetBroken() []uint32 {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetGoingAway() bool {
+	if x != nil {
+		return x.GoingAway
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetUnreachable() []*ReplicaRef {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
+// ReplicaRef names one storage server's copy of one shard.
+type ReplicaRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Server        string                 `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaRef) Reset() {
+	*x = ReplicaRef{}
+	mi := &file_augur_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaRef) ProtoMessage() {}
+
+func (x *ReplicaRef) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaRef.ProtoReflect.Descriptor instead.
+func (*ReplicaRef) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReplicaRef) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ReplicaRef) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// leader is set when this replica is not the leader.
@@ -1731,7 +1878,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1890,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1903,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{24}
+	return file_augur_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatResponse) GetLeaderAddr() string {
@@ -1797,7 +1944,7 @@ type Cut struct {
 
 func (x *Cut) Reset() {
 	*x = Cut{}
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1956,7 @@ func (x *Cut) String() string {
 func (*Cut) ProtoMessage() {}
 
 func (x *Cut) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1969,7 @@ func (x *Cut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cut.ProtoReflect.Descriptor instead.
 func (*Cut) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{25}
+	return file_augur_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Cut) GetIndex() uint64 {
@@ -1880,7 +2027,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2039,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2052,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{26}
+	return file_augur_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplicaAddr) GetId() string {
@@ -1957,7 +2104,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2116,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2129,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{27}
+	return file_augur_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ShardInfo) GetId() uint32 {
@@ -2074,7 +2221,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2233,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2246,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{28}
+	return file_augur_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2165,7 +2312,7 @@ type Quota struct {
 
 func (x *Quota) Reset() {
 	*x = Quota{}
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2324,7 @@ func (x *Quota) String() string {
 func (*Quota) ProtoMessage() {}
 
 func (x *Quota) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2337,7 @@ func (x *Quota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quota.ProtoReflect.Descriptor instead.
 func (*Quota) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{29}
+	return file_augur_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Quota) GetShard() uint32 {
@@ -2235,7 +2382,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2394,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2407,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{30}
+	return file_augur_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Window) GetIndex() uint64 {
@@ -2319,7 +2466,7 @@ type SpecState struct {
 
 func (x *SpecState) Reset() {
 	*x = SpecState{}
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2478,7 @@ func (x *SpecState) String() string {
 func (*SpecState) ProtoMessage() {}
 
 func (x *SpecState) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2491,7 @@ func (x *SpecState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecState.ProtoReflect.Descriptor instead.
 func (*SpecState) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{31}
+	return file_augur_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SpecState) GetView() uint64 {
@@ -2399,7 +2546,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2558,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2571,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{32}
+	return file_augur_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchRequest) GetClusterId() string {
@@ -2464,7 +2611,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2623,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2636,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{33}
+	return file_augur_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchResponse) GetEvents() []*Event {
@@ -2529,7 +2676,7 @@ type RegisterShardRequest struct {
 
 func (x *RegisterShardRequest) Reset() {
 	*x = RegisterShardRequest{}
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2688,7 @@ func (x *RegisterShardRequest) String() string {
 func (*RegisterShardRequest) ProtoMessage() {}
 
 func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2701,7 @@ func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardRequest.ProtoReflect.Descriptor instead.
 func (*RegisterShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{34}
+	return file_augur_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RegisterShardRequest) GetClusterId() string {
@@ -2603,7 +2750,7 @@ type RegisterShardResponse struct {
 
 func (x *RegisterShardResponse) Reset() {
 	*x = RegisterShardResponse{}
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2762,7 @@ func (x *RegisterShardResponse) String() string {
 func (*RegisterShardResponse) ProtoMessage() {}
 
 func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2775,7 @@ func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardResponse.ProtoReflect.Descriptor instead.
 func (*RegisterShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{35}
+	return file_augur_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisterShardResponse) GetShard() uint32 {
@@ -2664,7 +2811,7 @@ type FinalizeShardRequest struct {
 
 func (x *FinalizeShardRequest) Reset() {
 	*x = FinalizeShardRequest{}
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2823,7 @@ func (x *FinalizeShardRequest) String() string {
 func (*FinalizeShardRequest) ProtoMessage() {}
 
 func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2836,7 @@ func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{36}
+	return file_augur_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FinalizeShardRequest) GetClusterId() string {
@@ -2723,7 +2870,7 @@ type FinalizeShardResponse struct {
 
 func (x *FinalizeShardResponse) Reset() {
 	*x = FinalizeShardResponse{}
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2882,7 @@ func (x *FinalizeShardResponse) String() string {
 func (*FinalizeShardResponse) ProtoMessage() {}
 
 func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2895,7 @@ func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{37}
+	return file_augur_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FinalizeShardResponse) GetLeaderAddr() string {
@@ -2775,7 +2922,7 @@ type TrimRequest struct {
 
 func (x *TrimRequest) Reset() {
 	*x = TrimRequest{}
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2934,7 @@ func (x *TrimRequest) String() string {
 func (*TrimRequest) ProtoMessage() {}
 
 func (x *TrimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2947,7 @@ func (x *TrimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimRequest.ProtoReflect.Descriptor instead.
 func (*TrimRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{38}
+	return file_augur_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TrimRequest) GetClusterId() string {
@@ -2828,7 +2975,7 @@ type TrimResponse struct {
 
 func (x *TrimResponse) Reset() {
 	*x = TrimResponse{}
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2987,7 @@ func (x *TrimResponse) String() string {
 func (*TrimResponse) ProtoMessage() {}
 
 func (x *TrimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +3000,7 @@ func (x *TrimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimResponse.ProtoReflect.Descriptor instead.
 func (*TrimResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{39}
+	return file_augur_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TrimResponse) GetTrim() uint64 {
@@ -2886,7 +3033,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +3045,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +3058,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{40}
+	return file_augur_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusRequest) GetClusterId() string {
@@ -2932,7 +3079,7 @@ type OrderingMember struct {
 
 func (x *OrderingMember) Reset() {
 	*x = OrderingMember{}
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3091,7 @@ func (x *OrderingMember) String() string {
 func (*OrderingMember) ProtoMessage() {}
 
 func (x *OrderingMember) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3104,7 @@ func (x *OrderingMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderingMember.ProtoReflect.Descriptor instead.
 func (*OrderingMember) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{41}
+	return file_augur_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *OrderingMember) GetId() string {
@@ -3001,7 +3148,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3160,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3173,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{42}
+	return file_augur_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatusResponse) GetClusterId() string {
@@ -3116,7 +3263,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3275,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3288,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{43}
+	return file_augur_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -3159,7 +3306,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[44]
+	mi := &file_augur_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3318,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[44]
+	mi := &file_augur_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3331,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{44}
+	return file_augur_proto_rawDescGZIP(), []int{45}
 }
 
 // TargetEntry is one log entry for a target. Indices are log positions plus
@@ -3202,7 +3349,7 @@ type TargetEntry struct {
 
 func (x *TargetEntry) Reset() {
 	*x = TargetEntry{}
-	mi := &file_augur_proto_msgTypes[45]
+	mi := &file_augur_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3361,7 @@ func (x *TargetEntry) String() string {
 func (*TargetEntry) ProtoMessage() {}
 
 func (x *TargetEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[45]
+	mi := &file_augur_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3374,7 @@ func (x *TargetEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetEntry.ProtoReflect.Descriptor instead.
 func (*TargetEntry) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{45}
+	return file_augur_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TargetEntry) GetIndex() uint64 {
@@ -3273,7 +3420,7 @@ type ApplyBatch struct {
 
 func (x *ApplyBatch) Reset() {
 	*x = ApplyBatch{}
-	mi := &file_augur_proto_msgTypes[46]
+	mi := &file_augur_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3285,7 +3432,7 @@ func (x *ApplyBatch) String() string {
 func (*ApplyBatch) ProtoMessage() {}
 
 func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[46]
+	mi := &file_augur_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3298,7 +3445,7 @@ func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatch.ProtoReflect.Descriptor instead.
 func (*ApplyBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{46}
+	return file_augur_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ApplyBatch) GetPrevIndex() uint64 {
@@ -3325,7 +3472,7 @@ type ApplyAck struct {
 
 func (x *ApplyAck) Reset() {
 	*x = ApplyAck{}
-	mi := &file_augur_proto_msgTypes[47]
+	mi := &file_augur_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3484,7 @@ func (x *ApplyAck) String() string {
 func (*ApplyAck) ProtoMessage() {}
 
 func (x *ApplyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[47]
+	mi := &file_augur_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3497,7 @@ func (x *ApplyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyAck.ProtoReflect.Descriptor instead.
 func (*ApplyAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{47}
+	return file_augur_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ApplyAck) GetIndex() uint64 {
@@ -3368,7 +3515,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3527,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3540,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{48}
+	return file_augur_proto_rawDescGZIP(), []int{49}
 }
 
 type LastAppliedResponse struct {
@@ -3405,7 +3552,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3564,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3577,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{49}
+	return file_augur_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LastAppliedResponse) GetIndex() uint64 {
@@ -3456,7 +3603,7 @@ type ReplicaHealth struct {
 
 func (x *ReplicaHealth) Reset() {
 	*x = ReplicaHealth{}
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3615,7 @@ func (x *ReplicaHealth) String() string {
 func (*ReplicaHealth) ProtoMessage() {}
 
 func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3628,7 @@ func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHealth.ProtoReflect.Descriptor instead.
 func (*ReplicaHealth) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{50}
+	return file_augur_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReplicaHealth) GetShard() uint32 {
@@ -3516,7 +3663,7 @@ type LocalRange struct {
 
 func (x *LocalRange) Reset() {
 	*x = LocalRange{}
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3675,7 @@ func (x *LocalRange) String() string {
 func (*LocalRange) ProtoMessage() {}
 
 func (x *LocalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3688,7 @@ func (x *LocalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRange.ProtoReflect.Descriptor instead.
 func (*LocalRange) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{51}
+	return file_augur_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LocalRange) GetFirst() uint64 {
@@ -3650,16 +3797,23 @@ const file_augur_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12(\n" +
 	"\x06record\x18\x03 \x01(\v2\x10.augur.v1.RecordR\x06record\x12\x14\n" +
-	"\x05noops\x18\x04 \x01(\x04R\x05noops\"\x9a\x01\n" +
+	"\x05noops\x18\x04 \x01(\x04R\x05noops\"\xeb\x01\n" +
 	"\x10ReplicateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x1f\n" +
 	"\vfirst_local\x18\x03 \x01(\x04R\n" +
 	"firstLocal\x120\n" +
-	"\arecords\x18\x04 \x03(\v2\x16.augur.v1.StoredRecordR\arecords\"-\n" +
+	"\arecords\x18\x04 \x03(\v2\x16.augur.v1.StoredRecordR\arecords\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04join\x18\x06 \x01(\bR\x04join\x12%\n" +
+	"\x0eprimary_length\x18\a \x01(\x04R\rprimaryLength\"\x9f\x01\n" +
 	"\x11ReplicateResponse\x12\x18\n" +
-	"\adurable\x18\x01 \x01(\x04R\adurable\",\n" +
+	"\adurable\x18\x01 \x01(\x04R\adurable\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06joined\x18\x03 \x01(\bR\x06joined\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x04R\x06length\x12*\n" +
+	"\x04tail\x18\x05 \x03(\v2\x16.augur.v1.StoredRecordR\x04tail\",\n" +
 	"\vPingRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\x94\x01\n" +
@@ -3667,19 +3821,27 @@ const file_augur_proto_rawDesc = "" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12/\n" +
-	"\x06health\x18\x04 \x03(\v2\x17.augur.v1.ReplicaHealthR\x06health\"o\n" +
+	"\x06health\x18\x04 \x03(\v2\x17.augur.v1.ReplicaHealthR\x06health\"\x85\x01\n" +
 	"\vShardLength\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x18\n" +
 	"\arecords\x18\x03 \x01(\x04R\arecords\x12\x18\n" +
-	"\abacklog\x18\x04 \x01(\x04R\abacklog\"\xb9\x01\n" +
+	"\abacklog\x18\x04 \x01(\x04R\abacklog\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\"\x90\x02\n" +
 	"\x10HeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tserver_id\x18\x02 \x01(\tR\bserverId\x12 \n" +
 	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\x12/\n" +
 	"\areports\x18\x03 \x03(\v2\x15.augur.v1.ShardLengthR\areports\x12\x16\n" +
-	"\x06broken\x18\x04 \x03(\rR\x06broken\"\x87\x01\n" +
+	"\x06broken\x18\x04 \x03(\rR\x06broken\x12\x1d\n" +
+	"\n" +
+	"going_away\x18\x06 \x01(\bR\tgoingAway\x126\n" +
+	"\vunreachable\x18\a \x03(\v2\x14.augur.v1.ReplicaRefR\vunreachable\":\n" +
+	"\n" +
+	"ReplicaRef\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\"\x87\x01\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vleader_addr\x18\x01 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
@@ -3881,7 +4043,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                     // 0: augur.v1.Code
 	(ShardState)(0),               // 1: augur.v1.ShardState
@@ -3909,34 +4071,35 @@ var file_augur_proto_goTypes = []any{
 	(*PingResponse)(nil),          // 23: augur.v1.PingResponse
 	(*ShardLength)(nil),           // 24: augur.v1.ShardLength
 	(*HeartbeatRequest)(nil),      // 25: augur.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 26: augur.v1.HeartbeatResponse
-	(*Cut)(nil),                   // 27: augur.v1.Cut
-	(*ReplicaAddr)(nil),           // 28: augur.v1.ReplicaAddr
-	(*ShardInfo)(nil),             // 29: augur.v1.ShardInfo
-	(*Event)(nil),                 // 30: augur.v1.Event
-	(*Quota)(nil),                 // 31: augur.v1.Quota
-	(*Window)(nil),                // 32: augur.v1.Window
-	(*SpecState)(nil),             // 33: augur.v1.SpecState
-	(*WatchRequest)(nil),          // 34: augur.v1.WatchRequest
-	(*WatchResponse)(nil),         // 35: augur.v1.WatchResponse
-	(*RegisterShardRequest)(nil),  // 36: augur.v1.RegisterShardRequest
-	(*RegisterShardResponse)(nil), // 37: augur.v1.RegisterShardResponse
-	(*FinalizeShardRequest)(nil),  // 38: augur.v1.FinalizeShardRequest
-	(*FinalizeShardResponse)(nil), // 39: augur.v1.FinalizeShardResponse
-	(*TrimRequest)(nil),           // 40: augur.v1.TrimRequest
-	(*TrimResponse)(nil),          // 41: augur.v1.TrimResponse
-	(*StatusRequest)(nil),         // 42: augur.v1.StatusRequest
-	(*OrderingMember)(nil),        // 43: augur.v1.OrderingMember
-	(*StatusResponse)(nil),        // 44: augur.v1.StatusResponse
-	(*RaftBatch)(nil),             // 45: augur.v1.RaftBatch
-	(*RaftAck)(nil),               // 46: augur.v1.RaftAck
-	(*TargetEntry)(nil),           // 47: augur.v1.TargetEntry
-	(*ApplyBatch)(nil),            // 48: augur.v1.ApplyBatch
-	(*ApplyAck)(nil),              // 49: augur.v1.ApplyAck
-	(*LastAppliedRequest)(nil),    // 50: augur.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),   // 51: augur.v1.LastAppliedResponse
-	(*ReplicaHealth)(nil),         // 52: augur.v1.ReplicaHealth
-	(*LocalRange)(nil),            // 53: augur.v1.LocalRange
+	(*ReplicaRef)(nil),            // 26: augur.v1.ReplicaRef
+	(*HeartbeatResponse)(nil),     // 27: augur.v1.HeartbeatResponse
+	(*Cut)(nil),                   // 28: augur.v1.Cut
+	(*ReplicaAddr)(nil),           // 29: augur.v1.ReplicaAddr
+	(*ShardInfo)(nil),             // 30: augur.v1.ShardInfo
+	(*Event)(nil),                 // 31: augur.v1.Event
+	(*Quota)(nil),                 // 32: augur.v1.Quota
+	(*Window)(nil),                // 33: augur.v1.Window
+	(*SpecState)(nil),             // 34: augur.v1.SpecState
+	(*WatchRequest)(nil),          // 35: augur.v1.WatchRequest
+	(*WatchResponse)(nil),         // 36: augur.v1.WatchResponse
+	(*RegisterShardRequest)(nil),  // 37: augur.v1.RegisterShardRequest
+	(*RegisterShardResponse)(nil), // 38: augur.v1.RegisterShardResponse
+	(*FinalizeShardRequest)(nil),  // 39: augur.v1.FinalizeShardRequest
+	(*FinalizeShardResponse)(nil), // 40: augur.v1.FinalizeShardResponse
+	(*TrimRequest)(nil),           // 41: augur.v1.TrimRequest
+	(*TrimResponse)(nil),          // 42: augur.v1.TrimResponse
+	(*StatusRequest)(nil),         // 43: augur.v1.StatusRequest
+	(*OrderingMember)(nil),        // 44: augur.v1.OrderingMember
+	(*StatusResponse)(nil),        // 45: augur.v1.StatusResponse
+	(*RaftBatch)(nil),             // 46: augur.v1.RaftBatch
+	(*RaftAck)(nil),               // 47: augur.v1.RaftAck
+	(*TargetEntry)(nil),           // 48: augur.v1.TargetEntry
+	(*ApplyBatch)(nil),            // 49: augur.v1.ApplyBatch
+	(*ApplyAck)(nil),              // 50: augur.v1.ApplyAck
+	(*LastAppliedRequest)(nil),    // 51: augur.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),   // 52: augur.v1.LastAppliedResponse
+	(*ReplicaHealth)(nil),         // 53: augur.v1.ReplicaHealth
+	(*LocalRange)(nil),            // 54: augur.v1.LocalRange
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -3954,64 +4117,66 @@ var file_augur_proto_depIdxs = []int32{
 	6,  // 12: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
 	2,  // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
 	19, // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
-	52, // 15: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
-	24, // 16: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
-	24, // 17: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
-	24, // 18: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
-	28, // 19: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
-	1,  // 20: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	28, // 21: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
-	27, // 22: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	29, // 23: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	33, // 24: augur.v1.Event.spec:type_name -> augur.v1.SpecState
-	27, // 25: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
-	31, // 26: augur.v1.Window.quotas:type_name -> augur.v1.Quota
-	32, // 27: augur.v1.SpecState.windows:type_name -> augur.v1.Window
-	13, // 28: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
-	30, // 29: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	44, // 30: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	28, // 31: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	43, // 32: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	29, // 33: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	27, // 34: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	33, // 35: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	47, // 36: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	53, // 37: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	5,  // 38: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 39: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 40: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 41: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 42: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 43: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 44: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	34, // 45: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	36, // 46: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	38, // 47: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	40, // 48: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	42, // 49: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	45, // 50: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	48, // 51: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	50, // 52: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 53: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 54: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 55: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 56: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 57: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 58: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	26, // 59: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	35, // 60: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	37, // 61: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	39, // 62: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	41, // 63: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	44, // 64: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	46, // 65: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	49, // 66: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	51, // 67: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	53, // [53:68] is the sub-list for method output_type
-	38, // [38:53] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	19, // 15: augur.v1.ReplicateResponse.tail:type_name -> augur.v1.StoredRecord
+	53, // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
+	24, // 17: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
+	26, // 18: augur.v1.HeartbeatRequest.unreachable:type_name -> augur.v1.ReplicaRef
+	24, // 19: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
+	24, // 20: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
+	29, // 21: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
+	1,  // 22: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
+	29, // 23: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
+	28, // 24: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	30, // 25: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	34, // 26: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	28, // 27: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
+	32, // 28: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	33, // 29: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13, // 30: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	31, // 31: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	45, // 32: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	29, // 33: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	44, // 34: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	30, // 35: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	28, // 36: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	34, // 37: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	48, // 38: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	54, // 39: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	5,  // 40: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 41: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 42: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 43: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 44: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 45: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 46: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	35, // 47: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	37, // 48: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	39, // 49: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	41, // 50: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	43, // 51: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	46, // 52: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	49, // 53: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	51, // 54: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 55: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 56: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 57: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 58: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 59: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 60: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	27, // 61: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	36, // 62: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	38, // 63: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	40, // 64: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	42, // 65: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	45, // 66: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	47, // 67: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	50, // 68: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	52, // 69: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	55, // [55:70] is the sub-list for method output_type
+	40, // [40:55] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -4025,7 +4190,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

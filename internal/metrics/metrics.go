@@ -38,7 +38,7 @@ var (
 	// ShardFailures counts shards this replica proposed to finalize as failed.
 	ShardFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "augur_shard_failures_total",
-		Help: "Shards proposed for finalization after a replica failure.",
+		Help: "Shard reconfigurations proposed after replica failures (one that removes every replica finalizes the shard).",
 	}, []string{"replica"})
 	// LagFixes counts lag-fixes a leader started (speculative mode).
 	LagFixes = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -29,14 +29,17 @@ func DetectInterval(failureTimeout time.Duration) time.Duration {
 }
 
 // Detector is the ordering leader's failure detector, the same in every
-// mode. A shard is taken for failed when one of its replicas stays silent
-// longer than the failure timeout, comes back with another incarnation
-// (it restarted and lost its state), or its primary reports it broken.
-// Silence counts only while this leader observes: from when it first saw
-// the shard (when it started leading, or when the shard was registered
-// later) and from when it last ran again after being stopped. A new or
-// resumed leader has heard nobody yet, and a new shard's replicas get a
-// full timeout to start their heartbeats.
+// mode. A replica of a shard's configuration is taken for failed when it
+// stays silent longer than the failure timeout, comes back with another
+// incarnation (it restarted and lost its volatile state), announced that
+// it goes away (a clean stop), or, as the primary, reported its copy
+// broken. For each shard with failed replicas the leader proposes a new
+// configuration without them (control.ReconfigCommand); one without any
+// replica finalizes the shard. Silence counts only while this leader
+// observes: from when it first saw the replica in the shard's
+// configuration (when it started leading, or later) and from when it last
+// ran again after being stopped. A new or resumed leader has heard nobody
+// yet, and a new replica gets a full timeout to start its heartbeats.
 type Detector struct {
 	timeout time.Duration
 	st      *control.State
@@ -47,16 +50,31 @@ type Detector struct {
 	resumedAt  time.Time
 	// mv is the shard table version seenAt was last brought up to.
 	mv uint64
-	// seenAt is when each shard first appeared to this leader: its start
-	// for the shards it found, or the shard's registration.
-	seenAt map[cut.ShardID]time.Time
+	// seenAt is when each replica first appeared to this leader in its
+	// shard's configuration.
+	seenAt map[member]time.Time
 	beats  map[string]beat
-	// broken holds the shards a primary reported broken.
-	broken map[cut.ShardID]bool
-	// finalizing is when this leader last proposed to finalize a shard
-	// as failed: it proposes again only after a failure timeout, in case
-	// that proposal was lost.
-	finalizing map[cut.ShardID]time.Time
+	// broken holds the copies their servers reported broken.
+	broken map[member]bool
+	// leaving holds the incarnation of each server that announced a
+	// clean stop.
+	leaving map[string]uint64
+	// proposed is when this leader last proposed to reconfigure each
+	// configuration (shard and epoch): it proposes again only after a
+	// failure timeout, in case that proposal was lost.
+	proposed map[config]time.Time
+}
+
+// member is one replica of one shard.
+type member struct {
+	shard  cut.ShardID
+	server string
+}
+
+// config is one configuration of one shard.
+type config struct {
+	shard cut.ShardID
+	epoch uint64
 }
 
 // beat is the last heartbeat of one storage server.
@@ -71,31 +89,38 @@ type beat struct {
 func NewDetector(failureTimeout time.Duration, st *control.State, now time.Time) *Detector {
 	d := &Detector{
 		timeout:    failureTimeout,
-		seenAt:     map[cut.ShardID]time.Time{},
+		seenAt:     map[member]time.Time{},
 		beats:      map[string]beat{},
-		broken:     map[cut.ShardID]bool{},
-		finalizing: map[cut.ShardID]time.Time{},
+		broken:     map[member]bool{},
+		leaving:    map[string]uint64{},
+		proposed:   map[config]time.Time{},
 		lastDetect: now,
 	}
-	d.st, d.mv = st, st.MembershipVersion
-	for _, sh := range st.Shards {
-		d.seenAt[sh.ID] = now
-	}
+	d.st = st
+	d.see(now)
 	return d
 }
 
 // Observe takes the control state after an applied command or a restored
-// snapshot; shards it shows for the first time are seen at now.
+// snapshot; replicas it shows in a configuration for the first time are
+// seen at now.
 func (d *Detector) Observe(st *control.State, now time.Time) {
 	d.st = st
 	if st.MembershipVersion == d.mv {
-		// Only a changed shard table brings new shards; a cut does not.
+		// Only a changed shard table brings new replicas; a cut does not.
 		return
 	}
-	d.mv = st.MembershipVersion
-	for _, sh := range st.Shards {
-		if _, ok := d.seenAt[sh.ID]; !ok {
-			d.seenAt[sh.ID] = now
+	d.see(now)
+}
+
+func (d *Detector) see(now time.Time) {
+	d.mv = d.st.MembershipVersion
+	for _, sh := range d.st.Shards {
+		for _, r := range sh.Replicas {
+			m := member{sh.ID, r.ID}
+			if _, ok := d.seenAt[m]; !ok {
+				d.seenAt[m] = now
+			}
 		}
 	}
 }
@@ -105,10 +130,17 @@ func (d *Detector) Beat(server string, incarnation uint64, now time.Time) {
 	d.beats[server] = beat{at: now, incarnation: incarnation}
 }
 
-// Broken records that the primary of shard reported it broken; the next
-// Detect takes it for failed.
-func (d *Detector) Broken(shard cut.ShardID) {
-	d.broken[shard] = true
+// Broken records that server reported its copy of shard broken (its store
+// failed); the next Detect takes that replica for failed.
+func (d *Detector) Broken(shard cut.ShardID, server string) {
+	d.broken[member{shard, server}] = true
+}
+
+// GoingAway records that server, running as incarnation, stops cleanly:
+// the next Detect takes it for failed in every shard, without waiting for
+// its silence.
+func (d *Detector) GoingAway(server string, incarnation uint64) {
+	d.leaving[server] = incarnation
 }
 
 // Registered says that a shard with replicas reps was registered: their
@@ -122,66 +154,82 @@ func (d *Detector) Registered(reps []control.Replica) {
 	}
 }
 
-// Detect returns the shards to finalize as failed at now, and counts each
-// as being finalized from now on, so that it is not proposed again within
-// a failure timeout. The caller runs it at least every DetectInterval; a
-// longer gap is taken for a stop of the leader itself.
-func (d *Detector) Detect(now time.Time) []cut.ShardID {
+// Detect returns the reconfigurations to propose at now: for each shard
+// with failed replicas, its configuration without them. Each counts as
+// proposed from now on, so that it is not proposed again within a failure
+// timeout. The caller runs it at least every DetectInterval; a longer gap
+// is taken for a stop of the leader itself.
+func (d *Detector) Detect(now time.Time) []control.ReconfigCommand {
 	if now.Sub(d.lastDetect) > stoppedDetectIntervals*DetectInterval(d.timeout) {
 		d.resumedAt = now
 	}
 	d.lastDetect = now
-	var failed []cut.ShardID
+	var out []control.ReconfigCommand
 	for i := range d.st.Shards {
 		sh := &d.st.Shards[i]
-		if d.failed(sh, now) && d.finalize(sh, now) {
-			failed = append(failed, sh.ID)
+		if failed := d.failed(sh, now); len(failed) > 0 && d.propose(sh, now) {
+			out = append(out, control.ReconfigCommand{Shard: sh.ID, Epoch: sh.Epoch, Remove: failed})
 		}
 	}
-	return failed
+	return out
 }
 
-func (d *Detector) failed(sh *control.Shard, now time.Time) bool {
-	if d.broken[sh.ID] {
-		return true
-	}
+// failed returns the replicas of sh's configuration taken for failed at
+// now, in configuration order.
+func (d *Detector) failed(sh *control.Shard, now time.Time) []string {
+	var out []string
 	for _, r := range sh.Replicas {
-		// Silence counts from the latest of: the shard first seen, the
-		// leader resumed, the replica last heard.
-		last := maxTime(d.seenAt[sh.ID], d.resumedAt)
+		m := member{sh.ID, r.ID}
+		if d.broken[m] {
+			out = append(out, r.ID)
+			continue
+		}
+		if inc, ok := d.leaving[r.ID]; ok && inc == r.Incarnation {
+			out = append(out, r.ID)
+			continue
+		}
+		// Silence counts from the latest of: the replica first seen in
+		// the configuration, the leader resumed, the replica last heard.
+		last := maxTime(d.seenAt[m], d.resumedAt)
 		if b, ok := d.beats[r.ID]; ok {
 			if b.incarnation != r.Incarnation {
-				return true
+				out = append(out, r.ID)
+				continue
 			}
 			last = maxTime(last, b.at)
 		}
 		if now.Sub(last) > d.timeout {
-			return true
+			out = append(out, r.ID)
 		}
 	}
-	return false
+	return out
 }
 
-// Suspect says that the policy takes shard for failed at now, and reports
-// whether to propose finalizing it (see finalize).
-func (d *Detector) Suspect(shard cut.ShardID, now time.Time) bool {
+// Suspect says that the policy takes shard's primary for failed at now
+// (it ignored a lag-fix), and returns the reconfiguration without it, if
+// one is to be proposed (see propose).
+func (d *Detector) Suspect(shard cut.ShardID, now time.Time) (control.ReconfigCommand, bool) {
 	sh := d.st.Shard(shard)
-	return sh != nil && d.finalize(sh, now)
+	if sh == nil || len(sh.Replicas) == 0 || !d.propose(sh, now) {
+		return control.ReconfigCommand{}, false
+	}
+	return control.ReconfigCommand{Shard: sh.ID, Epoch: sh.Epoch, Remove: []string{sh.Replicas[0].ID}}, true
 }
 
-// finalize reports whether to propose finalizing sh as failed at now,
+// propose reports whether to propose a new configuration of sh at now,
 // whatever the reason: unless it is finalized already, or this leader
-// proposed that within a failure timeout, since that proposal may yet
-// commit (after a timeout, it was lost). If so, the shard counts as being
-// finalized from now on.
-func (d *Detector) finalize(sh *control.Shard, now time.Time) bool {
+// proposed one for its current epoch within a failure timeout, since that
+// proposal may yet commit (after a timeout, it was lost). If so, the
+// configuration counts as being replaced from now on.
+func (d *Detector) propose(sh *control.Shard, now time.Time) bool {
 	if sh.State == control.Finalized {
 		return false
 	}
-	if t, ok := d.finalizing[sh.ID]; ok && now.Sub(t) < d.timeout {
+	c := config{sh.ID, sh.Epoch}
+	if t, ok := d.proposed[c]; ok && now.Sub(t) < d.timeout {
 		return false
 	}
-	d.finalizing[sh.ID] = now
+	d.proposed[c] = now
 	return true
 }
 

@@ -9,9 +9,15 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 )
 
+// detect runs Detect and expects reconfigurations of the shards want
+// (each world shard has one replica: removing it finalizes the shard).
 func (w *world) detect(want ...cut.ShardID) {
 	w.t.Helper()
-	if got := w.l.Detect(w.now); !slices.Equal(got, want) {
+	var got []cut.ShardID
+	for _, c := range w.l.Detect(w.now) {
+		got = append(got, c.Reconfig.Shard)
+	}
+	if !slices.Equal(got, want) {
 		w.t.Fatalf("at %v: detected %v, want %v", w.now.Sub(t0), got, want)
 	}
 }
@@ -116,19 +122,19 @@ func TestDetectBrokenAtOnce(t *testing.T) {
 	w := newEagerWorld(t, 2)
 	w.l.Beat("s0", 1, w.now)
 	w.l.Beat("s1", 1, w.now)
-	w.l.Broken(0)
+	w.l.Broken(0, "s0")
 	w.detect(0)
 }
 
 // TestDetectOnceWithinTheTimeout checks that a shard the leader proposed
-// to finalize is not proposed again within a failure timeout (nor as a
+// to reconfigure is not proposed again within a failure timeout (nor as a
 // policy's suspect), and is proposed again after it, in case the first
 // proposal was lost.
 func TestDetectOnceWithinTheTimeout(t *testing.T) {
 	w := newEagerWorld(t, 1)
-	w.l.Broken(0)
+	w.l.Broken(0, "s0")
 	w.detect(0)
-	if w.l.det.Suspect(0, w.now) {
+	if _, ok := w.l.det.Suspect(0, w.now); ok {
 		t.Fatal("a shard being finalized was suspected again")
 	}
 	w.after(timeout - 1)
@@ -146,8 +152,89 @@ func TestDetectForgetsTheOldIncarnation(t *testing.T) {
 	reps := []control.Replica{{ID: "s0", Incarnation: 2}}
 	w.apply(control.Command{Register: &control.RegisterCommand{Group: "g", Replicas: reps}}, false)
 	if sh := w.st.Shard(0); sh.State != control.Finalized {
-		t.Fatalf("the old incarnation's shard is %v", sh.State)
+		t.Fatalf("the old incarnation's only shard is %v", sh.State)
 	}
 	w.l.Registered(reps)
 	w.detect()
+}
+
+// replicatedWorld registers one shard with replicas a, b, c and starts a
+// leader; every replica beats at t0.
+func replicatedWorld(t *testing.T) *world {
+	st := control.New("test")
+	st.Apply(control.Command{Register: &control.RegisterCommand{Group: "g", Replicas: []control.Replica{
+		{ID: "a", Incarnation: 1}, {ID: "b", Incarnation: 1}, {ID: "c", Incarnation: 1}}}})
+	w := &world{t: t, st: st, now: t0, ids: map[*control.CutCommand]string{}}
+	w.l = NewLeader(NewEager(tord), timeout, st, w.now, idPrefix)
+	return w
+}
+
+// reconfigs runs Detect and returns what it proposes.
+func (w *world) reconfigs() []control.ReconfigCommand {
+	var out []control.ReconfigCommand
+	for _, c := range w.l.Detect(w.now) {
+		out = append(out, *c.Reconfig)
+	}
+	return out
+}
+
+// TestDetectRemovesOnlyTheFailedReplica checks that a silent replica is
+// taken out of its shard's configuration at the current epoch, and that
+// the shard lives on: its other replicas are heard.
+func TestDetectRemovesOnlyTheFailedReplica(t *testing.T) {
+	w := replicatedWorld(t)
+	for range 4 {
+		w.after(timeout / 4)
+		w.l.Beat("b", 1, w.now)
+		w.l.Beat("c", 1, w.now)
+		if got := w.reconfigs(); len(got) != 0 {
+			t.Fatalf("proposed %+v before a timeout", got)
+		}
+	}
+	w.after(1)
+	got := w.reconfigs()
+	if len(got) != 1 || got[0].Shard != 0 || got[0].Epoch != 1 || !slices.Equal(got[0].Remove, []string{"a"}) {
+		t.Fatalf("proposed %+v, want shard 0 at epoch 1 without a", got)
+	}
+	w.apply(control.Command{Reconfig: &got[0]}, true)
+	sh := w.st.Shard(0)
+	if sh.State != control.Live || sh.Epoch != 2 || sh.Replicas[0].ID != "b" {
+		t.Fatalf("shard after the reconfiguration %+v", sh)
+	}
+	// A report of the fenced configuration is dropped; the new one's is
+	// taken.
+	if w.l.Report(Report{Shard: 0, Epoch: 1, Length: 5, Records: 5}, w.now) {
+		t.Fatal("a report of epoch 1 was taken after epoch 2 committed")
+	}
+	if !w.l.Report(Report{Shard: 0, Epoch: 2, Length: 5, Records: 5}, w.now) {
+		t.Fatal("a report of the current epoch was dropped")
+	}
+}
+
+// TestDetectGoingAwayAndRestart checks that a clean stop and a new
+// incarnation take a replica out at once, and that with every replica
+// gone the proposal removes them all (which finalizes the shard).
+func TestDetectGoingAwayAndRestart(t *testing.T) {
+	w := replicatedWorld(t)
+	for _, s := range []string{"a", "b", "c"} {
+		w.l.Beat(s, 1, w.now)
+	}
+	w.l.GoingAway("b", 1)
+	w.l.Beat("c", 2, w.now)
+	got := w.reconfigs()
+	if len(got) != 1 || !slices.Equal(got[0].Remove, []string{"b", "c"}) {
+		t.Fatalf("proposed %+v, want b and c removed", got)
+	}
+	w.apply(control.Command{Reconfig: &got[0]}, true)
+	// b, restarted as incarnation 2 and going away with it, says nothing
+	// about a; a's copy broken is the last replica failing.
+	w.l.Broken(0, "a")
+	got = w.reconfigs()
+	if len(got) != 1 || got[0].Epoch != 2 || !slices.Equal(got[0].Remove, []string{"a"}) {
+		t.Fatalf("proposed %+v, want a removed at epoch 2", got)
+	}
+	w.apply(control.Command{Reconfig: &got[0]}, true)
+	if sh := w.st.Shard(0); sh.State != control.Finalized || !sh.Failed {
+		t.Fatalf("shard with no replica left %+v", sh)
+	}
 }

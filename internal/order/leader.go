@@ -29,7 +29,7 @@ type Leader struct {
 
 // NewLeader returns the leader state of a replica that starts leading at
 // now with the committed state st. failureTimeout is how long a storage
-// server may stay silent before its shards are finalized. idPrefix starts
+// server may stay silent before it is taken out of its shards. idPrefix starts
 // the id of every command Step returns: the caller picks one that no
 // other command ever bore (not even one of an earlier Leader's), and by
 // which it recognizes these commands as its own when they are applied.
@@ -71,15 +71,27 @@ func (l *Leader) Beat(server string, incarnation uint64, now time.Time) {
 	l.det.Beat(server, incarnation, now)
 }
 
-// Report takes one shard's report and says whether to step now.
+// Report takes one shard's report and says whether to step now. A report
+// made in another configuration than the shard's current one is dropped:
+// an old primary, fenced by a reconfiguration it has not heard of yet,
+// may report what the new configuration's replicas do not all hold.
 func (l *Leader) Report(r Report, now time.Time) (news bool) {
+	if sh := l.st.Shard(r.Shard); sh == nil || sh.Epoch != r.Epoch {
+		return false
+	}
 	return l.policy.Report(r, now)
 }
 
-// Broken records that a primary reported its shard broken. The caller
-// steps the detector now (Detect) rather than at its next tick.
-func (l *Leader) Broken(shard cut.ShardID) {
-	l.det.Broken(shard)
+// Broken records that server reported its copy of shard broken. The
+// caller steps the detector now (Detect) rather than at its next tick.
+func (l *Leader) Broken(shard cut.ShardID, server string) {
+	l.det.Broken(shard, server)
+}
+
+// GoingAway records that storage server server, running as incarnation,
+// announced a clean stop. The caller steps the detector now (Detect).
+func (l *Leader) GoingAway(server string, incarnation uint64) {
+	l.det.GoingAway(server, incarnation)
 }
 
 // Registered says that a shard with replicas reps was registered; see
@@ -88,11 +100,16 @@ func (l *Leader) Registered(reps []control.Replica) {
 	l.det.Registered(reps)
 }
 
-// Detect runs the failure detector at now. Propose
-// control.FinalizeCommand{Shard: id, Failed: true} for each shard it
-// returns; they count as being finalized from now on.
-func (l *Leader) Detect(now time.Time) []cut.ShardID {
-	return l.det.Detect(now)
+// Detect runs the failure detector at now and returns the new
+// configurations to propose, without the replicas taken for failed (one
+// without any replica finalizes its shard); they count as proposed from
+// now on.
+func (l *Leader) Detect(now time.Time) []control.Command {
+	var out []control.Command
+	for _, rc := range l.det.Detect(now) {
+		out = append(out, control.Command{Reconfig: &rc})
+	}
+	return out
 }
 
 // Failed says that proposing cmd, which Step returned, failed. A failed
@@ -119,8 +136,9 @@ type Output struct {
 	// storage server. A fix that cannot be sent at once may be dropped:
 	// the policy asks again while the shard still holds a cut back.
 	LagFixes []LagFix
-	// Suspects are the shards the policy took for failed; Propose already
-	// holds a failed FinalizeCommand for each (logging only).
+	// Suspects are the shards whose primary the policy took for failed;
+	// Propose already holds a ReconfigCommand without it for each
+	// (logging only).
 	Suspects []cut.ShardID
 	// Stats counts what the policy did since the last Step (metrics only).
 	Stats Stats
@@ -143,9 +161,9 @@ func (l *Leader) Step(now time.Time) Output {
 	plan := l.policy.Step(now, l.cuts.Free())
 	out := Output{Propose: plan.Propose, Stats: plan.Stats, Wake: plan.Wake}
 	for _, id := range plan.Suspects {
-		if l.det.Suspect(id, now) {
+		if rc, ok := l.det.Suspect(id, now); ok {
 			out.Suspects = append(out.Suspects, id)
-			out.Propose = append(out.Propose, control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
+			out.Propose = append(out.Propose, control.Command{Reconfig: &rc})
 		}
 	}
 	for i := range out.Propose {

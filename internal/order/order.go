@@ -42,6 +42,8 @@ const (
 // stream.
 type Report struct {
 	Shard cut.ShardID
+	// Epoch is the shard configuration its primary reports in.
+	Epoch uint64
 	// Length is how many entries every replica of the shard holds.
 	Length uint64
 	// Records is how many of them are real records (not no-ops).
@@ -88,7 +90,7 @@ type Plan struct {
 	Propose []control.Command
 	// LagFixes are the lengths shards must reach now.
 	LagFixes []cut.Length
-	// Suspects are shards the policy takes for failed.
+	// Suspects are shards whose primary the policy takes for failed.
 	Suspects []cut.ShardID
 	// Stats counts what the policy did since the last Step.
 	Stats Stats

@@ -1,6 +1,7 @@
 package order
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -97,7 +98,8 @@ func TestSpecReleasesPipeline(t *testing.T) {
 
 // TestSpecLagFixesAndSuspects checks that a shard holding back a cut the
 // others are done with is sent a lag-fix through its primary, and that a
-// shard that ignores it for SuspectAfter becomes a failed FinalizeCommand,
+// shard that ignores it for SuspectAfter loses its primary (a
+// ReconfigCommand; here its only replica, which finalizes it),
 // proposed once.
 func TestSpecLagFixesAndSuspects(t *testing.T) {
 	w := newSpecWorld(t, 2, 100)
@@ -112,23 +114,12 @@ func TestSpecLagFixesAndSuspects(t *testing.T) {
 	}
 	w.after(specConfig().SuspectAfter + 1)
 	out = w.l.Step(w.now)
-	fin := 0
-	for _, c := range out.Propose {
-		if f := c.Finalize; f != nil {
-			if f.Shard != 1 || !f.Failed {
-				t.Fatalf("finalize %+v, want shard 1 failed", f)
-			}
-			fin++
-		}
-	}
-	if fin != 1 || len(out.Suspects) != 1 || out.Suspects[0] != 1 {
-		t.Fatalf("proposed %+v, suspects %v; want shard 1 finalized as failed", out.Propose, out.Suspects)
+	if f := removals(out.Propose); !slices.Equal(f, []cut.ShardID{1}) || len(out.Suspects) != 1 || out.Suspects[0] != 1 {
+		t.Fatalf("proposed %+v, suspects %v; want shard 1 without its primary", out.Propose, out.Suspects)
 	}
 	w.after(tord)
-	for _, c := range w.l.Step(w.now).Propose {
-		if c.Finalize != nil {
-			t.Fatalf("finalize proposed again: %+v", c.Finalize)
-		}
+	if f := removals(w.l.Step(w.now).Propose); len(f) != 0 {
+		t.Fatalf("removal proposed again for %v", f)
 	}
 }
 
@@ -153,18 +144,19 @@ func TestSpecNextWindowAfterCommit(t *testing.T) {
 	}
 }
 
-// finalizes returns the shards cmds finalize as failed.
-func finalizes(cmds []control.Command) []cut.ShardID {
+// removals returns the shards whose primary cmds take out of the
+// configuration (the world's shards have one replica: that finalizes them).
+func removals(cmds []control.Command) []cut.ShardID {
 	var out []cut.ShardID
 	for _, c := range cmds {
-		if c.Finalize != nil && c.Finalize.Failed {
-			out = append(out, c.Finalize.Shard)
+		if rc := c.Reconfig; rc != nil && len(rc.Remove) == 1 && rc.Remove[0] == fmt.Sprintf("s%d", rc.Shard) {
+			out = append(out, rc.Shard)
 		}
 	}
 	return out
 }
 
-// TestSpecLostSuspectFinalizeRetried checks that a suspect's finalize
+// TestSpecLostSuspectFinalizeRetried checks that a suspect's removal
 // that never commits is proposed again a failure timeout later, and not
 // before.
 func TestSpecLostSuspectFinalizeRetried(t *testing.T) {
@@ -172,16 +164,16 @@ func TestSpecLostSuspectFinalizeRetried(t *testing.T) {
 	w.report(0, 3)
 	w.l.Step(w.now)
 	w.after(specConfig().SuspectAfter + 1)
-	if f := finalizes(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
+	if f := removals(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
 		t.Fatalf("finalized %v, want shard 1 suspected", f)
 	}
 	// The proposal is lost: it never commits.
 	w.after(timeout - 1)
-	if f := finalizes(w.l.Step(w.now).Propose); len(f) != 0 {
+	if f := removals(w.l.Step(w.now).Propose); len(f) != 0 {
 		t.Fatalf("finalized %v again within the failure timeout", f)
 	}
 	w.after(1)
-	if f := finalizes(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
+	if f := removals(w.l.Step(w.now).Propose); !slices.Equal(f, []cut.ShardID{1}) {
 		t.Fatalf("finalized %v a failure timeout after the lost proposal, want shard 1 again", f)
 	}
 }

@@ -55,7 +55,11 @@ func (w *world) apply(cmd control.Command, own bool) (news bool) {
 }
 
 func (w *world) report(shard cut.ShardID, length uint64) bool {
-	return w.l.Report(Report{Shard: shard, Length: length, Records: length}, w.now)
+	var epoch uint64
+	if sh := w.st.Shard(shard); sh != nil {
+		epoch = sh.Epoch
+	}
+	return w.l.Report(Report{Shard: shard, Epoch: epoch, Length: length, Records: length}, w.now)
 }
 
 // cuts returns the cut commands among cmds.

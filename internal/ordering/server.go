@@ -23,7 +23,6 @@ import (
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
-	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/order"
@@ -454,7 +453,7 @@ func (s *Server) step() time.Duration {
 		metrics.QuotaChanges.WithLabelValues(s.cfg.ID).Add(float64(out.Stats.QuotaChanges))
 	}
 	for _, id := range out.Suspects {
-		s.log.Info("shard ignored a lag-fix; starting a view change", "shard", id)
+		s.log.Info("shard ignored a lag-fix; taking its primary out", "shard", id)
 	}
 	for _, c := range out.Propose {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
@@ -472,24 +471,26 @@ func (s *Server) step() time.Duration {
 	return out.Wake
 }
 
-// detectFailures finalizes shards whose replicas went silent, restarted, or
-// were reported broken by their primary.
+// detectFailures takes out of their shards' configurations the replicas
+// that went silent, restarted, stop, or reported their copy broken (a
+// shard left without replicas is finalized).
 func (s *Server) detectFailures() {
 	now := time.Now()
-	var doomed []cut.ShardID
+	var cmds []control.Command
 	s.mu.Lock()
 	if s.leader != nil {
-		doomed = s.leader.Detect(now)
+		cmds = s.leader.Detect(now)
 	}
 	s.mu.Unlock()
-	for _, id := range doomed {
-		s.log.Info("finalizing failed shard", "shard", id)
+	for _, c := range cmds {
+		rc := c.Reconfig
+		s.log.Info("taking failed replicas out of their shard", "shard", rc.Shard, "epoch", rc.Epoch, "replicas", rc.Remove)
 		metrics.ShardFailures.WithLabelValues(s.cfg.ID).Inc()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FailureTimeout)
-		_, err := s.propose(ctx, control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}}, false)
+		_, err := s.propose(ctx, c, false)
 		cancel()
 		if err != nil {
-			s.log.Warn("propose finalize", "shard", id, "err", err)
+			s.log.Warn("propose reconfiguration", "shard", rc.Shard, "err", err)
 		}
 	}
 }
@@ -557,12 +558,18 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 		if l := s.leader; l != nil {
 			l.Beat(req.ServerId, req.Incarnation, now)
 			for _, r := range req.Reports {
-				if l.Report(order.Report{Shard: r.Shard, Length: r.Length, Records: r.Records, Backlog: r.Backlog}, now) {
+				if l.Report(order.Report{Shard: r.Shard, Epoch: r.Epoch, Length: r.Length, Records: r.Records, Backlog: r.Backlog}, now) {
 					moved = true
 				}
 			}
 			for _, b := range req.Broken {
-				l.Broken(b)
+				l.Broken(b, req.ServerId)
+			}
+			for _, u := range req.Unreachable {
+				l.Broken(u.Shard, u.Server)
+			}
+			if req.GoingAway {
+				l.GoingAway(req.ServerId, req.Incarnation)
 			}
 		}
 		// Every stream can carry lag-fixes; a policy that never asks
@@ -585,10 +592,11 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 			}()
 		}
 		s.mu.Unlock()
-		if moved || len(req.Broken) > 0 {
+		failures := len(req.Broken) > 0 || len(req.Unreachable) > 0 || req.GoingAway
+		if moved || failures {
 			s.signal()
 		}
-		if len(req.Broken) > 0 {
+		if failures {
 			s.detectFailures()
 		}
 		if err := keepalive(now); err != nil {

@@ -38,6 +38,10 @@ type Log interface {
 	Sync() error
 	// SyncedLen is how many local indexes survive a crash now, at least.
 	SyncedLen() uint64
+	// Scan calls fn with each retained entry from local index from on (a
+	// no-op run from the index asked for to its end) until fn returns
+	// false; fn must not call the log.
+	Scan(from uint64, fn func(local uint64, e segment.Entry) bool) error
 }
 
 // Both logs implement Log.

@@ -157,7 +157,7 @@ func (m *MemLog) Runs(fromGlobal uint64) []segment.Run {
 // Scan calls fn with each retained entry from local index from on (a
 // no-op run from the index asked for to its end) until fn returns false.
 // fn must not call the log.
-func (m *MemLog) Scan(from uint64, fn func(local uint64, e segment.Entry) bool) {
+func (m *MemLog) Scan(from uint64, fn func(local uint64, e segment.Entry) bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	from = max(from, m.start)
@@ -170,9 +170,10 @@ func (m *MemLog) Scan(from uint64, fn func(local uint64, e segment.Entry) bool) 
 			e.Noops = f.first + f.e.Noops - at
 		}
 		if !fn(at, e) {
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // Trim drops, oldest first, whole frames that are ordered at global

@@ -18,6 +18,9 @@ type Report struct {
 	// Backlog how many stored entries lie past Length: the speculative
 	// leader plans quotas from them. Zero in eager order.
 	Records, Backlog uint64
+	// Epoch is the configuration the primary reports in (set by
+	// Replica.Report, not by the ordering mode).
+	Epoch uint64
 }
 
 // Ordering is what a primary's ordering mode decides about its log: when

@@ -125,7 +125,8 @@ func (p *Primary[W]) Admit(client, seq uint64, w W) (Verdict, uint64) {
 		// Stored but abandoned by a finalization: it will never be ordered.
 		return Finalized, 0
 	}
-	p.pending[local-p.base].waiter = w
+	// A record a promoted primary adopted has no waiter until its retry.
+	p.pending[local-p.base] = slot[W]{waiter: w, seq: seq, set: true}
 	return Waiting, 0
 }
 
@@ -154,6 +155,25 @@ func (p *Primary[W]) Stored(client, seq, local uint64, w W) {
 		panic(fmt.Sprintf("shard: stored at local %d, expected %d", local, p.Next()))
 	}
 	p.pending = append(p.pending, slot[W]{waiter: w, seq: seq, set: true})
+	p.remember(client, seq, local)
+}
+
+// Adopt records that append (client, seq) is stored at local by an earlier
+// primary of the shard, whose client waits on it no more: a retry finds it
+// (Ordered, or Waiting until its cut). Records at or past Next take the
+// next index, and no waiter, until a retry comes.
+func (p *Primary[W]) Adopt(client, seq, local uint64) {
+	if local >= p.base {
+		if local != p.Next() {
+			panic(fmt.Sprintf("shard: adopted at local %d, expected %d", local, p.Next()))
+		}
+		p.pending = append(p.pending, slot[W]{})
+	}
+	p.remember(client, seq, local)
+}
+
+// remember enters (client, seq) at local in the retry memory.
+func (p *Primary[W]) remember(client, seq, local uint64) {
 	cs := p.dedup[client]
 	if cs == nil {
 		if len(p.dedup) >= DedupClientsMax {

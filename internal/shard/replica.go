@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,9 +21,16 @@ const (
 	// RoleBackup stores what its primary sends.
 	RoleBackup
 	// RoleRecovered is a copy found on disk at start-up: its server
-	// restarted, so the shard is (or is about to be) finalized; it takes
-	// neither appends nor replication, and only applies cuts for readers.
+	// restarted, so it is out of the shard's configuration (or the shard
+	// is finalized); it takes neither appends nor replication, and only
+	// applies cuts for readers.
 	RoleRecovered
+	// RoleFenced is a copy its server still runs but that a newer
+	// configuration left out: it takes neither appends nor replication,
+	// reports nothing and answers no append. Its log may hold entries the
+	// configuration never made durable, which the new primary may have
+	// replaced, so it serves nothing (it is Lost) until it rejoins.
+	RoleFenced
 )
 
 func (r Role) String() string {
@@ -33,6 +41,8 @@ func (r Role) String() string {
 		return "backup"
 	case RoleRecovered:
 		return "recovered"
+	case RoleFenced:
+		return "fenced"
 	}
 	return fmt.Sprintf("Role(%d)", int(r))
 }
@@ -41,8 +51,11 @@ func (r Role) String() string {
 type Config struct {
 	ID   cut.ShardID
 	Role Role
-	// Backups is how many backups a primary replicates to.
-	Backups int
+	// Epoch is the shard configuration the copy starts in.
+	Epoch uint64
+	// Backups names the backups a primary replicates to. They start with
+	// the primary (an empty shard) and need not join.
+	Backups []string
 	// LastCut is the last cut that gave the log's entries positions (the
 	// Cut of its last run), 0 for none: cuts up to it are applied.
 	LastCut uint64
@@ -107,6 +120,10 @@ type Output[W comparable] struct {
 	Failed error
 	// Problems are things gone wrong that the owner should log.
 	Problems []error
+	// Resend asks for entries of the log to be sent to one backup, before
+	// any later Replicate batch: a backup that joined the configuration
+	// holding less than the primary.
+	Resend []Resend
 	// Answers are the appends to answer now. An append is answered
 	// Ordered only after it is durable on every replica AND a committed
 	// cut gave it a position (a cut orders only what was reported, and a
@@ -133,6 +150,33 @@ type Output[W comparable] struct {
 	// means no timer.
 	WakeAt time.Time
 }
+
+// Resend is a range of local indexes [From, To) to send to Backup, as
+// batches read from the log.
+type Resend struct {
+	Backup   string
+	From, To uint64
+}
+
+// Membership is one copy's place in a committed configuration of its
+// shard (control.Shard: Replicas, Epoch).
+type Membership struct {
+	Epoch uint64
+	// Role is RolePrimary, RoleBackup, or RoleFenced for a copy the
+	// configuration left out.
+	Role Role
+	// Backups names a primary's backups.
+	Backups []string
+	// Ordering is the ordering mode of a backup that becomes primary,
+	// started at the log's Ordered length (nil: Eager).
+	Ordering Ordering
+}
+
+// DedupScanMax is how many entries before the ordered end of its log a
+// promoted primary reads back into its retry memory, besides every entry
+// not ordered yet: a client retries only appends it has no answer for,
+// and it has at most its window of them in flight.
+const DedupScanMax = DedupPerClientMax
 
 // BufferRetainMax bounds the entries a reused buffer (an Output's answers,
 // a Replica's staged batch, an owner's batch of appends) keeps between
@@ -176,10 +220,27 @@ func (o *Output[W]) Reset() {
 // for concurrent use.
 type Replica[W comparable] struct {
 	id      cut.ShardID
-	role    Role
+	role    atomic.Int32 // a Role
 	log     Log
 	ord     Ordering
 	primary *Primary[W] // on a primary only
+
+	// epoch is the newest configuration this copy heard of, from its
+	// owner (Reconfigure) or from a primary that joined it (Join): what
+	// comes from an older one is refused. cfgEpoch is the last one its
+	// owner gave it (owner only).
+	epoch    atomic.Uint64
+	cfgEpoch uint64
+	// backups are a primary's backups in its configuration; Reconfigure
+	// replaces the slice, BackupAcked reads it concurrently.
+	backups atomic.Pointer[[]*backupSlot]
+	// syncing says a primary waits for backups of a new configuration to
+	// join: until they did, it admits nothing and reports nothing, as a
+	// backup may hold entries it lacks. Only the owner sets it.
+	syncing atomic.Bool
+	// replMu serializes a backup's Join and Replicated: a join's length
+	// must be the log's length until the next batch of its configuration.
+	replMu sync.Mutex
 
 	// durable is how many entries every replica holds: on a primary the
 	// least of what its log holds and what each backup acknowledged, on a
@@ -187,9 +248,8 @@ type Replica[W comparable] struct {
 	durable atomic.Uint64
 	// heldWhenSynced: see Config.HeldWhenSynced.
 	heldWhenSynced bool
-	// backupHeld[i] is what backup i acknowledged holding.
-	backupHeld []atomic.Uint64
-	// records counts the real records a primary stored.
+	// records counts the real records this copy stored, as primary or
+	// backup.
 	records atomic.Uint64
 
 	finalized atomic.Bool
@@ -214,19 +274,36 @@ type Replica[W comparable] struct {
 // clientSeq names one client append: what a retry repeats.
 type clientSeq struct{ client, seq uint64 }
 
+// backupSlot is one backup of a primary's configuration.
+type backupSlot struct {
+	id string
+	// held is what the backup acknowledged holding.
+	held atomic.Uint64
+	// joined says the backup answered the primary's join in this
+	// configuration, holding length entries (owner only).
+	joined bool
+	length uint64
+}
+
 // NewReplica returns the copy cfg describes over log, which may hold
 // entries already.
 func NewReplica[W comparable](cfg Config, log Log) *Replica[W] {
-	r := &Replica[W]{id: cfg.ID, role: cfg.Role, log: log, ord: cfg.Ordering, lastCut: cfg.LastCut,
-		heldWhenSynced: cfg.HeldWhenSynced}
+	r := &Replica[W]{id: cfg.ID, log: log, ord: cfg.Ordering, lastCut: cfg.LastCut,
+		heldWhenSynced: cfg.HeldWhenSynced, cfgEpoch: cfg.Epoch}
+	r.role.Store(int32(cfg.Role))
+	r.epoch.Store(cfg.Epoch)
 	if r.ord == nil {
 		r.ord = Eager{}
 	}
+	slots := make([]*backupSlot, len(cfg.Backups))
+	for i, id := range cfg.Backups {
+		slots[i] = &backupSlot{id: id, joined: true}
+	}
+	r.backups.Store(&slots)
 	switch cfg.Role {
 	case RolePrimary:
 		r.primary = NewPrimary[W](log.Len(), log.GlobalOf)
-		r.backupHeld = make([]atomic.Uint64, cfg.Backups)
-		if cfg.Backups == 0 {
+		if len(cfg.Backups) == 0 {
 			r.durable.Store(r.held())
 		}
 	case RoleBackup:
@@ -251,7 +328,10 @@ func (r *Replica[W]) held() uint64 {
 func (r *Replica[W]) ID() cut.ShardID { return r.id }
 
 // Role is what this copy does.
-func (r *Replica[W]) Role() Role { return r.role }
+func (r *Replica[W]) Role() Role { return Role(r.role.Load()) }
+
+// Epoch is the newest configuration of the shard this copy heard of.
+func (r *Replica[W]) Epoch() uint64 { return r.epoch.Load() }
 
 // Durable is how many entries every replica holds (on a backup: this one).
 func (r *Replica[W]) Durable() uint64 { return r.durable.Load() }
@@ -270,9 +350,16 @@ func (r *Replica[W]) Lost() bool { return r.lost.Load() }
 // Records is how many real records a primary stored.
 func (r *Replica[W]) Records() uint64 { return r.records.Load() }
 
-// Report is what to tell the ordering leader about a live primary now.
+// Report is what to tell the ordering leader about a live primary now, in
+// its configuration (Report.Epoch). A primary still waiting for backups to
+// join has nothing to report.
 func (r *Replica[W]) Report() (Report, bool) {
-	return r.ord.Report(r.durable.Load(), r.log.Len(), r.records.Load())
+	if r.Role() != RolePrimary || r.syncing.Load() {
+		return Report{}, false
+	}
+	rep, ok := r.ord.Report(r.durable.Load(), r.log.Len(), r.records.Load())
+	rep.Epoch = r.epoch.Load()
+	return rep, ok
 }
 
 // ActsOnDurable says whether the ordering mode acts on durable entries
@@ -284,11 +371,14 @@ func (r *Replica[W]) ActsOnDurable() bool { return r.ord.ActsOnDurable() }
 // Expired, Finalized); the rest are staged and listed in out.Replicate for
 // the backups, and the owner then calls Store to write them.
 func (r *Replica[W]) Propose(batch []Append[W], out *Output[W]) {
-	if r.primary == nil {
+	if r.Role() != RolePrimary || r.syncing.Load() {
 		for _, a := range batch {
 			out.Answers = append(out.Answers, Answer[W]{Waiter: a.Waiter, Seq: a.Entry.Seq, Verdict: Unavailable})
 		}
-		out.StoreErr = fmt.Errorf("shard %d: this copy is a %v, not the primary", r.id, r.role)
+		out.StoreErr = fmt.Errorf("shard %d: this copy is a %v, not the primary", r.id, r.Role())
+		if r.syncing.Load() {
+			out.StoreErr = fmt.Errorf("shard %d: the primary waits for its backups to join configuration %d", r.id, r.epoch.Load())
+		}
 		return
 	}
 	repeats := r.mayRepeat(batch)
@@ -437,7 +527,7 @@ func (r *Replica[W]) Ingest(entries []segment.Entry, out *Output[W]) {
 // Tick lets a live primary's ordering mode act at time now: fill no-ops it
 // owes, report at a point it reached, and say when to wake next.
 func (r *Replica[W]) Tick(now time.Time, out *Output[W]) {
-	if r.primary == nil || r.finalized.Load() {
+	if !r.serving() {
 		return
 	}
 	r.observe(now)
@@ -455,11 +545,16 @@ func (r *Replica[W]) Tick(now time.Time, out *Output[W]) {
 // LagFix appends the no-ops that bring a live primary's log to the
 // leader's target, as far as its mode allows.
 func (r *Replica[W]) LagFix(now time.Time, target uint64, out *Output[W]) {
-	if r.primary == nil || r.finalized.Load() {
+	if !r.serving() {
 		return
 	}
 	r.observe(now)
 	r.appendNoops(now, r.ord.LagFix(target), out)
+}
+
+// serving says this copy is a live primary whose backups all joined.
+func (r *Replica[W]) serving() bool {
+	return r.Role() == RolePrimary && !r.syncing.Load() && !r.finalized.Load()
 }
 
 // observe tells the ordering mode where a primary stands. The primary's
@@ -506,8 +601,8 @@ func (r *Replica[W]) updateDurable(out *Output[W]) {
 // that is more, and says whether it was.
 func (r *Replica[W]) raiseDurable() bool {
 	d := r.held()
-	for i := range r.backupHeld {
-		d = min(d, r.backupHeld[i].Load())
+	for _, b := range *r.backups.Load() {
+		d = min(d, b.held.Load())
 	}
 	for {
 		cur := r.durable.Load()
@@ -520,20 +615,37 @@ func (r *Replica[W]) raiseDurable() bool {
 	}
 }
 
-// BackupAcked records that backup i holds held entries. It is safe for
+// BackupAcked records that backup holds held entries, acknowledged in
+// configuration epoch: an acknowledgement of another configuration, or
+// of a server not a backup in it, counts for nothing. It is safe for
 // concurrent use, so an acknowledgement need not wait for the owner's
 // goroutine. advanced says durable moved: report it. step says the
 // ordering mode acts on durable entries: the owner must Tick and wake
 // subscription feeds.
-func (r *Replica[W]) BackupAcked(i int, held uint64) (advanced, step bool) {
+func (r *Replica[W]) BackupAcked(backup string, epoch, held uint64) (advanced, step bool) {
+	if epoch != r.epoch.Load() {
+		return false, false
+	}
+	var slot *backupSlot
+	for _, b := range *r.backups.Load() {
+		if b.id == backup {
+			slot = b
+		}
+	}
+	if slot == nil {
+		return false, false
+	}
 	for {
-		cur := r.backupHeld[i].Load()
+		cur := slot.held.Load()
 		if held <= cur {
 			return false, false
 		}
-		if r.backupHeld[i].CompareAndSwap(cur, held) {
+		if slot.held.CompareAndSwap(cur, held) {
 			break
 		}
+	}
+	if r.syncing.Load() {
+		return false, false
 	}
 	if !r.raiseDurable() {
 		return false, false
@@ -547,22 +659,67 @@ func (r *Replica[W]) BackupAcked(i int, held uint64) (advanced, step bool) {
 // reports it, a backup acknowledges it to its primary. step is as for
 // BackupAcked. Without HeldWhenSynced a sync changes nothing here.
 func (r *Replica[W]) Synced() (advanced, step bool) {
-	if !r.heldWhenSynced || r.role == RoleRecovered || !r.raiseDurable() {
+	role := r.Role()
+	if !r.heldWhenSynced || role == RoleRecovered || role == RoleFenced || r.syncing.Load() || !r.raiseDurable() {
 		return false, false
 	}
-	return true, r.ord.ActsOnDurable()
+	// A backup's ordering is no mode's (and a promotion replaces it).
+	return true, role == RolePrimary && r.ord.ActsOnDurable()
 }
 
 // errNotBackup refuses replication to a copy that is not a backup.
 var errNotBackup = errors.New("not a backup here")
 
-// Replicated stores a batch from the primary on a backup and returns the
-// length this copy now holds, to acknowledge (with HeldWhenSynced, what it
-// synced: the batch counts only after a later sync, see Synced). The batch
-// must start at the log's length: batches come in order on one stream.
-func (r *Replica[W]) Replicated(first uint64, entries []segment.Entry) (held uint64, err error) {
-	if r.role != RoleBackup {
+// ErrFenced refuses what comes from an older configuration than the one
+// the copy heard of: its sender was taken out of the shard.
+var ErrFenced = errors.New("from an older configuration (fenced)")
+
+// Join is a primary of configuration epoch reaching this backup: from now
+// on the backup takes replication of that configuration only, so a
+// fenced primary's late batches are refused. It returns how many entries
+// the log holds (length; the primary sends what follows, or adopts the
+// entries past its own length, which the backup reads from its log) and
+// how many it holds (held, as acknowledged). Like Replicated it may run
+// concurrently with the owner's calls, on the replication stream.
+func (r *Replica[W]) Join(epoch uint64) (length, held uint64, err error) {
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
+	if r.Role() != RoleBackup {
+		return 0, 0, fmt.Errorf("shard %d: %w", r.id, errNotBackup)
+	}
+	for {
+		cur := r.epoch.Load()
+		if epoch < cur {
+			return 0, 0, fmt.Errorf("shard %d: join of configuration %d, this copy is in %d: %w", r.id, epoch, cur, ErrFenced)
+		}
+		if r.epoch.CompareAndSwap(cur, epoch) {
+			break
+		}
+	}
+	r.raiseDurable()
+	return r.log.Len(), r.durable.Load(), nil
+}
+
+// errNotJoined refuses a batch of a newer configuration whose primary did
+// not join this copy first.
+var errNotJoined = errors.New("from a configuration that did not join this copy")
+
+// Replicated stores a batch from the primary of configuration epoch on a
+// backup and returns the length this copy now holds, to acknowledge (with
+// HeldWhenSynced, what it synced: the batch counts only after a later
+// sync, see Synced). The batch must start at the log's length: batches
+// come in order on one stream. A batch of an older configuration than the
+// copy heard of is refused (ErrFenced).
+func (r *Replica[W]) Replicated(epoch, first uint64, entries []segment.Entry) (held uint64, err error) {
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
+	if r.Role() != RoleBackup {
 		return 0, fmt.Errorf("shard %d: %w", r.id, errNotBackup)
+	}
+	if cur := r.epoch.Load(); epoch < cur {
+		return 0, fmt.Errorf("shard %d: batch of configuration %d, this copy is in %d: %w", r.id, epoch, cur, ErrFenced)
+	} else if epoch > cur {
+		return 0, fmt.Errorf("shard %d: batch of configuration %d, this copy is in %d: %w", r.id, epoch, cur, errNotJoined)
 	}
 	if n := r.log.Len(); first != n {
 		return 0, fmt.Errorf("shard %d: replicated batch starts at %d, have %d", r.id, first, n)
@@ -570,8 +727,206 @@ func (r *Replica[W]) Replicated(first uint64, entries []segment.Entry) (held uin
 	if _, err := r.log.Append(entries); err != nil {
 		return 0, fmt.Errorf("shard %d: %w", r.id, err)
 	}
+	var recs uint64
+	for _, e := range entries {
+		if e.Noops == 0 {
+			recs++
+		}
+	}
+	r.records.Add(recs)
 	r.raiseDurable()
 	return r.durable.Load(), nil
+}
+
+// Reconfigure takes a committed configuration of the shard (m.Epoch). A
+// configuration no newer than the last one its owner gave is ignored, and
+// so is any for a recovered or fenced copy, which never rejoins in place.
+//
+// A copy left out is fenced: a primary answers its waiting appends
+// Unavailable (their clients retry at the new primary, which stores each
+// once) and answers nothing from now on. A backup that becomes primary
+// starts a Primary at the log's ordered end, reads back into its retry
+// memory the entries its predecessor stored (see DedupScanMax). A primary
+// rejoins every backup of the new configuration (see setBackups); until
+// each joined, it admits, fills and reports nothing. It reports whether it applied m.
+func (r *Replica[W]) Reconfigure(m Membership, now time.Time, out *Output[W]) (applied bool) {
+	cur := r.Role()
+	if m.Epoch <= r.cfgEpoch || cur == RoleRecovered || cur == RoleFenced {
+		return false
+	}
+	r.cfgEpoch = m.Epoch
+	for {
+		e := r.epoch.Load()
+		if m.Epoch <= e || r.epoch.CompareAndSwap(e, m.Epoch) {
+			break
+		}
+	}
+	out.Changed = true
+	switch {
+	case m.Role != RolePrimary && m.Role != RoleBackup, cur == RolePrimary && m.Role == RoleBackup:
+		r.fence(out)
+	case cur == RoleBackup && m.Role == RoleBackup:
+	case cur == RoleBackup:
+		r.promote(m, now, out)
+	default:
+		r.setBackups(m.Backups)
+		if !r.syncing.Load() {
+			// The last backup left: all this copy holds is durable.
+			r.updateDurable(out)
+		}
+	}
+	return true
+}
+
+// fence takes this copy out of service (see RoleFenced).
+func (r *Replica[W]) fence(out *Output[W]) {
+	r.replMu.Lock()
+	r.role.Store(int32(RoleFenced))
+	r.replMu.Unlock()
+	r.lost.Store(true)
+	r.syncing.Store(false)
+	if r.primary == nil {
+		return
+	}
+	for _, a := range r.primary.Waiting() {
+		out.Answers = append(out.Answers, Answer[W]{Waiter: a.Waiter, Seq: a.Seq, Verdict: Unavailable})
+	}
+	out.StoreErr = fmt.Errorf("shard %d: this copy was taken out of the shard's configuration %d", r.id, r.epoch.Load())
+	r.primary = nil
+}
+
+// promote makes a backup the primary of configuration m.
+func (r *Replica[W]) promote(m Membership, now time.Time, out *Output[W]) {
+	ordered := r.log.Ordered()
+	p := NewPrimary[W](ordered, r.log.GlobalOf)
+	err := r.log.Scan(ordered-min(ordered, DedupScanMax), func(local uint64, e segment.Entry) bool {
+		if e.Noops > 0 {
+			if end := local + e.Noops; end > p.Next() {
+				p.Noops(end - p.Next())
+			}
+			return true
+		}
+		p.Adopt(e.ClientID, e.Seq, local)
+		return true
+	})
+	if err == nil && p.Next() != r.log.Len() {
+		err = fmt.Errorf("read %d of %d entries", p.Next(), r.log.Len())
+	}
+	if err != nil {
+		// The entries it could not read stay unordered for good: stop,
+		// so the leader takes this copy out as well.
+		out.Failed = fmt.Errorf("shard %d: promoted primary cannot read its log: %w", r.id, err)
+		r.fence(out)
+		return
+	}
+	r.primary = p
+	r.ord = m.Ordering
+	if r.ord == nil {
+		r.ord = Eager{}
+	}
+	r.setBackups(m.Backups)
+	// The role goes last: concurrent readers (Report) that see it see the
+	// primary's ordering too.
+	r.replMu.Lock()
+	r.role.Store(int32(RolePrimary))
+	r.replMu.Unlock()
+	if !r.syncing.Load() {
+		r.updateDurable(out)
+		r.observe(now)
+	}
+}
+
+// setBackups makes names a primary's backups in a new configuration. Each
+// must join it (BackupJoined) before the primary goes on, even one that
+// stays: it refuses the batches of the old configuration from the moment
+// it hears of the new one, so what it holds is known only once it joined.
+func (r *Replica[W]) setBackups(names []string) {
+	slots := make([]*backupSlot, len(names))
+	for i, id := range names {
+		slots[i] = &backupSlot{id: id}
+	}
+	r.syncing.Store(len(names) > 0)
+	r.backups.Store(&slots)
+	if r.syncing.Load() {
+		// What every replica holds is unknown until they joined: only
+		// what the cuts ordered is sure.
+		r.durable.Store(min(r.durable.Load(), r.log.Ordered()))
+	}
+}
+
+// BackupJoined takes a backup's answer to this primary's join in
+// configuration epoch: its log holds length entries, held of them as
+// acknowledged, and tail holds its entries from local index tailFrom (the
+// primary's length when it asked) to length, if it has more (all of them
+// written by a fenced primary). The primary adopts those past its own
+// length: they were replicated in order by the same predecessor, so the
+// logs agree before them. Once every backup joined, the primary resends
+// each what it lacks and goes on.
+func (r *Replica[W]) BackupJoined(backup string, epoch, length, held, tailFrom uint64, tail []segment.Entry, now time.Time, out *Output[W]) {
+	if r.Role() != RolePrimary || epoch != r.epoch.Load() || !r.syncing.Load() {
+		return
+	}
+	var slot *backupSlot
+	for _, b := range *r.backups.Load() {
+		if b.id == backup && !b.joined {
+			slot = b
+		}
+	}
+	if slot == nil {
+		return
+	}
+	if n := r.log.Len(); length > n {
+		// Only the entries past this log's length are new here.
+		var adopt []segment.Entry
+		at := tailFrom
+		for _, e := range tail {
+			covers := max(e.Noops, 1)
+			if at+covers > n {
+				if e.Noops > 0 && at < n {
+					e.Noops = at + covers - n
+				}
+				adopt = append(adopt, e)
+			}
+			at += covers
+		}
+		if tailFrom > n || at != length {
+			out.Problems = append(out.Problems, fmt.Errorf("shard %d: backup %s joined with entries [%d, %d), sent [%d, %d)", r.id, backup, n, length, tailFrom, at))
+			return
+		}
+		tail = adopt
+		if _, err := r.log.Append(tail); err != nil {
+			out.Failed = fmt.Errorf("shard %d: adopt a backup's tail: %w", r.id, err)
+			return
+		}
+		for _, e := range tail {
+			if e.Noops > 0 {
+				r.primary.Noops(e.Noops)
+				continue
+			}
+			r.primary.Adopt(e.ClientID, e.Seq, r.primary.Next())
+			r.records.Add(1)
+		}
+		out.Unsynced = true
+	}
+	slot.joined, slot.length = true, length
+	slot.held.Store(held)
+	for _, b := range *r.backups.Load() {
+		if !b.joined {
+			return
+		}
+	}
+	r.syncing.Store(false)
+	n := r.log.Len()
+	for _, b := range *r.backups.Load() {
+		if b.length < n {
+			out.Resend = append(out.Resend, Resend{Backup: b.id, From: b.length, To: n})
+		}
+	}
+	r.updateDurable(out)
+	r.observe(now)
+	if r.ord.ReportDue(now) {
+		out.Report = true
+	}
 }
 
 // Trim lets the log drop entries ordered below global.

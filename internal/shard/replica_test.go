@@ -28,7 +28,7 @@ type pair struct {
 
 func newPair(t *testing.T, backups int, ord Ordering) *pair {
 	pr := &pair{t: t, plog: NewMemLog(), inflight: make([][]Batch, backups)}
-	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: backups, Ordering: ord}, pr.plog)
+	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: names(backups), Ordering: ord}, pr.plog)
 	for range backups {
 		l := NewMemLog()
 		pr.blogs = append(pr.blogs, l)
@@ -65,7 +65,7 @@ func (pr *pair) append(w string, client uint64, seqs ...uint64) *Output[string] 
 func (pr *pair) deliver(i int) uint64 {
 	var held uint64
 	for _, b := range pr.inflight[i] {
-		h, err := pr.backups[i].Replicated(b.First, b.Entries)
+		h, err := pr.backups[i].Replicated(0, b.First, b.Entries)
 		if err != nil {
 			pr.t.Fatalf("backup %d: %v", i, err)
 		}
@@ -106,7 +106,7 @@ func TestReplicaAnswersOnlyWhenDurableAndOrdered(t *testing.T) {
 	if held != 2 {
 		t.Fatalf("backup holds %d, want 2", held)
 	}
-	advanced, step := pr.p.BackupAcked(0, held)
+	advanced, step := pr.p.BackupAcked(bk(0), 0, held)
 	if !advanced || step {
 		t.Fatalf("ack: advanced %v step %v, want true false (eager)", advanced, step)
 	}
@@ -114,7 +114,7 @@ func TestReplicaAnswersOnlyWhenDurableAndOrdered(t *testing.T) {
 		t.Fatalf("report %+v %v, want length 2", rep, ok)
 	}
 	// A repeated acknowledgement changes nothing.
-	if advanced, _ := pr.p.BackupAcked(0, 2); advanced {
+	if advanced, _ := pr.p.BackupAcked(bk(0), 0, 2); advanced {
 		t.Fatal("the same acknowledgement advanced durable twice")
 	}
 	out = pr.cutAt(1, 0, 2, 40)
@@ -133,7 +133,7 @@ func TestReplicaAnswersOnlyWhenDurableAndOrdered(t *testing.T) {
 // was reported.
 func TestReplicaHeldWhenSyncedCountsOnlySyncedEntries(t *testing.T) {
 	pr := &pair{t: t, plog: NewMemLog(), inflight: make([][]Batch, 1)}
-	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: 1, HeldWhenSynced: true}, pr.plog)
+	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: names(1), HeldWhenSynced: true}, pr.plog)
 	pr.blogs = []*MemLog{NewMemLog()}
 	pr.backups = []*Replica[string]{NewReplica[string](Config{ID: 1, Role: RoleBackup, HeldWhenSynced: true}, pr.blogs[0])}
 
@@ -154,7 +154,7 @@ func TestReplicaHeldWhenSyncedCountsOnlySyncedEntries(t *testing.T) {
 		t.Fatalf("backup after its sync: durable %d, want 3", pr.backups[0].Durable())
 	}
 	// The primary has not synced: nothing is durable, nothing is reported.
-	if advanced, _ := pr.p.BackupAcked(0, pr.backups[0].Durable()); advanced || pr.p.Durable() != 0 {
+	if advanced, _ := pr.p.BackupAcked(bk(0), 0, pr.backups[0].Durable()); advanced || pr.p.Durable() != 0 {
 		t.Fatalf("primary durable %d before its own sync, want 0", pr.p.Durable())
 	}
 	if rep, _ := pr.p.Report(); rep.Length != 0 {
@@ -168,7 +168,7 @@ func TestReplicaHeldWhenSyncedCountsOnlySyncedEntries(t *testing.T) {
 	}
 
 	pr = &pair{t: t, plog: NewMemLog(), inflight: make([][]Batch, 1)}
-	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: 1, HeldWhenSynced: true}, pr.plog)
+	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: names(1), HeldWhenSynced: true}, pr.plog)
 	pr.blogs = []*MemLog{NewMemLog()}
 	pr.backups = []*Replica[string]{NewReplica[string](Config{ID: 1, Role: RoleBackup, HeldWhenSynced: true}, pr.blogs[0])}
 	pr.append("s", 7, 1, 2)
@@ -181,7 +181,7 @@ func TestReplicaHeldWhenSyncedCountsOnlySyncedEntries(t *testing.T) {
 	}
 	pr.blogs[0].Sync()
 	pr.backups[0].Synced()
-	if advanced, _ := pr.p.BackupAcked(0, pr.backups[0].Durable()); !advanced {
+	if advanced, _ := pr.p.BackupAcked(bk(0), 0, pr.backups[0].Durable()); !advanced {
 		t.Fatal("primary did not advance once both copies synced")
 	}
 	if rep, ok := pr.p.Report(); !ok || rep.Length != 2 {
@@ -210,16 +210,16 @@ func TestReplicaSyncedIgnoredWhenHeldWhenWritten(t *testing.T) {
 func TestReplicaLaggingBackupHoldsDurableBack(t *testing.T) {
 	pr := newPair(t, 2, nil)
 	pr.append("s", 7, 1, 2, 3)
-	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	if d := pr.p.Durable(); d != 0 {
 		t.Fatalf("durable %d with backup 1 holding nothing, want 0", d)
 	}
 	pr.append("s", 7, 4)
-	pr.p.BackupAcked(0, pr.deliver(0))
-	if advanced, _ := pr.p.BackupAcked(1, 2); !advanced || pr.p.Durable() != 2 {
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
+	if advanced, _ := pr.p.BackupAcked(bk(1), 0, 2); !advanced || pr.p.Durable() != 2 {
 		t.Fatalf("durable %d after backup 1 acknowledged 2, want 2", pr.p.Durable())
 	}
-	pr.p.BackupAcked(1, 4)
+	pr.p.BackupAcked(bk(1), 0, 4)
 	if d := pr.p.Durable(); d != 4 {
 		t.Fatalf("durable %d once both hold 4, want 4", d)
 	}
@@ -362,10 +362,10 @@ func TestReplicaCutItCannotFollowMarksLost(t *testing.T) {
 
 func TestReplicaBackupRefusesGapsAndNonBackups(t *testing.T) {
 	pr := newPair(t, 1, nil)
-	if _, err := pr.backups[0].Replicated(3, []segment.Entry{rec(1, 1)}); err == nil {
+	if _, err := pr.backups[0].Replicated(0, 3, []segment.Entry{rec(1, 1)}); err == nil {
 		t.Fatal("a backup stored a batch past its end")
 	}
-	if _, err := pr.p.Replicated(0, []segment.Entry{rec(1, 1)}); !errors.Is(err, errNotBackup) {
+	if _, err := pr.p.Replicated(0, 0, []segment.Entry{rec(1, 1)}); !errors.Is(err, errNotBackup) {
 		t.Fatalf("a primary took replication: %v", err)
 	}
 }
@@ -408,7 +408,7 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	ord.SetWindows([]fixante.Window{specWindow()})
 	pr := newPair(t, 1, ord)
 	pr.append("s", 7, 1, 2)
-	advanced, step := pr.p.BackupAcked(0, pr.deliver(0))
+	advanced, step := pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	if !advanced || !step {
 		t.Fatalf("ack: advanced %v step %v; a speculative primary must step on durable", advanced, step)
 	}
@@ -437,7 +437,7 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 		t.Fatal("reported the fill before the backup held it")
 	}
 	pr.send(out)
-	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	out = &Output[string]{}
 	pr.p.Tick(t0.Add(2*time.Millisecond), out)
 	if rep, _ := pr.p.Report(); !out.Report || rep.Length != 3 || rep.Records != 2 || rep.Backlog != 0 {
@@ -445,7 +445,7 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	}
 	// Past the boundary but short of the next: no new report.
 	pr.append("s", 7, 3)
-	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	out = &Output[string]{}
 	pr.p.Tick(t0.Add(2*time.Millisecond), out)
 	if rep, _ := pr.p.Report(); out.Report || rep.Length != 3 {
@@ -467,7 +467,7 @@ func TestReplicaConcurrentPaths(t *testing.T) {
 	const n = 200
 	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
 	ord.SetWindows([]fixante.Window{specWindow()})
-	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: 1, Ordering: ord}, NewMemLog())
+	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: names(1), Ordering: ord}, NewMemLog())
 	blog := NewMemLog()
 	b := NewReplica[string](Config{ID: 1, Role: RoleBackup}, blog)
 	batches := make(chan Batch, n)
@@ -476,12 +476,12 @@ func TestReplicaConcurrentPaths(t *testing.T) {
 		// The backup's Replicate stream: store, then acknowledge.
 		defer close(done)
 		for bt := range batches {
-			held, err := b.Replicated(bt.First, bt.Entries)
+			held, err := b.Replicated(0, bt.First, bt.Entries)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			p.BackupAcked(0, held)
+			p.BackupAcked(bk(0), 0, held)
 			p.Report()
 		}
 	}()
@@ -566,7 +566,7 @@ func TestOutputResetDropsOldElements(t *testing.T) {
 func TestReplicaResolve(t *testing.T) {
 	pr := newPair(t, 1, nil)
 	pr.append("s", 7, 1, 2, 3)
-	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	if err := pr.blogs[0].Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +610,7 @@ func TestReplicaResolve(t *testing.T) {
 func TestReplicaResolveVoidedEntry(t *testing.T) {
 	pr := newPair(t, 1, nil)
 	pr.append("s", 7, 1, 2, 3)
-	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	b := pr.backups[0]
 	b.ApplyCut(Cut{Index: 1, Start: 40, End: 43, Slice: cut.Slice{Shard: 1, LocalStart: 0, GlobalStart: 40, Count: 3}}, &Output[string]{})
 	b.Finalize(2, &Output[string]{})
@@ -631,7 +631,7 @@ func TestReplicaResolveVoidedEntry(t *testing.T) {
 func TestReplicaAssignFailureStillAnswersOrderedAppends(t *testing.T) {
 	pr := newPair(t, 1, nil)
 	pr.append("s", 7, 1, 2)
-	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	pr.plog.Fail(errors.New("no space left on device"))
 	out := pr.cutAt(1, 0, 2, 40)
 	want := []Answer[string]{{Waiter: "s", Seq: 1, Verdict: Ordered, Position: 40}, {Waiter: "s", Seq: 2, Verdict: Ordered, Position: 41}}
@@ -651,9 +651,21 @@ func TestReplicaAssignFailureStillAnswersOrderedAppends(t *testing.T) {
 	pr.plog.mu.Unlock()
 	pr.append("s", 7, 3)
 	pr.plog.Fail(errors.New("no space left on device"))
-	pr.p.BackupAcked(0, pr.deliver(0))
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	out = pr.cutAt(2, 2, 1, 42)
 	if len(out.Answers) != 1 || out.Answers[0] != (Answer[string]{Waiter: "s", Seq: 3, Verdict: Ordered, Position: 42}) {
 		t.Fatalf("answers of a later cut %+v, want seq 3 at 42", out.Answers)
 	}
+}
+
+// bk names backup i.
+func bk(i int) string { return "b" + string(rune('0'+i)) }
+
+// names names n backups.
+func names(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, bk(i))
+	}
+	return out
 }

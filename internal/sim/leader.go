@@ -249,9 +249,9 @@ func (ld *leader) onReport(sh *shard, r order.Report) {
 func (ld *leader) detectTick() {
 	s := ld.s
 	if ld.l != nil {
-		for _, id := range ld.l.Detect(s.now) {
-			s.tracef("leader: shard %d silent, finalizing it", id)
-			_ = ld.propose(control.Command{Finalize: &control.FinalizeCommand{Shard: id, Failed: true}})
+		for _, c := range ld.l.Detect(s.now) {
+			s.tracef("leader: shard %d: %v silent, reconfiguring it", c.Reconfig.Shard, c.Reconfig.Remove)
+			_ = ld.propose(c)
 		}
 		ld.step()
 	}

@@ -31,6 +31,8 @@ const (
 	backupCopy  = 1
 	// copiesN is f+1 with f = 1: a cut orders only what both hold.
 	copiesN = 2
+	// backupName names the backup in its primary's configuration.
+	backupName = "backup"
 )
 
 // syncPolicy says when a storage server fsyncs its logs.
@@ -157,9 +159,9 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 	sh := &shard{s: s, id: id, name: name, alive: true, accepting: true, knownCut: snap.LastCut}
 	sh.feed = s.newStream(sh)
 	p := &copyOf{sh: sh, idx: primaryCopy, log: core.NewMemLog(), up: true, ord: s.md.NewShardOrdering(id, 0, s.now)}
-	p.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RolePrimary, Backups: copiesN - 1, LastCut: snap.LastCut.Index, Ordering: p.ord}, p.log)
+	p.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RolePrimary, Epoch: 1, Backups: []string{backupName}, LastCut: snap.LastCut.Index, Ordering: p.ord}, p.log)
 	b := &copyOf{sh: sh, idx: backupCopy, log: core.NewMemLog(), up: true}
-	b.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RoleBackup, LastCut: snap.LastCut.Index}, b.log)
+	b.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RoleBackup, Epoch: 1, LastCut: snap.LastCut.Index}, b.log)
 	sh.copies = [copiesN]*copyOf{p, b}
 	for range s.subs {
 		sh.streams = append(sh.streams, &stream{})
@@ -226,7 +228,7 @@ func (sh *shard) replicate(b core.Batch) {
 		if !bk.up || bk.inc != binc || p.inc != pinc {
 			return // either end restarted: the stream broke
 		}
-		held, err := bk.r.Replicated(first, entries)
+		held, err := bk.r.Replicated(1, first, entries)
 		if err != nil {
 			s.tracef("shard %d: backup: %v", sh.id, err)
 			return
@@ -248,7 +250,7 @@ func (sh *shard) replicate(b core.Batch) {
 // acked takes the backup's acknowledgement that it holds held entries.
 func (sh *shard) acked(held uint64) {
 	p := sh.copies[primaryCopy]
-	advanced, step := p.r.BackupAcked(0, held)
+	advanced, step := p.r.BackupAcked(backupName, 1, held)
 	if !advanced {
 		return
 	}
@@ -563,7 +565,7 @@ func (sh *shard) sendReport() {
 	if !ok {
 		return
 	}
-	r := order.Report{Shard: sh.id, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog}
+	r := order.Report{Shard: sh.id, Epoch: rep.Epoch, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog}
 	if s.now.Before(sh.deafUntil) || (s.faulty() && s.r.Float64() < s.sc.reportLoss) {
 		s.stats.lostReports++
 		return

@@ -69,7 +69,7 @@ func TestAPrimaryRunsTheShardOrderingOfAnyMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	r := newReplica(s, 3, rolePrimary, st, nil)
+	r := newReplica(s, 3, rolePrimary, st, nil, 1)
 	if ord.shard != 3 || r.windows != nil {
 		t.Fatalf("the mode built the ordering of shard %d; follows windows: %v", ord.shard, r.windows != nil)
 	}

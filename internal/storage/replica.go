@@ -32,9 +32,11 @@ const (
 	rolePrimary = shard.RolePrimary
 	roleBackup  = shard.RoleBackup
 	// roleRecovered holds a shard found on disk at start-up: this server
-	// restarted, so the shard is (or is about to be) finalized; it only
-	// serves reads.
+	// restarted, so it is out of the shard's configuration (or the shard
+	// is finalized); it only serves reads.
 	roleRecovered = shard.RoleRecovered
+	// roleFenced holds a shard a newer configuration left out.
+	roleFenced = shard.RoleFenced
 )
 
 // lagQueueMax bounds the lag-fixes waiting for a primary's loop; the
@@ -62,6 +64,18 @@ type cutMsg struct {
 	orderedAtLeast uint64
 	// spec is the new speculative state, when it changed.
 	spec *control.Spec
+	// member is this copy's place in a new configuration of the shard,
+	// peers a primary's backups in it.
+	member *shard.Membership
+	peers  []Peer
+}
+
+// joinMsg is a backup's answer to the primary's join of a configuration.
+type joinMsg struct {
+	backup              string
+	epoch, length, held uint64
+	tailFrom            uint64
+	tail                []segment.Entry
 }
 
 // replica is this server's copy of one shard: a shell that feeds the
@@ -73,7 +87,6 @@ type cutMsg struct {
 // (backupAcked); the core allows both.
 type replica struct {
 	id    cut.ShardID
-	role  shard.Role
 	store *segment.Store
 	core  *shard.Replica[*appendStream]
 	// windows is a primary's ordering when it follows the announced lease
@@ -84,6 +97,7 @@ type replica struct {
 
 	appendCh chan appendReq
 	cutCh    chan cutMsg
+	joinCh   chan joinMsg
 	// kick wakes the loop when durable moved outside it and the ordering
 	// mode acts on durable entries, so Tick sees the new length.
 	kick chan struct{}
@@ -106,7 +120,6 @@ type replica struct {
 	changed chan struct{} // closed and replaced when runs or finality change
 
 	// loop state
-	backups []Peer
 	// spec is the latest speculative state, for subscription streams.
 	spec  atomic.Pointer[control.Spec]
 	lagCh chan uint64
@@ -123,26 +136,29 @@ type replica struct {
 	fillDue   time.Time // the deadline fillTimer is armed for
 }
 
-func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer) *replica {
+func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer, epoch uint64) *replica {
 	rp := &replica{
 		id:        id,
-		role:      r,
 		store:     store,
 		srv:       srv,
 		log:       srv.log.With("shard", id),
 		appendCh:  make(chan appendReq, appendQueueMax),
 		cutCh:     make(chan cutMsg, 64),
+		joinCh:    make(chan joinMsg, 8),
+		lagCh:     make(chan uint64, lagQueueMax),
 		kick:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		durableCh: make(chan struct{}, 1),
 		changed:   make(chan struct{}),
-		backups:   backups,
 	}
 	// Under SyncAlways every write is synced before it returns, so a copy
 	// holds what it synced either way.
 	held := srv.cfg.Sync == segment.SyncGroup || srv.cfg.Sync == segment.SyncAlways
-	cfg := shard.Config{ID: id, Role: r, Backups: len(backups), HeldWhenSynced: held}
+	cfg := shard.Config{ID: id, Role: r, Epoch: epoch, HeldWhenSynced: held}
+	for _, b := range backups {
+		cfg.Backups = append(cfg.Backups, b.ID)
+	}
 	if srv.cfg.Sync == segment.SyncGroup {
 		rp.syncWake = make(chan struct{}, 1)
 	}
@@ -150,13 +166,15 @@ func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store,
 		cfg.LastCut = runs[len(runs)-1].Cut
 	}
 	if r == rolePrimary {
-		rp.lagCh = make(chan uint64, lagQueueMax)
 		cfg.Ordering = srv.cfg.Mode.NewShardOrdering(id, store.Len(), time.Now())
 		rp.windows, _ = cfg.Ordering.(shard.WindowFollower)
 	}
 	rp.core = shard.NewReplica[*appendStream](cfg, store)
 	return rp
 }
+
+// role is what this copy does now.
+func (r *replica) role() shard.Role { return r.core.Role() }
 
 // changedCh returns a channel closed at the next change of runs or finality.
 func (r *replica) changedCh() <-chan struct{} {
@@ -222,6 +240,10 @@ func (r *replica) run() {
 			r.appendLoop(batch)
 		case m := <-r.cutCh:
 			r.applyCut(m)
+		case j := <-r.joinCh:
+			out := r.resetOut()
+			r.core.BackupJoined(j.backup, j.epoch, j.length, j.held, j.tailFrom, j.tail, time.Now(), out)
+			r.carry(out)
 		}
 	}
 }
@@ -288,11 +310,7 @@ func (r *replica) appendLoop(reqs []appendReq) {
 func (r *replica) replicate(b shard.Batch) {
 	recs := make([]*pb.StoredRecord, len(b.Entries))
 	for i, e := range b.Entries {
-		if e.Noops > 0 {
-			recs[i] = &pb.StoredRecord{Noops: e.Noops}
-			continue
-		}
-		recs[i] = &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
+		recs[i] = storedRecord(e)
 	}
 	for _, l := range r.srv.backupLinks(r) {
 		l.send(b.First, recs)
@@ -302,6 +320,9 @@ func (r *replica) replicate(b shard.Batch) {
 // carry carries out what the core asked for, in the order of Output's
 // fields.
 func (r *replica) carry(out *shard.Output[*appendStream]) {
+	for _, rs := range out.Resend {
+		r.resend(rs)
+	}
 	for _, b := range out.Replicate {
 		r.replicate(b)
 	}
@@ -354,6 +375,59 @@ func (r *replica) carry(out *shard.Output[*appendStream]) {
 	}
 }
 
+// resend sends one backup the entries the core asked for, read from the
+// store, in batches of at most appendEntriesMax.
+func (r *replica) resend(rs shard.Resend) {
+	var link *backupLink
+	for _, l := range r.srv.backupLinks(r) {
+		if l.peer.ID == rs.Backup {
+			link = l
+		}
+	}
+	if link == nil {
+		return
+	}
+	first := rs.From
+	var recs []*pb.StoredRecord
+	flush := func(next uint64) {
+		if len(recs) > 0 {
+			link.send(first, recs)
+		}
+		first, recs = next, nil
+	}
+	err := r.store.Scan(rs.From, func(local uint64, e segment.Entry) bool {
+		if local >= rs.To {
+			return false
+		}
+		recs = append(recs, storedRecord(e))
+		if len(recs) >= appendEntriesMax {
+			flush(local + max(e.Noops, 1))
+		}
+		return true
+	})
+	flush(0)
+	if err != nil {
+		link.fail(fmt.Errorf("resend [%d, %d): %w", rs.From, rs.To, err))
+	}
+}
+
+// storedRecord is the wire form of a log entry.
+func storedRecord(e segment.Entry) *pb.StoredRecord {
+	if e.Noops > 0 {
+		return &pb.StoredRecord{Noops: e.Noops}
+	}
+	return &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
+}
+
+// entryOf is the log entry of a wire record.
+func entryOf(rec *pb.StoredRecord) segment.Entry {
+	if rec.Noops > 0 {
+		return segment.Entry{Noops: rec.Noops}
+	}
+	return segment.Entry{ClientID: rec.ClientId, Seq: rec.Seq, Key: rec.GetRecord().GetKey(),
+		Tags: rec.GetRecord().GetTags(), Payload: rec.GetRecord().GetPayload()}
+}
+
 // checkRecord says why rec must not be stored, or "" if it may be. Each
 // tag counts with its length prefix, as it is stored: otherwise a record
 // of millions of empty tags would pass any limit, and past the segment's
@@ -385,19 +459,14 @@ func uvarintBytes(n int) int { return (bits.Len64(uint64(n)|1) + 6) / 7 }
 // its writers anyway. Nothing else writes records to a backup's store; the
 // loop only assigns positions and trims, and a cut never orders records
 // before this backup acknowledged them.
-func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) error {
+func (r *replica) appendReplicated(epoch, first uint64, records []*pb.StoredRecord) error {
 	r.replMu.Lock()
 	defer r.replMu.Unlock()
 	entries := r.replBuf[:0]
 	for _, rec := range records {
-		if rec.Noops > 0 {
-			entries = append(entries, segment.Entry{Noops: rec.Noops})
-			continue
-		}
-		entries = append(entries, segment.Entry{ClientID: rec.ClientId, Seq: rec.Seq, Key: rec.GetRecord().GetKey(),
-			Tags: rec.GetRecord().GetTags(), Payload: rec.GetRecord().GetPayload()})
+		entries = append(entries, entryOf(rec))
 	}
-	_, err := r.core.Replicated(first, entries)
+	_, err := r.core.Replicated(epoch, first, entries)
 	clear(entries)
 	r.replBuf = entries[:0]
 	if cap(entries) > shard.BufferRetainMax {
@@ -460,12 +529,12 @@ func (r *replica) syncLoop() {
 	}
 }
 
-// backupAcked records that backup i holds d records. The backup link's
-// receiving goroutine calls it, so a backup's acknowledgement reaches the
-// heartbeat without a detour through the loop, which may be busy storing
-// the next batch.
-func (r *replica) backupAcked(i int, d uint64) {
-	if advanced, step := r.core.BackupAcked(i, d); advanced {
+// backupAcked records that backup holds d records, acknowledged in
+// configuration epoch. The backup link's receiving goroutine calls it, so
+// a backup's acknowledgement reaches the heartbeat without a detour
+// through the loop, which may be busy storing the next batch.
+func (r *replica) backupAcked(backup string, epoch, d uint64) {
+	if advanced, step := r.core.BackupAcked(backup, epoch, d); advanced {
 		r.durableMoved(step)
 	}
 }
@@ -474,7 +543,7 @@ func (r *replica) backupAcked(i int, d uint64) {
 // acknowledges it to its primary, a primary reports it. step is the
 // core's: the ordering mode acts on durable entries.
 func (r *replica) durableMoved(step bool) {
-	if r.role == roleBackup {
+	if r.role() == roleBackup {
 		r.notifyDurable()
 		return
 	}
@@ -508,6 +577,37 @@ func (r *replica) applyCut(m cutMsg) {
 	r.core.ApplyCut(shard.Cut{Index: m.cutIndex, Start: m.cutStart, End: m.cutEnd, Slice: m.slice, OrderedAtLeast: m.orderedAtLeast}, out)
 	if m.final {
 		r.core.Finalize(m.finalLen, out)
+	}
+	r.carry(out)
+	if m.member != nil && !m.final {
+		r.reconfigure(*m.member, m.peers)
+	}
+}
+
+// reconfigure takes this copy's place in a new configuration of the
+// shard: a backup that becomes primary gets its ordering mode and the
+// windows; a primary joins its backups on new replication streams; a copy
+// left out closes its streams.
+func (r *replica) reconfigure(m shard.Membership, peers []Peer) {
+	was := r.role()
+	if m.Role == rolePrimary && was == roleBackup {
+		m.Ordering = r.srv.cfg.Mode.NewShardOrdering(r.id, r.store.Ordered(), time.Now())
+	}
+	out := r.resetOut()
+	if !r.core.Reconfigure(m, time.Now(), out) {
+		return
+	}
+	r.log.Info("shard reconfigured", "epoch", m.Epoch, "was", was, "now", r.role())
+	if r.role() == rolePrimary && was == roleBackup {
+		r.windows, _ = m.Ordering.(shard.WindowFollower)
+		if sp := r.spec.Load(); sp != nil && r.windows != nil {
+			r.windows.SetWindows(sp.Windows)
+		}
+	}
+	if r.role() == rolePrimary {
+		r.srv.relink(r, peers, m.Epoch)
+	} else {
+		r.srv.relink(r, nil, m.Epoch)
 	}
 	r.carry(out)
 }

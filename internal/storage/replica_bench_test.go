@@ -28,7 +28,7 @@ func BenchmarkPrimaryAppendLoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	r := newReplica(s, 0, rolePrimary, st, nil)
+	r := newReplica(s, 0, rolePrimary, st, nil, 1)
 	s.replicas[0] = r
 	as := &appendStream{wake: make(chan struct{}, 1)}
 	payload := make([]byte, 512)

@@ -92,7 +92,7 @@ func specPrimary(t *testing.T, id, group string) (*Server, *replica) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReplica(s, 0, rolePrimary, st, nil)
+	r := newReplica(s, 0, rolePrimary, st, nil, 1)
 	t.Cleanup(func() {
 		if r.fillTimer != nil {
 			r.fillTimer.Close()
@@ -277,7 +277,7 @@ func TestRetryQueuedWithItsOriginalIsStoredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	r := newReplica(s, 0, rolePrimary, st, nil)
+	r := newReplica(s, 0, rolePrimary, st, nil, 1)
 	entry := func() []*pb.AppendEntry {
 		return []*pb.AppendEntry{{Seq: 1, Record: &pb.Record{Payload: []byte("once")}}}
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -109,7 +110,7 @@ func (s *Server) Append(stream pb.Log_AppendServer) error {
 			return status.Errorf(codes.InvalidArgument, "append carries %d entries, at most %d allowed", len(req.Entries), appendEntriesMax)
 		}
 		r := s.awaitReplica(ctx, req.Shard)
-		if r == nil || r.role != rolePrimary {
+		if r == nil || r.role() != rolePrimary {
 			code, msg := pb.Code_UNKNOWN_SHARD, fmt.Sprintf("shard %d is not served here", req.Shard)
 			if r != nil {
 				code, msg = pb.Code_NOT_PRIMARY, fmt.Sprintf("this server is not the primary of shard %d", req.Shard)
@@ -350,11 +351,18 @@ func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
 	if err := s.checkCluster(first.ClusterId); err != nil {
 		return err
 	}
-	r, err := s.backupReplica(first.Shard)
+	r, err := s.backupReplica(first.Shard, first.Epoch)
 	if err != nil {
 		return err
 	}
 	ctx := stream.Context()
+	// The acknowledgements and a join's answer share the stream.
+	var sendMu sync.Mutex
+	send := func(resp *pb.ReplicateResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(resp)
+	}
 	sendErr := make(chan error, 1)
 	go func() {
 		var sent uint64
@@ -362,7 +370,7 @@ func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
 			select {
 			case <-r.durableCh:
 				if d := r.core.Durable(); d > sent {
-					if err := stream.Send(&pb.ReplicateResponse{Durable: d}); err != nil {
+					if err := send(&pb.ReplicateResponse{Durable: d, Epoch: r.core.Epoch()}); err != nil {
 						sendErr <- err
 						return
 					}
@@ -377,13 +385,22 @@ func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
 		if req.Shard != r.id {
 			return status.Errorf(codes.InvalidArgument, "replication stream switched from shard %d to %d", r.id, req.Shard)
 		}
+		if req.Join {
+			resp, err := r.join(req.Epoch, req.PrimaryLength)
+			if err != nil {
+				return status.Errorf(codes.FailedPrecondition, "join: %v", err)
+			}
+			if err := send(resp); err != nil {
+				return err
+			}
+		}
 		if len(req.Records) > 0 {
 			select {
 			case <-r.done:
 				return status.Error(codes.Unavailable, "server stopping")
 			default:
 			}
-			if err := r.appendReplicated(req.FirstLocal, req.Records); err != nil {
+			if err := r.appendReplicated(req.Epoch, req.FirstLocal, req.Records); err != nil {
 				return status.Errorf(codes.FailedPrecondition, "replicate: %v", err)
 			}
 		}
@@ -398,14 +415,14 @@ func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
 	}
 }
 
-// backupReplica returns the backup copy of shard id, creating it on the
-// first replication message.
-func (s *Server) backupReplica(id cut.ShardID) (*replica, error) {
+// backupReplica returns the backup copy of shard id, creating it, in
+// configuration epoch, on the first replication message.
+func (s *Server) backupReplica(id cut.ShardID, epoch uint64) (*replica, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.replicas[id]; ok {
-		if r.role != roleBackup {
-			return nil, status.Errorf(codes.FailedPrecondition, "shard %d is held here as %v, not as a fresh backup", id, r.role)
+		if r.role() != roleBackup {
+			return nil, status.Errorf(codes.FailedPrecondition, "shard %d is held here as %v, not as a backup", id, r.role())
 		}
 		return r, nil
 	}
@@ -420,7 +437,7 @@ func (s *Server) backupReplica(id cut.ShardID) (*replica, error) {
 		st.Close()
 		return nil, status.Errorf(codes.FailedPrecondition, "shard %d already has records here", id)
 	}
-	r := newReplica(s, id, roleBackup, st, nil)
+	r := newReplica(s, id, roleBackup, st, nil, epoch)
 	if sp := s.view.spec; sp != nil {
 		r.spec.Store(sp)
 	}
@@ -460,28 +477,40 @@ func (s *Server) AddShard(ctx context.Context, req *pb.AddShardRequest) (*pb.Add
 // window (rpcopt.StreamWindowBytes) behind, which slows the primary down
 // rather than losing order.
 type backupLink struct {
-	srv   *Server
-	r     *replica
-	index int
-	peer  Peer
+	srv  *Server
+	r    *replica
+	peer Peer
+	// epoch is the configuration the link replicates in; tailFrom is the
+	// primary's length its join asked from (with join set).
+	epoch    uint64
+	join     bool
+	tailFrom uint64
 	// st is the open stream, nil when it could not be opened; cancel ends
-	// it. broken is set, by the loop, once a send failed.
+	// it. broken is set, by the loop, once a send failed; lostAt says
+	// replication to the backup broke (for the heartbeat).
 	st     pb.Replica_ReplicateClient
 	cancel context.CancelFunc
 	broken bool
+	lostAt atomic.Bool
 }
 
-// openBackupLink opens the replication stream to p. The caller starts the
-// link once the replica is in place. A link that cannot be opened is broken
-// from the start: the shard is reported broken and finalized, and the group
-// forms a new one.
-func (s *Server) openBackupLink(r *replica, index int, p Peer) *backupLink {
-	l := &backupLink{srv: s, r: r, index: index, peer: p}
+// openBackupLink opens the replication stream to p in configuration
+// epoch; with join it asks the backup to join it first (see
+// shard.Replica.Join). The caller starts the link once the replica is in
+// place. A link that cannot be opened is broken from the start: the
+// primary tells the leader it cannot reach the backup, which takes the
+// backup out of the shard's configuration.
+func (s *Server) openBackupLink(r *replica, p Peer, epoch uint64, join bool) *backupLink {
+	l := &backupLink{srv: s, r: r, peer: p, epoch: epoch, join: join}
 	ctx, cancel := context.WithCancel(s.ctx)
 	l.cancel = cancel
 	c, err := s.conn(p.Addr)
 	if err == nil {
 		l.st, err = pb.NewReplicaClient(c).Replicate(ctx)
+	}
+	if err == nil && join {
+		l.tailFrom = r.store.Len()
+		err = l.st.Send(&pb.ReplicateRequest{ClusterId: s.cfg.ClusterID, Shard: r.id, Epoch: epoch, Join: true, PrimaryLength: l.tailFrom})
 	}
 	if err != nil {
 		l.fail(err)
@@ -510,14 +539,14 @@ func (l *backupLink) fail(err error) {
 }
 
 // lost records that replication to the backup broke. A broken link cannot be
-// resumed: the shard is reported broken and finalized, and the group forms a
-// new one.
+// resumed: the heartbeat tells the leader, which takes the backup out of
+// the shard's configuration (the primary goes on with the others).
 func (l *backupLink) lost(err error) {
 	if l.srv.ctx.Err() != nil {
 		return
 	}
-	if !l.r.failed.Swap(true) {
-		l.srv.log.Warn("replication to backup failed", "shard", l.r.id, "backup", l.peer.ID, "err", err)
+	if !l.lostAt.Swap(true) {
+		l.srv.log.Warn("replication to backup failed", "shard", l.r.id, "backup", l.peer.ID, "epoch", l.epoch, "err", err)
 	}
 	l.srv.signalHeartbeat()
 }
@@ -527,7 +556,7 @@ func (l *backupLink) send(first uint64, recs []*pb.StoredRecord) {
 	if l.broken {
 		return
 	}
-	req := &pb.ReplicateRequest{ClusterId: l.srv.cfg.ClusterID, Shard: l.r.id, FirstLocal: first, Records: recs}
+	req := &pb.ReplicateRequest{ClusterId: l.srv.cfg.ClusterID, Shard: l.r.id, Epoch: l.epoch, FirstLocal: first, Records: recs}
 	if err := l.st.Send(req); err != nil {
 		l.fail(fmt.Errorf("send: %w", err))
 	}
@@ -546,6 +575,69 @@ func (l *backupLink) receive() {
 			l.lost(fmt.Errorf("receive: %w", err))
 			return
 		}
-		l.r.backupAcked(l.index, resp.Durable)
+		if resp.Joined {
+			j := joinMsg{backup: l.peer.ID, epoch: resp.Epoch, length: resp.Length, held: resp.Durable, tailFrom: l.tailFrom}
+			for _, rec := range resp.Tail {
+				j.tail = append(j.tail, entryOf(rec))
+			}
+			select {
+			case l.r.joinCh <- j:
+			case <-l.r.done:
+				return
+			}
+			continue
+		}
+		l.r.backupAcked(l.peer.ID, resp.Epoch, resp.Durable)
 	}
+}
+
+// relink replaces r's replication links with links to peers in
+// configuration epoch, each asked to join it first; none for a copy that
+// is no longer primary. It runs on r's loop.
+func (s *Server) relink(r *replica, peers []Peer, epoch uint64) {
+	var links []*backupLink
+	for _, p := range peers {
+		links = append(links, s.openBackupLink(r, p, epoch, true))
+	}
+	s.mu.Lock()
+	old := s.links[r.id]
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		for _, l := range links {
+			l.close()
+		}
+		return
+	}
+	s.links[r.id] = links
+	for _, l := range links {
+		l.startLocked()
+	}
+	s.mu.Unlock()
+	for _, l := range old {
+		l.close()
+	}
+}
+
+// join answers a primary's join of configuration epoch on this backup:
+// its length, what it holds, and its entries from primaryLength on.
+func (r *replica) join(epoch, primaryLength uint64) (*pb.ReplicateResponse, error) {
+	// No batch of the old configuration lands between the join and the
+	// read of the tail: appendReplicated holds replMu too.
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
+	length, held, err := r.core.Join(epoch)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.ReplicateResponse{Joined: true, Epoch: epoch, Length: length, Durable: held}
+	if length > primaryLength {
+		err = r.store.Scan(primaryLength, func(local uint64, e segment.Entry) bool {
+			if local >= length {
+				return false
+			}
+			resp.Tail = append(resp.Tail, storedRecord(e))
+			return true
+		})
+	}
+	return resp, err
 }

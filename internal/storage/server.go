@@ -32,6 +32,7 @@ import (
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/rpcopt"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/shard"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -166,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 			cancel()
 			return nil, err
 		}
-		s.replicas[id] = newReplica(s, id, roleRecovered, st, nil)
+		s.replicas[id] = newReplica(s, id, roleRecovered, st, nil, 0)
 	}
 	return s, nil
 }
@@ -701,6 +702,7 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 		if sh := s.view.shards[id]; sh != nil && sh.State == pb.ShardState_SHARD_FINALIZED {
 			m.final, m.finalLen = true, sh.FinalLength
 		}
+		m.member, m.peers = s.memberLocked(id)
 		msgs, targets = append(msgs, m), append(targets, r)
 	}
 	s.bumpViewLocked()
@@ -787,6 +789,9 @@ func (s *Server) applyEvent(ev *pb.Event) {
 		if sh := s.view.shards[id]; i >= last && sh != nil && sh.State == pb.ShardState_SHARD_FINALIZED {
 			msgs[i].final, msgs[i].finalLen = true, sh.FinalLength
 		}
+		if i >= last && ev.Shards != nil {
+			msgs[i].member, msgs[i].peers = s.memberLocked(id)
+		}
 		if trimmed {
 			msgs[i].trim = ev.Trim
 		}
@@ -800,6 +805,33 @@ func (s *Server) applyEvent(ev *pb.Event) {
 		case <-r.done:
 		}
 	}
+}
+
+// memberLocked is this server's place in the configuration of shard id
+// as the view holds it (nil for a finalized or unknown shard), with a
+// primary's backups.
+func (s *Server) memberLocked(id cut.ShardID) (*shard.Membership, []Peer) {
+	sh := s.view.shards[id]
+	if sh == nil || sh.State == pb.ShardState_SHARD_FINALIZED {
+		return nil, nil
+	}
+	m := &shard.Membership{Epoch: sh.Epoch, Role: roleFenced}
+	var peers []Peer
+	for i, rep := range sh.Replicas {
+		switch {
+		case rep.Id == s.cfg.ID && i == 0:
+			m.Role = rolePrimary
+		case rep.Id == s.cfg.ID:
+			m.Role = roleBackup
+		case i > 0:
+			m.Backups = append(m.Backups, rep.Id)
+			peers = append(peers, Peer{ID: rep.Id, Addr: rep.Addr})
+		}
+	}
+	if m.Role != rolePrimary {
+		m.Backups, peers = nil, nil
+	}
+	return m, peers
 }
 
 // orderedLenLocked is how many of shard id's own entries cut c orders: its
@@ -879,18 +911,30 @@ func (s *Server) heartbeatTo(addr string) (err error) {
 		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation}
 		s.mu.Lock()
 		for id, r := range s.replicas {
-			if r.role != rolePrimary || r.finalized() {
+			if r.role() != rolePrimary || r.finalized() {
 				continue
 			}
 			if r.failed.Load() {
 				req.Broken = append(req.Broken, id)
 			}
+			for _, l := range s.links[id] {
+				if l.lostAt.Load() {
+					req.Unreachable = append(req.Unreachable, &pb.ReplicaRef{Shard: id, Server: l.peer.ID})
+				}
+			}
 			// The core's ordering mode says what to report: the durable
 			// length (eager), or the last quota boundary with the records
 			// and backlog (speculative), never more than every replica
 			// holds.
+			// Only the primary of the configuration this server last heard
+			// of reports, in its epoch: the leader drops a report of an
+			// older configuration.
+			sh := s.view.shards[id]
+			if sh == nil || len(sh.Replicas) == 0 || sh.Replicas[0].Id != s.cfg.ID {
+				continue
+			}
 			if rep, ok := r.core.Report(); ok {
-				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog})
+				req.Reports = append(req.Reports, &pb.ShardLength{Shard: id, Epoch: sh.Epoch, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog})
 			}
 		}
 		s.mu.Unlock()
@@ -965,17 +1009,25 @@ func (s *Server) registerLoop() {
 	}
 }
 
+// hasLiveShardLocked says whether the group has a shard that is not
+// finalized: then a restarted primary of the group does not form another
+// one (its shard lives on at its other replicas, and it rejoins it).
 func (s *Server) hasLiveShardLocked() bool {
 	live := false
 	for _, r := range s.replicas {
-		if r.role == rolePrimary && !r.finalized() {
+		if r.role() == rolePrimary && !r.finalized() {
 			live = true
 		}
-		if r.role == rolePrimary && r.finalized() {
+		if r.role() == rolePrimary && r.finalized() {
 			sh := s.view.shards[r.id]
 			if sh != nil && sh.Failed {
 				s.lastFailed = true
 			}
+		}
+	}
+	for _, sh := range s.view.shards {
+		if sh.Group == s.cfg.GroupName && sh.State != pb.ShardState_SHARD_FINALIZED {
+			live = true
 		}
 	}
 	if live {
@@ -1044,12 +1096,12 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 	if err != nil {
 		return 0, err
 	}
-	r := newReplica(s, id, rolePrimary, st, s.cfg.Group[1:])
+	r := newReplica(s, id, rolePrimary, st, s.cfg.Group[1:], 1)
 	// The replication streams open before s.mu is taken: opening one may
 	// wait for the connection.
 	var links []*backupLink
-	for i, p := range s.cfg.Group[1:] {
-		links = append(links, s.openBackupLink(r, i, p))
+	for _, p := range s.cfg.Group[1:] {
+		links = append(links, s.openBackupLink(r, p, 1, false))
 	}
 	s.mu.Lock()
 	if err := s.ctx.Err(); err != nil {

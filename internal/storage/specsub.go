@@ -50,7 +50,7 @@ func (fd *specFeed) position(local uint64, sp *control.Spec) (uint64, bool) {
 func (fd *specFeed) limit() uint64 {
 	r := fd.r
 	finalLen, final := r.core.Final()
-	if r.role == rolePrimary && !final {
+	if r.role() == rolePrimary && !final {
 		return r.core.Durable()
 	}
 	n := r.store.Ordered()

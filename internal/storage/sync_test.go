@@ -33,7 +33,7 @@ func groupSyncReplica(t *testing.T, role shard.Role) (*Server, *replica) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReplica(s, 0, role, st, nil)
+	r := newReplica(s, 0, role, st, nil, 1)
 	s.replicas[0] = r
 	t.Cleanup(func() { st.Close() })
 	return s, r
@@ -103,7 +103,7 @@ func TestGroupSyncBackupAcknowledgesOnlySynced(t *testing.T) {
 		{ClientId: 7, Seq: 2, Record: &pb.Record{Payload: []byte("b")}},
 		{Noops: 3},
 	}
-	if err := r.appendReplicated(0, recs); err != nil {
+	if err := r.appendReplicated(1, 0, recs); err != nil {
 		t.Fatal(err)
 	}
 	if d := r.core.Durable(); d != 0 || len(r.durableCh) != 0 {
