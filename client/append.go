@@ -187,8 +187,12 @@ func (c *Client) send(o *op) {
 }
 
 // shardConn returns the append connection of shard, opening it if needed;
-// ctx bounds the look-up of a shard the client does not know yet.
+// ctx bounds the look-up of a shard the client does not know yet. A
+// connection to a server that is no longer the shard's primary (the
+// shard failed over) is retired: its unanswered appends are re-sent, under
+// their sequence numbers, to the new primary, which stores each once.
 func (c *Client) shardConn(ctx context.Context, shard uint32) (*shardConn, error) {
+	info := c.shardInfo(shard)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -196,10 +200,13 @@ func (c *Client) shardConn(ctx context.Context, shard uint32) (*shardConn, error
 	}
 	if sc, ok := c.shards[shard]; ok {
 		c.mu.Unlock()
-		return sc, nil
+		if info == nil || len(info.Replicas) == 0 || info.Replicas[0].Addr == sc.addr {
+			return sc, nil
+		}
+		sc.fail()
+	} else {
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
-	info := c.shardInfo(shard)
 	if info == nil {
 		if _, err := c.refresh(ctx); err != nil {
 			return nil, err
@@ -231,7 +238,7 @@ func (c *Client) shardConn(ctx context.Context, shard uint32) (*shardConn, error
 		cancel()
 		return nil, err
 	}
-	sc := &shardConn{c: c, shard: shard, stream: stream, cancel: cancel, ops: map[uint64]*op{}, wake: make(chan struct{}, 1)}
+	sc := &shardConn{c: c, shard: shard, addr: info.Replicas[0].Addr, stream: stream, cancel: cancel, ops: map[uint64]*op{}, wake: make(chan struct{}, 1)}
 	c.shards[shard] = sc
 	c.wg.Add(2)
 	go sc.sendLoop()
@@ -241,8 +248,10 @@ func (c *Client) shardConn(ctx context.Context, shard uint32) (*shardConn, error
 
 // shardConn is one Append stream to a shard's primary.
 type shardConn struct {
-	c      *Client
-	shard  uint32
+	c     *Client
+	shard uint32
+	// addr is the primary the stream goes to.
+	addr   string
 	stream pb.Log_AppendClient
 	cancel context.CancelFunc
 
