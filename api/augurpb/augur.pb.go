@@ -1811,11 +1811,13 @@ func (x *HeartbeatRequest) GetUnreachable() []*ReplicaRef {
 	return nil
 }
 
-// ReplicaRef names one storage server's copy of one shard.
+// ReplicaRef names one storage server's copy of one shard, as seen in
+// configuration epoch.
 type ReplicaRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Server        string                 `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1862,6 +1864,13 @@ func (x *ReplicaRef) GetServer() string {
 		return x.Server
 	}
 	return ""
+}
+
+func (x *ReplicaRef) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type HeartbeatResponse struct {
@@ -3069,10 +3078,13 @@ func (x *StatusRequest) GetClusterId() string {
 }
 
 type OrderingMember struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Leader        bool                   `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr   string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Leader bool                   `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	// unreachable: the leader (the replica answering, when it leads) heard
+	// nothing from this replica for an election timeout.
+	Unreachable   bool `protobuf:"varint,4,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3124,6 +3136,13 @@ func (x *OrderingMember) GetAddr() string {
 func (x *OrderingMember) GetLeader() bool {
 	if x != nil {
 		return x.Leader
+	}
+	return false
+}
+
+func (x *OrderingMember) GetUnreachable() bool {
+	if x != nil {
+		return x.Unreachable
 	}
 	return false
 }
@@ -3596,7 +3615,10 @@ type ReplicaHealth struct {
 	Damaged []*LocalRange `protobuf:"bytes,2,rep,name=damaged,proto3" json:"damaged,omitempty"`
 	// lost: the copy missed records the shard ordered, so none of it is
 	// served.
-	Lost          bool `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
+	Lost bool `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
+	// role is what the copy does: primary, backup, fenced (a newer
+	// configuration left it out) or recovered (found on disk at start-up).
+	Role          string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3650,6 +3672,13 @@ func (x *ReplicaHealth) GetLost() bool {
 		return x.Lost
 	}
 	return false
+}
+
+func (x *ReplicaHealth) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 // LocalRange is a run [first, end) of a shard's local indexes.
@@ -3837,11 +3866,12 @@ const file_augur_proto_rawDesc = "" +
 	"\x06broken\x18\x04 \x03(\rR\x06broken\x12\x1d\n" +
 	"\n" +
 	"going_away\x18\x06 \x01(\bR\tgoingAway\x126\n" +
-	"\vunreachable\x18\a \x03(\v2\x14.augur.v1.ReplicaRefR\vunreachable\":\n" +
+	"\vunreachable\x18\a \x03(\v2\x14.augur.v1.ReplicaRefR\vunreachable\"P\n" +
 	"\n" +
 	"ReplicaRef\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
-	"\x06server\x18\x02 \x01(\tR\x06server\"\x87\x01\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\x87\x01\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vleader_addr\x18\x01 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
@@ -3944,11 +3974,12 @@ const file_augur_proto_rawDesc = "" +
 	"not_leader\x18\x03 \x01(\bR\tnotLeader\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"L\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"n\n" +
 	"\x0eOrderingMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\bR\x06leader\"\x95\x03\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\x12 \n" +
+	"\vunreachable\x18\x04 \x01(\bR\vunreachable\"\x95\x03\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x122\n" +
@@ -3981,11 +4012,12 @@ const file_augur_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x14\n" +
 	"\x12LastAppliedRequest\"+\n" +
 	"\x13LastAppliedResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"i\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"}\n" +
 	"\rReplicaHealth\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12.\n" +
 	"\adamaged\x18\x02 \x03(\v2\x14.augur.v1.LocalRangeR\adamaged\x12\x12\n" +
-	"\x04lost\x18\x03 \x01(\bR\x04lost\"4\n" +
+	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\"4\n" +
 	"\n" +
 	"LocalRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +

@@ -983,9 +983,11 @@ func (s *emuShard) heartbeat(ctx context.Context, now time.Time) {
 		// As a storage primary does: every heartbeat carries the backlog,
 		// which a shard without a quota reports through nothing else.
 		rep, _ := s.core.Report()
-		req.Reports = []*pb.ShardLength{{Shard: s.id, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog}}
+		req.Reports = []*pb.ShardLength{{Shard: s.id, Epoch: control.FirstEpoch, Length: rep.Length, Records: rep.Records, Backlog: rep.Backlog}}
 	} else if s.reported > 0 {
-		req.Reports = []*pb.ShardLength{{Shard: s.id, Length: s.reported}}
+		// An emulated shard is one server: its first configuration is
+		// its only one.
+		req.Reports = []*pb.ShardLength{{Shard: s.id, Epoch: control.FirstEpoch, Length: s.reported}}
 	}
 	if err := s.stream.Send(req); err != nil {
 		s.dropStream()

@@ -44,6 +44,9 @@ type Replica struct {
 	Incarnation uint64 `json:"inc"`
 }
 
+// FirstEpoch numbers a shard's configuration at registration.
+const FirstEpoch = 1
+
 // Shard is one row of the shard table. Replicas is the shard's current
 // configuration, numbered by Epoch; Replicas[0] is the primary.
 type Shard struct {
@@ -301,7 +304,7 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 		ID:       id,
 		Group:    r.Group,
 		Replicas: slices.Clone(r.Replicas),
-		Epoch:    1,
+		Epoch:    FirstEpoch,
 		State:    Live,
 		AddedCut: s.LastCut.Index + 1,
 		Quota:    r.Quota,

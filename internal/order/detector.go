@@ -54,8 +54,9 @@ type Detector struct {
 	// shard's configuration.
 	seenAt map[member]time.Time
 	beats  map[string]beat
-	// broken holds the copies their servers reported broken.
-	broken map[member]bool
+	// broken holds the copies reported broken, with the configuration
+	// the report was made in (0: any).
+	broken map[member]uint64
 	// leaving holds the incarnation of each server that announced a
 	// clean stop.
 	leaving map[string]uint64
@@ -91,7 +92,7 @@ func NewDetector(failureTimeout time.Duration, st *control.State, now time.Time)
 		timeout:    failureTimeout,
 		seenAt:     map[member]time.Time{},
 		beats:      map[string]beat{},
-		broken:     map[member]bool{},
+		broken:     map[member]uint64{},
 		leaving:    map[string]uint64{},
 		proposed:   map[config]time.Time{},
 		lastDetect: now,
@@ -130,10 +131,14 @@ func (d *Detector) Beat(server string, incarnation uint64, now time.Time) {
 	d.beats[server] = beat{at: now, incarnation: incarnation}
 }
 
-// Broken records that server reported its copy of shard broken (its store
-// failed); the next Detect takes that replica for failed.
-func (d *Detector) Broken(shard cut.ShardID, server string) {
-	d.broken[member{shard, server}] = true
+// Broken records that server's copy of shard is broken, as reported in
+// configuration epoch: by the server itself (its store failed; epoch 0,
+// whatever the configuration), or by the primary of epoch that cannot
+// replicate to it. The next Detect takes that replica for failed, unless
+// the shard moved to another configuration since: a primary's late word
+// about a backup says nothing about the backup's place in a newer one.
+func (d *Detector) Broken(shard cut.ShardID, server string, epoch uint64) {
+	d.broken[member{shard, server}] = epoch
 }
 
 // GoingAway records that server, running as incarnation, stops cleanly:
@@ -180,7 +185,7 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) []string {
 	var out []string
 	for _, r := range sh.Replicas {
 		m := member{sh.ID, r.ID}
-		if d.broken[m] {
+		if e, ok := d.broken[m]; ok && (e == 0 || e == sh.Epoch) {
 			out = append(out, r.ID)
 			continue
 		}

@@ -122,7 +122,7 @@ func TestDetectBrokenAtOnce(t *testing.T) {
 	w := newEagerWorld(t, 2)
 	w.l.Beat("s0", 1, w.now)
 	w.l.Beat("s1", 1, w.now)
-	w.l.Broken(0, "s0")
+	w.l.Broken(0, "s0", 0)
 	w.detect(0)
 }
 
@@ -132,7 +132,7 @@ func TestDetectBrokenAtOnce(t *testing.T) {
 // proposal was lost.
 func TestDetectOnceWithinTheTimeout(t *testing.T) {
 	w := newEagerWorld(t, 1)
-	w.l.Broken(0, "s0")
+	w.l.Broken(0, "s0", 0)
 	w.detect(0)
 	if _, ok := w.l.det.Suspect(0, w.now); ok {
 		t.Fatal("a shard being finalized was suspected again")
@@ -226,9 +226,13 @@ func TestDetectGoingAwayAndRestart(t *testing.T) {
 		t.Fatalf("proposed %+v, want b and c removed", got)
 	}
 	w.apply(control.Command{Reconfig: &got[0]}, true)
-	// b, restarted as incarnation 2 and going away with it, says nothing
-	// about a; a's copy broken is the last replica failing.
-	w.l.Broken(0, "a")
+	// A primary of epoch 1 says it cannot reach a: too late, the shard
+	// is in epoch 2. a's own copy broken is the last replica failing.
+	w.l.Broken(0, "a", 1)
+	if got := w.reconfigs(); len(got) != 0 {
+		t.Fatalf("proposed %+v on a report of an old configuration", got)
+	}
+	w.l.Broken(0, "a", 0)
 	got = w.reconfigs()
 	if len(got) != 1 || got[0].Epoch != 2 || !slices.Equal(got[0].Remove, []string{"a"}) {
 		t.Fatalf("proposed %+v, want a removed at epoch 2", got)

@@ -82,10 +82,11 @@ func (l *Leader) Report(r Report, now time.Time) (news bool) {
 	return l.policy.Report(r, now)
 }
 
-// Broken records that server reported its copy of shard broken. The
-// caller steps the detector now (Detect) rather than at its next tick.
-func (l *Leader) Broken(shard cut.ShardID, server string) {
-	l.det.Broken(shard, server)
+// Broken records that server's copy of shard is broken, as reported in
+// configuration epoch (see Detector.Broken). The caller steps the
+// detector now (Detect) rather than at its next tick.
+func (l *Leader) Broken(shard cut.ShardID, server string, epoch uint64) {
+	l.det.Broken(shard, server, epoch)
 }
 
 // GoingAway records that storage server server, running as incarnation,

@@ -563,10 +563,10 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 				}
 			}
 			for _, b := range req.Broken {
-				l.Broken(b, req.ServerId)
+				l.Broken(b, req.ServerId, 0)
 			}
 			for _, u := range req.Unreachable {
-				l.Broken(u.Shard, u.Server)
+				l.Broken(u.Shard, u.Server, u.Epoch)
 			}
 			if req.GoingAway {
 				l.GoingAway(req.ServerId, req.Incarnation)
@@ -838,8 +838,9 @@ func (s *Server) statusLocked() *pb.StatusResponse {
 		EventSeq:          s.state.EventSeq,
 		Spec:              wire.SpecToProto(s.state.Spec),
 	}
-	for _, m := range s.cfg.Members {
-		resp.Members = append(resp.Members, &pb.OrderingMember{Id: m.ID, Addr: m.Addr, Leader: m.ID == lid})
+	for i, m := range s.cfg.Members {
+		resp.Members = append(resp.Members, &pb.OrderingMember{Id: m.ID, Addr: m.Addr, Leader: m.ID == lid,
+			Unreachable: s.node.Unreachable(uint64(i + 1))})
 	}
 	return resp
 }

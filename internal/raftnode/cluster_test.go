@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestClusterAppliesSameSequence(t *testing.T) {
@@ -220,4 +221,45 @@ func TestLeaderWithoutQuorumStepsDown(t *testing.T) {
 		c.stop(id)
 	}
 	c.waitUntil("the leader without a quorum to step down", func() bool { return !lead.node.IsLeader() })
+}
+
+// TestLeaderSeesAStoppedFollowerUnreachable checks that a leader calls a
+// follower unreachable once it heard nothing from it for an election
+// timeout, and only then, while the live follower stays reachable; a
+// follower cannot tell and never says so.
+func TestLeaderSeesAStoppedFollowerUnreachable(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.proposeAll(values("before", 5))
+	c.waitConverged()
+	ld := c.waitLeader()
+	var followers []uint64
+	for id := range c.nodes {
+		if id != ld.id {
+			followers = append(followers, id)
+		}
+	}
+	stopped, live := followers[0], followers[1]
+	for _, id := range followers {
+		if ld.node.Unreachable(id) {
+			t.Fatalf("the leader calls live follower %d unreachable", id)
+		}
+	}
+	c.stop(stopped)
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(testTick)
+	defer tick.Stop()
+	for !ld.node.Unreachable(stopped) {
+		select {
+		case <-deadline.C:
+			t.Fatalf("the leader never called stopped follower %d unreachable", stopped)
+		case <-tick.C:
+		}
+	}
+	if ld.node.Unreachable(live) {
+		t.Errorf("the leader calls live follower %d unreachable", live)
+	}
+	if c.nodes[live].node.Unreachable(stopped) {
+		t.Errorf("follower %d calls %d unreachable; only a leader can tell", live, stopped)
+	}
 }

@@ -75,6 +75,9 @@ type Node struct {
 	appliedIndex atomic.Uint64
 	leaderc      chan uint64 // capacity 1: the latest leader wins
 	fatal        atomic.Pointer[error]
+	// heardAt is when a message of each peer last reached raft (Unix
+	// nanoseconds), for Unreachable.
+	heardAt map[uint64]*atomic.Int64
 
 	recvc   chan *pb.Message
 	propc   chan []byte // proposals not yet handed to raft
@@ -124,6 +127,10 @@ func New(cfg Config, fsm FSM) (*Node, error) {
 		stopc:     make(chan struct{}),
 		done:      make(chan struct{}),
 		closed:    make(chan struct{}),
+		heardAt:   map[uint64]*atomic.Int64{},
+	}
+	for _, id := range members {
+		n.heardAt[id] = &atomic.Int64{}
 	}
 	if err := n.init(snap); err != nil {
 		_ = st.close()
@@ -267,6 +274,18 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // Leader returns the current leader's id, or 0 if none is known.
 func (n *Node) Leader() uint64 { return n.lead.Load() }
 
+// Unreachable says that this node leads and heard nothing from peer id for
+// an election timeout: the peer is down or cut off, though it is still a
+// voter. A follower cannot tell, and says false.
+func (n *Node) Unreachable(id uint64) bool {
+	h := n.heardAt[id]
+	if h == nil || id == n.cfg.ID || !n.isLeader.Load() {
+		return false
+	}
+	timeout := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+	return time.Since(time.Unix(0, h.Load())) > timeout
+}
+
 // IsLeader reports whether this replica is the leader.
 func (n *Node) IsLeader() bool { return n.isLeader.Load() }
 
@@ -365,6 +384,9 @@ func (n *Node) pollInput(tick <-chan time.Time) (running, handled bool) {
 }
 
 func (n *Node) step(m *pb.Message) {
+	if h := n.heardAt[m.GetFrom()]; h != nil {
+		h.Store(time.Now().UnixNano())
+	}
 	if err := n.rn.Step(m); err != nil {
 		n.log.Debug("raft step", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
 	}

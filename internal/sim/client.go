@@ -89,11 +89,29 @@ func (s *cluster) onAnswer(sh *shard, a core.Answer[int64]) {
 	case core.Ordered:
 		s.acked(id, a.Position)
 	case core.Waiting:
-	case core.Abandoned, core.Finalized, core.Unavailable:
+	case core.Abandoned, core.Finalized:
 		// Never ordered on that shard: retry elsewhere, unless the
 		// client already moved on.
 		if r.at == sh.id && !r.acked {
 			s.reroute(id)
+		}
+	case core.Unavailable:
+		// The copy cannot take it now (it was fenced, or waits for its
+		// backups, or its store failed), but another copy may hold it:
+		// re-send it to the shard, whose primary stores it once, or ask
+		// the copies once the shard is final.
+		if r.at == sh.id && !r.acked {
+			s.after(s.uniform(time.Millisecond, 5*time.Millisecond), func() {
+				if r := &s.recs[id]; r.at != sh.id || r.acked || r.rerouting {
+					return
+				}
+				if sh.finalized {
+					sh.resolveIDs([]int64{id})
+					return
+				}
+				s.stats.retries++
+				sh.appendRecord(id, clientIDOf(r.client))
+			})
 		}
 	default:
 		s.errorf("shard %d answers %v to the append of %s", sh.id, a.Verdict, r.name)

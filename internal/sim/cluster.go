@@ -63,9 +63,14 @@ type cluster struct {
 	// failed is the shard the scenario failed, if any; joinRates gives a
 	// joining shard's client rate by name.
 	failed *shard
-	// failedShards holds the shards a crash of one of their servers
-	// failed.
-	failedShards map[cut.ShardID]bool
+	// failedShards holds the shards a crash of every server of their
+	// configuration failed; crashedReplicas those that lost one server
+	// and must fail over (keep their id, stay live).
+	failedShards    map[cut.ShardID]bool
+	crashedReplicas map[cut.ShardID]bool
+	// splitShards holds the shards whose primary a partition cut off
+	// from its backup.
+	splitShards map[cut.ShardID]bool
 	// failedSoleHolder says the failed shard held the newest window's
 	// only quota (scenario.failSoleHolder).
 	failedSoleHolder bool
@@ -121,6 +126,7 @@ type stats struct {
 	crashes, raftCrashes      uint64
 	lostTails                 uint64 // crashes that lost an unsynced tail
 	retries                   uint64
+	failovers                 uint64
 	specLead                  time.Duration // summed over confirmed speculative deliveries
 	specLeadN                 uint64
 	maxQuota                  uint64
@@ -134,13 +140,15 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
 		mode:  mode, md: newMode(mode, &sc), sc: sc, plant: plant,
-		failedShards: map[cut.ShardID]bool{},
-		shards:       map[cut.ShardID]*shard{},
-		voidFrom:     map[cut.ShardID]uint64{},
-		finals:       map[cut.ShardID]bool{},
-		orderedAt:    map[int64]uint64{},
-		windowed:     map[cut.ShardID]bool{},
-		cutOff:       map[cut.ShardID]bool{},
+		failedShards:    map[cut.ShardID]bool{},
+		crashedReplicas: map[cut.ShardID]bool{},
+		splitShards:     map[cut.ShardID]bool{},
+		shards:          map[cut.ShardID]*shard{},
+		voidFrom:        map[cut.ShardID]uint64{},
+		finals:          map[cut.ShardID]bool{},
+		orderedAt:       map[int64]uint64{},
+		windowed:        map[cut.ShardID]bool{},
+		cutOff:          map[cut.ShardID]bool{},
 	}
 	s.ld = newLeader(s)
 	s.initialCut = s.ld.st.LastCut
@@ -168,7 +176,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 	joinRates := map[string]float64{}
 	register := func(name string, quota uint64) {
 		s.ld.operator(control.Command{Register: &control.RegisterCommand{
-			Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}, Quota: quota}})
+			Group: name, Replicas: groupReplicas(name), Quota: quota}})
 	}
 	for i := range sc.shards {
 		register(fmt.Sprintf("s%d", i), sc.quotas[i])
@@ -228,7 +236,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 		s.after(sc.failAt, s.failSoleHolder)
 	case sc.failAt > 0:
 		s.after(sc.failAt, func() {
-			if sh := s.pick(2, func(sh *shard) bool { return sh.accepting }); sh != nil {
+			if sh := s.pick(2, func(sh *shard) bool { return sh.accepting && !sh.degraded() }); sh != nil {
 				s.failed = sh
 				sh.fail()
 			}
@@ -237,9 +245,22 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 	for _, p := range sc.partitions {
 		s.after(p.at, func() { s.partition(cut.ShardID(p.shard), p.dur, p.dir) })
 	}
+	if sc.splitAt > 0 {
+		s.after(sc.splitAt, func() {
+			if sh := s.pick(2, func(sh *shard) bool { return sh.alive && !sh.leaving && !sh.finalized && !sh.degraded() }); sh != nil {
+				sh.split, sh.splitSeen = true, s.now.Add(crashReportDelay)
+				s.splitShards[sh.id] = true
+				s.tracef("shard %d: primary %s cut off from its backup", sh.id, sh.primary().server)
+			}
+		})
+	}
 	for _, x := range sc.crashes {
 		s.after(x.at, func() {
-			sh := s.pick(2, func(sh *shard) bool { return sh.alive && !sh.leaving && !sh.finalized })
+			// A shard down to one server takes no second crash that loses
+			// what that server did not sync: beyond the fault budget.
+			sh := s.pick(2, func(sh *shard) bool {
+				return sh.alive && !sh.leaving && !sh.finalized && (s.sc.sync == syncAlways || !sh.degraded())
+			})
 			if sh == nil {
 				return
 			}
@@ -300,7 +321,7 @@ func (s *cluster) failSoleHolder() {
 			}
 		}
 		if len(holders) == 1 {
-			if sh := s.shards[holders[0]]; sh.accepting && s.now.After(sh.straggleUntil) {
+			if sh := s.shards[holders[0]]; sh.accepting && !sh.degraded() && s.now.After(sh.straggleUntil) {
 				s.failed, s.failedSoleHolder = sh, true
 				s.tracef("shard %d holds the only quota of window %d", sh.id, ws[len(ws)-1].Index)
 				sh.fail()
@@ -375,7 +396,7 @@ func (s *cluster) addReplacement() {
 	name := fmt.Sprintf("replacement%d", s.replacements)
 	s.replacements++
 	s.ld.operator(control.Command{Register: &control.RegisterCommand{
-		Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}}})
+		Group: name, Replicas: groupReplicas(name)}})
 }
 
 // rescueEvery is how often, once the faults stop, the operator looks for
@@ -392,7 +413,7 @@ func (s *cluster) rescue() {
 		s.rescues++
 		s.tracef("no shard takes appends: registering %s", name)
 		s.ld.operator(control.Command{Register: &control.RegisterCommand{
-			Group: name, Replicas: []control.Replica{{ID: name, Addr: name, Incarnation: 1}}}})
+			Group: name, Replicas: groupReplicas(name)}})
 	}
 	if s.now.Before(s.start.Add(s.sc.runFor - s.sc.healAt/2)) {
 		s.after(rescueEvery, s.rescue)

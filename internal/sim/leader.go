@@ -229,13 +229,13 @@ func (ld *leader) sendLagFix(f cut.Length) {
 
 // onReport is a shard's report reaching the leader on its heartbeat
 // stream: a beat for the failure detector and a report for the policy.
-func (ld *leader) onReport(sh *shard, r order.Report) {
+func (ld *leader) onReport(sh *shard, server string, r order.Report) {
 	s := ld.s
 	if ld.l == nil {
 		return // no leader: the report is lost
 	}
 	s.stats.reports++
-	ld.l.Beat(sh.name, 1, s.now)
+	ld.l.Beat(server, 1, s.now)
 	s.tracef("leader: report from shard %d: length %d, records %d", r.Shard, r.Length, r.Records)
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
@@ -244,15 +244,38 @@ func (ld *leader) onReport(sh *shard, r order.Report) {
 	}
 }
 
+// onBeat is a backup's heartbeat reaching the leader.
+func (ld *leader) onBeat(server string) {
+	if ld.l != nil {
+		ld.l.Beat(server, 1, ld.s.now)
+	}
+}
+
+// onUnreachable is the heartbeat of shard's primary of configuration
+// epoch saying it cannot replicate to server, a backup: the leader takes
+// it out at once.
+func (ld *leader) onUnreachable(shard cut.ShardID, server string, epoch uint64) {
+	if ld.l == nil {
+		return
+	}
+	ld.l.Broken(shard, server, epoch)
+	ld.detect()
+}
+
+// detect proposes what the failure detector finds.
+func (ld *leader) detect() {
+	for _, c := range ld.l.Detect(ld.s.now) {
+		ld.s.tracef("leader: shard %d: %v failed, reconfiguring it", c.Reconfig.Shard, c.Reconfig.Remove)
+		_ = ld.propose(c)
+	}
+}
+
 // detectTick runs the failure detector every quarter of the failure
 // timeout, as the ordering server's ticker does.
 func (ld *leader) detectTick() {
 	s := ld.s
 	if ld.l != nil {
-		for _, c := range ld.l.Detect(s.now) {
-			s.tracef("leader: shard %d: %v silent, reconfiguring it", c.Reconfig.Shard, c.Reconfig.Remove)
-			_ = ld.propose(c)
-		}
+		ld.detect()
 		ld.step()
 	}
 	s.after(s.sc.failureTimeout/4, ld.detectTick)

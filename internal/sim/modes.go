@@ -112,7 +112,7 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 // ordering predicts: records as themselves, no-ops as skips.
 func (x *specStream) changed() {
 	sh := x.sh
-	p := sh.copies[primaryCopy]
+	p := sh.primary()
 	if !p.up || !sh.alive {
 		return
 	}

@@ -145,6 +145,9 @@ type scenario struct {
 	dupProb    float64
 	partitions []partition
 	raftOneWay []raftOneWay
+	// splitAt, if not 0, cuts a shard's primary off from its backup for
+	// good (a partition between the two storage servers).
+	splitAt time.Duration
 	// crashes and raftCrashes crash and restart storage and ordering
 	// servers.
 	crashes     []crash
@@ -284,6 +287,10 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	if r.IntN(3) == 0 {
 		sc.sync, sc.syncEvery = syncInterval, time.Duration(200+r.IntN(2800))*time.Microsecond
 	}
+	var splitAt time.Duration
+	if r.IntN(3) == 0 {
+		splitAt = time.Duration(15+r.IntN(200)) * t
+	}
 	if f.Delay {
 		sc.spikeProb = spike
 	}
@@ -296,7 +303,7 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 		sc.lagFixLoss, sc.dupProb = 0, 0
 	}
 	if f.Partition {
-		sc.partitions, sc.raftOneWay = parts, oneWays
+		sc.partitions, sc.raftOneWay, sc.splitAt = parts, oneWays, splitAt
 	}
 	if f.Crash {
 		sc.crashes, sc.raftCrashes = crashes, raftCrashes
@@ -367,6 +374,9 @@ func (sc scenario) String() string {
 	}
 	for _, p := range sc.partitions {
 		fmt.Fprintf(&b, "; partition of #%d from the leader at %v for %v (%v)", p.shard, p.at, p.dur, p.dir)
+	}
+	if sc.splitAt > 0 {
+		fmt.Fprintf(&b, "; a shard's primary cut off from its backup at %v", sc.splitAt)
 	}
 	for _, x := range sc.raftOneWay {
 		fmt.Fprintf(&b, "; ordering replica %d %s at %v for %v", x.node+1, map[linkDir]string{fromShardOnly: "unheard", toShardOnly: "deaf"}[x.dir], x.at, x.dur)

@@ -25,15 +25,21 @@ import (
 // unanswered, what the copies' Replica.Resolve says), and feeds
 // subscribers.
 
-// The copies of a shard.
+// The copies of a shard: which is primary at registration. A failover
+// makes the other one primary (shard.prim).
 const (
 	primaryCopy = 0
 	backupCopy  = 1
-	// copiesN is f+1 with f = 1: a cut orders only what both hold.
+	// copiesN is f+1 with f = 1: a cut orders only what every copy of
+	// the configuration holds.
 	copiesN = 2
-	// backupName names the backup in its primary's configuration.
-	backupName = "backup"
 )
+
+// groupReplicas names the storage servers of a group's shard, its first
+// copy the primary.
+func groupReplicas(group string) []control.Replica {
+	return []control.Replica{{ID: group + "/0", Addr: group, Incarnation: 1}, {ID: group + "/1", Addr: group, Incarnation: 1}}
+}
 
 // syncPolicy says when a storage server fsyncs its logs.
 type syncPolicy int
@@ -60,7 +66,9 @@ func (p syncPolicy) String() string {
 type copyOf struct {
 	sh  *shard
 	idx int
-	r   *core.Replica[int64]
+	// server is the storage server's id in the shard's configuration.
+	server string
+	r      *core.Replica[int64]
 	// ord is a primary's ordering (mode.Mode's), nil on other copies.
 	ord core.Ordering
 	log *core.MemLog
@@ -77,10 +85,7 @@ type copyOf struct {
 }
 
 func (c *copyOf) name() string {
-	if c.idx == primaryCopy {
-		return "primary"
-	}
-	return "backup"
+	return c.server + "(" + c.r.Role().String() + ")"
 }
 
 // shard is one shard: its copies, its report and subscription streams,
@@ -90,8 +95,16 @@ type shard struct {
 	id   cut.ShardID
 	name string
 	feed streamRules
-	// copies are the primary and its backup.
+	// copies are the shard's two copies; prim is the primary's index, and
+	// member says which copies the configuration (epoch) holds.
 	copies [copiesN]*copyOf
+	prim   int
+	member [copiesN]bool
+	epoch  uint64
+	// split says the primary's replication to the backup is cut off (a
+	// partition between them); the primary notices at splitSeen.
+	split     bool
+	splitSeen time.Time
 	// repl carries replicate batches to the backup, acks the backup's
 	// acknowledgements back.
 	repl, acks link
@@ -104,6 +117,7 @@ type shard struct {
 	// queue holds the appends waiting for the primary's next turn.
 	queue     []core.Append[int64]
 	turnArmed bool
+	tickArmed bool
 
 	// alive says no copy crashed or failed; accepting that it takes
 	// appends.
@@ -158,11 +172,15 @@ const (
 func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *control.State) {
 	sh := &shard{s: s, id: id, name: name, alive: true, accepting: true, knownCut: snap.LastCut}
 	sh.feed = s.newStream(sh)
-	p := &copyOf{sh: sh, idx: primaryCopy, log: core.NewMemLog(), up: true, ord: s.md.NewShardOrdering(id, 0, s.now)}
-	p.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RolePrimary, Epoch: 1, Backups: []string{backupName}, LastCut: snap.LastCut.Index, Ordering: p.ord}, p.log)
-	b := &copyOf{sh: sh, idx: backupCopy, log: core.NewMemLog(), up: true}
-	b.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RoleBackup, Epoch: 1, LastCut: snap.LastCut.Index}, b.log)
+	row := snap.Shard(id)
+	sh.epoch = row.Epoch
+	servers := [copiesN]string{row.Replicas[primaryCopy].ID, row.Replicas[backupCopy].ID}
+	p := &copyOf{sh: sh, idx: primaryCopy, server: servers[primaryCopy], log: core.NewMemLog(), up: true, ord: s.md.NewShardOrdering(id, 0, s.now)}
+	p.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RolePrimary, Epoch: row.Epoch, Backups: servers[backupCopy:], LastCut: snap.LastCut.Index, Ordering: p.ord}, p.log)
+	b := &copyOf{sh: sh, idx: backupCopy, server: servers[backupCopy], log: core.NewMemLog(), up: true}
+	b.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RoleBackup, Epoch: row.Epoch, LastCut: snap.LastCut.Index}, b.log)
 	sh.copies = [copiesN]*copyOf{p, b}
+	sh.member = [copiesN]bool{true, true}
 	for range s.subs {
 		sh.streams = append(sh.streams, &stream{})
 	}
@@ -172,6 +190,29 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 	s.tracef("shard %d registered (quota %d)", id, quota)
 	sh.onState(control.Event{}, snap)
 	sh.heartbeat()
+}
+
+// primary is the copy that is (or was last) the shard's primary.
+func (sh *shard) primary() *copyOf { return sh.copies[sh.prim] }
+
+// backup is the primary's backup in the configuration, if it has one.
+func (sh *shard) backup() *copyOf {
+	if o := 1 - sh.prim; sh.member[o] {
+		return sh.copies[o]
+	}
+	return nil
+}
+
+// degraded says a failover left the shard with fewer servers than it
+// started with: one more failure is beyond its fault budget unless it
+// loses nothing (a crash of a server that syncs every write).
+func (sh *shard) degraded() bool {
+	for _, m := range sh.member {
+		if !m {
+			return true
+		}
+	}
+	return false
 }
 
 // forgetfulClient is the client id of a planted retry (bugRetryTwice): a
@@ -200,7 +241,7 @@ func (sh *shard) appendRecord(id int64, clientID uint64) {
 // backup, store it, carry out the output.
 func (sh *shard) turn() {
 	sh.turnArmed = false
-	p := sh.copies[primaryCopy]
+	p := sh.primary()
 	if !p.up || len(sh.queue) == 0 {
 		return // a crash took the batch: its clients resolve it
 	}
@@ -216,19 +257,25 @@ func (sh *shard) turn() {
 	sh.carry(p, &out)
 }
 
-// replicate sends a batch to the backup on the replication stream. The
-// entries are the core's buffer: they are copied, as the storage server
-// encodes them.
+// replicate sends a batch to the backup on the replication stream, in the
+// primary's configuration. The entries are the core's buffer: they are
+// copied, as the storage server encodes them.
 func (sh *shard) replicate(b core.Batch) {
 	s := sh.s
-	p, bk := sh.copies[primaryCopy], sh.copies[backupCopy]
-	first, entries := b.First, slices.Clone(b.Entries)
+	p, bk := sh.primary(), sh.backup()
+	if bk == nil {
+		return
+	}
+	first, entries, epoch := b.First, slices.Clone(b.Entries), p.r.Epoch()
 	pinc, binc := p.inc, bk.inc
+	if sh.split {
+		return // the partition between them drops it
+	}
 	s.at(sh.repl.arrival(s.now, s.netDelay()), func() {
-		if !bk.up || bk.inc != binc || p.inc != pinc {
-			return // either end restarted: the stream broke
+		if !bk.up || bk.inc != binc || p.inc != pinc || sh.split {
+			return // either end restarted, or a partition: the stream broke
 		}
-		held, err := bk.r.Replicated(1, first, entries)
+		held, err := bk.r.Replicated(epoch, first, entries)
 		if err != nil {
 			s.tracef("shard %d: backup: %v", sh.id, err)
 			return
@@ -239,18 +286,18 @@ func (sh *shard) replicate(b core.Batch) {
 				return
 			}
 			s.at(sh.acks.arrival(s.now, s.netDelay()), func() {
-				if p.up && p.inc == pinc {
-					sh.acked(held)
+				if p.up && p.inc == pinc && !sh.split {
+					sh.acked(p, bk, epoch, held)
 				}
 			})
 		})
 	})
 }
 
-// acked takes the backup's acknowledgement that it holds held entries.
-func (sh *shard) acked(held uint64) {
-	p := sh.copies[primaryCopy]
-	advanced, step := p.r.BackupAcked(backupName, 1, held)
+// acked takes backup bk's acknowledgement, in configuration epoch, that
+// it holds held entries.
+func (sh *shard) acked(p, bk *copyOf, epoch, held uint64) {
+	advanced, step := p.r.BackupAcked(bk.server, epoch, held)
 	if !advanced {
 		return
 	}
@@ -266,7 +313,7 @@ func (sh *shard) acked(held uint64) {
 
 // tick runs the primary's ordering now: fills, reports, its timer.
 func (sh *shard) tick() {
-	p := sh.copies[primaryCopy]
+	p := sh.primary()
 	if !p.up {
 		return
 	}
@@ -277,7 +324,7 @@ func (sh *shard) tick() {
 
 // lagFix takes a lag-fix from the leader.
 func (sh *shard) lagFix(target uint64) {
-	p := sh.copies[primaryCopy]
+	p := sh.primary()
 	if !p.up {
 		return
 	}
@@ -317,6 +364,16 @@ func (sh *shard) carry(c *copyOf, out *core.Output[int64]) {
 	}
 	if out.Durable {
 		sh.noteDurable()
+		if c == sh.primary() && c.r.ActsOnDurable() && !sh.tickArmed {
+			// A primary without backups holds what it wrote durably at
+			// once: its mode acts on that at its next step, as the
+			// storage server's loop steps after every batch.
+			sh.tickArmed = true
+			s.after(0, func() {
+				sh.tickArmed = false
+				sh.tick()
+			})
+		}
 	}
 	if out.Durable || out.Report {
 		sh.sendReport()
@@ -324,7 +381,7 @@ func (sh *shard) carry(c *copyOf, out *core.Output[int64]) {
 	if out.Changed {
 		sh.feed.changed()
 	}
-	if at := out.WakeAt; !at.IsZero() && c.idx == primaryCopy && (c.wakeAt.IsZero() || at.Before(c.wakeAt)) {
+	if at := out.WakeAt; !at.IsZero() && c == sh.primary() && (c.wakeAt.IsZero() || at.Before(c.wakeAt)) {
 		c.wakeAt = at
 		inc := c.inc
 		s.at(at, func() {
@@ -339,7 +396,7 @@ func (sh *shard) carry(c *copyOf, out *core.Output[int64]) {
 // mirror copies what the primary stored since the last call into the
 // simulator's truth.
 func (sh *shard) mirror() {
-	p := sh.copies[primaryCopy]
+	p := sh.primary()
 	n := uint64(len(sh.log))
 	if l := p.log.Len(); l > n {
 		ids, ok := readIDs(p.log, n, l)
@@ -358,7 +415,7 @@ func (sh *shard) mirror() {
 
 // noteDurable records what the primary holds durably.
 func (sh *shard) noteDurable() {
-	if p := sh.copies[primaryCopy]; p.r.Role() == core.RolePrimary {
+	if p := sh.primary(); p.r.Role() == core.RolePrimary {
 		sh.durable = max(sh.durable, p.r.Durable())
 	}
 }
@@ -447,12 +504,21 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 			f.SetWindows(snap.Spec.Windows)
 		}
 		for _, m := range mine {
-			c.r.ApplyCut(core.Cut{Index: m.c.Index, Start: m.c.Start, End: m.c.End, Slice: m.slice}, &out)
+			// As a storage server does: a failed shard's slots past its
+			// final length are no-ops no copy holds (speculative mode).
+			sl := m.slice
+			if row != nil && row.Failed && row.State == control.Finalized && sl.LocalStart+sl.Count > row.FinalLength {
+				sl.Count = row.FinalLength - min(row.FinalLength, sl.LocalStart)
+			}
+			c.r.ApplyCut(core.Cut{Index: m.c.Index, Start: m.c.Start, End: m.c.End, Slice: sl}, &out)
 		}
 		if sh.finalized {
 			c.r.Finalize(sh.finalLen, &out)
 		}
 		sh.carry(c, &out)
+	}
+	if row != nil && !sh.finalized && row.Epoch > sh.epoch {
+		sh.reconfigure(row, snap)
 	}
 	if sh.finalized {
 		sh.accepting = false
@@ -462,6 +528,84 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 		sh.feed.onState(ev, snap, mine)
 	}
 	sh.tick()
+}
+
+// reconfigure hands each copy that is up its place in the shard's new
+// configuration row, as a storage server does on the event: a backup left
+// alone becomes primary, a copy left out is fenced. The truth follows the
+// new primary, and the clients re-send, under their sequence numbers, the
+// appends the old one never answered.
+func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
+	s := sh.s
+	sh.epoch = row.Epoch
+	old := sh.prim
+	for i, c := range sh.copies {
+		sh.member[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server })
+		if row.Replicas[0].ID == c.server {
+			sh.prim = i
+		}
+	}
+	s.tracef("shard %d: configuration %d: %v", sh.id, row.Epoch, row.Replicas)
+	for i, c := range sh.copies {
+		if !c.up {
+			continue
+		}
+		m := core.Membership{Epoch: row.Epoch, Role: core.RoleFenced}
+		switch {
+		case i == sh.prim:
+			m.Role = core.RolePrimary
+			for _, r := range row.Replicas[1:] {
+				m.Backups = append(m.Backups, r.ID)
+			}
+			if c.r.Role() == core.RoleBackup {
+				c.ord = s.md.NewShardOrdering(sh.id, c.log.Ordered(), s.now)
+				if f, ok := c.ord.(core.WindowFollower); ok && snap.Spec != nil {
+					f.SetWindows(snap.Spec.Windows)
+				}
+				m.Ordering = c.ord
+			}
+		case sh.member[i]:
+			m.Role = core.RoleBackup
+		}
+		var out core.Output[int64]
+		c.r.Reconfigure(m, s.now, &out)
+		sh.carry(c, &out)
+	}
+	p := sh.primary()
+	if sh.prim == old || !p.up || p.r.Role() != core.RolePrimary {
+		return // no failover, or none that serves: a new primary that is down
+	}
+	s.stats.failovers++
+	// Nothing past the new primary's log was ever durable, so no cut
+	// ordered it: the new primary's entries replace it.
+	if n := p.log.Len(); uint64(len(sh.log)) > n {
+		if ordered := snap.LastCut.Len(sh.id); ordered > n {
+			s.errorf("shard %d: the new primary holds %d entries, but %d are ordered", sh.id, n, ordered)
+		}
+		sh.log = sh.log[:n]
+		sh.records = 0
+		for _, e := range sh.log {
+			if e != noop {
+				sh.records++
+			}
+		}
+	}
+	sh.mirror()
+	sh.noteDurable()
+	sh.retryUnanswered()
+	sh.tick()
+}
+
+// retryUnanswered re-sends the appends to the shard nobody answered, as
+// the clients do once the shard table names a new primary.
+func (sh *shard) retryUnanswered() {
+	s := sh.s
+	for id := range s.recs {
+		if r := &s.recs[id]; r.at == sh.id && !r.acked && !r.rerouting {
+			s.stats.retries++
+			sh.appendRecord(int64(id), clientIDOf(r.client))
+		}
+	}
 }
 
 // sliceOf returns shard id's part of cut c after prev.
@@ -484,7 +628,7 @@ func sliceOf(prev, c cut.Cut, id cut.ShardID) cut.Slice {
 // rule), and ask again while no copy can tell.
 func (sh *shard) resolve() {
 	s := sh.s
-	if p := sh.copies[primaryCopy]; sh.resolved || (p.up && p.r.Role() == core.RolePrimary) {
+	if p := sh.primary(); sh.resolved || (p.up && p.r.Role() == core.RolePrimary) {
 		return // done, or the primary answers (Finalize abandons the rest)
 	}
 	sh.resolved = true
@@ -557,7 +701,7 @@ func (sh *shard) resolveIDs(ids []int64) {
 // straggling, lost while the leader cannot hear the shard.
 func (sh *shard) sendReport() {
 	s := sh.s
-	p := sh.copies[primaryCopy]
+	p := sh.primary()
 	if !p.up || !sh.alive {
 		return
 	}
@@ -578,9 +722,21 @@ func (sh *shard) sendReport() {
 	if s.faulty() && s.r.Float64() < s.sc.reportDup {
 		copies = 2 // resent on a reconnected heartbeat stream
 	}
+	server := p.server
 	for range copies {
-		s.at(sh.report.arrival(s.now, delay), func() { s.ld.onReport(sh, r) })
+		s.at(sh.report.arrival(s.now, delay), func() { s.ld.onReport(sh, server, r) })
 	}
+}
+
+// beat sends the heartbeat of copy c's server (a primary's also rides on
+// its reports), lost while the leader cannot hear the shard.
+func (sh *shard) beat(c *copyOf) {
+	s := sh.s
+	if !c.up || s.now.Before(sh.deafUntil) {
+		return
+	}
+	server := c.server
+	s.at(sh.report.arrival(s.now, s.netDelay()), func() { s.ld.onBeat(server) })
 }
 
 // heartbeat repeats the last report now and then, as a storage server's
@@ -593,6 +749,19 @@ func (sh *shard) heartbeat() {
 			return
 		}
 		sh.sendReport()
+		for i, c := range sh.copies {
+			if sh.member[i] {
+				sh.beat(c)
+			}
+		}
+		if bk := sh.backup(); sh.split && bk != nil && sh.primary().up && !s.now.Before(sh.splitSeen) {
+			// The primary cannot replicate to its backup: its heartbeat
+			// says so until the leader takes the backup out.
+			server, epoch := bk.server, sh.primary().r.Epoch()
+			if !s.now.Before(sh.deafUntil) {
+				s.at(sh.report.arrival(s.now, s.netDelay()), func() { s.ld.onUnreachable(sh.id, server, epoch) })
+			}
+		}
 		sh.heartbeat()
 	})
 }
@@ -660,11 +829,12 @@ func (sh *shard) broadcast(add func(*subMsg)) {
 	}
 }
 
-// fail stops the shard's primary server for good: the shard takes no
+// fail stops the shard's primary server for good and cuts the backup's
+// server off from the leader: a whole-shard failure. The shard takes no
 // appends, reports nothing and stops its heartbeats. Its backup stays up
 // and, in a mode that serves after a failure, serves what was ordered.
 func (sh *shard) fail() {
-	p := sh.copies[primaryCopy]
+	p := sh.primary()
 	sh.alive, sh.accepting = false, false
 	p.up = false
 	p.inc++
@@ -677,7 +847,7 @@ func (sh *shard) fail() {
 // restarts after down with the copy read-only (RoleRecovered).
 func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	s := sh.s
-	if c.idx == primaryCopy && len(sh.queue) > 0 && s.sc.sync == syncAlways {
+	if c == sh.primary() && len(sh.queue) > 0 && s.sc.sync == syncAlways {
 		// The turn that was writing the queued batch: its frames reach
 		// the log unsynced, so the crash may keep or tear them.
 		var es []segment.Entry
@@ -698,10 +868,26 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	c.inc++
 	s.stats.crashes++
 	s.tracef("shard %d: %s crashes (stored %d, synced %d, kept %d after the crash; durable %d)", sh.id, c.name(), before, synced, c.log.Len(), sh.durable)
-	wasAlive := sh.alive
-	sh.alive, sh.accepting = false, false
-	if wasAlive {
-		s.failedShards[sh.id] = true
+	survivor := false
+	for i, o := range sh.copies {
+		survivor = survivor || (o != c && o.up && sh.member[i])
+	}
+	switch {
+	case sh.alive && survivor && s.plant != bugFinalizeOnReplicaFailure:
+		// The other copy holds everything durable: the shard fails over
+		// to it and keeps its id (a surviving server, or the failure
+		// detector, reports the crash).
+		s.crashedReplicas[sh.id] = true
+		rc := control.ReconfigCommand{Shard: sh.id, Epoch: sh.epoch, Remove: []string{c.server}}
+		s.after(crashReportDelay, func() { s.ld.operator(control.Command{Reconfig: &rc}) })
+	case sh.alive:
+		if survivor {
+			s.planted = true
+			s.crashedReplicas[sh.id] = true
+		} else {
+			s.failedShards[sh.id] = true
+		}
+		sh.alive, sh.accepting = false, false
 		s.after(crashReportDelay, func() {
 			s.ld.operator(control.Command{Finalize: &control.FinalizeCommand{Shard: sh.id, Failed: true}})
 			s.addReplacement()

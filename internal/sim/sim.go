@@ -166,6 +166,10 @@ const (
 	bugSkipSync
 	// bugApplyTwice: a player's target applies an entry twice.
 	bugApplyTwice
+	// bugFinalizeOnReplicaFailure: the crash of one server of a shard
+	// finalizes the shard, though the other holds everything durable (the
+	// behaviour before shards failed over).
+	bugFinalizeOnReplicaFailure
 )
 
 // Result is the outcome of one seed.
@@ -191,6 +195,8 @@ type Result struct {
 	// whose logs lost unsynced writes in the crash, RaftCrashes the
 	// ordering replicas that crashed.
 	Crashes, LostTails, RaftCrashes uint64
+	// Failovers counts the shards that moved to a new primary.
+	Failovers uint64
 	// Player says the seed ran the exactly-once player; TargetCrashes and
 	// PlayerRestarts count its faults.
 	Player                        bool
@@ -222,7 +228,7 @@ func Run(seed uint64, o Options) Result {
 		Seed: seed, Mode: o.Mode, Faults: o.Faults,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
-		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes,
+		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
 		planted: s.planted,
 	}
 	if p := s.player; p != nil {
@@ -262,8 +268,8 @@ type Tally struct {
 	// Adopted counts the runs of Result.Adopted.
 	Adopted      int
 	Fails, Steps uint64
-	// Crashes, LostTails and RaftCrashes sum the results'.
-	Crashes, LostTails, RaftCrashes uint64
+	// Crashes, LostTails, RaftCrashes and Failovers sum the results'.
+	Crashes, LostTails, RaftCrashes, Failovers uint64
 	// Player counts the seeds that ran the player; TargetCrashes and
 	// PlayerRestarts sum their faults.
 	Player                        int
@@ -282,6 +288,7 @@ func Count(rs []Result) Tally {
 		t.Crashes += r.Crashes
 		t.LostTails += r.LostTails
 		t.RaftCrashes += r.RaftCrashes
+		t.Failovers += r.Failovers
 		if r.ShardFailed {
 			t.ShardFailed++
 		}
@@ -306,8 +313,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }
 
 func (s *cluster) summary() string {

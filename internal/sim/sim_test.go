@@ -51,6 +51,11 @@ func TestSeeds(t *testing.T) {
 			if faults.Crash && n >= 40 && (tally.LostTails == 0 || tally.RaftCrashes == 0) {
 				t.Errorf("no seed crashed a storage server that lost unsynced writes, or an ordering replica: %v", tally)
 			}
+			// And some crashes take one server of a shard, which fails
+			// over to the other instead of being finalized.
+			if faults.Crash && n >= 40 && tally.Failovers == 0 {
+				t.Errorf("no seed failed a shard over to its other server: %v", tally)
+			}
 			// And the player runs in some seeds, through target crashes
 			// and its own restarts.
 			if n >= 40 && (tally.Player == 0 || faults.Crash && (tally.TargetCrashes == 0 || tally.PlayerRestarts == 0)) {
@@ -122,6 +127,53 @@ func TestPlantedBugs(t *testing.T) {
 			if struck < seeds-1 || caught < struck-c.missable {
 				t.Errorf("the planted bug struck in %d of %d seeds and was caught in %d", struck, seeds, caught)
 			}
+		})
+	}
+}
+
+// TestPlantedFinalizeOnReplicaFailure plants the behaviour before shards
+// failed over: the crash of one server of a shard finalizes it. Every
+// seed the plant strikes must fail the check that a shard keeps its id
+// and stays live while one server survives, and in speculative mode the
+// check that no view change comes without a whole-shard failure. The same
+// seeds pass without the plant.
+func TestPlantedFinalizeOnReplicaFailure(t *testing.T) {
+	for _, m := range Modes() {
+		t.Run(string(m), func(t *testing.T) {
+			const seeds = 16
+			opts := Options{Mode: m, Faults: Faults{Crash: true}}
+			struck, live, views := 0, 0, 0
+			for seed := range uint64(seeds) {
+				if r := Run(seed, opts); r.Failed() {
+					t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+				}
+				bad := opts
+				bad.plant = bugFinalizeOnReplicaFailure
+				r := Run(seed, bad)
+				if !r.planted {
+					continue
+				}
+				struck++
+				for _, e := range r.Errs {
+					if strings.Contains(e, "lost one server, and was finalized") {
+						live++
+						if live == 1 {
+							t.Logf("seed %d: %s", seed, e)
+						}
+						break
+					}
+				}
+				for _, e := range r.Errs {
+					if strings.Contains(e, "no whole shard failed, but the leader started view") {
+						views++
+						break
+					}
+				}
+			}
+			if struck < seeds/4 || live != struck || (m == Spec && views == 0) {
+				t.Errorf("the plant struck in %d of %d seeds; the live-shard check caught %d, the view check %d", struck, seeds, live, views)
+			}
+			t.Logf("the plant struck in %d of %d seeds; the live-shard check caught %d, the view check %d", struck, seeds, live, views)
 		})
 	}
 }

@@ -53,16 +53,25 @@ func (s *cluster) verify() {
 	if len(s.errs) > 0 {
 		return
 	}
-	// A view change, or a misspeculation, needs a shard that failed or
-	// looked failed: one that died, was cut off, or whose reports were
-	// lost.
+	// A view change, or a misspeculation, needs a whole shard that failed
+	// or looked failed: every server of its configuration died, or it was
+	// cut off, or its reports were lost. The crash of one server of a
+	// shard is masked by a failover.
 	faulted := s.failed != nil || len(s.failedShards) > 0 || len(s.cutOff) > 0 || s.stats.lostReports > 0
 	if !faulted && len(s.views) > 0 {
-		s.errorf("no shard failed, but the leader started view %d: %+v", len(s.views), s.views[0])
+		s.errorf("failover: no whole shard failed, but the leader started view %d: %+v", len(s.views), s.views[0])
 	}
 	for _, sb := range s.subs {
 		if !faulted && sb.fails > 0 {
-			s.errorf("sub %d: %d misspeculations without a whole-shard failure", sb.id, sb.fails)
+			s.errorf("failover: sub %d: %d misspeculations without a whole-shard failure", sb.id, sb.fails)
+		}
+	}
+	// A shard keeps its id and stays live while one server of its
+	// configuration survives.
+	for _, sh := range s.order {
+		row := s.ld.st.Shard(sh.id)
+		if s.crashedReplicas[sh.id] && !s.failedShards[sh.id] && !s.cutOff[sh.id] && s.failed != sh && row != nil && row.Failed {
+			s.errorf("failover: shard %d lost one server, and was finalized though the other survived", sh.id)
 		}
 	}
 	// Every leave ended, busy or idle.

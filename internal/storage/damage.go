@@ -95,7 +95,7 @@ func (s *Server) health() []*pb.ReplicaHealth {
 	slices.SortFunc(rs, func(a, b *replica) int { return cmp.Compare(a.id, b.id) })
 	out := make([]*pb.ReplicaHealth, 0, len(rs))
 	for _, r := range rs {
-		h := &pb.ReplicaHealth{Shard: r.id, Lost: r.core.Lost()}
+		h := &pb.ReplicaHealth{Shard: r.id, Lost: r.core.Lost(), Role: r.role().String()}
 		for _, d := range r.store.Damaged() {
 			h.Damaged = append(h.Damaged, &pb.LocalRange{First: d.First, End: d.End})
 		}

@@ -111,6 +111,12 @@ type Server struct {
 	// reportDelay holds back each report by this long (a straggler,
 	// injected by tests and benchmarks); 0 in normal operation.
 	reportDelay atomic.Int64
+	// goingAway is set when the server stops: the next heartbeat says so,
+	// and goneAway is closed once one did.
+	goingAway atomic.Bool
+	goneAway  chan struct{}
+	// heartbeating says a heartbeat stream to a leader is open.
+	heartbeating atomic.Bool
 	// dirty wakes syncLoop when a store has unsynced writes.
 	dirty    chan struct{}
 	stopOnce sync.Once
@@ -140,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 		caughtUp:    make(chan struct{}),
 		conns:       map[string]*grpc.ClientConn{},
 		hbWake:      make(chan struct{}, 1),
+		goneAway:    make(chan struct{}),
 		dirty:       make(chan struct{}, 1),
 		stored:      metrics.RecordsStored.WithLabelValues(cfg.ID),
 		ordered:     metrics.RecordsOrdered.WithLabelValues(cfg.ID),
@@ -251,6 +258,7 @@ func (s *Server) Stop() {
 }
 
 func (s *Server) stop() {
+	s.sayGoingAway()
 	s.cancel()
 	s.mu.Lock()
 	for _, r := range s.replicas {
@@ -860,6 +868,8 @@ func (s *Server) heartbeatTo(addr string) (err error) {
 	if err != nil {
 		return err
 	}
+	s.heartbeating.Store(true)
+	defer s.heartbeating.Store(false)
 	redirected := make(chan error, 1)
 	go func() {
 		for {
@@ -908,7 +918,8 @@ func (s *Server) heartbeatTo(addr string) (err error) {
 	// 90th percentile and saved no measurable CPU.) Fix-ante reports come
 	// only at quota boundaries and go at once too.
 	for {
-		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation}
+		goingAway := s.goingAway.Load()
+		req := &pb.HeartbeatRequest{ClusterId: s.cfg.ClusterID, ServerId: s.cfg.ID, Incarnation: s.incarnation, GoingAway: goingAway}
 		s.mu.Lock()
 		for id, r := range s.replicas {
 			if r.role() != rolePrimary || r.finalized() {
@@ -919,7 +930,7 @@ func (s *Server) heartbeatTo(addr string) (err error) {
 			}
 			for _, l := range s.links[id] {
 				if l.lostAt.Load() {
-					req.Unreachable = append(req.Unreachable, &pb.ReplicaRef{Shard: id, Server: l.peer.ID})
+					req.Unreachable = append(req.Unreachable, &pb.ReplicaRef{Shard: id, Server: l.peer.ID, Epoch: l.epoch})
 				}
 			}
 			// The core's ordering mode says what to report: the durable
@@ -955,6 +966,13 @@ func (s *Server) heartbeatTo(addr string) (err error) {
 		if err := stream.Send(req); err != nil {
 			return err
 		}
+		if goingAway {
+			select {
+			case <-s.goneAway:
+			default:
+				close(s.goneAway)
+			}
+		}
 		select {
 		case err := <-redirected:
 			return err
@@ -964,6 +982,29 @@ func (s *Server) heartbeatTo(addr string) (err error) {
 		case <-due.C:
 		case <-s.hbWake:
 		}
+	}
+}
+
+// goingAwayWaitMax bounds how long a stopping server waits for its
+// heartbeat to tell the ordering leader it goes away.
+const goingAwayWaitMax = time.Second
+
+// sayGoingAway tells the ordering leader, on the heartbeat stream, that
+// this server stops, so that it takes the server out of its shards at
+// once rather than after a failure timeout of silence. It waits for the
+// heartbeat to go out, up to goingAwayWaitMax (a server that cannot reach
+// the leader stops anyway and is found silent).
+func (s *Server) sayGoingAway() {
+	if s.ctx.Err() != nil || !s.heartbeating.Load() {
+		return
+	}
+	s.goingAway.Store(true)
+	s.signalHeartbeat()
+	t := time.NewTimer(goingAwayWaitMax)
+	defer t.Stop()
+	select {
+	case <-s.goneAway:
+	case <-t.C:
 	}
 }
 
@@ -1096,12 +1137,12 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 	if err != nil {
 		return 0, err
 	}
-	r := newReplica(s, id, rolePrimary, st, s.cfg.Group[1:], 1)
+	r := newReplica(s, id, rolePrimary, st, s.cfg.Group[1:], control.FirstEpoch)
 	// The replication streams open before s.mu is taken: opening one may
 	// wait for the connection.
 	var links []*backupLink
 	for _, p := range s.cfg.Group[1:] {
-		links = append(links, s.openBackupLink(r, p, 1, false))
+		links = append(links, s.openBackupLink(r, p, control.FirstEpoch, false))
 	}
 	s.mu.Lock()
 	if err := s.ctx.Err(); err != nil {
