@@ -560,7 +560,7 @@ func (c *Client) resolve(ctx context.Context, info *pb.ShardInfo, ops map[uint64
 	for s := range ops {
 		seqs = append(seqs, s)
 	}
-	for _, rep := range info.Replicas {
+	for _, rep := range holders(info) {
 		cc, err := c.conn(rep.Addr)
 		if err != nil {
 			continue

@@ -204,9 +204,53 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	}
 }
 
-// startClusterWithoutLiveShard runs a cluster of one shard whose backup
-// has failed: the failure finalized the shard, and its primary cannot form
-// a new one without the backup, so no shard takes appends.
+// failWholeShard ends shard sh by failing both its servers, one after
+// the other: the backup (the shard fails over to its primary alone), then
+// the primary (no replica is left, so the shard is finalized as failed).
+// The backup then restarts: its copy serves what the shard ordered, and
+// it forms no shard (only a group's primary does).
+func failWholeShard(t *testing.T, ctx context.Context, dc *devcluster.Cluster, c *client.Client, sh *pb.ShardInfo) {
+	t.Helper()
+	primary, backup := sh.Replicas[0].Id, sh.Replicas[1].Id
+	if err := dc.StopStorage(backup); err != nil {
+		t.Fatal(err)
+	}
+	waitShard(t, ctx, c, sh.Id, "failed over to its primary alone", func(now *pb.ShardInfo) bool {
+		return now.Epoch > sh.Epoch && len(now.Replicas) == 1
+	})
+	if err := dc.StopStorage(primary); err != nil {
+		t.Fatal(err)
+	}
+	waitShard(t, ctx, c, sh.Id, "finalized", func(now *pb.ShardInfo) bool { return now.State == pb.ShardState_SHARD_FINALIZED })
+	if err := dc.StartStorage(backup); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitShard waits until shard id is as ok wants it (it polls the status).
+func waitShard(t *testing.T, ctx context.Context, c *client.Client, id uint32, what string, ok func(*pb.ShardInfo) bool) {
+	t.Helper()
+	for {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sh := range st.Shards {
+			if sh.Id == id && ok(sh) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("shard %d never %s: %v", id, what, st.Shards)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// startClusterWithoutLiveShard runs a cluster of one shard whose servers
+// have both failed: the shard is finalized, and its primary, down, forms
+// no new one, so no shard takes appends.
 func startClusterWithoutLiveShard(t *testing.T) *client.Client {
 	t.Helper()
 	ctx := testCtx(t)
@@ -233,11 +277,16 @@ func startClusterWithoutLiveShard(t *testing.T) *client.Client {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	if err := dc.StopStorage(only.Replicas[1].Id); err != nil {
+	// A record, so that each server holds a copy of the shard to serve.
+	if _, err := c.AppendToShard(ctx, client.Record{Payload: []byte("only")}, only.Id); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := sub.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	failWholeShard(t, ctx, dc, c, only)
 	if _, err := sub.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
-		t.Fatalf("shard %d after its backup failed: %v, want ErrShardFinalized", only.Id, err)
+		t.Fatalf("shard %d after its servers failed: %v, want ErrShardFinalized", only.Id, err)
 	}
 	if st, err = c.Status(ctx); err != nil {
 		t.Fatal(err)
@@ -360,23 +409,28 @@ func TestRetriedAppendIsStoredOnce(t *testing.T) {
 	}
 }
 
-// TestStorageFailureFinalizesAndAppendsMove stops a primary mid-stream: its
-// shard is finalized, the group forms a new shard once the server is back,
-// and every append is acknowledged exactly once.
-func TestStorageFailureFinalizesAndAppendsMove(t *testing.T) {
+// TestStorageFailureFailsOverAndAppendsGoOn stops a primary mid-stream: its
+// shard fails over to the backup and keeps its id, the appends in flight
+// to the stopped primary are re-sent to the new one, and every append is
+// acknowledged exactly once. The stopped server, back, stays out of the
+// configuration (it rejoins only after catching up) and forms no shard.
+func TestStorageFailureFailsOverAndAppendsGoOn(t *testing.T) {
 	dc, c := startCluster(t)
 	ctx := testCtx(t)
 	st, err := c.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	victim := st.Shards[0].Replicas[0].Id
-	// Some of the victim's records are ordered before it fails, so the
-	// finalized shard has records to keep serving.
+	victim, survivor := st.Shards[0].Replicas[0].Id, st.Shards[0].Replicas[1].Id
+	shards := len(st.Shards)
+	// Some of the victim's records are ordered before it fails.
+	seen := map[uint64]bool{}
 	for i := 0; i < 5; i++ {
-		if _, err := c.AppendToShard(ctx, client.Record{Payload: []byte("early")}, st.Shards[0].Id); err != nil {
+		a, err := c.AppendToShard(ctx, client.Record{Payload: []byte("early")}, st.Shards[0].Id)
+		if err != nil {
 			t.Fatal(err)
 		}
+		seen[a.Position] = true
 	}
 	const n = 600
 	type result struct {
@@ -392,7 +446,6 @@ func TestStorageFailureFinalizesAndAppendsMove(t *testing.T) {
 		}
 		c.AppendAsync(ctx, client.Record{Payload: []byte(fmt.Sprint(i))}, func(a client.Ack, err error) { results <- result{a, err} })
 	}
-	seen := map[uint64]bool{}
 	for i := 0; i < n; i++ {
 		r := <-results
 		if r.err != nil {
@@ -413,26 +466,27 @@ func TestStorageFailureFinalizesAndAppendsMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Shards[0].State != pb.ShardState_SHARD_FINALIZED || !st.Shards[0].Failed {
-		t.Fatalf("failed shard %v", st.Shards[0])
+	sh := st.Shards[0]
+	if sh.State != pb.ShardState_SHARD_LIVE || sh.Epoch < 2 || len(sh.Replicas) != 1 || sh.Replicas[0].Id != survivor ||
+		len(sh.Out) != 1 || sh.Out[0].Id != victim || len(st.Shards) != shards {
+		t.Fatalf("after the failover: shards %v, want shard %d live on %s alone and no new shard", st.Shards, sh.Id, survivor)
 	}
 	const total = n + 5
 	if st.Tail != total {
 		t.Fatalf("tail %d, want %d: an append was lost or duplicated", st.Tail, total)
 	}
-	// The finalized shard's records stay readable from its survivor.
+	// Every acknowledged record reads back at its position.
 	es, err := c.ReadRange(ctx, 0, total)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromFailed := 0
-	for _, e := range es {
-		if e.Shard == st.Shards[0].Id {
-			fromFailed++
-		}
+	if len(es) != total {
+		t.Fatalf("read %d records, want %d", len(es), total)
 	}
-	if fromFailed == 0 {
-		t.Fatal("no record of the failed shard was readable")
+	for _, e := range es {
+		if !seen[e.Position] {
+			t.Fatalf("position %d was never acknowledged", e.Position)
+		}
 	}
 }
 
@@ -569,8 +623,8 @@ func TestOneShardSubscriptionEndsWithItsShard(t *testing.T) {
 // only then a new shard joins: with no stream left to announce the new
 // shard table, the subscription must still find the new shard and deliver
 // its records. The last live shard cannot be finalized on request, so a
-// failure of its backup ends it; its primary keeps serving its records and
-// cannot form a new shard without the backup.
+// failure of both its servers ends it (see failWholeShard); its backup
+// comes back to serve its records, and forms no shard.
 func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
 	dc, c := startCluster(t)
 	ctx := testCtx(t)
@@ -602,14 +656,12 @@ func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := dc.StopStorage(last.Replicas[1].Id); err != nil {
-		t.Fatal(err)
-	}
+	failWholeShard(t, ctx, dc, c, last)
 	if _, err := ofLast.Next(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if e, err := ofLast.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
-		t.Fatalf("shard %d after its backup failed: %+v, %v; want ErrShardFinalized", last.Id, e, err)
+		t.Fatalf("shard %d after its servers failed: %+v, %v; want ErrShardFinalized", last.Id, e, err)
 	}
 	// Every followed stream has ended once both records are out.
 	for range want {
@@ -630,5 +682,50 @@ func TestSubscriptionFindsShardsAddedAfterAllItsShardsEnded(t *testing.T) {
 	}
 	if e.Position != a.Position || string(e.Record.Payload) != "after" {
 		t.Fatalf("got %q at %d, the new shard's record is at %d", e.Record.Payload, e.Position, a.Position)
+	}
+}
+
+// TestCleanStopTakesTheServerOutAtOnce stops a primary cleanly (as SIGTERM
+// does) in a cluster whose failure timeout is far longer than the test:
+// the server says it goes away, the leader takes it out of its shard's
+// configuration at once, the backup becomes primary, and AppendToShard
+// goes on.
+func TestCleanStopTakesTheServerOutAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1, FailureTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	if err := dc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dc.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := st.Shards[0]
+	before, err := c.AppendToShard(ctx, client.Record{Payload: []byte("before")}, sh.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.StopStorage(sh.Replicas[0].Id); err != nil {
+		t.Fatal(err)
+	}
+	waitShard(t, ctx, c, sh.Id, "failed over to the backup", func(now *pb.ShardInfo) bool {
+		return now.Epoch > sh.Epoch && len(now.Replicas) == 1 && now.Replicas[0].Id == sh.Replicas[1].Id && now.State == pb.ShardState_SHARD_LIVE
+	})
+	after, err := c.AppendToShard(ctx, client.Record{Payload: []byte("after")}, sh.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Shard != sh.Id || after.Position <= before.Position {
+		t.Fatalf("append after the failover %+v, before %+v", after, before)
 	}
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,14 @@ func (e *engine) lastRefusal() string {
 	return ""
 }
 
+// holders lists the servers that may hold shard info's records: its
+// configuration, then the replicas taken out of it (a restarted or fenced
+// server still serves what it holds of what the shard ordered, and after a
+// whole-shard failure it may be the only one up).
+func holders(info *pb.ShardInfo) []*pb.ReplicaAddr {
+	return append(slices.Clone(info.Replicas), info.Out...)
+}
+
 // followShard keeps a subscription stream of shard sh open until ctx ends
 // or streamFrom says the shard is done: it tries the shard's replicas in
 // turn, pausing after each full round. A trimmed position ends it through
@@ -164,7 +173,8 @@ func (c *Client) followShard(ctx context.Context, sh *pb.ShardInfo, streamFrom f
 		if info == nil {
 			info = sh
 		}
-		rep := info.Replicas[attempt%len(info.Replicas)]
+		reps := holders(info)
+		rep := reps[attempt%len(reps)]
 		done, err := streamFrom(info.Id, rep.Addr)
 		if done || ctx.Err() != nil {
 			return
@@ -173,7 +183,7 @@ func (c *Client) followShard(ctx context.Context, sh *pb.ShardInfo, streamFrom f
 			onTrimmed(translate(err))
 			return
 		}
-		if attempt%len(info.Replicas) == len(info.Replicas)-1 {
+		if attempt%len(reps) == len(reps)-1 {
 			if err := c.pause(ctx); err != nil {
 				return
 			}

@@ -12,10 +12,10 @@ import (
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
-// startClusterWithoutLiveShard runs a cluster of one shard whose backup
-// has failed: the failure finalized the shard, and its primary cannot form
-// a new one without the backup, so no shard takes appends. It returns the
-// flags that name the cluster.
+// startClusterWithoutLiveShard runs a cluster of one shard whose servers
+// both failed: the shard is finalized, and its primary, down, forms no new
+// one, so no shard takes appends. It returns the flags that name the
+// cluster.
 func startClusterWithoutLiveShard(t *testing.T, ctx context.Context) []string {
 	t.Helper()
 	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 200 * time.Millisecond})
@@ -41,11 +41,35 @@ func startClusterWithoutLiveShard(t *testing.T, ctx context.Context) []string {
 		t.Fatal(err)
 	}
 	defer sub.Close()
+	// A record, so that each server holds a copy of the shard to serve;
+	// then both servers fail, one after the other: the shard fails over to
+	// the primary alone, then has no replica left and is finalized. The
+	// backup comes back to serve the record; only a group's primary forms
+	// shards.
+	if _, err := cl.AppendToShard(ctx, client.Record{Payload: []byte("only")}, only.Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := dc.StopStorage(only.Replicas[1].Id); err != nil {
 		t.Fatal(err)
 	}
+	for st, err := cl.Status(ctx); err != nil || st.Shards[0].Epoch == only.Epoch; st, err = cl.Status(ctx) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("shard %d never failed over: %v %v", only.Id, st, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := dc.StopStorage(only.Replicas[0].Id); err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.StartStorage(only.Replicas[1].Id); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := sub.Next(ctx); !errors.Is(err, client.ErrShardFinalized) {
-		t.Fatalf("shard %d after its backup failed: %v, want ErrShardFinalized", only.Id, err)
+		t.Fatalf("shard %d after its servers failed: %v, want ErrShardFinalized", only.Id, err)
 	}
 	if st, err = cl.Status(ctx); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/augur-log/augur/client"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -62,8 +63,11 @@ func printStatus(w io.Writer, st *pb.StatusResponse) error {
 	fmt.Fprintln(tw, "ORDERING\tADDR\tROLE")
 	for _, m := range st.Members {
 		role := "follower"
-		if m.Leader {
+		switch {
+		case m.Leader:
 			role = "leader"
+		case m.Unreachable:
+			role = "unreachable (the leader has not heard from it for an election timeout)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Id, m.Addr, role)
 	}
@@ -73,7 +77,7 @@ func printStatus(w io.Writer, st *pb.StatusResponse) error {
 	fmt.Fprintln(w)
 
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tGROUP\tSTATE\tLENGTH\tADDED AT CUT\tREPLICAS (primary first)")
+	fmt.Fprintln(tw, "SHARD\tGROUP\tSTATE\tLENGTH\tADDED AT CUT\tEPOCH\tREPLICAS (primary first)\tOUT")
 	for _, sh := range st.Shards {
 		state := shardState(sh.State)
 		switch {
@@ -82,9 +86,15 @@ func printStatus(w io.Writer, st *pb.StatusResponse) error {
 		case sh.State == pb.ShardState_SHARD_FINALIZED && sh.Failed:
 			state += " (replica failed)"
 		}
-		var reps []string
+		var reps, out []string
 		for _, r := range sh.Replicas {
 			reps = append(reps, r.Id+"@"+r.Addr)
+		}
+		for _, r := range sh.Out {
+			out = append(out, r.Id)
+		}
+		if len(out) == 0 {
+			out = []string{"-"}
 		}
 		length := "-"
 		for _, l := range st.LastCut.GetLengths() {
@@ -95,10 +105,10 @@ func printStatus(w io.Writer, st *pb.StatusResponse) error {
 		if sh.State == pb.ShardState_SHARD_FINALIZED {
 			length = strconv.FormatUint(sh.FinalLength, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", sh.Id, sh.Group, state, length, sh.AddedCut, strings.Join(reps, " "))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", sh.Id, sh.Group, state, length, sh.AddedCut, sh.Epoch, strings.Join(reps, " "), strings.Join(out, " "))
 	}
 	if len(st.Shards) == 0 {
-		fmt.Fprintln(tw, "(none)\t\t\t\t\t")
+		fmt.Fprintln(tw, "(none)\t\t\t\t\t\t\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -134,7 +144,7 @@ func shardState(s pb.ShardState) string {
 func askHealth(ctx context.Context, cl *client.Client, st *pb.StatusResponse) map[string]healthAnswer {
 	out := map[string]healthAnswer{}
 	for _, sh := range st.Shards {
-		for _, r := range sh.Replicas {
+		for _, r := range append(slices.Clone(sh.Replicas), sh.Out...) {
 			if _, ok := out[r.Addr]; ok {
 				continue
 			}
@@ -157,16 +167,56 @@ type healthAnswer struct {
 func printHealth(w io.Writer, st *pb.StatusResponse, answers map[string]healthAnswer) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tREPLICA\tCOPY")
+	fmt.Fprintln(tw, "SHARD\tREPLICA\tSTATE\tCOPY")
 	for _, sh := range st.Shards {
-		for _, r := range sh.Replicas {
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", sh.Id, r.Id, copyState(sh.Id, answers[r.Addr]))
+		for i, r := range sh.Replicas {
+			a := answers[r.Addr]
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", sh.Id, r.Id, replicaState(sh, true, i == 0, a), copyState(sh.Id, a))
+		}
+		for _, r := range sh.Out {
+			a := answers[r.Addr]
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", sh.Id, r.Id, replicaState(sh, false, false, a), copyState(sh.Id, a))
 		}
 	}
 	if len(st.Shards) == 0 {
-		fmt.Fprintln(tw, "(none)\t\t")
+		fmt.Fprintln(tw, "(none)\t\t\t")
 	}
 	return tw.Flush()
+}
+
+// replicaState says in words what a replica of shard sh does: one of its
+// configuration (member; primary says which) serves, one out of it was
+// fenced or restarted and waits to rejoin, and one that does not answer
+// is down.
+func replicaState(sh *pb.ShardInfo, member, primary bool, a healthAnswer) string {
+	if a.err != nil {
+		return "down"
+	}
+	role := ""
+	if a.resp != nil {
+		for _, h := range a.resp.Health {
+			if h.Shard == sh.Id {
+				role = h.Role
+			}
+		}
+	}
+	switch {
+	case sh.State == pb.ShardState_SHARD_FINALIZED && role != "":
+		return "final"
+	case member && (role == "primary" && primary || role == "backup" && !primary):
+		return "serving (" + role + ")"
+	case member && role == "":
+		return "joining (holds no copy yet)"
+	case member:
+		return "behind (still " + role + ")"
+	case role == "fenced":
+		return "fenced"
+	case role == "catching-up":
+		return "catching up"
+	case role == "":
+		return "out (holds no copy)"
+	}
+	return "out (" + role + "; rejoins once caught up)"
 }
 
 // copyState says in words what a storage server's answer says of its copy
