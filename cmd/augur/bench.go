@@ -111,10 +111,13 @@ runs alongside with --modes eager,spec).`},
 	{name: "failure", flags: benchConsumerFlags | flagsSeries | flagsFailureTimeout,
 		short: "Stop a shard replica, then the ordering leader: throughput and e2e latency over time (SpecLog Fig. 17, Scalog Fig. 4)",
 		long: `The e2e workload on the embedded cluster; at 20% of the window one storage
-server of the first shard stops (its shard is finalized after
---failure-timeout and appends move to the other shards), at 45% the ordering
-leader stops (cuts pause until a new one is elected), at 70% both restart.
-A time series shows throughput and e2e latency.`},
+server of the first shard stops (the shard goes on without it), at 45% the
+ordering leader stops (cuts pause until a new one is elected), at 70% both
+restart. A time series shows throughput and e2e latency. With --kill-replica
+only the first shard's primary stops, at a third of the window: the shard
+fails over to a backup, and "failover" in the JSON sets throughput and e2e
+p50 before the stop against after the recovery, with the pause and the
+misspeculations after the stop.`},
 	{name: "player", flags: benchConsumerFlags | flagsPlayer,
 		short: "The exactly-once player: apply and player delay to 2-20 targets (LogPlayer)",
 		long: `Append open loop at --rate, each record tagged for --targets-per-entry of
@@ -257,7 +260,8 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 		fs.BoolVar(&b.p.PlayerFaults, "faults", false, "stop and restart a target, then restart the player, during the window; report the catch-up times")
 	}
 	if f&flagsFailureTimeout != 0 {
-		fs.DurationVar(&b.p.FailureTimeout, "failure-timeout", config.DefaultFailureTimeout, "embedded cluster: silence after which a storage server's shards are finalized")
+		fs.DurationVar(&b.p.FailureTimeout, "failure-timeout", config.DefaultFailureTimeout, "embedded cluster: silence after which a storage server is taken out of its shards")
+		fs.BoolVar(&b.p.KillReplica, "kill-replica", false, "failure: stop only the first shard's primary at a third of the window (SpecLog Fig. 17(a); use --modes spec --replicas 3) and summarize the failover")
 	}
 }
 

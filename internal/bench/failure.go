@@ -13,10 +13,12 @@ func init() { Register(failureWorkload{}) }
 // failureWorkload stops servers of the embedded cluster under e2e load and
 // records a time series (SpecLog §6.11, Fig. 17; Scalog §6.2, Fig. 4): at
 // a fifth of the window one storage server of the first shard (a backup),
-// which finalizes its shard after the failure timeout and moves its appends
-// to the other shards; at 45% the ordering leader, which pauses cuts until
-// a new leader is elected; at 70% both come back (the storage server's
-// group then forms a new shard).
+// which its shard's configuration then leaves (the shard goes on on its
+// primary); at 45% the ordering leader, which pauses cuts until a new
+// leader is elected; at 70% both come back (the storage server stays out
+// of the configuration until it rejoins). With KillReplica, only the first
+// shard's primary stops, at a third of the window, and its shard fails
+// over to a backup.
 type failureWorkload struct{}
 
 func (failureWorkload) Name() string { return "failure" }
@@ -45,6 +47,22 @@ func (failureWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 	storage := dc.StorageIDs()
 	if len(storage) < 2 {
 		return nil, errors.New("failure needs a shard with two replicas")
+	}
+	if e.Params.KillReplica {
+		// The first shard's primary: its backup becomes primary.
+		victim, at := storage[0], e.Params.Duration/3
+		res, err := runLoad(ctx, e, loadSpec{
+			Subscribers: e.Params.Subscribers,
+			Compute:     e.Variant.Compute,
+			Actions: []action{{At: at, What: "stop storage server " + victim, Do: func(context.Context) (string, error) {
+				return "", dc.StopStorage(victim)
+			}}},
+			Series: true,
+		})
+		if err == nil {
+			res.Failover = summarizeFailover(res.Series, at, seriesInterval(e.Params))
+		}
+		return res, err
 	}
 	replica := storage[1]
 	var mu sync.Mutex

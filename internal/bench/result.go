@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Result is what one run (one workload, one mode, one point of a sweep)
@@ -122,6 +123,8 @@ type Result struct {
 	// that the hypervisor gave to other guests (Linux only): on a shared
 	// host above a few percent, every latency of the run is inflated.
 	StealPercent *float64 `json:"steal_percent,omitempty"`
+	// Failover summarizes the replica failure of failure --kill-replica.
+	Failover *FailoverSummary `json:"failover,omitempty"`
 	// Events are what a time-series workload did to the cluster, and when.
 	Events []Event `json:"events,omitempty"`
 	// Series are per-interval points of a time-series workload.
@@ -156,6 +159,91 @@ type Breakdown struct {
 	// WaitForConfirm is from the end of the compute to the confirmation,
 	// when that came later (always 0 when not speculative).
 	WaitForConfirm float64 `json:"wait_for_confirm"`
+}
+
+// FailoverSummary sets the series of a run in which one replica of a
+// shard stopped against itself: before the stop, and after the shard
+// recovered.
+type FailoverSummary struct {
+	// StoppedAtS is when the replica stopped, in seconds from the start of
+	// the measured window.
+	StoppedAtS float64 `json:"stopped_at_s"`
+	// PauseS bounds, at the series' resolution, how long the cluster took
+	// to recover: from the stop to the end of the first interval after it
+	// with at least half the throughput before.
+	PauseS float64 `json:"pause_s"`
+	// ThroughputBeforeRPS and ThroughputAfterRPS are the mean throughput
+	// of the intervals before the stop and after the recovery;
+	// E2EP50BeforeUS and E2EP50AfterUS the mean of their e2e p50s.
+	ThroughputBeforeRPS float64  `json:"throughput_before_rps"`
+	ThroughputAfterRPS  float64  `json:"throughput_after_rps"`
+	E2EP50BeforeUS      *float64 `json:"e2e_p50_before_us,omitempty"`
+	E2EP50AfterUS       *float64 `json:"e2e_p50_after_us,omitempty"`
+	// Misspeculations counts fail_spec events after the stop (speculative
+	// modes; a failover inside a shard should cause none).
+	Misspeculations *int64 `json:"misspeculations,omitempty"`
+}
+
+// summarizeFailover summarizes series around a stop at at.
+func summarizeFailover(series []SeriesPoint, at, interval time.Duration) *FailoverSummary {
+	f := &FailoverSummary{StoppedAtS: round(at.Seconds(), 3), PauseS: -1}
+	atS := at.Seconds()
+	var before, after []SeriesPoint
+	recovered := -1.0
+	for _, pt := range series {
+		switch {
+		case pt.TS+interval.Seconds() <= atS:
+			before = append(before, pt)
+		case pt.TS < atS:
+			// The interval of the stop belongs to neither side.
+		default:
+			if f.Misspeculations != nil || pt.Misspeculations != nil {
+				f.Misspeculations = Ptr(countOf(f.Misspeculations) + countOf(pt.Misspeculations))
+			}
+			if recovered < 0 && len(before) > 0 && pt.ThroughputRPS >= mean(before, func(p SeriesPoint) *float64 { return &p.ThroughputRPS })/2 {
+				recovered = pt.TS + interval.Seconds()
+				f.PauseS = round(recovered-atS, 3)
+				continue
+			}
+			if recovered >= 0 {
+				after = append(after, pt)
+			}
+		}
+	}
+	f.ThroughputBeforeRPS = round(mean(before, func(p SeriesPoint) *float64 { return &p.ThroughputRPS }), 1)
+	f.ThroughputAfterRPS = round(mean(after, func(p SeriesPoint) *float64 { return &p.ThroughputRPS }), 1)
+	e2e := func(p SeriesPoint) *float64 { return p.E2EP50US }
+	if len(before) > 0 {
+		f.E2EP50BeforeUS = Ptr(round(mean(before, e2e), 1))
+	}
+	if len(after) > 0 {
+		f.E2EP50AfterUS = Ptr(round(mean(after, e2e), 1))
+	}
+	return f
+}
+
+// mean is the mean of the values of pts that get returns (nil: none).
+func mean(pts []SeriesPoint, get func(SeriesPoint) *float64) float64 {
+	var sum float64
+	n := 0
+	for _, p := range pts {
+		if v := get(p); v != nil {
+			sum += *v
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// countOf is *p, or 0 for nil.
+func countOf(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // Event is something a workload did during the run, at T seconds from the

@@ -119,6 +119,11 @@ type Params struct {
 	// player, during the player workload's window, and reports each
 	// catch-up time.
 	PlayerFaults bool
+	// KillReplica makes the failure workload stop only the first shard's
+	// primary, mid-window (SpecLog's Fig. 17(a) with 3 replicas): the
+	// shard fails over to a backup, and the result summarizes the
+	// failover (Result.Failover).
+	KillReplica bool
 	// Seed makes the run's payload bytes and record stamps reproducible.
 	Seed uint64
 	// Warmup runs the load unmeasured before the measured Duration.

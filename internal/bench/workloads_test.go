@@ -290,6 +290,21 @@ func TestSmoke(t *testing.T) {
 			t.Fatalf("events %v", evs)
 		}
 	})
+	// SpecLog's Fig. 17(a): a replica of a 3-way replicated shard stops;
+	// the shard fails over, with no view change and no misspeculation.
+	t.Run("failure --kill-replica", func(t *testing.T) {
+		p := smokeParams(t, "failure")
+		p.Modes = []string{"spec"}
+		p.Replicas = 3
+		p.KillReplica = true
+		p.Duration = 1500 * time.Millisecond
+		rep := runSmoke(t, "failure", p, false)
+		r := rep.Points[0].Results[0]
+		if f := r.Failover; f == nil || f.PauseS < 0 || f.Misspeculations == nil || *f.Misspeculations != 0 ||
+			r.ViewChanges == nil || *r.ViewChanges != 0 || len(r.Events) != 1 {
+			t.Fatalf("failover %+v, view changes %v, events %v; want a pause, no misspeculation and no view change", f, r.ViewChanges, r.Events)
+		}
+	})
 	for _, w := range []string{"ratechange", "window", "straggler"} {
 		t.Run(w, func(t *testing.T) {
 			p := smokeParams(t, w)

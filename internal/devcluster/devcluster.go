@@ -365,8 +365,9 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 	return nil
 }
 
-// stopServer stops server id as a crash would look to its peers: its
-// connections close at once, then its role stops. Its data stays.
+// stopServer stops server id: its connections close at once, then its
+// role stops (a storage server says it goes away on its heartbeat
+// stream, as on SIGTERM). Its data stays.
 func (c *Cluster) stopServer(id, role string) error {
 	c.mu.Lock()
 	s := c.servers[id]
