@@ -51,9 +51,10 @@ type Detector struct {
 	// mv is the shard table version seenAt was last brought up to.
 	mv uint64
 	// seenAt is when each replica first appeared to this leader in its
-	// shard's configuration.
-	seenAt map[member]time.Time
-	beats  map[string]beat
+	// shard's configuration, and configAt when each configuration did.
+	seenAt   map[member]time.Time
+	configAt map[config]time.Time
+	beats    map[string]beat
 	// broken holds the copies reported broken, with the configuration
 	// the report was made in (0: any).
 	broken map[member]uint64
@@ -91,6 +92,7 @@ func NewDetector(failureTimeout time.Duration, st *control.State, now time.Time)
 	d := &Detector{
 		timeout:    failureTimeout,
 		seenAt:     map[member]time.Time{},
+		configAt:   map[config]time.Time{},
 		beats:      map[string]beat{},
 		broken:     map[member]uint64{},
 		leaving:    map[string]uint64{},
@@ -98,8 +100,17 @@ func NewDetector(failureTimeout time.Duration, st *control.State, now time.Time)
 		lastDetect: now,
 	}
 	d.st = st
+	for _, sh := range st.Shards {
+		// Configurations older than this leader are not new to anyone.
+		d.configAt[config{sh.ID, sh.Epoch}] = time.Time{}
+	}
 	d.see(now)
 	return d
+}
+
+func (d *Detector) configured(c config) bool {
+	_, ok := d.configAt[c]
+	return ok
 }
 
 // Observe takes the control state after an applied command or a restored
@@ -117,6 +128,9 @@ func (d *Detector) Observe(st *control.State, now time.Time) {
 func (d *Detector) see(now time.Time) {
 	d.mv = d.st.MembershipVersion
 	for _, sh := range d.st.Shards {
+		if c := (config{sh.ID, sh.Epoch}); !d.configured(c) {
+			d.configAt[c] = now
+		}
 		for _, r := range sh.Replicas {
 			m := member{sh.ID, r.ID}
 			if _, ok := d.seenAt[m]; !ok {
@@ -212,10 +226,13 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) []string {
 
 // Suspect says that the policy takes shard's primary for failed at now
 // (it ignored a lag-fix), and returns the reconfiguration without it, if
-// one is to be proposed (see propose).
+// one is to be proposed (see propose). A configuration younger than the
+// failure timeout is spared: its primary may have been promoted while the
+// lag-fix waited, and gets a full timeout to catch up, as a new replica
+// gets one to start its heartbeats.
 func (d *Detector) Suspect(shard cut.ShardID, now time.Time) (control.ReconfigCommand, bool) {
 	sh := d.st.Shard(shard)
-	if sh == nil || len(sh.Replicas) == 0 || !d.propose(sh, now) {
+	if sh == nil || len(sh.Replicas) == 0 || now.Sub(d.configAt[config{sh.ID, sh.Epoch}]) < d.timeout || !d.propose(sh, now) {
 		return control.ReconfigCommand{}, false
 	}
 	return control.ReconfigCommand{Shard: sh.ID, Epoch: sh.Epoch, Remove: []string{sh.Replicas[0].ID}}, true

@@ -242,3 +242,21 @@ func TestDetectGoingAwayAndRestart(t *testing.T) {
 		t.Fatalf("shard with no replica left %+v", sh)
 	}
 }
+
+// TestSuspectSparesANewConfiguration checks that a primary promoted while
+// the leader led gets a failure timeout before a policy's suspicion (a
+// lag-fix it did not answer, sent perhaps to its predecessor) takes it
+// out too.
+func TestSuspectSparesANewConfiguration(t *testing.T) {
+	w := replicatedWorld(t)
+	w.apply(control.Command{Reconfig: &control.ReconfigCommand{Shard: 0, Epoch: 1, Remove: []string{"a"}}}, true)
+	w.after(timeout / 2)
+	if rc, ok := w.l.det.Suspect(0, w.now); ok {
+		t.Fatalf("suspected the new primary %+v half a timeout after its promotion", rc)
+	}
+	w.after(timeout / 2)
+	rc, ok := w.l.det.Suspect(0, w.now)
+	if !ok || rc.Epoch != 2 || !slices.Equal(rc.Remove, []string{"b"}) {
+		t.Fatalf("suspect a timeout after the promotion: %+v %v, want b removed at epoch 2", rc, ok)
+	}
+}

@@ -236,6 +236,32 @@ func TestSpecProcess(t *testing.T) {
 		}
 	}
 
+	// Kill shard a's primary: the shard fails over to its backup and keeps
+	// its id, with no view change and no misspeculation, and appends go on.
+	before := shardByID(st, shardA)
+	t.Logf("at %v: kill -9 %s, primary of shard %d", clk.now().Round(time.Millisecond), before.Replicas[0].Id, shardA)
+	pc.kill9(before.Replicas[0].Id)
+	waitStatus(t, ctx, admin, procPhaseTimeout, "shard a failed over", func(st *pb.StatusResponse) string {
+		sh := shardByID(st, shardA)
+		if sh == nil || sh.State != pb.ShardState_SHARD_LIVE || sh.Epoch <= before.Epoch || len(sh.Replicas) == 0 || sh.Replicas[0].Id == before.Replicas[0].Id {
+			return fmt.Sprintf("shard %d is %v", shardA, sh)
+		}
+		return ""
+	})
+	waitAcks(t, h, clk, procPhaseAcksMin, "after shard a's failover")
+	if st, err := admin.Status(ctx); err != nil || st.Spec == nil || st.Spec.View != 0 {
+		t.Fatalf("a replica's failure changed the view: %v %v", st.GetSpec(), err)
+	}
+	for _, a := range apps {
+		a.mu.Lock()
+		rollbacks := a.rollbacks
+		a.mu.Unlock()
+		if rollbacks != 0 {
+			t.Fatalf("%s rolled back %d times after a replica's failure", a.name, rollbacks)
+		}
+	}
+	t.Logf("at %v: shard %d failed over, no view change, no rollback", clk.now().Round(time.Millisecond), shardA)
+
 	// Kill shard b whole, both its servers, under load: with its reports
 	// held back, records it made durable and subscribers computed on are
 	// not yet in a cut. The leader starts a new view; speculation from
