@@ -17,8 +17,8 @@ func init() { Register(failureWorkload{}) }
 // primary); at 45% the ordering leader, which pauses cuts until a new
 // leader is elected; at 70% both come back (the storage server stays out
 // of the configuration until it rejoins). With KillReplica, only the first
-// shard's primary stops, at a third of the window, and its shard fails
-// over to a backup.
+// shard's primary is killed (it says nothing), at a third of the window:
+// after the failure timeout its shard fails over to a backup.
 type failureWorkload struct{}
 
 func (failureWorkload) Name() string { return "failure" }
@@ -54,8 +54,8 @@ func (failureWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 		res, err := runLoad(ctx, e, loadSpec{
 			Subscribers: e.Params.Subscribers,
 			Compute:     e.Variant.Compute,
-			Actions: []action{{At: at, What: "stop storage server " + victim, Do: func(context.Context) (string, error) {
-				return "", dc.StopStorage(victim)
+			Actions: []action{{At: at, What: "kill storage server " + victim, Do: func(context.Context) (string, error) {
+				return "", dc.KillStorage(victim)
 			}}},
 			Series: true,
 		})

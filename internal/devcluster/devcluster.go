@@ -367,8 +367,8 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 
 // stopServer stops server id: its connections close at once, then its
 // role stops (a storage server says it goes away on its heartbeat
-// stream, as on SIGTERM). Its data stays.
-func (c *Cluster) stopServer(id, role string) error {
+// stream, as on SIGTERM, unless crash). Its data stays.
+func (c *Cluster) stopServer(id, role string, crash bool) error {
 	c.mu.Lock()
 	s := c.servers[id]
 	r, err := c.cfg.Role(id)
@@ -383,6 +383,9 @@ func (c *Cluster) stopServer(id, role string) error {
 	var done chan struct{}
 	if err == nil {
 		g, stop, done = s.grpc, s.stop, s.serveDone
+		if crash && s.storage != nil {
+			stop = s.storage.Crash
+		}
 		s.grpc, s.stop, s.serveDone = nil, nil, nil
 	}
 	c.mu.Unlock()
@@ -396,7 +399,7 @@ func (c *Cluster) stopServer(id, role string) error {
 }
 
 // StopOrdering stops ordering replica id, keeping its data and address.
-func (c *Cluster) StopOrdering(id string) error { return c.stopServer(id, config.RoleOrdering) }
+func (c *Cluster) StopOrdering(id string) error { return c.stopServer(id, config.RoleOrdering, false) }
 
 // StartOrdering restarts a stopped ordering replica on its old data and address.
 func (c *Cluster) StartOrdering(id string) error { return c.restart(id, config.RoleOrdering) }
@@ -415,7 +418,12 @@ func (c *Cluster) SetReportDelay(id string, d time.Duration) error {
 }
 
 // StopStorage stops storage server id, keeping its data and address.
-func (c *Cluster) StopStorage(id string) error { return c.stopServer(id, config.RoleStorage) }
+func (c *Cluster) StopStorage(id string) error { return c.stopServer(id, config.RoleStorage, false) }
+
+// KillStorage stops storage server id as kill -9 would look to the
+// ordering layer: it says nothing, and the leader finds it silent after
+// the failure timeout. Its data stays.
+func (c *Cluster) KillStorage(id string) error { return c.stopServer(id, config.RoleStorage, true) }
 
 // StartStorage restarts a stopped storage server on its old data and address.
 func (c *Cluster) StartStorage(id string) error { return c.restart(id, config.RoleStorage) }
@@ -694,7 +702,7 @@ func (c *Cluster) stopIfRunning(id string) {
 		return
 	}
 	role, _ := c.Config().Role(id)
-	if err := c.stopServer(id, role); err != nil {
+	if err := c.stopServer(id, role, false); err != nil {
 		c.log.Warn("devcluster: close", "server", id, "err", err)
 	}
 }

@@ -115,8 +115,10 @@ type Server struct {
 	// and goneAway is closed once one did.
 	goingAway atomic.Bool
 	goneAway  chan struct{}
-	// heartbeating says a heartbeat stream to a leader is open.
+	// heartbeating says a heartbeat stream to a leader is open; crashing
+	// that the server stops without saying so (Crash).
 	heartbeating atomic.Bool
+	crashing     atomic.Bool
 	// dirty wakes syncLoop when a store has unsynced writes.
 	dirty    chan struct{}
 	stopOnce sync.Once
@@ -252,9 +254,18 @@ func (s *Server) startReplicaLocked(r *replica) {
 	}
 }
 
-// Stop stops the server and closes its stores.
+// Stop stops the server and closes its stores. It first tells the
+// ordering leader it goes away (a clean stop, as on SIGTERM).
 func (s *Server) Stop() {
 	s.stopOnce.Do(s.stop)
+}
+
+// Crash stops the server as a crash would look to the ordering layer:
+// without saying it goes away, so the leader finds it silent (tests and
+// benchmarks of kill -9 in one process).
+func (s *Server) Crash() {
+	s.crashing.Store(true)
+	s.Stop()
 }
 
 func (s *Server) stop() {
@@ -995,7 +1006,7 @@ const goingAwayWaitMax = time.Second
 // heartbeat to go out, up to goingAwayWaitMax (a server that cannot reach
 // the leader stops anyway and is found silent).
 func (s *Server) sayGoingAway() {
-	if s.ctx.Err() != nil || !s.heartbeating.Load() {
+	if s.ctx.Err() != nil || !s.heartbeating.Load() || s.crashing.Load() {
 		return
 	}
 	s.goingAway.Store(true)
