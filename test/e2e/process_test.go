@@ -5,7 +5,9 @@
 //
 // TestProcessFaults builds cmd/augur once, runs 3 ordering replicas and 2
 // storage groups of 2 servers as separate processes on loopback, and kill -9s
-// the ordering leader and a group's primary under load:
+// the ordering leader and a group's primary under load (the primary's shard
+// fails over to its backup); TestProcessCleanStops SIGTERMs a server of each
+// group in turn, which its shard's configuration leaves at once:
 //
 //	go test ./test/e2e/ -run Process -v
 //
@@ -44,6 +46,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -280,6 +283,27 @@ func (pc *procCluster) proc(id string) *proc {
 	return pc.procs[id]
 }
 
+// sigterm sends SIGTERM to server id and waits until it exited.
+func (pc *procCluster) sigterm(id string) {
+	t := pc.t
+	t.Helper()
+	p := pc.proc(id)
+	if p == nil {
+		t.Fatalf("stop %s: never started", id)
+	}
+	pc.mu.Lock()
+	p.expected = true
+	pc.mu.Unlock()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM %s: %v", id, err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(procStopTimeout):
+		t.Fatalf("%s did not exit within %v of SIGTERM", id, procStopTimeout)
+	}
+}
+
 // kill9 sends SIGKILL to server id and waits until it is gone.
 func (pc *procCluster) kill9(id string) {
 	t := pc.t
@@ -463,61 +487,16 @@ func TestProcessFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 7 server processes; skipped under -short")
 	}
-	testStart := time.Now()
-	bin := augurBinary(t)
+	ld := startProcLoad(t, 0)
+	pc, admin, h, clk := ld.pc, ld.admin, ld.h, ld.clk
 	ctx := t.Context()
-	pc := newProcCluster(t, bin, time.Millisecond, "")
-	pc.startAll()
-
-	admin := pc.dial(ctx)
-	st := waitStatus(t, ctx, admin, procReadyTimeout, "cluster ready", func(st *pb.StatusResponse) string {
-		if why := clusterReady(st, "a", "b"); why != "" {
-			return why
-		}
-		live := 0
-		for _, sh := range st.Shards {
-			if sh.State == pb.ShardState_SHARD_LIVE {
-				live++
-			}
-		}
-		if live != 2 {
-			return fmt.Sprintf("%d live shards, want 2", live)
-		}
-		return ""
-	})
-	pc.checkAlive()
-	t.Logf("cluster ready after %v: leader %s, shards %v", time.Since(testStart).Round(time.Millisecond), st.LeaderId, st.Shards)
-
-	clk := newClock()
-	h := &history{}
-	subs := []*collector{
-		collect(ctx, "s1", subscribe(t, ctx, pc.dial(ctx))),
-		collect(ctx, "s2", subscribe(t, ctx, pc.dial(ctx))),
-	}
-
-	// opCtx bounds the appends and reads; it ends early only when the test
-	// gives up waiting for them.
-	opCtx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range procAppenders {
-		cl := pc.dial(ctx)
-		wg.Go(func() { appendPaced(opCtx, stop, cl, h, clk, i, procAppendPace) })
-	}
-	seed := testSeed(t)
-	readCl := pc.dial(ctx)
-	wg.Go(func() { readPaced(opCtx, stop, readCl, h, clk, procAppenders, seed) })
-
-	// Phase 1: healthy.
-	waitAcks(t, h, clk, procPhaseAcksMin, "before the faults")
 
 	// Phase 2: kill -9 the ordering leader and one group's primary.
-	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the faults", func(st *pb.StatusResponse) string {
+	st := waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the faults", func(st *pb.StatusResponse) string {
 		return clusterReady(st, "a", "b")
 	})
 	leader := st.LeaderId
-	victimShard := liveShard(st, []string{"a", "b"}[seed%2])
+	victimShard := liveShard(st, []string{"a", "b"}[ld.seed%2])
 	if len(victimShard.Replicas) == 0 {
 		t.Fatalf("live shard %d lists no replicas: %v", victimShard.Id, victimShard)
 	}
@@ -555,17 +534,152 @@ func TestProcessFaults(t *testing.T) {
 	pc.start(leader)
 	pc.start(primary)
 	waitAcks(t, h, clk, procPhaseAcksMin, "after the restarts")
-	st = waitStatus(t, ctx, admin, procPhaseTimeout, "cluster after the restarts", failedOver)
+	waitStatus(t, ctx, admin, procPhaseTimeout, "cluster after the restarts", failedOver)
+	ld.finish()
+}
+
+// TestProcessCleanStops stops a server of each group with SIGTERM under
+// load, one at a time (group a's primary, then group b's backup), and
+// restarts it: each says it goes away, its shard's configuration leaves it
+// at once (well within the failure timeout, which the test sets long), the
+// shard keeps its id and stays live, and every acknowledged append is read
+// back once, in a linearizable history. (Rejoining the restarted server
+// needs the catch-up from a live replica; until it lands, the shard runs
+// on its other replica.)
+func TestProcessCleanStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 7 server processes; skipped under -short")
+	}
+	ld := startProcLoad(t, procCleanStopFailureTimeout)
+	pc, admin, h, clk := ld.pc, ld.admin, ld.h, ld.clk
+	ctx := t.Context()
+	st := waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the stops", func(st *pb.StatusResponse) string {
+		return clusterReady(st, "a", "b")
+	})
+	for _, stop := range []struct {
+		group string
+		which int // index in the shard's replicas: 0 the primary
+	}{{"a", 0}, {"b", 1}} {
+		sh := liveShard(st, stop.group)
+		victim := sh.Replicas[stop.which].Id
+		t.Logf("at %v: SIGTERM %s (replica %d of shard %d)", clk.now().Round(time.Millisecond), victim, stop.which, sh.Id)
+		start := time.Now()
+		pc.sigterm(victim)
+		st = waitStatus(t, ctx, admin, procPhaseTimeout, "shard "+stop.group+" without "+victim, func(st *pb.StatusResponse) string {
+			now := shardByID(st, sh.Id)
+			if now == nil || now.State != pb.ShardState_SHARD_LIVE || now.Epoch <= sh.Epoch || slices.ContainsFunc(now.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == victim }) {
+				return fmt.Sprintf("shard %d is %v", sh.Id, now)
+			}
+			return ""
+		})
+		if took := time.Since(start); took >= procCleanStopFailureTimeout {
+			t.Errorf("shard %d left %s only after %v, not before the failure timeout of %v: the stop was not announced", sh.Id, victim, took, procCleanStopFailureTimeout)
+		}
+		waitAcks(t, h, clk, procPhaseAcksMin, "after the stop of "+victim)
+		pc.start(victim)
+		waitAcks(t, h, clk, procPhaseAcksMin, "after the restart of "+victim)
+	}
+	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status after the stops", func(st *pb.StatusResponse) string {
+		return clusterReady(st, "a", "b")
+	})
 	for _, sh := range st.Shards {
-		if sh.State != pb.ShardState_SHARD_LIVE {
-			t.Errorf("shard %d is %v after a single replica's failure, want live", sh.Id, sh.State)
+		if sh.State != pb.ShardState_SHARD_LIVE || sh.Epoch < 2 {
+			t.Errorf("shard %d after the stops: %v, want live at epoch 2 or later", sh.Id, sh)
 		}
 	}
-	pc.checkAlive()
+	if len(st.Shards) != 2 {
+		t.Errorf("%d shards after the stops, want the same 2", len(st.Shards))
+	}
+	ld.finish()
+}
 
-	// Stop and wait for every append in flight.
-	close(stop)
-	drainAppends(t, h, &wg, giveUp, procDrainTimeout)
+// procCleanStopFailureTimeout is TestProcessCleanStops' failure timeout:
+// long, so that only an announced stop reconfigures a shard in time.
+const procCleanStopFailureTimeout = 8 * time.Second
+
+// procLoad is a cluster of 7 processes under paced appends, reads and two
+// subscribers, its history recorded.
+type procLoad struct {
+	t      *testing.T
+	start  time.Time
+	pc     *procCluster
+	admin  *client.Client
+	h      *history
+	clk    clock
+	subs   []*collector
+	seed   uint64
+	wg     *sync.WaitGroup
+	stop   chan struct{}
+	giveUp context.CancelFunc
+}
+
+// startProcLoad starts the cluster, with failureTimeout unless it is 0,
+// and the load, and waits for the first phase's acknowledgements.
+func startProcLoad(t *testing.T, failureTimeout time.Duration) *procLoad {
+	testStart := time.Now()
+	bin := augurBinary(t)
+	ctx := t.Context()
+	pc := newProcCluster(t, bin, time.Millisecond, "")
+	if failureTimeout > 0 {
+		pc.cfg.FailureTimeout = config.Duration(failureTimeout)
+		if err := pc.cfg.Save(pc.cfgPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc.startAll()
+
+	admin := pc.dial(ctx)
+	st := waitStatus(t, ctx, admin, procReadyTimeout, "cluster ready", func(st *pb.StatusResponse) string {
+		if why := clusterReady(st, "a", "b"); why != "" {
+			return why
+		}
+		live := 0
+		for _, sh := range st.Shards {
+			if sh.State == pb.ShardState_SHARD_LIVE {
+				live++
+			}
+		}
+		if live != 2 {
+			return fmt.Sprintf("%d live shards, want 2", live)
+		}
+		return ""
+	})
+	pc.checkAlive()
+	t.Logf("cluster ready after %v: leader %s, shards %v", time.Since(testStart).Round(time.Millisecond), st.LeaderId, st.Shards)
+
+	ld := &procLoad{t: t, start: testStart, pc: pc, admin: admin, h: &history{}, clk: newClock(), wg: &sync.WaitGroup{}, stop: make(chan struct{})}
+	ld.subs = []*collector{
+		collect(ctx, "s1", subscribe(t, ctx, pc.dial(ctx))),
+		collect(ctx, "s2", subscribe(t, ctx, pc.dial(ctx))),
+	}
+	// opCtx bounds the appends and reads; it ends early only when the test
+	// gives up waiting for them.
+	opCtx, giveUp := context.WithCancel(ctx)
+	t.Cleanup(giveUp)
+	ld.giveUp = giveUp
+	for i := range procAppenders {
+		cl := pc.dial(ctx)
+		ld.wg.Go(func() { appendPaced(opCtx, ld.stop, cl, ld.h, ld.clk, i, procAppendPace) })
+	}
+	ld.seed = testSeed(t)
+	readCl := pc.dial(ctx)
+	ld.wg.Go(func() { readPaced(opCtx, ld.stop, readCl, ld.h, ld.clk, procAppenders, ld.seed) })
+
+	// Phase 1: healthy.
+	waitAcks(t, ld.h, ld.clk, procPhaseAcksMin, "before the faults")
+	return ld
+}
+
+// finish stops the load and checks the history: every append returned,
+// acknowledged positions are dense, the subscribers read every
+// acknowledged append once at its position, and the history is
+// linearizable.
+func (ld *procLoad) finish() {
+	t, pc, admin, h, clk := ld.t, ld.pc, ld.admin, ld.h, ld.clk
+	ctx := t.Context()
+	pc.checkAlive()
+	close(ld.stop)
+	drainAppends(t, h, ld.wg, ld.giveUp, procDrainTimeout)
 	appends, reads := h.snapshot()
 	acked, _ := h.counts()
 	t.Logf("at %v: %d appends (%d acked, per shard %v), %d reads", clk.now().Round(time.Millisecond), len(appends), acked, h.ackedByShard(), len(reads))
@@ -579,14 +693,14 @@ func TestProcessFaults(t *testing.T) {
 	if n != acked {
 		t.Errorf("%d appends acknowledged but the largest acknowledged position is %d: positions are not dense or are shared", acked, n-1)
 	}
-	waitCollectors(t, procCatchUpTimeout, n, subs...)
+	waitCollectors(t, procCatchUpTimeout, n, ld.subs...)
 	if st, err := admin.Status(ctx); err != nil {
 		t.Errorf("final status: %v", err)
 	} else if st.Tail != uint64(n) {
 		t.Errorf("the log holds %d records but %d appends were acknowledged", st.Tail, n)
 	}
 	var logs []check.Log
-	for _, s := range subs {
+	for _, s := range ld.subs {
 		logs = append(logs, checkLog(t, s.name, s.entries(), appends, true))
 	}
 	failOn(t, check.Order(checkAppends(appends), logs...))
@@ -595,7 +709,7 @@ func TestProcessFaults(t *testing.T) {
 	failOn(t, check.Reads(checkReadOps(reads), logs[0]))
 	checkLinearizable(t, appends, reads)
 	pc.checkAlive()
-	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
+	t.Logf("done in %v", time.Since(ld.start).Round(time.Millisecond))
 }
 
 func subscribe(t *testing.T, ctx context.Context, cl *client.Client) *client.Subscription {
