@@ -7,7 +7,7 @@ import "github.com/augur-log/augur/internal/segment"
 // 0, and the runs of global positions committed cuts gave them.
 // segment.Store implements it on disk, MemLog in memory.
 //
-// Writers (Append, Assign, Trim, Sync) may come from several goroutines
+// Writers (Append, Assign, Trim, Sync, Repair) may come from several goroutines
 // and the log serializes them: on a backup the replication stream appends
 // while the owner assigns and trims, and a server's sync loop syncs beside
 // both. The readers (Len, Ordered, GlobalOf, SyncedLen) may run
@@ -38,6 +38,14 @@ type Log interface {
 	Sync() error
 	// SyncedLen is how many local indexes survive a crash now, at least.
 	SyncedLen() uint64
+	// Damaged lists the runs of local indexes the log holds damaged
+	// (found so when it was opened; see segment's damage.go), ascending:
+	// reading them fails until Repair puts them back.
+	Damaged() []segment.DamagedRange
+	// Repair puts back the entries of the damaged range that starts at
+	// first; entries cover exactly its indexes. Other input changes
+	// nothing and fails.
+	Repair(first uint64, entries []segment.Entry) error
 }
 
 // Both logs implement Log.
