@@ -152,6 +152,10 @@ func (c *CatchUp) pick() int {
 	return -1
 }
 
+// Fetching says a fetch Next returned is still in progress: its range is
+// not complete.
+func (c *CatchUp) Fetching() bool { return c.source >= 0 }
+
 // Done says every gap was fetched or found lost.
 func (c *CatchUp) Done() bool { return len(c.gaps) == 0 }
 

@@ -101,6 +101,8 @@ type replica struct {
 	replBuf []segment.Entry
 	// failed is set once replication to a backup or a store write broke.
 	failed atomic.Bool
+	// catchUp shows the copy's catch-up (repair), if one ran.
+	catchUp catchUpShow
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when runs or finality change
@@ -288,11 +290,7 @@ func (r *replica) appendLoop(reqs []appendReq) {
 func (r *replica) replicate(b shard.Batch) {
 	recs := make([]*pb.StoredRecord, len(b.Entries))
 	for i, e := range b.Entries {
-		if e.Noops > 0 {
-			recs[i] = &pb.StoredRecord{Noops: e.Noops}
-			continue
-		}
-		recs[i] = &pb.StoredRecord{ClientId: e.ClientID, Seq: e.Seq, Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}
+		recs[i] = storedRecord(e)
 	}
 	for _, l := range r.srv.backupLinks(r) {
 		l.send(b.First, recs)
@@ -390,12 +388,7 @@ func (r *replica) appendReplicated(first uint64, records []*pb.StoredRecord) err
 	defer r.replMu.Unlock()
 	entries := r.replBuf[:0]
 	for _, rec := range records {
-		if rec.Noops > 0 {
-			entries = append(entries, segment.Entry{Noops: rec.Noops})
-			continue
-		}
-		entries = append(entries, segment.Entry{ClientID: rec.ClientId, Seq: rec.Seq, Key: rec.GetRecord().GetKey(),
-			Tags: rec.GetRecord().GetTags(), Payload: rec.GetRecord().GetPayload()})
+		entries = append(entries, storedEntry(rec))
 	}
 	_, err := r.core.Replicated(first, entries)
 	clear(entries)
