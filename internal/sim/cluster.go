@@ -120,16 +120,21 @@ type stats struct {
 	fails, voided             uint64
 	crashes, raftCrashes      uint64
 	lostTails                 uint64 // crashes that lost an unsynced tail
-	retries                   uint64
-	specLead                  time.Duration // summed over confirmed speculative deliveries
-	specLeadN                 uint64
-	maxQuota                  uint64
+	// damaged counts the restarts with a damaged file, repairs the
+	// ranges repaired from the other copy, sourceDeaths the repairs
+	// whose source died mid-copy.
+	damaged, repairs, sourceDeaths uint64
+	retries                        uint64
+	specLead                       time.Duration // summed over confirmed speculative deliveries
+	specLeadN                      uint64
+	maxQuota                       uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
 func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug) *cluster {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	sc := newScenario(r, mode, f)
+	sc.planDamage(rand.New(rand.NewPCG(seed, 0xda3a6e)))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -243,6 +248,8 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 			if sh == nil {
 				return
 			}
+			target := sh.copies[min(x.copy, copiesN-1)]
+			target.damage, target.killSource = x.damage, x.sourceDies
 			if x.copy == copiesN {
 				// A power loss takes the whole replica group.
 				s.tracef("shard %d loses power", sh.id)

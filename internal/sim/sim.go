@@ -140,7 +140,16 @@ type Options struct {
 	// (with the durable default): what bugSkipSync loses, and a correct
 	// run keeps.
 	powerLoss bool
+	// syncOptOut runs the storage servers under the opt-out fsync
+	// policy (fsync: interval, an entry held once written) instead of the
+	// durable default; with powerLoss, a run may then lose acknowledged
+	// appends, as the README says the opt-out risks.
+	syncOptOut bool
 }
+
+// optOutSyncEvery is the fsync interval of Options.syncOptOut: the
+// default fsync_interval of a cluster file.
+const optOutSyncEvery = 10 * time.Millisecond
 
 // bug is a mistake a test plants in a run.
 type bug int
@@ -166,6 +175,10 @@ const (
 	bugSkipSync
 	// bugApplyTwice: a player's target applies an entry twice.
 	bugApplyTwice
+	// bugCopyUnchecked: a catch-up's source serves a record it read
+	// without checking its frame (altered, with a checksum that matches
+	// the altered bytes), and the repaired copy stores it.
+	bugCopyUnchecked
 )
 
 // Result is the outcome of one seed.
@@ -191,6 +204,10 @@ type Result struct {
 	// whose logs lost unsynced writes in the crash, RaftCrashes the
 	// ordering replicas that crashed.
 	Crashes, LostTails, RaftCrashes uint64
+	// Damaged counts the storage servers that restarted with a damaged
+	// file, Repairs the ranges repaired from the other copy, and
+	// SourceDeaths the repairs whose source died mid-copy.
+	Damaged, Repairs, SourceDeaths uint64
 	// Player says the seed ran the exactly-once player; TargetCrashes and
 	// PlayerRestarts count its faults.
 	Player                        bool
@@ -216,6 +233,9 @@ func Run(seed uint64, o Options) Result {
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
 		s.sc.sync = syncAlways // the durable default, which survives it
 	}
+	if o.syncOptOut {
+		s.sc.sync, s.sc.syncEvery = syncInterval, optOutSyncEvery
+	}
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
 	res := Result{
@@ -223,6 +243,7 @@ func Run(seed uint64, o Options) Result {
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes,
+		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths,
 		planted: s.planted,
 	}
 	if p := s.player; p != nil {
@@ -262,8 +283,10 @@ type Tally struct {
 	// Adopted counts the runs of Result.Adopted.
 	Adopted      int
 	Fails, Steps uint64
-	// Crashes, LostTails and RaftCrashes sum the results'.
+	// Crashes, LostTails and RaftCrashes sum the results'; so do Damaged,
+	// Repairs and SourceDeaths.
 	Crashes, LostTails, RaftCrashes uint64
+	Damaged, Repairs, SourceDeaths  uint64
 	// Player counts the seeds that ran the player; TargetCrashes and
 	// PlayerRestarts sum their faults.
 	Player                        int
@@ -282,6 +305,9 @@ func Count(rs []Result) Tally {
 		t.Crashes += r.Crashes
 		t.LostTails += r.LostTails
 		t.RaftCrashes += r.RaftCrashes
+		t.Damaged += r.Damaged
+		t.Repairs += r.Repairs
+		t.SourceDeaths += r.SourceDeaths
 		if r.ShardFailed {
 			t.ShardFailed++
 		}
@@ -306,8 +332,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d restarted with a damaged file: %d ranges repaired, %d repairs lost their source mid-copy), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Damaged, t.Repairs, t.SourceDeaths, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }
 
 func (s *cluster) summary() string {
