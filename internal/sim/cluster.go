@@ -92,6 +92,9 @@ type cluster struct {
 	planted bool
 	// powerLoss asks for Options.powerLoss; powerLost says it struck.
 	powerLoss, powerLost bool
+	// raftPowerLoss asks for Options.raftPowerLoss, raftSyncOptOut for
+	// Options.raftSyncOptOut; raftPowerLost says it struck.
+	raftPowerLoss, raftSyncOptOut, raftPowerLost bool
 }
 
 // recordInfo is what the history records of one append: its client,
@@ -570,6 +573,11 @@ func (s *cluster) commit(c cut.Cut) {
 	}
 	if uint64(len(s.eager)) != c.Start {
 		s.errorf("cut %d starts at %d, the sequence holds %d", c.Index, c.Start, len(s.eager))
+	}
+	if s.raftPowerLoss && !s.raftPowerLost && s.now.After(s.start.Add(50*time.Millisecond)) {
+		// The power fails on every ordering replica as this cut commits.
+		s.raftPowerLost = true
+		s.after(0, func() { s.ld.powerLoss(5 * time.Millisecond) })
 	}
 	for _, sl := range parts {
 		sh := s.shards[sl.Shard]

@@ -145,6 +145,12 @@ type Options struct {
 	// durable default; with powerLoss, a run may then lose acknowledged
 	// appends, as the README says the opt-out risks.
 	syncOptOut bool
+	// raftPowerLoss fails the power of every ordering replica at once as
+	// the first cut after 50 ms commits; raftSyncOptOut runs them under
+	// the raft_fsync opt-out (the WAL reaches the disk only by the
+	// kernel's writeback, every raftWritebackEvery), under which that can
+	// lose committed cuts.
+	raftPowerLoss, raftSyncOptOut bool
 }
 
 // optOutSyncEvery is the fsync interval of Options.syncOptOut: the
@@ -232,6 +238,10 @@ func Run(seed uint64, o Options) Result {
 	s := newCluster(seed, o.Mode, o.Faults, o.Trace, o.plant)
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
 		s.sc.sync = syncAlways // the durable default, which survives it
+	}
+	s.raftPowerLoss, s.raftSyncOptOut = o.raftPowerLoss, o.raftSyncOptOut
+	if o.raftSyncOptOut {
+		s.after(raftWritebackEvery, s.ld.writeback)
 	}
 	if o.syncOptOut {
 		s.sc.sync, s.sc.syncEvery = syncInterval, optOutSyncEvery

@@ -200,3 +200,32 @@ func TestPlantedBadCopyIsCaught(t *testing.T) {
 		t.Errorf("only %d seeds of 100 repaired a damaged file with the bug planted, want %d", found, want)
 	}
 }
+
+// TestRaftPowerLossLosesCommittedCutsOnlyWithTheOptOut fails the power of
+// every ordering replica at once as a cut commits. Under the durable
+// default (raft_fsync: true) every committed entry survives on a quorum
+// and the run passes; under the raft_fsync opt-out the entries written
+// since the kernel's last writeback are lost, and the new leader commits
+// other cuts at their indexes: the check must say so.
+func TestRaftPowerLossLosesCommittedCutsOnlyWithTheOptOut(t *testing.T) {
+	const seeds = 5
+	lost := 0
+	for seed := range uint64(seeds) {
+		if r := Run(seed, Options{Mode: Eager, raftPowerLoss: true}); r.Failed() {
+			t.Fatalf("seed %d loses committed cuts under the durable default: %v", seed, r.Errs)
+		}
+		r := Run(seed, Options{Mode: Eager, raftPowerLoss: true, raftSyncOptOut: true})
+		for _, e := range r.Errs {
+			if strings.Contains(e, "where a committed entry was lost") {
+				lost++
+				if lost == 1 {
+					t.Logf("seed %d under the opt-out: %s", seed, e)
+				}
+				break
+			}
+		}
+	}
+	if lost < seeds-1 {
+		t.Errorf("the power loss lost committed cuts in %d of %d runs under the opt-out, want at least %d", lost, seeds, seeds-1)
+	}
+}
