@@ -216,8 +216,10 @@ func catchUpState(cu *pb.CatchUpProgress) string {
 		fmt.Fprintf(&b, "repair done: %d of %d copied", cu.Fetched, cu.Total)
 	case cu.Stalled:
 		fmt.Fprintf(&b, "repairing: %d of %d copied, waiting for a live replica", cu.Fetched, cu.Total)
-	default:
+	case cu.Source != "":
 		fmt.Fprintf(&b, "repairing: %d of %d copied from %s", cu.Fetched, cu.Total, cu.Source)
+	default:
+		fmt.Fprintf(&b, "repairing: %d of %d copied", cu.Fetched, cu.Total)
 	}
 	for _, l := range cu.Lost {
 		where := ""

@@ -65,7 +65,7 @@ func TestStatusShowsADamagedCopyAndItsRepair(t *testing.T) {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
 	t.Log(out)
-	if !regexp.MustCompile(`(?m)^0\s+` + backup + `\s+damaged: 1 records at local \[1, 2\) refused until repaired; repairing: 0 of 1 copied(, waiting for a live replica| from ` + primary + `)$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^0\s+` + backup + `\s+damaged: 1 records at local \[1, 2\) refused until repaired; repairing: 0 of 1 copied(, waiting for a live replica| from ` + primary + `|)$`).MatchString(out) {
 		t.Errorf("status does not report the damaged copy of %s and its repair:\n%s", backup, out)
 	}
 

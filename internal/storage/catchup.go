@@ -189,8 +189,8 @@ func (r *replica) repair(ctx context.Context) {
 	}
 	r.log.Info("catch-up: repairing damaged records from a live replica", "ranges", len(gaps), "sources", len(srcs))
 	for !cu.Done() {
-		show()
 		f, ok := cu.Next()
+		show()
 		if !ok {
 			// Every source failed since the last progress: ask again in a
 			// while, as one may come back.
