@@ -1633,6 +1633,298 @@ func (x *PingResponse) GetHealth() []*ReplicaHealth {
 	return nil
 }
 
+type FetchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	First         uint64                 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	End           uint64                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchRequest) Reset() {
+	*x = FetchRequest{}
+	mi := &file_augur_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchRequest) ProtoMessage() {}
+
+func (x *FetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
+func (*FetchRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *FetchRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *FetchRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+type FetchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// first_local is the local index of records[0]; a no-op run covers
+	// noops indexes, clipped to the range asked for.
+	FirstLocal uint64          `protobuf:"varint,1,opt,name=first_local,json=firstLocal,proto3" json:"first_local,omitempty"`
+	Records    []*StoredRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// checksums[i] is the CRC-32C of records[i]'s stored frame, computed by
+	// the source over what it read (segment.Checksum).
+	Checksums     []uint32 `protobuf:"fixed32,3,rep,packed,name=checksums,proto3" json:"checksums,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchResponse) Reset() {
+	*x = FetchResponse{}
+	mi := &file_augur_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchResponse) ProtoMessage() {}
+
+func (x *FetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
+func (*FetchResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *FetchResponse) GetFirstLocal() uint64 {
+	if x != nil {
+		return x.FirstLocal
+	}
+	return 0
+}
+
+func (x *FetchResponse) GetRecords() []*StoredRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *FetchResponse) GetChecksums() []uint32 {
+	if x != nil {
+		return x.Checksums
+	}
+	return nil
+}
+
+// CatchUpProgress is how far a replica's catch-up of a shard is.
+type CatchUpProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fetched and total count the local indexes copied and to copy.
+	Fetched uint64 `protobuf:"varint,1,opt,name=fetched,proto3" json:"fetched,omitempty"`
+	Total   uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// source is the replica copied from now; empty when none is.
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// stalled: every source failed since the last progress; retrying.
+	Stalled bool `protobuf:"varint,4,opt,name=stalled,proto3" json:"stalled,omitempty"`
+	// lost lists the local ranges no live replica holds, with the global
+	// positions they had where this copy knows them.
+	Lost          []*LostRange `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	Done          bool         `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatchUpProgress) Reset() {
+	*x = CatchUpProgress{}
+	mi := &file_augur_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatchUpProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatchUpProgress) ProtoMessage() {}
+
+func (x *CatchUpProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatchUpProgress.ProtoReflect.Descriptor instead.
+func (*CatchUpProgress) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CatchUpProgress) GetFetched() uint64 {
+	if x != nil {
+		return x.Fetched
+	}
+	return 0
+}
+
+func (x *CatchUpProgress) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *CatchUpProgress) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *CatchUpProgress) GetStalled() bool {
+	if x != nil {
+		return x.Stalled
+	}
+	return false
+}
+
+func (x *CatchUpProgress) GetLost() []*LostRange {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *CatchUpProgress) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+// LostRange is a run of local indexes [first, end) no replica holds;
+// global_first is the position of first, when known (has_global).
+type LostRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint64                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	End           uint64                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	HasGlobal     bool                   `protobuf:"varint,3,opt,name=has_global,json=hasGlobal,proto3" json:"has_global,omitempty"`
+	GlobalFirst   uint64                 `protobuf:"varint,4,opt,name=global_first,json=globalFirst,proto3" json:"global_first,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostRange) Reset() {
+	*x = LostRange{}
+	mi := &file_augur_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostRange) ProtoMessage() {}
+
+func (x *LostRange) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostRange.ProtoReflect.Descriptor instead.
+func (*LostRange) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LostRange) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *LostRange) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *LostRange) GetHasGlobal() bool {
+	if x != nil {
+		return x.HasGlobal
+	}
+	return false
+}
+
+func (x *LostRange) GetGlobalFirst() uint64 {
+	if x != nil {
+		return x.GlobalFirst
+	}
+	return 0
+}
+
 type ShardLength struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Shard  uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -1651,7 +1943,7 @@ type ShardLength struct {
 
 func (x *ShardLength) Reset() {
 	*x = ShardLength{}
-	mi := &file_augur_proto_msgTypes[22]
+	mi := &file_augur_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1955,7 @@ func (x *ShardLength) String() string {
 func (*ShardLength) ProtoMessage() {}
 
 func (x *ShardLength) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[22]
+	mi := &file_augur_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1968,7 @@ func (x *ShardLength) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLength.ProtoReflect.Descriptor instead.
 func (*ShardLength) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{22}
+	return file_augur_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardLength) GetShard() uint32 {
@@ -1734,7 +2026,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_augur_proto_msgTypes[23]
+	mi := &file_augur_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +2038,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[23]
+	mi := &file_augur_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +2051,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{23}
+	return file_augur_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HeartbeatRequest) GetClusterId() string {
@@ -1824,7 +2116,7 @@ type ReplicaRef struct {
 
 func (x *ReplicaRef) Reset() {
 	*x = ReplicaRef{}
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2128,7 @@ func (x *ReplicaRef) String() string {
 func (*ReplicaRef) ProtoMessage() {}
 
 func (x *ReplicaRef) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2141,7 @@ func (x *ReplicaRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRef.ProtoReflect.Descriptor instead.
 func (*ReplicaRef) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{24}
+	return file_augur_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaRef) GetShard() uint32 {
@@ -1887,7 +2179,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2191,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2204,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{25}
+	return file_augur_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HeartbeatResponse) GetLeaderAddr() string {
@@ -1953,7 +2245,7 @@ type Cut struct {
 
 func (x *Cut) Reset() {
 	*x = Cut{}
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2257,7 @@ func (x *Cut) String() string {
 func (*Cut) ProtoMessage() {}
 
 func (x *Cut) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2270,7 @@ func (x *Cut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cut.ProtoReflect.Descriptor instead.
 func (*Cut) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{26}
+	return file_augur_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Cut) GetIndex() uint64 {
@@ -2036,7 +2328,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2340,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2353,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{27}
+	return file_augur_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplicaAddr) GetId() string {
@@ -2113,7 +2405,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2417,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2430,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{28}
+	return file_augur_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ShardInfo) GetId() uint32 {
@@ -2230,7 +2522,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2534,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2547,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{29}
+	return file_augur_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2321,7 +2613,7 @@ type Quota struct {
 
 func (x *Quota) Reset() {
 	*x = Quota{}
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2625,7 @@ func (x *Quota) String() string {
 func (*Quota) ProtoMessage() {}
 
 func (x *Quota) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2638,7 @@ func (x *Quota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quota.ProtoReflect.Descriptor instead.
 func (*Quota) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{30}
+	return file_augur_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Quota) GetShard() uint32 {
@@ -2391,7 +2683,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2695,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2708,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{31}
+	return file_augur_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Window) GetIndex() uint64 {
@@ -2475,7 +2767,7 @@ type SpecState struct {
 
 func (x *SpecState) Reset() {
 	*x = SpecState{}
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2779,7 @@ func (x *SpecState) String() string {
 func (*SpecState) ProtoMessage() {}
 
 func (x *SpecState) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2792,7 @@ func (x *SpecState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecState.ProtoReflect.Descriptor instead.
 func (*SpecState) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{32}
+	return file_augur_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SpecState) GetView() uint64 {
@@ -2555,7 +2847,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2859,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2872,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{33}
+	return file_augur_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchRequest) GetClusterId() string {
@@ -2620,7 +2912,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2924,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2937,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{34}
+	return file_augur_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchResponse) GetEvents() []*Event {
@@ -2685,7 +2977,7 @@ type RegisterShardRequest struct {
 
 func (x *RegisterShardRequest) Reset() {
 	*x = RegisterShardRequest{}
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2989,7 @@ func (x *RegisterShardRequest) String() string {
 func (*RegisterShardRequest) ProtoMessage() {}
 
 func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3002,7 @@ func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardRequest.ProtoReflect.Descriptor instead.
 func (*RegisterShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{35}
+	return file_augur_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RegisterShardRequest) GetClusterId() string {
@@ -2759,7 +3051,7 @@ type RegisterShardResponse struct {
 
 func (x *RegisterShardResponse) Reset() {
 	*x = RegisterShardResponse{}
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3063,7 @@ func (x *RegisterShardResponse) String() string {
 func (*RegisterShardResponse) ProtoMessage() {}
 
 func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3076,7 @@ func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardResponse.ProtoReflect.Descriptor instead.
 func (*RegisterShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{36}
+	return file_augur_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RegisterShardResponse) GetShard() uint32 {
@@ -2820,7 +3112,7 @@ type FinalizeShardRequest struct {
 
 func (x *FinalizeShardRequest) Reset() {
 	*x = FinalizeShardRequest{}
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3124,7 @@ func (x *FinalizeShardRequest) String() string {
 func (*FinalizeShardRequest) ProtoMessage() {}
 
 func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3137,7 @@ func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{37}
+	return file_augur_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FinalizeShardRequest) GetClusterId() string {
@@ -2879,7 +3171,7 @@ type FinalizeShardResponse struct {
 
 func (x *FinalizeShardResponse) Reset() {
 	*x = FinalizeShardResponse{}
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3183,7 @@ func (x *FinalizeShardResponse) String() string {
 func (*FinalizeShardResponse) ProtoMessage() {}
 
 func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3196,7 @@ func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{38}
+	return file_augur_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FinalizeShardResponse) GetLeaderAddr() string {
@@ -2931,7 +3223,7 @@ type TrimRequest struct {
 
 func (x *TrimRequest) Reset() {
 	*x = TrimRequest{}
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3235,7 @@ func (x *TrimRequest) String() string {
 func (*TrimRequest) ProtoMessage() {}
 
 func (x *TrimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3248,7 @@ func (x *TrimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimRequest.ProtoReflect.Descriptor instead.
 func (*TrimRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{39}
+	return file_augur_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TrimRequest) GetClusterId() string {
@@ -2984,7 +3276,7 @@ type TrimResponse struct {
 
 func (x *TrimResponse) Reset() {
 	*x = TrimResponse{}
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3288,7 @@ func (x *TrimResponse) String() string {
 func (*TrimResponse) ProtoMessage() {}
 
 func (x *TrimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3301,7 @@ func (x *TrimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimResponse.ProtoReflect.Descriptor instead.
 func (*TrimResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{40}
+	return file_augur_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TrimResponse) GetTrim() uint64 {
@@ -3042,7 +3334,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3346,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3359,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{41}
+	return file_augur_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatusRequest) GetClusterId() string {
@@ -3091,7 +3383,7 @@ type OrderingMember struct {
 
 func (x *OrderingMember) Reset() {
 	*x = OrderingMember{}
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3395,7 @@ func (x *OrderingMember) String() string {
 func (*OrderingMember) ProtoMessage() {}
 
 func (x *OrderingMember) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3408,7 @@ func (x *OrderingMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderingMember.ProtoReflect.Descriptor instead.
 func (*OrderingMember) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{42}
+	return file_augur_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *OrderingMember) GetId() string {
@@ -3167,7 +3459,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3471,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3484,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{43}
+	return file_augur_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatusResponse) GetClusterId() string {
@@ -3282,7 +3574,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[44]
+	mi := &file_augur_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3294,7 +3586,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[44]
+	mi := &file_augur_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3307,7 +3599,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{44}
+	return file_augur_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -3325,7 +3617,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[45]
+	mi := &file_augur_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3629,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[45]
+	mi := &file_augur_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3642,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{45}
+	return file_augur_proto_rawDescGZIP(), []int{49}
 }
 
 // TargetEntry is one log entry for a target. Indices are log positions plus
@@ -3368,7 +3660,7 @@ type TargetEntry struct {
 
 func (x *TargetEntry) Reset() {
 	*x = TargetEntry{}
-	mi := &file_augur_proto_msgTypes[46]
+	mi := &file_augur_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3672,7 @@ func (x *TargetEntry) String() string {
 func (*TargetEntry) ProtoMessage() {}
 
 func (x *TargetEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[46]
+	mi := &file_augur_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3685,7 @@ func (x *TargetEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetEntry.ProtoReflect.Descriptor instead.
 func (*TargetEntry) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{46}
+	return file_augur_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TargetEntry) GetIndex() uint64 {
@@ -3439,7 +3731,7 @@ type ApplyBatch struct {
 
 func (x *ApplyBatch) Reset() {
 	*x = ApplyBatch{}
-	mi := &file_augur_proto_msgTypes[47]
+	mi := &file_augur_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3743,7 @@ func (x *ApplyBatch) String() string {
 func (*ApplyBatch) ProtoMessage() {}
 
 func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[47]
+	mi := &file_augur_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3756,7 @@ func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatch.ProtoReflect.Descriptor instead.
 func (*ApplyBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{47}
+	return file_augur_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ApplyBatch) GetPrevIndex() uint64 {
@@ -3491,7 +3783,7 @@ type ApplyAck struct {
 
 func (x *ApplyAck) Reset() {
 	*x = ApplyAck{}
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3795,7 @@ func (x *ApplyAck) String() string {
 func (*ApplyAck) ProtoMessage() {}
 
 func (x *ApplyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3808,7 @@ func (x *ApplyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyAck.ProtoReflect.Descriptor instead.
 func (*ApplyAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{48}
+	return file_augur_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ApplyAck) GetIndex() uint64 {
@@ -3534,7 +3826,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3838,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3851,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{49}
+	return file_augur_proto_rawDescGZIP(), []int{53}
 }
 
 type LastAppliedResponse struct {
@@ -3571,7 +3863,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3875,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3888,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{50}
+	return file_augur_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LastAppliedResponse) GetIndex() uint64 {
@@ -3618,14 +3910,17 @@ type ReplicaHealth struct {
 	Lost bool `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
 	// role is what the copy does: primary, backup, fenced (a newer
 	// configuration left it out) or recovered (found on disk at start-up).
-	Role          string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// catch_up is the copy's catch-up (repair), while one runs or once one
+	// ended with ranges lost.
+	CatchUp       *CatchUpProgress `protobuf:"bytes,5,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaHealth) Reset() {
 	*x = ReplicaHealth{}
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +3932,7 @@ func (x *ReplicaHealth) String() string {
 func (*ReplicaHealth) ProtoMessage() {}
 
 func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +3945,7 @@ func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHealth.ProtoReflect.Descriptor instead.
 func (*ReplicaHealth) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{51}
+	return file_augur_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReplicaHealth) GetShard() uint32 {
@@ -3681,6 +3976,13 @@ func (x *ReplicaHealth) GetRole() string {
 	return ""
 }
 
+func (x *ReplicaHealth) GetCatchUp() *CatchUpProgress {
+	if x != nil {
+		return x.CatchUp
+	}
+	return nil
+}
+
 // LocalRange is a run [first, end) of a shard's local indexes.
 type LocalRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3692,7 +3994,7 @@ type LocalRange struct {
 
 func (x *LocalRange) Reset() {
 	*x = LocalRange{}
-	mi := &file_augur_proto_msgTypes[52]
+	mi := &file_augur_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +4006,7 @@ func (x *LocalRange) String() string {
 func (*LocalRange) ProtoMessage() {}
 
 func (x *LocalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[52]
+	mi := &file_augur_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +4019,7 @@ func (x *LocalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRange.ProtoReflect.Descriptor instead.
 func (*LocalRange) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{52}
+	return file_augur_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LocalRange) GetFirst() uint64 {
@@ -3850,7 +4152,31 @@ const file_augur_proto_rawDesc = "" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12/\n" +
-	"\x06health\x18\x04 \x03(\v2\x17.augur.v1.ReplicaHealthR\x06health\"\x85\x01\n" +
+	"\x06health\x18\x04 \x03(\v2\x17.augur.v1.ReplicaHealthR\x06health\"k\n" +
+	"\fFetchRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\x04R\x05first\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\x04R\x03end\"\x80\x01\n" +
+	"\rFetchResponse\x12\x1f\n" +
+	"\vfirst_local\x18\x01 \x01(\x04R\n" +
+	"firstLocal\x120\n" +
+	"\arecords\x18\x02 \x03(\v2\x16.augur.v1.StoredRecordR\arecords\x12\x1c\n" +
+	"\tchecksums\x18\x03 \x03(\aR\tchecksums\"\xb0\x01\n" +
+	"\x0fCatchUpProgress\x12\x18\n" +
+	"\afetched\x18\x01 \x01(\x04R\afetched\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12\x18\n" +
+	"\astalled\x18\x04 \x01(\bR\astalled\x12'\n" +
+	"\x04lost\x18\x05 \x03(\v2\x13.augur.v1.LostRangeR\x04lost\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\"u\n" +
+	"\tLostRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x1d\n" +
+	"\n" +
+	"has_global\x18\x03 \x01(\bR\thasGlobal\x12!\n" +
+	"\fglobal_first\x18\x04 \x01(\x04R\vglobalFirst\"\x85\x01\n" +
 	"\vShardLength\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x18\n" +
@@ -4012,12 +4338,13 @@ const file_augur_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x14\n" +
 	"\x12LastAppliedRequest\"+\n" +
 	"\x13LastAppliedResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"}\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\xb3\x01\n" +
 	"\rReplicaHealth\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12.\n" +
 	"\adamaged\x18\x02 \x03(\v2\x14.augur.v1.LocalRangeR\adamaged\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\bR\x04lost\x12\x12\n" +
-	"\x04role\x18\x04 \x01(\tR\x04role\"4\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x124\n" +
+	"\bcatch_up\x18\x05 \x01(\v2\x19.augur.v1.CatchUpProgressR\acatchUp\"4\n" +
 	"\n" +
 	"LocalRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +
@@ -4044,11 +4371,12 @@ const file_augur_proto_rawDesc = "" +
 	"\x03Log\x12?\n" +
 	"\x06Append\x12\x17.augur.v1.AppendRequest\x1a\x18.augur.v1.AppendResponse(\x010\x01\x12F\n" +
 	"\tSubscribe\x12\x1a.augur.v1.SubscribeRequest\x1a\x1b.augur.v1.SubscribeResponse0\x01\x12>\n" +
-	"\aResolve\x12\x18.augur.v1.ResolveRequest\x1a\x19.augur.v1.ResolveResponse2\xcd\x01\n" +
+	"\aResolve\x12\x18.augur.v1.ResolveRequest\x1a\x19.augur.v1.ResolveResponse2\x89\x02\n" +
 	"\aReplica\x12H\n" +
 	"\tReplicate\x12\x1a.augur.v1.ReplicateRequest\x1a\x1b.augur.v1.ReplicateResponse(\x010\x01\x125\n" +
 	"\x04Ping\x12\x15.augur.v1.PingRequest\x1a\x16.augur.v1.PingResponse\x12A\n" +
-	"\bAddShard\x12\x19.augur.v1.AddShardRequest\x1a\x1a.augur.v1.AddShardResponse2\xa8\x03\n" +
+	"\bAddShard\x12\x19.augur.v1.AddShardRequest\x1a\x1a.augur.v1.AddShardResponse\x12:\n" +
+	"\x05Fetch\x12\x16.augur.v1.FetchRequest\x1a\x17.augur.v1.FetchResponse0\x012\xa8\x03\n" +
 	"\bOrdering\x12H\n" +
 	"\tHeartbeat\x12\x1a.augur.v1.HeartbeatRequest\x1a\x1b.augur.v1.HeartbeatResponse(\x010\x01\x12:\n" +
 	"\x05Watch\x12\x16.augur.v1.WatchRequest\x1a\x17.augur.v1.WatchResponse0\x01\x12P\n" +
@@ -4075,7 +4403,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                     // 0: augur.v1.Code
 	(ShardState)(0),               // 1: augur.v1.ShardState
@@ -4101,37 +4429,41 @@ var file_augur_proto_goTypes = []any{
 	(*ReplicateResponse)(nil),     // 21: augur.v1.ReplicateResponse
 	(*PingRequest)(nil),           // 22: augur.v1.PingRequest
 	(*PingResponse)(nil),          // 23: augur.v1.PingResponse
-	(*ShardLength)(nil),           // 24: augur.v1.ShardLength
-	(*HeartbeatRequest)(nil),      // 25: augur.v1.HeartbeatRequest
-	(*ReplicaRef)(nil),            // 26: augur.v1.ReplicaRef
-	(*HeartbeatResponse)(nil),     // 27: augur.v1.HeartbeatResponse
-	(*Cut)(nil),                   // 28: augur.v1.Cut
-	(*ReplicaAddr)(nil),           // 29: augur.v1.ReplicaAddr
-	(*ShardInfo)(nil),             // 30: augur.v1.ShardInfo
-	(*Event)(nil),                 // 31: augur.v1.Event
-	(*Quota)(nil),                 // 32: augur.v1.Quota
-	(*Window)(nil),                // 33: augur.v1.Window
-	(*SpecState)(nil),             // 34: augur.v1.SpecState
-	(*WatchRequest)(nil),          // 35: augur.v1.WatchRequest
-	(*WatchResponse)(nil),         // 36: augur.v1.WatchResponse
-	(*RegisterShardRequest)(nil),  // 37: augur.v1.RegisterShardRequest
-	(*RegisterShardResponse)(nil), // 38: augur.v1.RegisterShardResponse
-	(*FinalizeShardRequest)(nil),  // 39: augur.v1.FinalizeShardRequest
-	(*FinalizeShardResponse)(nil), // 40: augur.v1.FinalizeShardResponse
-	(*TrimRequest)(nil),           // 41: augur.v1.TrimRequest
-	(*TrimResponse)(nil),          // 42: augur.v1.TrimResponse
-	(*StatusRequest)(nil),         // 43: augur.v1.StatusRequest
-	(*OrderingMember)(nil),        // 44: augur.v1.OrderingMember
-	(*StatusResponse)(nil),        // 45: augur.v1.StatusResponse
-	(*RaftBatch)(nil),             // 46: augur.v1.RaftBatch
-	(*RaftAck)(nil),               // 47: augur.v1.RaftAck
-	(*TargetEntry)(nil),           // 48: augur.v1.TargetEntry
-	(*ApplyBatch)(nil),            // 49: augur.v1.ApplyBatch
-	(*ApplyAck)(nil),              // 50: augur.v1.ApplyAck
-	(*LastAppliedRequest)(nil),    // 51: augur.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),   // 52: augur.v1.LastAppliedResponse
-	(*ReplicaHealth)(nil),         // 53: augur.v1.ReplicaHealth
-	(*LocalRange)(nil),            // 54: augur.v1.LocalRange
+	(*FetchRequest)(nil),          // 24: augur.v1.FetchRequest
+	(*FetchResponse)(nil),         // 25: augur.v1.FetchResponse
+	(*CatchUpProgress)(nil),       // 26: augur.v1.CatchUpProgress
+	(*LostRange)(nil),             // 27: augur.v1.LostRange
+	(*ShardLength)(nil),           // 28: augur.v1.ShardLength
+	(*HeartbeatRequest)(nil),      // 29: augur.v1.HeartbeatRequest
+	(*ReplicaRef)(nil),            // 30: augur.v1.ReplicaRef
+	(*HeartbeatResponse)(nil),     // 31: augur.v1.HeartbeatResponse
+	(*Cut)(nil),                   // 32: augur.v1.Cut
+	(*ReplicaAddr)(nil),           // 33: augur.v1.ReplicaAddr
+	(*ShardInfo)(nil),             // 34: augur.v1.ShardInfo
+	(*Event)(nil),                 // 35: augur.v1.Event
+	(*Quota)(nil),                 // 36: augur.v1.Quota
+	(*Window)(nil),                // 37: augur.v1.Window
+	(*SpecState)(nil),             // 38: augur.v1.SpecState
+	(*WatchRequest)(nil),          // 39: augur.v1.WatchRequest
+	(*WatchResponse)(nil),         // 40: augur.v1.WatchResponse
+	(*RegisterShardRequest)(nil),  // 41: augur.v1.RegisterShardRequest
+	(*RegisterShardResponse)(nil), // 42: augur.v1.RegisterShardResponse
+	(*FinalizeShardRequest)(nil),  // 43: augur.v1.FinalizeShardRequest
+	(*FinalizeShardResponse)(nil), // 44: augur.v1.FinalizeShardResponse
+	(*TrimRequest)(nil),           // 45: augur.v1.TrimRequest
+	(*TrimResponse)(nil),          // 46: augur.v1.TrimResponse
+	(*StatusRequest)(nil),         // 47: augur.v1.StatusRequest
+	(*OrderingMember)(nil),        // 48: augur.v1.OrderingMember
+	(*StatusResponse)(nil),        // 49: augur.v1.StatusResponse
+	(*RaftBatch)(nil),             // 50: augur.v1.RaftBatch
+	(*RaftAck)(nil),               // 51: augur.v1.RaftAck
+	(*TargetEntry)(nil),           // 52: augur.v1.TargetEntry
+	(*ApplyBatch)(nil),            // 53: augur.v1.ApplyBatch
+	(*ApplyAck)(nil),              // 54: augur.v1.ApplyAck
+	(*LastAppliedRequest)(nil),    // 55: augur.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),   // 56: augur.v1.LastAppliedResponse
+	(*ReplicaHealth)(nil),         // 57: augur.v1.ReplicaHealth
+	(*LocalRange)(nil),            // 58: augur.v1.LocalRange
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -4150,65 +4482,70 @@ var file_augur_proto_depIdxs = []int32{
 	2,  // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
 	19, // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
 	19, // 15: augur.v1.ReplicateResponse.tail:type_name -> augur.v1.StoredRecord
-	53, // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
-	24, // 17: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
-	26, // 18: augur.v1.HeartbeatRequest.unreachable:type_name -> augur.v1.ReplicaRef
-	24, // 19: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
-	24, // 20: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
-	29, // 21: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
-	1,  // 22: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	29, // 23: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
-	28, // 24: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	30, // 25: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	34, // 26: augur.v1.Event.spec:type_name -> augur.v1.SpecState
-	28, // 27: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
-	32, // 28: augur.v1.Window.quotas:type_name -> augur.v1.Quota
-	33, // 29: augur.v1.SpecState.windows:type_name -> augur.v1.Window
-	13, // 30: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
-	31, // 31: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	45, // 32: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	29, // 33: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	44, // 34: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	30, // 35: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	28, // 36: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	34, // 37: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	48, // 38: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	54, // 39: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	5,  // 40: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 41: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 42: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 43: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 44: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 45: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 46: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	35, // 47: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	37, // 48: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	39, // 49: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	41, // 50: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	43, // 51: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	46, // 52: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	49, // 53: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	51, // 54: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 55: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 56: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 57: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 58: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 59: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 60: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	27, // 61: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	36, // 62: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	38, // 63: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	40, // 64: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	42, // 65: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	45, // 66: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	47, // 67: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	50, // 68: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	52, // 69: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	55, // [55:70] is the sub-list for method output_type
-	40, // [40:55] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	57, // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
+	19, // 17: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
+	27, // 18: augur.v1.CatchUpProgress.lost:type_name -> augur.v1.LostRange
+	28, // 19: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
+	30, // 20: augur.v1.HeartbeatRequest.unreachable:type_name -> augur.v1.ReplicaRef
+	28, // 21: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
+	28, // 22: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
+	33, // 23: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
+	1,  // 24: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
+	33, // 25: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
+	32, // 26: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	34, // 27: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	38, // 28: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	32, // 29: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
+	36, // 30: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	37, // 31: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13, // 32: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	35, // 33: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	49, // 34: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	33, // 35: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	48, // 36: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	34, // 37: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	32, // 38: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	38, // 39: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	52, // 40: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	58, // 41: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	26, // 42: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
+	5,  // 43: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 44: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 45: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 46: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 47: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 48: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	24, // 49: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
+	29, // 50: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	39, // 51: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	41, // 52: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	43, // 53: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	45, // 54: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	47, // 55: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	50, // 56: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	53, // 57: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	55, // 58: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 59: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 60: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 61: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 62: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 63: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 64: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	25, // 65: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
+	31, // 66: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	40, // 67: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	42, // 68: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	44, // 69: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	46, // 70: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	49, // 71: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	51, // 72: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	54, // 73: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	56, // 74: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	59, // [59:75] is the sub-list for method output_type
+	43, // [43:59] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -4222,7 +4559,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   53,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

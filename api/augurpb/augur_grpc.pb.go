@@ -212,6 +212,7 @@ const (
 	Replica_Replicate_FullMethodName = "/augur.v1.Replica/Replicate"
 	Replica_Ping_FullMethodName      = "/augur.v1.Replica/Ping"
 	Replica_AddShard_FullMethodName  = "/augur.v1.Replica/AddShard"
+	Replica_Fetch_FullMethodName     = "/augur.v1.Replica/Fetch"
 )
 
 // ReplicaClient is the client API for Replica service.
@@ -225,6 +226,13 @@ type ReplicaClient interface {
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 	// AddShard asks a group's primary to open one more live shard.
 	AddShard(ctx context.Context, in *AddShardRequest, opts ...grpc.CallOption) (*AddShardResponse, error)
+	// Fetch streams a shard's entries at local indexes [first, end) from
+	// this replica's copy, for another replica's catch-up (repair of
+	// damaged records, rejoin): records and no-op runs in local order, each
+	// with its checksum. The stream ends early where this copy holds no
+	// more; it fails with FailedPrecondition where its copy cannot serve
+	// the range (trimmed, damaged, lost) and NotFound without the shard.
+	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchResponse], error)
 }
 
 type replicaClient struct {
@@ -268,6 +276,25 @@ func (c *replicaClient) AddShard(ctx context.Context, in *AddShardRequest, opts 
 	return out, nil
 }
 
+func (c *replicaClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[1], Replica_Fetch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FetchRequest, FetchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_FetchClient = grpc.ServerStreamingClient[FetchResponse]
+
 // ReplicaServer is the server API for Replica service.
 // All implementations must embed UnimplementedReplicaServer
 // for forward compatibility.
@@ -279,6 +306,13 @@ type ReplicaServer interface {
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	// AddShard asks a group's primary to open one more live shard.
 	AddShard(context.Context, *AddShardRequest) (*AddShardResponse, error)
+	// Fetch streams a shard's entries at local indexes [first, end) from
+	// this replica's copy, for another replica's catch-up (repair of
+	// damaged records, rejoin): records and no-op runs in local order, each
+	// with its checksum. The stream ends early where this copy holds no
+	// more; it fails with FailedPrecondition where its copy cannot serve
+	// the range (trimmed, damaged, lost) and NotFound without the shard.
+	Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchResponse]) error
 	mustEmbedUnimplementedReplicaServer()
 }
 
@@ -297,6 +331,9 @@ func (UnimplementedReplicaServer) Ping(context.Context, *PingRequest) (*PingResp
 }
 func (UnimplementedReplicaServer) AddShard(context.Context, *AddShardRequest) (*AddShardResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddShard not implemented")
+}
+func (UnimplementedReplicaServer) Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Fetch not implemented")
 }
 func (UnimplementedReplicaServer) mustEmbedUnimplementedReplicaServer() {}
 func (UnimplementedReplicaServer) testEmbeddedByValue()                 {}
@@ -362,6 +399,17 @@ func _Replica_AddShard_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Replica_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FetchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ReplicaServer).Fetch(m, &grpc.GenericServerStream[FetchRequest, FetchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_FetchServer = grpc.ServerStreamingServer[FetchResponse]
+
 // Replica_ServiceDesc is the grpc.ServiceDesc for Replica service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -384,6 +432,11 @@ var Replica_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Replica_Replicate_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Fetch",
+			Handler:       _Replica_Fetch_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "augur.proto",

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"github.com/augur-log/augur/client"
 	"io"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -32,7 +34,7 @@ func newStatusCmd() *cobra.Command {
 					return fmt.Errorf("status: %w", err)
 				}
 				if asJSON {
-					data, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(st)
+					data, err := statusJSON(st, askHealth(ctx, cl, st))
 					if err != nil {
 						return fmt.Errorf("encode status: %w", err)
 					}
@@ -245,10 +247,85 @@ func copyState(id uint32, a healthAnswer) string {
 			}
 			parts = append(parts, fmt.Sprintf("damaged: %d records at local %s refused until repaired", n, strings.Join(rs, " ")))
 		}
+		if cu := h.CatchUp; cu != nil {
+			parts = append(parts, catchUpState(cu))
+		}
 		if len(parts) == 0 {
 			return "ok"
 		}
 		return strings.Join(parts, "; ")
 	}
 	return "not held"
+}
+
+// catchUpState says in words how far a copy's catch-up (repair) is.
+func catchUpState(cu *pb.CatchUpProgress) string {
+	var b strings.Builder
+	switch {
+	case cu.Done:
+		fmt.Fprintf(&b, "repair done: %d of %d copied", cu.Fetched, cu.Total)
+	case cu.Stalled:
+		fmt.Fprintf(&b, "repairing: %d of %d copied, waiting for a live replica", cu.Fetched, cu.Total)
+	case cu.Source != "":
+		fmt.Fprintf(&b, "repairing: %d of %d copied from %s", cu.Fetched, cu.Total, cu.Source)
+	default:
+		fmt.Fprintf(&b, "repairing: %d of %d copied", cu.Fetched, cu.Total)
+	}
+	for _, l := range cu.Lost {
+		where := ""
+		if l.HasGlobal {
+			where = fmt.Sprintf(" (positions [%d, %d))", l.GlobalFirst, l.GlobalFirst+l.End-l.First)
+		}
+		fmt.Fprintf(&b, "; lost: local [%d, %d)%s held by no live replica", l.First, l.End, where)
+	}
+	return b.String()
+}
+
+// statusJSON is st as JSON, with one more field, "replica_health": what
+// each storage server the shard table names said of its copies (Ping's
+// health), or why it did not answer.
+func statusJSON(st *pb.StatusResponse, answers map[string]healthAnswer) ([]byte, error) {
+	opts := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+	raw, err := opts.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	type serverHealth struct {
+		Addr   string            `json:"addr"`
+		Server string            `json:"server_id,omitempty"`
+		Error  string            `json:"error,omitempty"`
+		Health []json.RawMessage `json:"health"`
+	}
+	addrs := make([]string, 0, len(answers))
+	for a := range answers {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	healths := []serverHealth{}
+	for _, a := range addrs {
+		ans := answers[a]
+		sh := serverHealth{Addr: a, Health: []json.RawMessage{}}
+		if ans.err != nil {
+			sh.Error = ans.err.Error()
+		}
+		if ans.resp != nil {
+			sh.Server = ans.resp.ServerId
+			for _, h := range ans.resp.Health {
+				b, err := opts.Marshal(h)
+				if err != nil {
+					return nil, err
+				}
+				sh.Health = append(sh.Health, b)
+			}
+		}
+		healths = append(healths, sh)
+	}
+	if out["replica_health"], err = json.Marshal(healths); err != nil {
+		return nil, err
+	}
+	return json.MarshalIndent(out, "", "  ")
 }

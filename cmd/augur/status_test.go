@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,11 +17,13 @@ import (
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
-// TestStatusShowsADamagedCopy damages one record of a stopped backup's
-// segment file and restarts it: `augur status` must say, in the row of
-// that replica, which local records are damaged, and call the primary's
-// copy ok.
-func TestStatusShowsADamagedCopy(t *testing.T) {
+// TestStatusShowsADamagedCopyAndItsRepair damages one record of a stopped
+// backup's segment file and restarts it while the primary is down too:
+// `augur status` must say, in the row of that replica, which local
+// records are damaged and that their repair waits for a live replica.
+// Once the primary is back, `augur status --json` must show the repair
+// done, and the text the copy repaired, the primary's copy ok.
+func TestStatusShowsADamagedCopyAndItsRepair(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole cluster")
 	}
@@ -47,8 +50,10 @@ func TestStatusShowsADamagedCopy(t *testing.T) {
 	}
 	ids := dc.StorageIDs()
 	primary, backup := ids[0], ids[1]
-	if err := dc.StopStorage(backup); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{backup, primary} {
+		if err := dc.StopStorage(id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	flipPayloadByte(t, filepath.Join(dc.Dir(), backup), []byte("status-record-1"))
 	if err := dc.StartStorage(backup); err != nil {
@@ -80,10 +85,66 @@ func TestStatusShowsADamagedCopy(t *testing.T) {
 	t.Log(out)
 	// The restarted backup is out of the shard's configuration (it
 	// rejoins once caught up); its copy is still described.
-	if !regexp.MustCompile(`(?m)^0\s+` + backup + `\s+out \(recovered; rejoins once caught up\)\s+damaged: 1 records at local \[1, 2\) refused until repaired$`).MatchString(out) {
-		t.Errorf("status does not report the damaged copy of %s:\n%s", backup, out)
+	if !regexp.MustCompile(`(?m)^0\s+` + backup + `\s+out \(recovered; rejoins once caught up\)\s+damaged: 1 records at local \[1, 2\) refused until repaired; repairing: 0 of 1 copied(, waiting for a live replica| from ` + primary + `|)$`).MatchString(out) {
+		t.Errorf("status does not report the damaged copy of %s and its repair:\n%s", backup, out)
 	}
-	if !regexp.MustCompile(`(?m)^0\s+` + primary + `\s+serving \(primary\)\s+ok$`).MatchString(out) {
+
+	if err := dc.StartStorage(primary); err != nil {
+		t.Fatal(err)
+	}
+	type statusJSON struct {
+		ReplicaHealth []struct {
+			ServerID string `json:"server_id"`
+			Health   []struct {
+				Shard   uint32            `json:"shard"`
+				Damaged []json.RawMessage `json:"damaged"`
+				CatchUp *struct {
+					Fetched string `json:"fetched"`
+					Done    bool   `json:"done"`
+				} `json:"catch_up"`
+			} `json:"health"`
+		} `json:"replica_health"`
+	}
+	repaired := func(out string) bool {
+		var st statusJSON
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, out)
+		}
+		for _, s := range st.ReplicaHealth {
+			for _, h := range s.Health {
+				if s.ServerID == backup && h.Shard == 0 && h.CatchUp != nil {
+					return h.CatchUp.Done && h.CatchUp.Fetched == "1" && len(h.Damaged) == 0
+				}
+			}
+		}
+		return false
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		out, err := runAugurCtx(ctx, append([]string{"status", "--json"}, cluster...)...)
+		if err != nil {
+			t.Fatalf("status --json: %v\n%s", err, out)
+		}
+		if repaired(out) {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("status --json never showed the repair of %s done:\n%s", backup, out)
+		}
+	}
+	out, err = runAugurCtx(ctx, append([]string{"status"}, cluster...)...)
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^0\s+` + backup + `\s+out \(recovered; rejoins once caught up\)\s+repair done: 1 of 1 copied$`).MatchString(out) {
+		t.Errorf("status does not report the repair of %s:\n%s", backup, out)
+	}
+	// The primary restarted too, so it is a recovered copy now; its
+	// copy is whole.
+	if !regexp.MustCompile(`(?m)^0\s+` + primary + `\s+\S.*\s+ok$`).MatchString(out) {
 		t.Errorf("status does not call the copy of %s ok:\n%s", primary, out)
 	}
 }

@@ -123,6 +123,10 @@ type Cluster struct {
 	RaftTick       Duration `yaml:"raft_tick"`
 	RecordBytesMax int      `yaml:"record_bytes_max"`
 	SegmentBytes   int64    `yaml:"segment_bytes"`
+	// CatchUpBytesPerSecond paces a storage server's catch-up from
+	// another replica (the repair of damaged records), so that it leaves
+	// live traffic the source's disk and the network; 0 means the default.
+	CatchUpBytesPerSecond int64 `yaml:"catchup_bytes_per_second,omitempty"`
 	// DataDir holds one directory per server, named by its id. A relative
 	// path is relative to the working directory of the server process.
 	DataDir  string         `yaml:"data_dir"`
@@ -413,20 +417,21 @@ func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config,
 		group = append(group, storage.Peer{ID: s.ID, Addr: s.Addr})
 	}
 	return storage.Config{
-		ClusterID:         c.ClusterID,
-		ID:                id,
-		Group:             group,
-		GroupName:         self.Group,
-		Ordering:          c.OrderingAddrs(),
-		Dir:               c.ServerDir(id),
-		Sync:              sync,
-		SyncInterval:      c.FsyncInterval.D(),
-		SegmentBytes:      c.SegmentBytes,
-		RecordBytesMax:    c.RecordBytesMax,
-		HeartbeatInterval: c.HeartbeatInterval(),
-		Mode:              md,
-		ReportDelay:       self.ReportDelay.D(),
-		Logger:            logger,
+		ClusterID:             c.ClusterID,
+		ID:                    id,
+		Group:                 group,
+		GroupName:             self.Group,
+		Ordering:              c.OrderingAddrs(),
+		Dir:                   c.ServerDir(id),
+		Sync:                  sync,
+		SyncInterval:          c.FsyncInterval.D(),
+		SegmentBytes:          c.SegmentBytes,
+		RecordBytesMax:        c.RecordBytesMax,
+		HeartbeatInterval:     c.HeartbeatInterval(),
+		Mode:                  md,
+		ReportDelay:           self.ReportDelay.D(),
+		CatchUpBytesPerSecond: c.CatchUpBytesPerSecond,
+		Logger:                logger,
 	}, nil
 }
 

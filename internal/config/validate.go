@@ -66,6 +66,9 @@ func (c *Cluster) validate(needStorage bool) error {
 	if c.SegmentBytes < segmentBytesMin || c.SegmentBytes > segmentBytesMaxLimit {
 		bad("segment_bytes must be in [%d, %d], got %d", segmentBytesMin, segmentBytesMaxLimit, c.SegmentBytes)
 	}
+	if c.CatchUpBytesPerSecond < 0 {
+		bad("catchup_bytes_per_second must not be negative, got %d", c.CatchUpBytesPerSecond)
+	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		bad("data_dir is empty")
 	}

@@ -71,6 +71,12 @@ var (
 		Name: "augur_damaged_records",
 		Help: "Records of a shard found damaged on this storage server's disk; reads of them are refused.",
 	}, []string{"server", "shard"})
+	// CatchUpRemaining is how many local indexes of a shard this storage
+	// server's catch-up (repair) still has to copy from a live replica.
+	CatchUpRemaining = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "augur_catchup_remaining_records",
+		Help: "Entries of a shard this storage server still has to copy from a live replica to repair its copy.",
+	}, []string{"server", "shard"})
 	// ReplicaLost is 1 while a storage server's copy of a shard missed
 	// records the shard ordered, so it serves none of the shard.
 	ReplicaLost = promauto.NewGaugeVec(prometheus.GaugeOpts{

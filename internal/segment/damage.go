@@ -47,22 +47,21 @@ import (
 // Open; a search that runs out counts as "cannot tell", never as a torn
 // tail.
 //
-// # Repair (not built yet)
+// # Repair
 //
 // Damaged ranges are what a repair fetches back from a live replica of the
-// shard, verified by checksum, with the same catch-up a restarted replica
-// uses. Replicas of a shard hold the same entries at the same local
-// indexes (a backup appends exactly what its primary stored, at the same
-// index), so a range is asked for by local index. The contract: until the
-// repair, the storage server refuses reads of Damaged ranges and reports
-// them in status and metrics; local indexes never move, so runs and
-// global positions stay valid throughout; the repair (a Repair(first,
-// entries) that must cover exactly one damaged range, records and no-op
-// runs as the peer stored them) rewrites the segment holding the range
-// into a new file renamed over the old, as the positions file is
-// rewritten, then drops the range from Damaged. A store that Open refuses
-// (damage of unknown count in the last segment, or mid-file damage of the
-// positions file) needs the same catch-up for the whole shard.
+// shard, verified by checksum (see Checksum), with the same catch-up a
+// restarted replica uses (internal/shard's CatchUp). Replicas of a shard
+// hold the same entries at the same local indexes (a backup appends
+// exactly what its primary stored, at the same index), so a range is
+// asked for by local index. Until the repair, the storage server refuses
+// reads of Damaged ranges and reports them in status and metrics; local
+// indexes never move, so runs and global positions stay valid throughout;
+// Repair rewrites the segment holding the range into a new file renamed
+// over the old, as the positions file is rewritten, then drops the range
+// from Damaged. A store that Open refuses (damage of unknown count in the
+// last segment, or mid-file damage of the positions file) needs the same
+// catch-up for the whole shard.
 
 // ErrDamaged: the record's bytes were found damaged when the store was
 // opened; see Damaged. Errors wrapping it are *DamagedError.

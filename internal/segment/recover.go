@@ -44,6 +44,9 @@ func (s *Store) recover() error {
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove stale %s: %w", tmp, err)
 	}
+	if err := removeRepairLeftovers(s.opts.Dir); err != nil {
+		return err
+	}
 	if err := s.recoverSegments(); err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import "github.com/augur-log/augur/internal/segment"
 // 0, and the runs of global positions committed cuts gave them.
 // segment.Store implements it on disk, MemLog in memory.
 //
-// Writers (Append, Assign, Trim, Sync) may come from several goroutines
+// Writers (Append, Assign, Trim, Sync, Repair) may come from several goroutines
 // and the log serializes them: on a backup the replication stream appends
 // while the owner assigns and trims, and a server's sync loop syncs beside
 // both. The readers (Len, Ordered, GlobalOf, SyncedLen) may run
@@ -42,6 +42,14 @@ type Log interface {
 	// no-op run from the index asked for to its end) until fn returns
 	// false; fn must not call the log.
 	Scan(from uint64, fn func(local uint64, e segment.Entry) bool) error
+	// Damaged lists the runs of local indexes the log holds damaged
+	// (found so when it was opened; see segment's damage.go), ascending:
+	// reading them fails until Repair puts them back.
+	Damaged() []segment.DamagedRange
+	// Repair puts back the entries of the damaged range that starts at
+	// first; entries cover exactly its indexes. Other input changes
+	// nothing and fails.
+	Repair(first uint64, entries []segment.Entry) error
 }
 
 // Both logs implement Log.

@@ -29,6 +29,9 @@ type MemLog struct {
 	unsyncedRuns int
 	// failErr, once set, fails every write, as a disk that broke would.
 	failErr error
+	// damaged lists the ranges Damage marked, ascending; their frames
+	// hold garbage, and Scan stops before them, as a store's reads fail.
+	damaged []segment.DamagedRange
 }
 
 type memFrame struct {
@@ -166,6 +169,9 @@ func (m *MemLog) Scan(from uint64, fn func(local uint64, e segment.Entry) bool) 
 		f := m.frames[k]
 		e := f.e
 		at := max(from, f.first)
+		if m.damagedAtLocked(at) {
+			return fmt.Errorf("memlog: scan at %d: %w", at, segment.ErrDamaged)
+		}
 		if e.Noops > 0 {
 			e.Noops = f.first + f.e.Noops - at
 		}
@@ -284,4 +290,98 @@ func (m *MemLog) CrashTorn(keep int) {
 	m.synced = m.length
 	m.unsyncedRuns = 0
 	m.failErr = nil
+	for i, d := range m.damaged {
+		if d.End > m.length {
+			m.damaged = m.damaged[:i]
+			break
+		}
+	}
+}
+
+// damagedAtLocked says whether local lies in a damaged range.
+func (m *MemLog) damagedAtLocked(local uint64) bool {
+	i := sort.Search(len(m.damaged), func(i int) bool { return m.damaged[i].End > local })
+	return i < len(m.damaged) && m.damaged[i].First <= local
+}
+
+// Damage damages the frames holding local indexes [first, end), as bytes
+// flipped on disk that a restart finds: the range (widened to whole
+// frames) is listed by Damaged, and its records hold garbage that Scan
+// never returns. Only a log no Replica runs over yet (a restart) should be
+// damaged. It returns the range damaged; ok is false if there was nothing
+// to damage there (trimmed, past the end, or damaged already).
+func (m *MemLog) Damage(first, end uint64) (d segment.DamagedRange, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	first, end = max(first, m.start), min(end, m.length)
+	if first >= end {
+		return d, false
+	}
+	k := sort.Search(len(m.frames), func(k int) bool { return m.frames[k].first+m.frames[k].covers() > first })
+	j := sort.Search(len(m.frames), func(j int) bool { return m.frames[j].first >= end })
+	d = segment.DamagedRange{First: m.frames[k].first, End: m.frames[j-1].first + m.frames[j-1].covers(), File: "memlog", Reason: "damaged by the simulator"}
+	i := sort.Search(len(m.damaged), func(i int) bool { return m.damaged[i].End > d.First })
+	if i < len(m.damaged) && m.damaged[i].First < d.End {
+		return d, false
+	}
+	for x := k; x < j; x++ {
+		if m.frames[x].e.Noops == 0 {
+			m.frames[x].e.Seq ^= 1 << 40 // garbage a reader must never see
+		}
+	}
+	m.damaged = append(m.damaged, segment.DamagedRange{})
+	copy(m.damaged[i+1:], m.damaged[i:])
+	m.damaged[i] = d
+	return d, true
+}
+
+// Damaged lists the damaged ranges at or after the first retained index.
+func (m *MemLog) Damaged() []segment.DamagedRange {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := sort.Search(len(m.damaged), func(i int) bool { return m.damaged[i].End > m.start })
+	return append([]segment.DamagedRange(nil), m.damaged[i:]...)
+}
+
+// Repair replaces the frames of the damaged range at first with entries'
+// frames (consecutive no-op runs coalesced, as Append does), checked as
+// segment.Store checks them.
+func (m *MemLog) Repair(first uint64, entries []segment.Entry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr != nil {
+		return fmt.Errorf("memlog: repair: %w", m.failErr)
+	}
+	i := sort.Search(len(m.damaged), func(i int) bool { return m.damaged[i].First >= first })
+	if i == len(m.damaged) || m.damaged[i].First != first || first < m.start {
+		return fmt.Errorf("memlog: repair: no damaged range starts at %d", first)
+	}
+	d := m.damaged[i]
+	var frames []memFrame
+	at := d.First
+	for x := 0; x < len(entries); x++ {
+		e := entries[x]
+		if e.Noops > 0 {
+			for x+1 < len(entries) && entries[x+1].Noops > 0 {
+				x++
+				e.Noops += entries[x].Noops
+			}
+		} else {
+			e.Tags = append([]string(nil), e.Tags...)
+			e.Payload = append([]byte(nil), e.Payload...)
+		}
+		frames = append(frames, memFrame{first: at, e: e})
+		at += max(e.Noops, 1)
+		if at > d.End {
+			break
+		}
+	}
+	if at != d.End {
+		return fmt.Errorf("memlog: repair: entries cover [%d, %d), the damaged range is [%d, %d)", d.First, at, d.First, d.End)
+	}
+	k := sort.Search(len(m.frames), func(k int) bool { return m.frames[k].first >= d.First })
+	j := sort.Search(len(m.frames), func(j int) bool { return m.frames[j].first >= d.End })
+	m.frames = append(m.frames[:k], append(frames, m.frames[j:]...)...)
+	m.damaged = append(m.damaged[:i], m.damaged[i+1:]...)
+	return nil
 }

@@ -149,3 +149,37 @@ func TestMemLogFailAndTrim(t *testing.T) {
 		t.Fatalf("failed append changed the length to %d", m.Len())
 	}
 }
+
+// TestMemLogDamageAndRepair checks that a damaged range is listed, that
+// Scan stops before it, that a repair of the wrong extent changes nothing,
+// and that a repair puts the entries back.
+func TestMemLogDamageAndRepair(t *testing.T) {
+	m := NewMemLog()
+	mustAppend(t, m, rec(1, 1), rec(1, 2))
+	mustAppend(t, m, segment.Entry{Noops: 3})
+	mustAppend(t, m, rec(1, 3), rec(1, 4))
+	d, ok := m.Damage(3, 4) // inside the no-op frame [2, 5)
+	if !ok || d.First != 2 || d.End != 5 {
+		t.Fatalf("Damage(3, 4) = %+v, %v; want the whole frame [2, 5)", d, ok)
+	}
+	if got := m.Damaged(); len(got) != 1 || got[0].First != 2 {
+		t.Fatalf("Damaged() = %+v", got)
+	}
+	locals, _ := scanAll(m)
+	if len(locals) != 2 || locals[1] != 1 {
+		t.Fatalf("Scan visited %v, want only [0 1] before the damage", locals)
+	}
+	if err := m.Repair(2, []segment.Entry{{Noops: 2}}); err == nil {
+		t.Fatal("a repair two indexes short succeeded")
+	}
+	if err := m.Repair(2, []segment.Entry{{Noops: 1}, {Noops: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Damaged()) != 0 {
+		t.Fatalf("still damaged: %+v", m.Damaged())
+	}
+	locals, es := scanAll(m)
+	if len(locals) != 5 || locals[2] != 2 || es[2].Noops != 3 || es[3].Seq != 3 || locals[4] != 6 {
+		t.Fatalf("after the repair Scan gives %v %+v", locals, es)
+	}
+}

@@ -929,6 +929,31 @@ func (r *Replica[W]) BackupJoined(backup string, epoch, length, held, tailFrom u
 	}
 }
 
+// Gaps lists what this copy must fetch from a live replica of its shard
+// (see CatchUp): the ranges its log holds damaged, each put back in
+// place.
+func (r *Replica[W]) Gaps() []Gap {
+	var gaps []Gap
+	for _, d := range r.log.Damaged() {
+		gaps = append(gaps, Gap{First: d.First, End: d.End, InPlace: true})
+	}
+	return gaps
+}
+
+// Repair stores a catch-up's write (CatchUp.Received). It only touches
+// the log, which serializes it with the other writers, so it is safe for
+// concurrent use; the owner then wakes subscribers, as the range reads
+// again.
+func (r *Replica[W]) Repair(w Write) error {
+	if !w.InPlace {
+		return fmt.Errorf("shard %d: catch-up write at %d: only damaged ranges are repaired in place here", r.id, w.First)
+	}
+	if err := r.log.Repair(w.First, w.Entries); err != nil {
+		return fmt.Errorf("shard %d: repair: %w", r.id, err)
+	}
+	return nil
+}
+
 // Trim lets the log drop entries ordered below global.
 func (r *Replica[W]) Trim(global uint64) error { return r.log.Trim(global) }
 

@@ -97,6 +97,9 @@ type cluster struct {
 	planted bool
 	// powerLoss asks for Options.powerLoss; powerLost says it struck.
 	powerLoss, powerLost bool
+	// raftPowerLoss asks for Options.raftPowerLoss, raftSyncOptOut for
+	// Options.raftSyncOptOut; raftPowerLost says it struck.
+	raftPowerLoss, raftSyncOptOut, raftPowerLost bool
 }
 
 // recordInfo is what the history records of one append: its client,
@@ -130,12 +133,17 @@ type stats struct {
 	specLead                  time.Duration // summed over confirmed speculative deliveries
 	specLeadN                 uint64
 	maxQuota                  uint64
+	// damaged counts the restarts with a damaged file, repairs the
+	// ranges repaired from the other copy, sourceDeaths the repairs
+	// whose source died mid-copy.
+	damaged, repairs, sourceDeaths uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
 func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug) *cluster {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	sc := newScenario(r, mode, f)
+	sc.planDamage(rand.New(rand.NewPCG(seed, 0xda3a6e)))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -264,6 +272,8 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 			if sh == nil {
 				return
 			}
+			target := sh.copies[min(x.copy, copiesN-1)]
+			target.damage, target.killSource = x.damage, x.sourceDies
 			if x.copy == copiesN {
 				// A power loss takes the whole replica group.
 				s.tracef("shard %d loses power", sh.id)
@@ -584,6 +594,11 @@ func (s *cluster) commit(c cut.Cut) {
 	}
 	if uint64(len(s.eager)) != c.Start {
 		s.errorf("cut %d starts at %d, the sequence holds %d", c.Index, c.Start, len(s.eager))
+	}
+	if s.raftPowerLoss && !s.raftPowerLost && s.now.After(s.start.Add(50*time.Millisecond)) {
+		// The power fails on every ordering replica as this cut commits.
+		s.raftPowerLost = true
+		s.after(0, func() { s.ld.powerLoss(5 * time.Millisecond) })
 	}
 	for _, sl := range parts {
 		sh := s.shards[sl.Shard]

@@ -25,6 +25,10 @@ type leader struct {
 	// committed holds each committed entry's command by index, decoded
 	// once for every replica.
 	committed map[uint64]control.Command
+	// committedData holds each committed entry's bytes by index: a
+	// replica that applies other bytes at an index committed before has
+	// lost a committed entry (see raftPowerLoss).
+	committedData map[uint64][]byte
 	// node is the replica whose order.Leader runs and which takes
 	// proposals; nil between leaders.
 	node *replica
@@ -45,7 +49,7 @@ type leader struct {
 }
 
 func newLeader(s *cluster) *leader {
-	ld := &leader{s: s, st: s.md.NewState("sim"), raftLinks: map[[2]uint64]*link{}, committed: map[uint64]control.Command{},
+	ld := &leader{s: s, st: s.md.NewState("sim"), raftLinks: map[[2]uint64]*link{}, committed: map[uint64]control.Command{}, committedData: map[uint64][]byte{},
 		watch: map[cut.ShardID]*link{}, fix: map[cut.ShardID]*link{}}
 	ld.replicas = newReplicas(func() *control.State { return s.md.NewState("sim") })
 	s.after(0, func() { ld.campaign(0) })

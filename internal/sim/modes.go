@@ -197,8 +197,9 @@ func (x *eagerStream) serve(sc shardCut, from *copyOf) {
 		if !c.up || c.r.Lost() || c.log.Ordered() < p.LocalStart+p.Count {
 			continue
 		}
-		var ok bool
-		if ids, ok = readIDs(c.log, p.LocalStart, p.LocalStart+p.Count); ok {
+		// A copy that cannot read all of it (damaged) serves none of it.
+		if got, ok := readIDs(c.log, p.LocalStart, p.LocalStart+p.Count); ok {
+			ids = got
 			break
 		}
 	}

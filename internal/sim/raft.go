@@ -8,8 +8,10 @@ package sim
 // from the seed.
 
 import (
+	"bytes"
 	"io"
 	"log"
+	"math"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -55,6 +57,11 @@ type replica struct {
 	// inReady says the node's Ready is being handled: what is proposed
 	// meanwhile waits for the next round of the same loop.
 	inReady bool
+	// synced is the last log index that survives a power loss: every
+	// entry raft had it persist, under the durable default (raft_fsync:
+	// true, the WAL is fsynced before raft goes on); under the opt-out,
+	// only what the last periodic writeback covered.
+	synced uint64
 }
 
 var raftLogger = &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
@@ -128,10 +135,20 @@ func (ld *leader) ready(n *replica) {
 		if err := n.store.Append(rd.Entries); err != nil {
 			s.errorf("raft %d: append: %v", n.id, err)
 		}
+		if !ld.s.raftSyncOptOut {
+			n.synced, _ = n.store.LastIndex()
+		}
 		for _, m := range rd.Messages {
 			ld.sendRaft(n, m)
 		}
 		for _, e := range rd.CommittedEntries {
+			if prev, ok := ld.committedData[e.GetIndex()]; ok && !bytes.Equal(prev, e.GetData()) {
+				// The cut or command committed there before is gone: the
+				// positions it gave out are given again.
+				s.errorf("invariant 2: raft %d commits another entry at index %d, where a committed entry was lost", n.id, e.GetIndex())
+				continue
+			}
+			ld.committedData[e.GetIndex()] = e.GetData()
 			if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
 				continue
 			}
@@ -253,4 +270,81 @@ func (ld *leader) oneWay(i int, dur time.Duration, dir linkDir) {
 	}
 	n.muteUntil = until
 	s.tracef("raft %d is heard by nobody until %v", n.id, until.Sub(s.start))
+}
+
+// raftWritebackEvery is how often, under the raft_fsync opt-out, the
+// kernel writes the ordering replicas' WAL back to disk on its own.
+const raftWritebackEvery = 10 * time.Millisecond
+
+// writeback makes what each ordering replica's WAL holds survive a power
+// loss, as the kernel's writeback does under the raft_fsync opt-out, and
+// schedules the next one.
+func (ld *leader) writeback() {
+	for _, n := range ld.replicas {
+		if !n.down {
+			n.synced, _ = n.store.LastIndex()
+		}
+	}
+	ld.s.after(raftWritebackEvery, ld.writeback)
+}
+
+// powerLoss fails the power of every ordering replica at once: each
+// keeps the entries that survive it (synced) and a hard state that commits
+// no more than those, and all restart after down.
+func (ld *leader) powerLoss(down time.Duration) {
+	s := ld.s
+	s.tracef("every ordering replica loses power")
+	for _, n := range ld.replicas {
+		if n.down {
+			continue
+		}
+		hs, _, err := n.store.InitialState()
+		if err != nil {
+			s.errorf("raft %d: %v", n.id, err)
+			return
+		}
+		first, _ := n.store.FirstIndex()
+		last, _ := n.store.LastIndex()
+		keep := min(last, n.synced)
+		var ents []*raftpb.Entry
+		if keep >= first {
+			if ents, err = n.store.Entries(first, keep+1, math.MaxUint64); err != nil {
+				s.errorf("raft %d: %v", n.id, err)
+				return
+			}
+		}
+		snap, _ := n.store.Snapshot()
+		ms := raft.NewMemoryStorage()
+		if err := ms.ApplySnapshot(snap); err != nil {
+			s.errorf("raft %d: %v", n.id, err)
+			return
+		}
+		if err := ms.Append(ents); err != nil {
+			s.errorf("raft %d: %v", n.id, err)
+			return
+		}
+		hs.Commit = new(min(hs.GetCommit(), max(keep, snap.GetMetadata().GetIndex())))
+		if err := ms.SetHardState(hs); err != nil {
+			s.errorf("raft %d: %v", n.id, err)
+			return
+		}
+		s.tracef("raft %d keeps %d of %d entries", n.id, keep, last)
+		n.store = ms
+		n.down, n.leader = true, false
+		n.inc++
+		s.stats.raftCrashes++
+	}
+	ld.node, ld.l, ld.wakeAt = nil, nil, time.Time{}
+	s.after(down, func() {
+		for _, n := range ld.replicas {
+			n.rn = startNode(n.id, n.store)
+			n.st = ld.s.md.NewState("sim")
+			n.down = false
+		}
+		s.tracef("every ordering replica restarts")
+		for _, n := range ld.replicas {
+			ld.ready(n)
+		}
+		ld.campaign(0)
+	})
 }

@@ -76,6 +76,10 @@ type crash struct {
 	at, down time.Duration
 	copy     int
 	keep     int
+	// damage restarts the crashed server with a range of its log
+	// damaged, which it repairs from the other copy; sourceDies crashes
+	// that copy after the repair's first batch (see planDamage).
+	damage, sourceDies bool
 }
 
 // raftCrash crashes ordering replica node for down.
@@ -387,6 +391,12 @@ func (sc scenario) String() string {
 	}
 	for _, x := range sc.crashes {
 		fmt.Fprintf(&b, "; a shard's %s crash at %v (keep %d unsynced frames), restart %v later", []string{"primary", "backup", "servers"}[x.copy], x.at, x.keep, x.down)
+		if x.damage {
+			b.WriteString(" with a damaged file")
+		}
+		if x.sourceDies {
+			b.WriteString(", whose repair's source dies mid-copy")
+		}
 	}
 	for _, x := range sc.raftCrashes {
 		fmt.Fprintf(&b, "; ordering replica %d crashes at %v for %v", x.node+1, x.at, x.down)

@@ -78,6 +78,9 @@ type copyOf struct {
 	inc int
 	// crashed says the server crashed once; it restarted read-only.
 	crashed bool
+	// damage says the server restarts with a range of its log damaged,
+	// killSource that its repair's source dies after the first batch.
+	damage, killSource bool
 	// syncArmed says an interval sync is scheduled; wakeAt is the
 	// primary's timer (zero: none).
 	syncArmed bool
@@ -652,10 +655,14 @@ type resolveKey struct{ client, seq uint64 }
 func (sh *shard) resolveIDs(ids []int64) {
 	s := sh.s
 	var held [copiesN]map[resolveKey]uint64
+	// readAll[i]: copy i could read every entry it holds; a damaged range
+	// may hide the append, so a damaged copy may not deny it.
+	var readAll [copiesN]bool
 	for i, c := range sh.copies {
 		if !c.up {
 			continue
 		}
+		readAll[i] = len(c.log.Damaged()) == 0
 		m := map[resolveKey]uint64{}
 		c.log.Scan(0, func(local uint64, e segment.Entry) bool {
 			if e.Noops == 0 {
@@ -678,7 +685,7 @@ func (sh *shard) resolveIDs(ids []int64) {
 				continue
 			}
 			local, found := held[i][k]
-			if res, pos = c.r.Resolve(local, found, true); res != core.ResolvePending {
+			if res, pos = c.r.Resolve(local, found, readAll[i]); res != core.ResolvePending {
 				break
 			}
 		}
@@ -912,6 +919,7 @@ func (sh *shard) restart(c *copyOf) {
 	if runs := c.log.Runs(0); len(runs) > 0 {
 		last = runs[len(runs)-1].Cut
 	}
+	sh.damageOnRestart(c)
 	c.r = core.NewReplica[int64](core.Config{ID: sh.id, Role: core.RoleRecovered, LastCut: last}, c.log)
 	c.ord = nil
 	c.up = true
@@ -937,6 +945,7 @@ func (sh *shard) restart(c *copyOf) {
 	if s.servesAfterFailure() {
 		sh.feed.replay(c, replayed)
 	}
+	sh.catchUp(c)
 }
 
 // readIDs returns the record ids (noop for no-ops) at local [from, to) of

@@ -140,7 +140,22 @@ type Options struct {
 	// (with the durable default): what bugSkipSync loses, and a correct
 	// run keeps.
 	powerLoss bool
+	// syncOptOut runs the storage servers under the opt-out fsync
+	// policy (fsync: interval, an entry held once written) instead of the
+	// durable default; with powerLoss, a run may then lose acknowledged
+	// appends, as the README says the opt-out risks.
+	syncOptOut bool
+	// raftPowerLoss fails the power of every ordering replica at once as
+	// the first cut after 50 ms commits; raftSyncOptOut runs them under
+	// the raft_fsync opt-out (the WAL reaches the disk only by the
+	// kernel's writeback, every raftWritebackEvery), under which that can
+	// lose committed cuts.
+	raftPowerLoss, raftSyncOptOut bool
 }
+
+// optOutSyncEvery is the fsync interval of Options.syncOptOut: the
+// default fsync_interval of a cluster file.
+const optOutSyncEvery = 10 * time.Millisecond
 
 // bug is a mistake a test plants in a run.
 type bug int
@@ -170,6 +185,10 @@ const (
 	// finalizes the shard, though the other holds everything durable (the
 	// behaviour before shards failed over).
 	bugFinalizeOnReplicaFailure
+	// bugCopyUnchecked: a catch-up's source serves a record it read
+	// without checking its frame (altered, with a checksum that matches
+	// the altered bytes), and the repaired copy stores it.
+	bugCopyUnchecked
 )
 
 // Result is the outcome of one seed.
@@ -197,6 +216,10 @@ type Result struct {
 	Crashes, LostTails, RaftCrashes uint64
 	// Failovers counts the shards that moved to a new primary.
 	Failovers uint64
+	// Damaged counts the storage servers that restarted with a damaged
+	// file, Repairs the ranges repaired from the other copy, and
+	// SourceDeaths the repairs whose source died mid-copy.
+	Damaged, Repairs, SourceDeaths uint64
 	// Player says the seed ran the exactly-once player; TargetCrashes and
 	// PlayerRestarts count its faults.
 	Player                        bool
@@ -222,6 +245,13 @@ func Run(seed uint64, o Options) Result {
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
 		s.sc.sync = syncAlways // the durable default, which survives it
 	}
+	s.raftPowerLoss, s.raftSyncOptOut = o.raftPowerLoss, o.raftSyncOptOut
+	if o.raftSyncOptOut {
+		s.after(raftWritebackEvery, s.ld.writeback)
+	}
+	if o.syncOptOut {
+		s.sc.sync, s.sc.syncEvery = syncInterval, optOutSyncEvery
+	}
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
 	res := Result{
@@ -229,6 +259,7 @@ func Run(seed uint64, o Options) Result {
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
+		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths,
 		planted: s.planted,
 	}
 	if p := s.player; p != nil {
@@ -268,8 +299,10 @@ type Tally struct {
 	// Adopted counts the runs of Result.Adopted.
 	Adopted      int
 	Fails, Steps uint64
-	// Crashes, LostTails, RaftCrashes and Failovers sum the results'.
+	// Crashes, LostTails, RaftCrashes and Failovers sum the results'; so
+	// do Damaged, Repairs and SourceDeaths.
 	Crashes, LostTails, RaftCrashes, Failovers uint64
+	Damaged, Repairs, SourceDeaths             uint64
 	// Player counts the seeds that ran the player; TargetCrashes and
 	// PlayerRestarts sum their faults.
 	Player                        int
@@ -289,6 +322,9 @@ func Count(rs []Result) Tally {
 		t.LostTails += r.LostTails
 		t.RaftCrashes += r.RaftCrashes
 		t.Failovers += r.Failovers
+		t.Damaged += r.Damaged
+		t.Repairs += r.Repairs
+		t.SourceDeaths += r.SourceDeaths
 		if r.ShardFailed {
 			t.ShardFailed++
 		}
@@ -313,8 +349,8 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
+	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers, %d restarted with a damaged file: %d ranges repaired, %d repairs lost their source mid-copy), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
+		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.Damaged, t.Repairs, t.SourceDeaths, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }
 
 func (s *cluster) summary() string {

@@ -56,6 +56,11 @@ func TestSeeds(t *testing.T) {
 			if faults.Crash && n >= 40 && tally.Failovers == 0 {
 				t.Errorf("no seed failed a shard over to its other server: %v", tally)
 			}
+			// And some restart with a damaged file and repair it from the
+			// other copy, some losing their source mid-copy.
+			if faults.Crash && n >= 40 && (tally.Repairs == 0 || tally.SourceDeaths == 0) {
+				t.Errorf("no seed repaired a damaged file, or lost a repair's source mid-copy: %v", tally)
+			}
 			// And the player runs in some seeds, through target crashes
 			// and its own restarts.
 			if n >= 40 && (tally.Player == 0 || faults.Crash && (tally.TargetCrashes == 0 || tally.PlayerRestarts == 0)) {
@@ -175,5 +180,104 @@ func TestPlantedFinalizeOnReplicaFailure(t *testing.T) {
 			}
 			t.Logf("the plant struck in %d of %d seeds; the live-shard check caught %d, the view check %d", struck, seeds, live, views)
 		})
+	}
+}
+
+// TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut fails the power
+// of a whole shard's servers at once, as a cut that orders its entries
+// commits. Under the durable default no acknowledged append is lost (the
+// checks pass); under the fsync opt-out (fsync: interval, an entry held
+// once written) the loss checks must fire, as the README says the opt-out
+// risks.
+func TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut(t *testing.T) {
+	const seeds = 5
+	lost := 0
+	for seed := range uint64(seeds) {
+		if r := Run(seed, Options{Mode: Eager, powerLoss: true}); r.Failed() {
+			t.Fatalf("seed %d loses data under the durable default: %v", seed, r.Errs)
+		}
+		r := Run(seed, Options{Mode: Eager, powerLoss: true, syncOptOut: true})
+		for _, e := range r.Errs {
+			if strings.Contains(e, "completion") || strings.Contains(e, "invariant 1") {
+				lost++
+				if lost == 1 {
+					t.Logf("seed %d under the opt-out: %s", seed, e)
+				}
+				break
+			}
+		}
+	}
+	if lost < seeds-1 {
+		t.Errorf("the power loss lost acknowledged appends in %d of %d runs under the opt-out, want at least %d", lost, seeds, seeds-1)
+	}
+}
+
+// TestPlantedBadCopyIsCaught plants, in seeds where a storage server
+// restarts with a damaged file and repairs it from the other copy, a
+// source that serves an altered record with a checksum over the altered
+// bytes (as one that skipped its own frame check would): the repaired
+// copy then reads a record the shard never stored there, and the copies'
+// check must say so. The same seeds pass without the bug.
+func TestPlantedBadCopyIsCaught(t *testing.T) {
+	const want = 3
+	found := 0
+	for seed := uint64(0); seed < 100 && found < want; seed++ {
+		o := Options{Mode: Eager, Faults: AllFaults()}
+		r := Run(seed, o)
+		if r.Repairs == 0 {
+			continue
+		}
+		if r.Failed() {
+			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+		}
+		o.plant = bugCopyUnchecked
+		r = Run(seed, o)
+		if !r.planted {
+			continue
+		}
+		found++
+		caught := false
+		for _, e := range r.Errs {
+			if strings.Contains(e, "invariant 2") {
+				caught = true
+				t.Logf("seed %d: %s", seed, e)
+				break
+			}
+		}
+		if !caught {
+			t.Errorf("seed %d: a repair stored an altered record, and no check said so: %v", seed, r.Errs)
+		}
+	}
+	if found < want {
+		t.Errorf("only %d seeds of 100 repaired a damaged file with the bug planted, want %d", found, want)
+	}
+}
+
+// TestRaftPowerLossLosesCommittedCutsOnlyWithTheOptOut fails the power of
+// every ordering replica at once as a cut commits. Under the durable
+// default (raft_fsync: true) every committed entry survives on a quorum
+// and the run passes; under the raft_fsync opt-out the entries written
+// since the kernel's last writeback are lost, and the new leader commits
+// other cuts at their indexes: the check must say so.
+func TestRaftPowerLossLosesCommittedCutsOnlyWithTheOptOut(t *testing.T) {
+	const seeds = 5
+	lost := 0
+	for seed := range uint64(seeds) {
+		if r := Run(seed, Options{Mode: Eager, raftPowerLoss: true}); r.Failed() {
+			t.Fatalf("seed %d loses committed cuts under the durable default: %v", seed, r.Errs)
+		}
+		r := Run(seed, Options{Mode: Eager, raftPowerLoss: true, raftSyncOptOut: true})
+		for _, e := range r.Errs {
+			if strings.Contains(e, "where a committed entry was lost") {
+				lost++
+				if lost == 1 {
+					t.Logf("seed %d under the opt-out: %s", seed, e)
+				}
+				break
+			}
+		}
+	}
+	if lost < seeds-1 {
+		t.Errorf("the power loss lost committed cuts in %d of %d runs under the opt-out, want at least %d", lost, seeds, seeds-1)
 	}
 }

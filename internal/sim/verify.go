@@ -42,6 +42,7 @@ func (s *cluster) verify() {
 	report(check.StoredOnce(appends, logs...))
 	report(check.RealTime(appends))
 	report(check.Linearizable(appends, nil, s.dense(), linearizabilityTimeout))
+	s.checkCopies()
 	for _, sb := range s.subs {
 		h := sb.history()
 		report(check.Speculation(h, final))

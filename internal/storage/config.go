@@ -41,6 +41,10 @@ type Config struct {
 	// ordering (when to report, which no-ops to fill) and says whether
 	// speculative subscriptions are served.
 	Mode mode.Mode
+	// CatchUpBytesPerSecond paces a replica's catch-up (repair) from
+	// another, so that it leaves the source and this disk to live
+	// traffic; 0 means DefaultCatchUpBytesPerSecond.
+	CatchUpBytesPerSecond int64
 	// ReportDelay holds back every report by this long: fault injection
 	// that makes the server a straggler (see Server.SetReportDelay).
 	ReportDelay time.Duration
@@ -66,6 +70,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("storage: heartbeat interval must be positive, got %v", c.HeartbeatInterval)
 	case c.Mode == nil:
 		return errors.New("storage: no ordering mode")
+	case c.CatchUpBytesPerSecond < 0:
+		return fmt.Errorf("storage: catch-up pace must not be negative, got %d bytes/s", c.CatchUpBytesPerSecond)
 	case (c.Sync == segment.SyncInterval || c.Sync == segment.SyncGroup) && c.SyncInterval <= 0:
 		return fmt.Errorf("storage: fsync interval must be positive, got %v", c.SyncInterval)
 	}
@@ -82,6 +88,14 @@ func (c *Config) self() int {
 		}
 	}
 	return -1
+}
+
+// catchUpBytesPerSecond is the pace of a catch-up.
+func (c *Config) catchUpBytesPerSecond() int64 {
+	if c.CatchUpBytesPerSecond == 0 {
+		return DefaultCatchUpBytesPerSecond
+	}
+	return c.CatchUpBytesPerSecond
 }
 
 // isPrimary reports whether this server is its group's primary.

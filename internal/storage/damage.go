@@ -19,15 +19,16 @@ import (
 // # Damaged records
 //
 // A store lists the records it found damaged when it was opened (see
-// segment's damage.go). Until a repair fetches them back from a live
-// replica (not built yet), this server refuses to serve them: a read that
+// segment's damage.go). Until its catch-up (catchup.go) copies them back
+// from a live replica, this server refuses to serve them: a read that
 // reaches one fails with codes.Unavailable and a message naming the shard,
 // the range and "damaged on this replica", which clients take as "ask
 // another replica" (client.followShard tries the next replica on any
 // error but OutOfRange; Resolve answers PENDING for what it cannot see,
 // and the client asks the next replica). Everything else the replica
 // holds is served as usual, and the count of damaged records is exported
-// per shard as augur_damaged_records.
+// per shard as augur_damaged_records. Records no live replica holds stay
+// refused, and Ping's health lists them as lost.
 //
 // A copy that missed records the shard ordered (the core marks it Lost)
 // serves none of the shard, with the same kind of refusal (lostStatus),
@@ -95,7 +96,7 @@ func (s *Server) health() []*pb.ReplicaHealth {
 	slices.SortFunc(rs, func(a, b *replica) int { return cmp.Compare(a.id, b.id) })
 	out := make([]*pb.ReplicaHealth, 0, len(rs))
 	for _, r := range rs {
-		h := &pb.ReplicaHealth{Shard: r.id, Lost: r.core.Lost(), Role: r.role().String()}
+		h := &pb.ReplicaHealth{Shard: r.id, Lost: r.core.Lost(), Role: r.role().String(), CatchUp: r.catchUp.get(r.store)}
 		for _, d := range r.store.Damaged() {
 			h.Damaged = append(h.Damaged, &pb.LocalRange{First: d.First, End: d.End})
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,14 +24,17 @@ import (
 	"github.com/augur-log/augur/internal/metrics"
 )
 
-// TestDamagedRecordIsRefusedAndReadFromTheOtherReplica damages one
-// record in the middle of a stopped backup's segment file and restarts
-// it. The backup must report the damage (metric), refuse to serve the
-// damaged position with Unavailable naming the shard, the range and
-// "damaged on this replica", keep serving the positions after it, and a
-// client read of the damaged position must return the record the other
-// replica holds.
-func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
+// TestDamagedRecordIsRefusedThenRepairedFromThePeer damages one record in
+// the middle of a stopped backup's segment file and restarts it while the
+// primary, the only other replica, is down. The backup must report the
+// damage (metric, Ping), refuse to serve the damaged position with
+// Unavailable naming the shard, the range and "damaged on this replica",
+// keep serving the positions after it, and say that its repair waits for
+// a source. Once the primary is back, the backup must copy the record
+// back from it (checksums verified on the way and on every later read)
+// and serve it itself, and a client read of every position must return
+// what was appended.
+func TestDamagedRecordIsRefusedThenRepairedFromThePeer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole cluster")
 	}
@@ -59,8 +63,9 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 		}
 		acks = append(acks, a)
 	}
+	shardID := acks[0].Shard
 	ids := c.StorageIDs()
-	backup := ids[1]
+	primary, backup := ids[0], ids[1]
 	// The backup holds every record once a read from it returns the last.
 	addr, err := c.Config().Addr(backup)
 	if err != nil {
@@ -74,23 +79,31 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 	readFrom := func(from uint64) (*pb.SubscribeResponse, error) {
 		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 		defer scancel()
-		stream, err := pb.NewLogClient(cc).Subscribe(sctx, &pb.SubscribeRequest{ClusterId: c.ClusterID, Shard: acks[0].Shard, From: from})
+		stream, err := pb.NewLogClient(cc).Subscribe(sctx, &pb.SubscribeRequest{ClusterId: c.ClusterID, Shard: shardID, From: from})
 		if err != nil {
 			return nil, err
 		}
 		return stream.Recv()
+	}
+	firstPayload := func(resp *pb.SubscribeResponse) string {
+		if len(resp.GetBatches()) == 0 || len(resp.Batches[0].Records) == 0 {
+			return ""
+		}
+		return string(resp.Batches[0].Records[0].GetRecord().GetPayload())
 	}
 	for {
 		resp, err := readFrom(acks[n-1].Position)
 		if err != nil {
 			t.Fatalf("read the last record from the backup before damage: %v", err)
 		}
-		if len(resp.Batches) > 0 && len(resp.Batches[0].Records) > 0 {
+		if firstPayload(resp) != "" {
 			break
 		}
 	}
-	if err := c.StopStorage(backup); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{backup, primary} {
+		if err := c.StopStorage(id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	damageRecord(t, filepath.Join(c.Dir(), backup), []byte(fmt.Sprintf("record-%d-payload", damagedIdx)))
 	if err := c.StartStorage(backup); err != nil {
@@ -102,18 +115,14 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 	if cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
-	var m dto.Metric
-	if err := metrics.DamagedRecords.WithLabelValues(backup, fmt.Sprint(acks[0].Shard)).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.GetGauge().GetValue(); got != 1 {
+	if got := gaugeValue(t, metrics.DamagedRecords, backup, shardID); got != 1 {
 		t.Fatalf("augur_damaged_records{server=%q} = %v, want 1", backup, got)
 	}
 
 	// The damaged position is refused, with a message that says why.
 	_, err = readFrom(acks[damagedIdx].Position)
 	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "damaged on this replica") ||
-		!strings.Contains(st.Message(), fmt.Sprintf("shard %d", acks[0].Shard)) || !strings.Contains(st.Message(), fmt.Sprintf("[%d, %d)", damagedIdx, damagedIdx+1)) {
+		!strings.Contains(st.Message(), fmt.Sprintf("shard %d", shardID)) || !strings.Contains(st.Message(), fmt.Sprintf("[%d, %d)", damagedIdx, damagedIdx+1)) {
 		t.Fatalf("read of the damaged position from the backup: %v; want Unavailable naming shard, range and the damage", err)
 	}
 	// The positions after it are served.
@@ -121,18 +130,45 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read past the damage from the backup: %v", err)
 	}
-	if len(resp.Batches) == 0 || len(resp.Batches[0].Records) == 0 ||
-		string(resp.Batches[0].Records[0].Record.Payload) != fmt.Sprintf("record-%d-payload", damagedIdx+1) {
-		t.Fatalf("read past the damage from the backup: %v", resp)
+	if got, want := firstPayload(resp), fmt.Sprintf("record-%d-payload", damagedIdx+1); got != want {
+		t.Fatalf("read past the damage from the backup: %q, want %q", got, want)
 	}
 	// Resolve scans around the damage instead of failing, and leaves an
 	// append it does not find pending.
-	res, err := pb.NewLogClient(cc).Resolve(ctx, &pb.ResolveRequest{ClusterId: c.ClusterID, Shard: acks[0].Shard, ClientId: 1 << 62, Seqs: []uint64{1}})
+	res, err := pb.NewLogClient(cc).Resolve(ctx, &pb.ResolveRequest{ClusterId: c.ClusterID, Shard: shardID, ClientId: 1 << 62, Seqs: []uint64{1}})
 	if err != nil || len(res.Results) != 1 || res.Results[0].Code != pb.Code_PENDING {
 		t.Fatalf("resolve on the damaged backup: %v, %v; want PENDING", res, err)
 	}
-	// A client read of every position, the damaged one included, returns
-	// what was appended.
+	// With its only source down, the repair says it waits for one.
+	h := awaitHealth(ctx, t, cl, addr, shardID, func(h *pb.ReplicaHealth) bool { return h.GetCatchUp().GetStalled() })
+	if len(h.Damaged) != 1 || h.CatchUp.Total != 1 || h.CatchUp.Fetched != 0 || h.CatchUp.Done {
+		t.Fatalf("health of the damaged backup with its source down: %v", h)
+	}
+
+	// The primary comes back: the backup repairs the record from it.
+	if err := c.StartStorage(primary); err != nil {
+		t.Fatal(err)
+	}
+	h = awaitHealth(ctx, t, cl, addr, shardID, func(h *pb.ReplicaHealth) bool { return h.GetCatchUp().GetDone() })
+	if len(h.Damaged) != 0 || h.CatchUp.Fetched != 1 || len(h.CatchUp.Lost) != 0 {
+		t.Fatalf("health of the backup after its repair: %v", h)
+	}
+	if got := gaugeValue(t, metrics.DamagedRecords, backup, shardID); got != 0 {
+		t.Fatalf("augur_damaged_records{server=%q} = %v after the repair, want 0", backup, got)
+	}
+	if got := gaugeValue(t, metrics.CatchUpRemaining, backup, shardID); got != 0 {
+		t.Fatalf("augur_catchup_remaining_records{server=%q} = %v after the repair, want 0", backup, got)
+	}
+	// The backup serves the record itself (its read checks the repaired
+	// frame's checksum).
+	resp, err = readFrom(acks[damagedIdx].Position)
+	if err != nil {
+		t.Fatalf("read of the repaired position from the backup: %v", err)
+	}
+	if got, want := firstPayload(resp), fmt.Sprintf("record-%d-payload", damagedIdx); got != want {
+		t.Fatalf("the backup serves %q at the repaired position, want %q", got, want)
+	}
+	// A client read of every position returns what was appended.
 	got, err := cl.ReadRange(ctx, acks[0].Position, n)
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +176,44 @@ func TestDamagedRecordIsRefusedAndReadFromTheOtherReplica(t *testing.T) {
 	for i, e := range got {
 		if want := fmt.Sprintf("record-%d-payload", i); string(e.Record.Payload) != want {
 			t.Fatalf("position %d holds %q, want %q", e.Position, e.Record.Payload, want)
+		}
+	}
+}
+
+// gaugeValue reads the value of a per-server, per-shard gauge.
+func gaugeValue(t *testing.T, g *prometheus.GaugeVec, server string, shardID uint32) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.WithLabelValues(server, fmt.Sprint(shardID)).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
+
+// awaitHealth pings the storage server at addr until the health of its
+// copy of shard id satisfies ok, and returns it; it fails the test at
+// ctx's deadline.
+func awaitHealth(ctx context.Context, t *testing.T, cl *client.Client, addr string, id uint32, ok func(*pb.ReplicaHealth) bool) *pb.ReplicaHealth {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var last *pb.PingResponse
+	for {
+		resp, err := cl.Ping(ctx, addr)
+		if err == nil {
+			for _, h := range resp.Health {
+				if h.Shard == id && ok(h) {
+					return h
+				}
+			}
+		}
+		if err == nil {
+			last = resp
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("health of %s never got there; last %v", addr, last)
 		}
 	}
 }
@@ -155,7 +229,8 @@ func damageRecord(t *testing.T, dir string, payload []byte) {
 }
 
 // TestReadOfARecordDamagedOnEveryReplicaSaysSo damages the same record on
-// both replicas of a shard. A read of it can be answered by neither, so it
+// both replicas of a shard. Neither can repair it from the other, so each
+// says which position is lost. A read of it can be answered by neither, so it
 // must end at its deadline with an error that passes on the replicas'
 // refusal, not only "not ordered before the deadline", and a read of the
 // record after it still returns that record.
@@ -196,6 +271,22 @@ func TestReadOfARecordDamagedOnEveryReplicaSaysSo(t *testing.T) {
 	for _, id := range c.StorageIDs() {
 		if err := c.StartStorage(id); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Each replica's repair finds the record damaged on the other too, and
+	// says which position is lost rather than waiting.
+	for _, id := range c.StorageIDs() {
+		addr, err := c.Config().Addr(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := awaitHealth(ctx, t, cl, addr, acks[0].Shard, func(h *pb.ReplicaHealth) bool {
+			lost := h.GetCatchUp().GetLost()
+			return h.GetCatchUp().GetDone() && len(lost) > 0 && lost[0].HasGlobal
+		})
+		lost := h.CatchUp.GetLost()
+		if len(lost) != 1 || lost[0].First != 1 || lost[0].End != 2 || !lost[0].HasGlobal || lost[0].GlobalFirst != acks[1].Position || len(h.Damaged) != 1 {
+			t.Fatalf("health of %s: %v; want local [1, 2) at position %d lost and still refused", id, h, acks[1].Position)
 		}
 	}
 	// readDeadline bounds a read no replica can answer.

@@ -115,6 +115,8 @@ type replica struct {
 	replBuf []segment.Entry
 	// failed is set once replication to a backup or a store write broke.
 	failed atomic.Bool
+	// catchUp shows the copy's catch-up (repair), if one ran.
+	catchUp catchUpShow
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when runs or finality change

@@ -222,6 +222,13 @@ func (s *Server) Start() {
 	s.mu.Lock()
 	for _, r := range s.replicas {
 		s.startReplicaLocked(r)
+		if len(r.core.Gaps()) > 0 {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				r.repair(s.ctx)
+			}()
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Add(2)
