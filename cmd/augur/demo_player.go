@@ -85,7 +85,7 @@ every target applied exactly its entries of the log, in log order.`,
 }
 
 func runDemoPlayer(ctx context.Context, f demoPlayerFlags, out io.Writer) error {
-	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode, TLS: true})
 	if err != nil {
 		return err
 	}
@@ -97,8 +97,7 @@ func runDemoPlayer(ctx context.Context, f demoPlayerFlags, out io.Writer) error 
 		return err
 	}
 	cfg := dc.Config()
-	ccfg := client.Config{ClusterID: cfg.ClusterID, Ordering: cfg.OrderingAddrs(), RecordBytesMax: cfg.RecordBytesMax}
-	cl, err := client.Dial(ctx, ccfg)
+	cl, err := client.Dial(ctx, dc.ClientConfig())
 	if err != nil {
 		return err
 	}

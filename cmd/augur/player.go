@@ -53,12 +53,17 @@ func runPlayer(ctx context.Context, path string) error {
 		return err
 	}
 	ccfg := client.Config{ClusterID: f.ClusterID, Ordering: f.Ordering}
+	var c *config.Cluster
 	if f.Cluster != "" {
-		c, err := config.Load(f.Cluster)
-		if err != nil {
+		if c, err = config.Load(f.Cluster); err != nil {
 			return err
 		}
 		ccfg = client.Config{ClusterID: c.ClusterID, Ordering: c.OrderingAddrs(), RecordBytesMax: c.RecordBytesMax}
+	}
+	// The player is a client of the log like any CLI command; without a
+	// cluster file only an explicit insecure: true dials plaintext.
+	if err := (&connFlags{insecure: f.Insecure}).security(&ccfg, c); err != nil {
+		return err
 	}
 	cl, err := client.Dial(ctx, ccfg)
 	if err != nil {

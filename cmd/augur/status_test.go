@@ -26,7 +26,7 @@ func TestStatusShowsADamagedCopy(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1, TLS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +54,15 @@ func TestStatusShowsADamagedCopy(t *testing.T) {
 	if err := dc.StartStorage(backup); err != nil {
 		t.Fatal(err)
 	}
-	cluster := []string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID, "--timeout", "10s"}
+	cluster := append([]string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID, "--timeout", "10s"}, tlsFlags(dc)...)
 	out, err := runAugurCtx(ctx, append([]string{"status"}, cluster...)...)
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
 	t.Log(out)
+	if strings.Contains(out, "INSECURE") {
+		t.Errorf("status of a TLS cluster warns that it is insecure:\n%s", out)
+	}
 	if !regexp.MustCompile(`(?m)^0\s+` + backup + `\s+damaged: 1 records at local \[1, 2\) refused until repaired$`).MatchString(out) {
 		t.Errorf("status does not report the damaged copy of %s:\n%s", backup, out)
 	}

@@ -228,11 +228,21 @@ type Target struct {
 
 // Dial returns a new client of the target; the caller closes it.
 func (t *Target) Dial(ctx context.Context) (*client.Client, error) {
-	cl, err := client.Dial(ctx, client.Config{
+	cfg := client.Config{
 		ClusterID:      t.Config.ClusterID,
 		Ordering:       t.Config.OrderingAddrs(),
 		RecordBytesMax: t.Config.RecordBytesMax,
-	})
+	}
+	if t.Embedded != nil {
+		cfg = t.Embedded.ClientConfig()
+	} else {
+		tlsCfg, err := t.Config.ClientTLS()
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS, cfg.Insecure = tlsCfg, tlsCfg == nil
+	}
+	cl, err := client.Dial(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", t.Config.ClusterID, err)
 	}
