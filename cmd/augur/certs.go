@@ -64,10 +64,10 @@ func newCertsInitCmd() *cobra.Command {
 
 func newCertsIssueCmd() *cobra.Command {
 	var path string
-	var perms []string
+	var perms, hosts []string
 	var validFor time.Duration
 	cmd := &cobra.Command{
-		Use:   "issue --config FILE (server ID | client NAME --perm data[,admin])",
+		Use:   "issue --config FILE (server ID | client NAME --perm data[,admin] | target NAME --host HOST)",
 		Short: "Issue (or reissue, to rotate) a server's or a client's certificate with the cluster CA",
 		Long: `Issue a certificate with the CA in the cluster file's tls.dir:
 
@@ -75,6 +75,8 @@ func newCertsIssueCmd() *cobra.Command {
                 and the host of its address (reissue one to rotate it: the
                 server reloads it on SIGHUP or within a second)
   client NAME   a client certificate with --perm data, admin or both
+  target NAME   the serving certificate of a player target (augur target),
+                reached at --host HOST (repeatable)
 
 Certificates go to tls.dir as ID.crt and ID.key.`,
 		Args: cobra.ExactArgs(2),
@@ -84,8 +86,11 @@ Certificates go to tls.dir as ID.crt and ID.key.`,
 				return err
 			}
 			kind, name := args[0], args[1]
-			if kind == "server" && len(perms) > 0 {
+			if kind != "client" && len(perms) > 0 {
 				return errors.New("--perm is for client certificates; a server's permissions follow from its role")
+			}
+			if kind != "target" && len(hosts) > 0 {
+				return errors.New("--host is for target certificates; a server's host is its address in the cluster file")
 			}
 			ca, err := auth.LoadCA(c.CertDir())
 			if err != nil {
@@ -94,13 +99,15 @@ Certificates go to tls.dir as ID.crt and ID.key.`,
 			switch kind {
 			case "server":
 				err = c.IssueServerCert(ca, name, validFor)
+			case "target":
+				err = c.IssueTargetCert(ca, name, hosts, validFor)
 			case "client":
 				var perm auth.Permission
 				if perm, err = auth.ParsePermissions(perms); err == nil {
 					err = c.IssueClientCert(ca, name, perm, validFor)
 				}
 			default:
-				return fmt.Errorf("issue a server or a client certificate, not %q", kind)
+				return fmt.Errorf("issue a server, client or target certificate, not %q", kind)
 			}
 			if err != nil {
 				return err
@@ -111,6 +118,7 @@ Certificates go to tls.dir as ID.crt and ID.key.`,
 	}
 	cmd.Flags().StringVar(&path, "config", "", "cluster file with a tls: block")
 	cmd.Flags().StringSliceVar(&perms, "perm", nil, "client permissions: data, admin")
+	cmd.Flags().StringSliceVar(&hosts, "host", nil, "target: host name or IP address it is reached at")
 	cmd.Flags().DurationVar(&validFor, "valid-for", auth.DefaultCertValidity, "validity of the certificate")
 	return cmd
 }

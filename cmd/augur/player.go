@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
@@ -64,6 +65,10 @@ func runPlayer(ctx context.Context, path string) error {
 	// cluster file only an explicit insecure: true dials plaintext.
 	if err := (&connFlags{insecure: f.Insecure}).security(&ccfg, c); err != nil {
 		return err
+	}
+	// The player applies to its targets as the same client.
+	if ccfg.TLS != nil {
+		cfg.Creds = credentials.NewTLS(ccfg.TLS)
 	}
 	cl, err := client.Dial(ctx, ccfg)
 	if err != nil {

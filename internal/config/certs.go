@@ -69,3 +69,23 @@ func (c *Cluster) IssueClientCert(ca *auth.CA, name string, perm auth.Permission
 	}
 	return auth.WritePair(c.CertDir(), name, cert, key)
 }
+
+// IssueTargetCert issues the serving certificate of player target name,
+// reachable at hosts, into the certificate directory. A target is no
+// member of the cluster: its certificate gives it no right on the cluster.
+func (c *Cluster) IssueTargetCert(ca *auth.CA, name string, hosts []string, validFor time.Duration) error {
+	if _, err := c.Role(name); err == nil {
+		return fmt.Errorf("%q is a server of the cluster file; a target needs a name of its own", name)
+	}
+	if !validName(name) {
+		return fmt.Errorf("target name %q may hold only letters, digits, '-', '_' and '.'", name)
+	}
+	if len(hosts) == 0 {
+		return errors.New("a target certificate needs the hosts it is reached at (--host)")
+	}
+	cert, key, err := ca.IssueNode(name, hosts, validFor)
+	if err != nil {
+		return err
+	}
+	return auth.WritePair(c.CertDir(), name, cert, key)
+}

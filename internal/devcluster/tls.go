@@ -63,3 +63,26 @@ func (c *Cluster) MetricsTLS() *tls.Config {
 	defer c.mu.Unlock()
 	return c.servers[c.cfg.Ordering[0].ID].sec.HTTPServerTLS()
 }
+
+// TargetSecurity is how a player target named name serves next to the
+// cluster: with a certificate of the cluster's CA for 127.0.0.1, accepting
+// the cluster's clients (players) with the data permission; plaintext when
+// the cluster is.
+func (c *Cluster) TargetSecurity(name string) (*auth.Security, error) {
+	cfg := c.Config()
+	if cfg.Insecure {
+		return auth.Insecure(), nil
+	}
+	ca, err := auth.LoadCA(cfg.CertDir())
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.IssueTargetCert(ca, name, []string{"127.0.0.1"}, auth.DefaultCertValidity); err != nil {
+		return nil, err
+	}
+	m, err := auth.Load(auth.Files{CA: filepath.Join(cfg.CertDir(), auth.CACertFile), Cert: auth.CertPath(cfg.CertDir(), name), Key: auth.KeyPath(cfg.CertDir(), name)})
+	if err != nil {
+		return nil, err
+	}
+	return auth.New(m, nil), nil
+}
