@@ -386,3 +386,36 @@ func TestRotationKeepsSubscription(t *testing.T) {
 	}
 	next("after")
 }
+
+// TestAddGroupUnderTLS adds a storage group to a running TLS cluster: the
+// servers already running accept the new servers' certificates, so the new
+// group registers its shard.
+func TestAddGroupUnderTLS(t *testing.T) {
+	dc := startTLS(t, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := dc.AddGroup(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if _, err := auth.AddToken(path, "ci", []string{"root"}); err == nil || !strings.Contains(err.Error(), `unknown permission "root"`) {
+		t.Fatalf("token with an unknown permission: %v", err)
+	}
+	tok, err := auth.AddToken(path, "ci", []string{"data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth.AddToken(path, "ci", []string{"admin"}); err == nil {
+		t.Fatal("a second token named ci was added")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), tok) || !strings.Contains(string(data), auth.HashToken(tok)) {
+		t.Fatalf("the token file must hold the token's hash, not the token:\n%s", data)
+	}
+}
