@@ -393,6 +393,13 @@ func (c *Client) AddShard(ctx context.Context, group string) (uint32, error) {
 	return resp.Shard, nil
 }
 
+// refused says whether err is the cluster refusing the caller's
+// credentials, which no retry changes.
+func refused(err error) bool {
+	c := status.Code(err)
+	return c == codes.Unauthenticated || (c == codes.PermissionDenied && !auth.IsWrongCluster(status.Convert(err)))
+}
+
 // translate turns gRPC status errors into the package's errors.
 func translate(err error) error {
 	st, ok := status.FromError(err)

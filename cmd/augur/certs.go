@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,19 +131,29 @@ func newTokenCmd() *cobra.Command {
 	}
 	var file string
 	var perms []string
+	var shards []uint
 	add := &cobra.Command{
-		Use:   "add --file TOKENS NAME --perm data[,admin]",
+		Use:   "add --file TOKENS NAME --perm data[,admin] [--shard N]...",
 		Short: "Create a bearer token; its hash goes to the token file, the token is printed once",
 		Long: `Create a bearer token for NAME with the given permissions. The token file
 (the cluster file's tls.tokens) keeps only its SHA-256; the token itself is
 printed once, on stdout. Servers pick the new token up on SIGHUP or within a
-second. Clients send it with --token-file FILE or the AUGUR_TOKEN variable.`,
+second. Clients send it with --token-file FILE or the AUGUR_TOKEN variable.
+With --shard the token reaches only those shards: appends, reads and
+subscriptions of other shards, and trim and shard add, are refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
 				return errors.New("--file is required")
 			}
-			tok, err := auth.AddToken(file, args[0], perms)
+			var only []uint32
+			for _, s := range shards {
+				if s > math.MaxUint32 {
+					return fmt.Errorf("--shard %d is not a shard id", s)
+				}
+				only = append(only, uint32(s))
+			}
+			tok, err := auth.AddToken(file, args[0], perms, only)
 			if err != nil {
 				return err
 			}
@@ -152,6 +163,7 @@ second. Clients send it with --token-file FILE or the AUGUR_TOKEN variable.`,
 	}
 	add.Flags().StringVar(&file, "file", "", "token file (the cluster file's tls.tokens)")
 	add.Flags().StringSliceVar(&perms, "perm", nil, "permissions: data, admin")
+	add.Flags().UintSliceVar(&shards, "shard", nil, "restrict the token to these shards (repeatable; default: every shard)")
 	cmd.AddCommand(add)
 	return cmd
 }

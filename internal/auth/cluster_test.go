@@ -28,10 +28,14 @@ import (
 // startTLS starts a TLS dev cluster of one shard and waits until it is
 // ready.
 func startTLS(t *testing.T, orderingReplicas int) *devcluster.Cluster {
+	return startTLSShards(t, orderingReplicas, 1)
+}
+
+func startTLSShards(t *testing.T, orderingReplicas, shards int) *devcluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), TLS: true, Shards: 1, Replicas: 2, OrderingReplicas: orderingReplicas})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), TLS: true, Shards: shards, Replicas: 2, OrderingReplicas: orderingReplicas})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +227,7 @@ func TestRefusals(t *testing.T) {
 
 		// A token added to the token file works once the servers reload
 		// it, with the permission it was given.
-		tok, err := auth.AddToken(dc.TokensFile(), "ci", []string{"data"})
+		tok, err := auth.AddToken(dc.TokensFile(), "ci", []string{"data"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,14 +405,14 @@ func TestAddGroupUnderTLS(t *testing.T) {
 
 func TestTokenFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens.yaml")
-	if _, err := auth.AddToken(path, "ci", []string{"root"}); err == nil || !strings.Contains(err.Error(), `unknown permission "root"`) {
+	if _, err := auth.AddToken(path, "ci", []string{"root"}, nil); err == nil || !strings.Contains(err.Error(), `unknown permission "root"`) {
 		t.Fatalf("token with an unknown permission: %v", err)
 	}
-	tok, err := auth.AddToken(path, "ci", []string{"data"})
+	tok, err := auth.AddToken(path, "ci", []string{"data"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := auth.AddToken(path, "ci", []string{"admin"}); err == nil {
+	if _, err := auth.AddToken(path, "ci", []string{"admin"}, nil); err == nil {
 		t.Fatal("a second token named ci was added")
 	}
 	data, err := os.ReadFile(path)
@@ -418,4 +422,61 @@ func TestTokenFile(t *testing.T) {
 	if strings.Contains(string(data), tok) || !strings.Contains(string(data), auth.HashToken(tok)) {
 		t.Fatalf("the token file must hold the token's hash, not the token:\n%s", data)
 	}
+}
+
+// TestShardRestrictedToken gives a token data and admin on one shard of
+// two: the other shard and the whole-cluster admin calls are refused, and
+// refusals end appends and subscriptions at once instead of retrying.
+func TestShardRestrictedToken(t *testing.T) {
+	dc := startTLSShards(t, 1, 2)
+	ctx := t.Context()
+	admin := mustDial(t, dc.ClientConfig())
+	before := shardTable(t, admin)
+	if len(before.Shards) != 2 {
+		t.Fatalf("want 2 shards, got %v", before.Shards)
+	}
+	mine, other := before.Shards[0].Id, before.Shards[1].Id
+	tok, err := auth.AddToken(dc.TokensFile(), "tenant", []string{"data", "admin"}, []uint32{mine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.ReloadTLS(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientConfig(t, dc, auth.Files{CA: filepath.Join(dc.CertDir(), auth.CACertFile)})
+	cfg.Token = tok
+	cl := mustDial(t, cfg)
+
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cl.AppendToShard(callCtx, client.Record{Payload: []byte("mine")}, mine); err != nil {
+		t.Fatalf("append to its own shard: %v", err)
+	}
+	if _, err := cl.AppendToShard(callCtx, client.Record{Payload: []byte("not mine")}, other); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("append to another shard: %v, want ErrPermissionDenied", err)
+	}
+	sub, err := cl.Subscribe(callCtx, 0, client.Filter{Shard: &mine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if e, err := sub.Next(callCtx); err != nil || string(e.Record.Payload) != "mine" {
+		t.Fatalf("subscription to its own shard: %q, %v", e.Record.Payload, err)
+	}
+	subOther, err := cl.Subscribe(callCtx, 0, client.Filter{Shard: &other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subOther.Close()
+	if _, err := subOther.Next(callCtx); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("subscription to another shard: %v, want ErrPermissionDenied", err)
+	}
+	if err := cl.Trim(callCtx, 1); !errors.Is(err, client.ErrPermissionDenied) || !strings.Contains(err.Error(), "whole cluster") {
+		t.Fatalf("trim by a shard-restricted admin: %v, want ErrPermissionDenied", err)
+	}
+	if err := cl.FinalizeShard(callCtx, other, 0); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("finalize of another shard: %v, want ErrPermissionDenied", err)
+	}
+	after := shardTable(t, admin)
+	sameTable(t, before, after)
 }

@@ -171,37 +171,84 @@ func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 func (tokenCreds) RequireTransportSecurity() bool { return true }
 
 func (s *Security) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.authorize(ctx, info.FullMethod); err != nil {
+	who, err := s.authorize(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	if err := who.checkShard(info.FullMethod, req); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
 func (s *Security) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+	who, err := s.authorize(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
+	}
+	if who.shards != nil {
+		ss = shardCheckedStream{ServerStream: ss, who: who, method: info.FullMethod}
 	}
 	return h(srv, ss)
 }
 
 // authorize refuses a call before it reaches its handler, so a refused call
-// changes nothing.
-func (s *Security) authorize(ctx context.Context, method string) error {
+// changes nothing. It returns who calls (everyone, unrestricted, when
+// insecure).
+func (s *Security) authorize(ctx context.Context, method string) (grant, error) {
 	need, ok := Methods[method]
 	if !ok {
-		return status.Errorf(codes.PermissionDenied, "%s is open to nobody: it has no entry in the permission table (auth.Methods)", method)
+		return grant{}, status.Errorf(codes.PermissionDenied, "%s is open to nobody: it has no entry in the permission table (auth.Methods)", method)
 	}
 	if s.insecure {
-		return nil
+		return grant{}, nil
 	}
 	who, err := s.identify(ctx)
 	if err != nil {
-		return err
+		return grant{}, err
 	}
 	if who.perm&need == 0 {
-		return status.Errorf(codes.PermissionDenied, "%s may %s; %s needs %s", who.name, permList(who.perm), method, need)
+		return grant{}, status.Errorf(codes.PermissionDenied, "%s may %s; %s needs %s", who.name, permList(who.perm), method, need)
+	}
+	return who, nil
+}
+
+// shardNamer is a request that concerns one shard.
+type shardNamer interface{ GetShard() uint32 }
+
+// checkShard refuses a caller restricted to some shards a request that
+// names another shard, and an admin call that concerns the whole cluster
+// (trim, adding a shard). Requests that name no shard and read no records
+// (status) stay open to it.
+func (g grant) checkShard(method string, req any) error {
+	if g.shards == nil {
+		return nil
+	}
+	if r, ok := req.(shardNamer); ok {
+		if !slices.Contains(g.shards, r.GetShard()) {
+			return status.Errorf(codes.PermissionDenied, "%s may use shards %v only; this %s call is for shard %d", g.name, g.shards, method, r.GetShard())
+		}
+		return nil
+	}
+	if Methods[method]&Admin != 0 {
+		return status.Errorf(codes.PermissionDenied, "%s may use shards %v only; %s concerns the whole cluster", g.name, g.shards, method)
 	}
 	return nil
+}
+
+// shardCheckedStream checks every message a shard-restricted caller sends
+// before the handler sees it.
+type shardCheckedStream struct {
+	grpc.ServerStream
+	who    grant
+	method string
+}
+
+func (s shardCheckedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.who.checkShard(s.method, m)
 }
 
 func permList(p Permission) string {

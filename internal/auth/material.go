@@ -52,6 +52,8 @@ type loaded struct {
 type grant struct {
 	name string
 	perm Permission
+	// shards, when not nil, are the only shards the grant reaches.
+	shards []uint32
 }
 
 // Load reads the files of f.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -32,6 +33,9 @@ type TokenEntry struct {
 	Name        string   `yaml:"name"`
 	SHA256      string   `yaml:"sha256"`
 	Permissions []string `yaml:"permissions,flow"`
+	// Shards, when set, restricts the token to these shards: calls for
+	// other shards, and admin calls for the whole cluster, are refused.
+	Shards []uint32 `yaml:"shards,omitempty,flow"`
 }
 
 func readTokenFile(path string) (*TokenFile, error) {
@@ -76,7 +80,11 @@ func loadTokens(path string) (map[[sha256.Size]byte]grant, error) {
 			errs = append(errs, fmt.Errorf("%s: sha256 must be %d hex digits", where, 2*sha256.Size))
 			continue
 		}
-		out[[sha256.Size]byte(raw)] = grant{name: e.Name, perm: perm}
+		g := grant{name: e.Name, perm: perm}
+		if e.Shards != nil {
+			g.shards = slices.Clone(e.Shards)
+		}
+		out[[sha256.Size]byte(raw)] = g
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -84,10 +92,10 @@ func loadTokens(path string) (map[[sha256.Size]byte]grant, error) {
 	return out, nil
 }
 
-// AddToken creates a token for name with permissions perm, stores its hash
-// in the token file at path (creating it), and returns the token, which is
-// stored nowhere else.
-func AddToken(path, name string, perm []string) (string, error) {
+// AddToken creates a token for name with permissions perm, restricted to
+// shards unless nil, stores its hash in the token file at path (creating
+// it), and returns the token, which is stored nowhere else.
+func AddToken(path, name string, perm []string, shards []uint32) (string, error) {
 	if _, err := ParsePermissions(perm); err != nil {
 		return "", err
 	}
@@ -110,7 +118,7 @@ func AddToken(path, name string, perm []string) (string, error) {
 		return "", err
 	}
 	tok := "augur_" + base64.RawURLEncoding.EncodeToString(raw)
-	tf.Tokens = append(tf.Tokens, TokenEntry{Name: name, SHA256: HashToken(tok), Permissions: perm})
+	tf.Tokens = append(tf.Tokens, TokenEntry{Name: name, SHA256: HashToken(tok), Permissions: perm, Shards: shards})
 	data, err := yaml.Marshal(tf)
 	if err != nil {
 		return "", err
