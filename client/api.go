@@ -8,6 +8,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -82,6 +83,13 @@ type Config struct {
 	ClientID uint64
 	// RetryInterval paces reconnection attempts (default 50ms).
 	RetryInterval time.Duration
+	// TLS secures every connection (see LoadTLS); Insecure: true is the
+	// only way to dial without it, for clusters run with insecure: true.
+	TLS      *tls.Config
+	Insecure bool
+	// Token, if set, is sent as a bearer token with every call (only over
+	// TLS); without it the client is known by its TLS certificate.
+	Token string
 }
 
 // Errors a caller can test for with errors.Is.
@@ -90,8 +98,13 @@ var (
 	ErrInvalidRecord = errors.New("augur: invalid record")
 	ErrUnknownShard  = errors.New("augur: unknown shard")
 	ErrWrongCluster  = errors.New("augur: wrong cluster id")
-	ErrNoLiveShard   = errors.New("augur: no live shard")
-	ErrClosed        = errors.New("augur: client closed")
+	// ErrUnauthenticated: the cluster does not know who the client is (no
+	// client certificate or bearer token, or an unknown token).
+	ErrUnauthenticated = errors.New("augur: unauthenticated")
+	// ErrPermissionDenied: the client lacks the permission the call needs.
+	ErrPermissionDenied = errors.New("augur: permission denied")
+	ErrNoLiveShard      = errors.New("augur: no live shard")
+	ErrClosed           = errors.New("augur: client closed")
 	// ErrShardFinalized fails an AppendToShard whose shard was finalized
 	// before the record was ordered (Append moves such records instead).
 	ErrShardFinalized = errors.New("augur: shard finalized")

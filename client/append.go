@@ -322,7 +322,13 @@ func (sc *shardConn) recvLoop() {
 	for {
 		resp, err := sc.stream.Recv()
 		if err != nil {
-			sc.fail()
+			if refused(err) {
+				// The server refused the stream before taking any of
+				// it, so every append on it failed for sure.
+				sc.failWith(translate(err))
+			} else {
+				sc.fail()
+			}
 			return
 		}
 		sc.c.noteMembership(resp.MembershipVersion)
@@ -379,7 +385,11 @@ func (sc *shardConn) shutdown() {
 }
 
 // fail retires the connection and recovers the appends it left unanswered.
-func (sc *shardConn) fail() {
+func (sc *shardConn) fail() { sc.failWith(nil) }
+
+// failWith ends the stream; its appends fail with refusal when it is set
+// (none of them was taken), else they are recovered.
+func (sc *shardConn) failWith(refusal error) {
 	sc.mu.Lock()
 	if sc.failed {
 		sc.mu.Unlock()
@@ -405,6 +415,12 @@ func (sc *shardConn) fail() {
 		return
 	}
 	if len(ops) == 0 {
+		return
+	}
+	if refusal != nil {
+		for _, o := range ops {
+			o.finish(Ack{}, refusal)
+		}
 		return
 	}
 	c.wg.Add(1)

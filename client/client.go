@@ -13,10 +13,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/rpcopt"
 )
 
@@ -67,6 +69,14 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if len(cfg.Ordering) == 0 {
 		return nil, errors.New("augur: no ordering replica addresses")
+	}
+	switch {
+	case cfg.TLS == nil && !cfg.Insecure:
+		return nil, errors.New("augur: no TLS configuration (Config.TLS, see LoadTLS); set Config.Insecure only for a cluster run with insecure: true")
+	case cfg.TLS != nil && cfg.Insecure:
+		return nil, errors.New("augur: both Config.TLS and Config.Insecure are set")
+	case cfg.Token != "" && cfg.Insecure:
+		return nil, errors.New("augur: a token is never sent over plaintext; Config.Token needs Config.TLS")
 	}
 	if cfg.InflightMax <= 0 {
 		cfg.InflightMax = defaultInflightMax
@@ -132,13 +142,20 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	opts := append(rpcopt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		creds = credentials.NewTLS(c.cfg.TLS)
+	}
+	opts := append(rpcopt.DialOptions(), grpc.WithTransportCredentials(creds),
 		// gRPC's default reconnection backoff grows to two minutes; a
 		// restarted server should be found within a second.
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: c.cfg.RetryInterval, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: time.Second,
 		}))
+	if c.cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.TokenCredentials(c.cfg.Token)))
+	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("augur: dial %s: %w", addr, err)
@@ -376,6 +393,13 @@ func (c *Client) AddShard(ctx context.Context, group string) (uint32, error) {
 	return resp.Shard, nil
 }
 
+// refused says whether err is the cluster refusing the caller's
+// credentials, which no retry changes.
+func refused(err error) bool {
+	c := status.Code(err)
+	return c == codes.Unauthenticated || (c == codes.PermissionDenied && !auth.IsWrongCluster(status.Convert(err)))
+}
+
 // translate turns gRPC status errors into the package's errors.
 func translate(err error) error {
 	st, ok := status.FromError(err)
@@ -384,7 +408,12 @@ func translate(err error) error {
 	}
 	switch st.Code() {
 	case codes.PermissionDenied:
-		return fmt.Errorf("%w: %s", ErrWrongCluster, st.Message())
+		if auth.IsWrongCluster(st) {
+			return fmt.Errorf("%w: %s", ErrWrongCluster, st.Message())
+		}
+		return fmt.Errorf("%w: %s", ErrPermissionDenied, st.Message())
+	case codes.Unauthenticated:
+		return fmt.Errorf("%w: %s", ErrUnauthenticated, st.Message())
 	case codes.OutOfRange:
 		return fmt.Errorf("%w: %s", ErrTrimmed, st.Message())
 	case codes.FailedPrecondition:

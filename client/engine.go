@@ -165,9 +165,9 @@ func holders(info *pb.ShardInfo) []*pb.ReplicaAddr {
 
 // followShard keeps a subscription stream of shard sh open until ctx ends
 // or streamFrom says the shard is done: it tries the shard's replicas in
-// turn, pausing after each full round. A trimmed position ends it through
-// onTrimmed.
-func (c *Client) followShard(ctx context.Context, sh *pb.ShardInfo, streamFrom func(shard uint32, addr string) (bool, error), onTrimmed func(error)) {
+// turn, pausing after each full round. A trimmed position or a refusal of
+// the client's credentials ends it through onFatal.
+func (c *Client) followShard(ctx context.Context, sh *pb.ShardInfo, streamFrom func(shard uint32, addr string) (bool, error), onFatal func(error)) {
 	for attempt := 0; ; attempt++ {
 		info := c.shardInfo(sh.Id)
 		if info == nil {
@@ -179,8 +179,10 @@ func (c *Client) followShard(ctx context.Context, sh *pb.ShardInfo, streamFrom f
 		if done || ctx.Err() != nil {
 			return
 		}
-		if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange {
-			onTrimmed(translate(err))
+		// Neither a trimmed position nor refused credentials change by
+		// retrying.
+		if st, ok := status.FromError(err); ok && st.Code() == codes.OutOfRange || refused(err) {
+			onFatal(translate(err))
 			return
 		}
 		if attempt%len(reps) == len(reps)-1 {

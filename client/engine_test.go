@@ -123,7 +123,7 @@ func fakeCluster(t *testing.T, spec bool, shards map[uint32][]*fakeReplica) (*fa
 	}
 	o := &fakeOrdering{st: st}
 	addr := serve(t, func(s *grpc.Server) { pb.RegisterOrderingServer(s, o) })
-	c, err := Dial(testContext(t), Config{ClusterID: "fake", Ordering: []string{addr}, RetryInterval: 10 * time.Millisecond})
+	c, err := Dial(testContext(t), Config{ClusterID: "fake", Ordering: []string{addr}, RetryInterval: 10 * time.Millisecond, Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

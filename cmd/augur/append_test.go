@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/auth"
+	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
@@ -18,7 +21,7 @@ import (
 // cluster.
 func startClusterWithoutLiveShard(t *testing.T, ctx context.Context) []string {
 	t.Helper()
-	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 200 * time.Millisecond})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 200 * time.Millisecond, TLS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,14 @@ func startClusterWithoutLiveShard(t *testing.T, ctx context.Context) []string {
 			t.Fatalf("shard %d is live", sh.Id)
 		}
 	}
-	return []string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID}
+	return append([]string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID}, tlsFlags(dc)...)
+}
+
+// tlsFlags name a TLS dev cluster's CA and admin certificate.
+func tlsFlags(dc *devcluster.Cluster) []string {
+	dir := dc.CertDir()
+	return []string{"--ca", filepath.Join(dir, auth.CACertFile),
+		"--cert", auth.CertPath(dir, config.AdminClient), "--cert-key", auth.KeyPath(dir, config.AdminClient)}
 }
 
 // TestAppendStopsOnTimeoutAndSignal runs `augur append` while no shard is

@@ -180,6 +180,7 @@ type benchFlags struct {
 	p           bench.Params
 	modes       string
 	durability  string
+	security    string
 	shards      string
 	compute     string
 	window      string
@@ -216,6 +217,7 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	fs.DurationVar(&b.p.OrderingInterval, "ordering-interval", d.OrderingInterval, "embedded cluster: cut interval")
 	fs.StringVar(&b.p.Fsync, "fsync", d.Fsync, "embedded cluster: storage fsync policy (group, interval, never, always; default group)")
 	fs.StringVar(&b.durability, "durability", "", "embedded cluster: run every mode under each of these sync settings, side by side: default (fsync group, raft_fsync true), optout (fsync interval, raft_fsync false); e.g. default,optout")
+	fs.StringVar(&b.security, "security", "", "embedded cluster: run every mode under each of these settings, side by side: insecure (plaintext, the default without this flag), tls (TLS on every connection, clients by certificate); e.g. insecure,tls")
 	fs.DurationVar(&b.p.Duration, "duration", d.Duration, "measured window of each run")
 	fs.DurationVar(&b.p.Warmup, "warmup", d.Warmup, "unmeasured load before the window")
 	fs.Uint64Var(&b.p.Seed, "seed", d.Seed, "seed of the payload bytes and record stamps")
@@ -274,6 +276,9 @@ func (b *benchFlags) params(cmd *cobra.Command) (bench.Params, error) {
 		errs = append(errs, err)
 	}
 	if p.Durability, err = parseList(b.durability, "--durability", func(s string) (string, error) { return s, nil }); err != nil {
+		errs = append(errs, err)
+	}
+	if p.Security, err = parseList(b.security, "--security", func(s string) (string, error) { return s, nil }); err != nil {
 		errs = append(errs, err)
 	}
 	if p.Shards, err = parseList(b.shards, "--shards", strconv.Atoi); err != nil {

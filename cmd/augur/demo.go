@@ -41,6 +41,7 @@ type demoFlags struct {
 	subscribers int
 	recordBytes int
 	rate        int
+	insecure    bool
 }
 
 func newDemoCmd() *cobra.Command {
@@ -74,6 +75,7 @@ delivers them; the demo prints both delivery latencies side by side.
 	fs.IntVar(&f.subscribers, "subscribers", 2, "subscribing clients, each from position 0")
 	fs.IntVar(&f.recordBytes, "record-bytes", 4096, "payload bytes per record")
 	fs.IntVar(&f.rate, "rate", 2000, "appends per second over all appenders (open loop)")
+	fs.BoolVar(&f.insecure, "insecure", false, "run the cluster plaintext (default: TLS with certificates generated in its temporary directory)")
 	cmd.AddCommand(newDemoPlayerCmd())
 	return cmd
 }
@@ -211,7 +213,10 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode})
+	if f.insecure {
+		warnInsecure(out, slog.Default())
+	}
+	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode, TLS: !f.insecure})
 	if err != nil {
 		return err
 	}
@@ -223,6 +228,7 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "cluster %q ready; ordering at %s\n", dc.ClusterID, strings.Join(dc.OrderingAddrs(), ","))
+	printConnect(out, dc)
 
 	var closers []*client.Client
 	defer func() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/devcluster"
@@ -85,7 +86,7 @@ every target applied exactly its entries of the log, in log order.`,
 }
 
 func runDemoPlayer(ctx context.Context, f demoPlayerFlags, out io.Writer) error {
-	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode, TLS: true})
 	if err != nil {
 		return err
 	}
@@ -97,8 +98,7 @@ func runDemoPlayer(ctx context.Context, f demoPlayerFlags, out io.Writer) error 
 		return err
 	}
 	cfg := dc.Config()
-	ccfg := client.Config{ClusterID: cfg.ClusterID, Ordering: cfg.OrderingAddrs(), RecordBytesMax: cfg.RecordBytesMax}
-	cl, err := client.Dial(ctx, ccfg)
+	cl, err := client.Dial(ctx, dc.ClientConfig())
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,8 @@ func runDemoPlayer(ctx context.Context, f demoPlayerFlags, out io.Writer) error 
 		return err
 	}
 	defer os.RemoveAll(dir)
-	pcfg := playerd.Config{Core: player.Config{Route: player.RouteKeyHash}, AckTimeout: demoPlayerAckTimeout}
+	pcfg := playerd.Config{Core: player.Config{Route: player.RouteKeyHash}, AckTimeout: demoPlayerAckTimeout,
+		Creds: credentials.NewTLS(dc.ClientConfig().TLS)}
 	stores := make([]*kv.Store, f.targets)
 	for i := range stores {
 		name := fmt.Sprint("kv", i+1)
@@ -124,7 +125,11 @@ func runDemoPlayer(ctx context.Context, f demoPlayerFlags, out io.Writer) error 
 		if err != nil {
 			return err
 		}
-		g := grpc.NewServer()
+		sec, err := dc.TargetSecurity(name)
+		if err != nil {
+			return err
+		}
+		g := grpc.NewServer(sec.ServerOptions()...)
 		targetsdk.Register(g, s)
 		go g.Serve(l)
 		defer g.Stop()

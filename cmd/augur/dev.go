@@ -21,6 +21,7 @@ func newDevCmd() *cobra.Command {
 	var (
 		opts        devcluster.Options
 		metricsAddr string
+		insecure    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -44,19 +45,22 @@ Without --data the data lives in a temporary directory removed on exit.`,
 			}
 			ctx := cmd.Context()
 			opts.Logger = slog.Default()
-			var stopMetrics func()
-			if metricsAddr != "" {
-				var err error
-				if stopMetrics, err = serveMetrics(metricsAddr); err != nil {
-					return err
-				}
-				defer stopMetrics()
+			opts.TLS = !insecure
+			if insecure {
+				warnInsecure(cmd.ErrOrStderr(), opts.Logger)
 			}
 			dc, err := devcluster.Start(ctx, opts)
 			if err != nil {
 				return err
 			}
 			defer dc.Close()
+			if metricsAddr != "" {
+				stopMetrics, err := serveMetrics(metricsAddr, dc.MetricsTLS())
+				if err != nil {
+					return err
+				}
+				defer stopMetrics()
+			}
 			readyCtx, cancel := context.WithTimeout(ctx, devReadyTimeout)
 			err = dc.WaitReady(readyCtx)
 			cancel()
@@ -81,10 +85,16 @@ Without --data the data lives in a temporary directory removed on exit.`,
 				}
 				fmt.Fprintf(out, "storage group %-4s %s\n", g, strings.Join(servers, " "))
 			}
-			if metricsAddr != "" {
-				fmt.Fprintf(out, "metrics            http://%s/metrics\n", metricsAddr)
+			scheme := "https"
+			if insecure {
+				scheme = "http"
 			}
-			fmt.Fprintf(out, "\ncluster file       %s\n\n", path)
+			if metricsAddr != "" {
+				fmt.Fprintf(out, "metrics            %s://%s/metrics\n", scheme, metricsAddr)
+			}
+			fmt.Fprintf(out, "\ncluster file       %s\n", path)
+			printConnect(out, dc)
+			fmt.Fprintln(out)
 			fmt.Fprintf(out, "try:\n  echo hello | augur append --config %s\n  augur subscribe --config %s\n  augur status --config %s\n\nCtrl-C stops the cluster.\n", path, path, path)
 			<-ctx.Done()
 			fmt.Fprintln(cmd.ErrOrStderr(), "augur dev: stopping")
@@ -101,5 +111,6 @@ Without --data the data lives in a temporary directory removed on exit.`,
 	fs.StringVar(&opts.Mode, "mode", mode.EagerName, "ordering mode: eager or spec")
 	fs.Uint64Var(&opts.WindowCuts, "window-cuts", 0, "spec: cuts per lease window (default 100)")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics here")
+	fs.BoolVar(&insecure, "insecure", false, "run plaintext, with no TLS and no authentication (default: TLS with certificates generated in the data dir)")
 	return cmd
 }

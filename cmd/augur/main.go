@@ -74,6 +74,8 @@ Start with:
 		newSimCmd(),
 		newTargetCmd(),
 		newPlayerCmd(),
+		newCertsCmd(),
+		newTokenCmd(),
 	)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,8 +17,9 @@ const metricsReadHeaderTimeout = 5 * time.Second
 
 // serveMetrics serves the process's Prometheus registry on addr at
 // /metrics until the returned stop is called. It fails at once if addr
-// cannot be listened on.
-func serveMetrics(addr string) (stop func(), err error) {
+// cannot be listened on. With tlsCfg (nil for a plaintext cluster) it
+// serves HTTPS.
+func serveMetrics(addr string, tlsCfg *tls.Config) (stop func(), err error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -25,6 +27,10 @@ func serveMetrics(addr string) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadHeaderTimeout}
+	scheme := "http"
+	if tlsCfg != nil {
+		l, scheme = tls.NewListener(l, tlsCfg), "https"
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -32,7 +38,7 @@ func serveMetrics(addr string) (stop func(), err error) {
 			slog.Error("metrics server", "addr", addr, "err", err)
 		}
 	}()
-	slog.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	slog.Info("serving metrics", "url", scheme+"://"+l.Addr().String()+"/metrics")
 	return func() {
 		srv.Close()
 		<-done

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
@@ -53,12 +54,21 @@ func runPlayer(ctx context.Context, path string) error {
 		return err
 	}
 	ccfg := client.Config{ClusterID: f.ClusterID, Ordering: f.Ordering}
+	var c *config.Cluster
 	if f.Cluster != "" {
-		c, err := config.Load(f.Cluster)
-		if err != nil {
+		if c, err = config.Load(f.Cluster); err != nil {
 			return err
 		}
 		ccfg = client.Config{ClusterID: c.ClusterID, Ordering: c.OrderingAddrs(), RecordBytesMax: c.RecordBytesMax}
+	}
+	// The player is a client of the log like any CLI command; without a
+	// cluster file only an explicit insecure: true dials plaintext.
+	if err := (&connFlags{insecure: f.Insecure}).security(&ccfg, c); err != nil {
+		return err
+	}
+	// The player applies to its targets as the same client.
+	if ccfg.TLS != nil {
+		cfg.Creds = credentials.NewTLS(ccfg.TLS)
 	}
 	cl, err := client.Dial(ctx, ccfg)
 	if err != nil {

@@ -56,7 +56,7 @@ func TestReadInSpeculativeMode(t *testing.T) {
 	if noop == tail {
 		t.Fatalf("no no-op below the tail %d: the test needs one", tail)
 	}
-	cluster := []string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID, "--timeout", "10s"}
+	cluster := []string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID, "--timeout", "10s", "--insecure"}
 	// answerBound is far below the --timeout the old reads waited out.
 	const answerBound = 2 * time.Second
 
@@ -74,5 +74,11 @@ func TestReadInSpeculativeMode(t *testing.T) {
 	out, err = runAugurCtx(ctx, append([]string{"read", fmt.Sprint(noop)}, cluster...)...)
 	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "no-op") || took > answerBound {
 		t.Fatalf("read %d (a no-op): printed %q, %v after %v; want a no-op error at once", noop, out, err, took)
+	}
+
+	// The cluster is insecure: true, and status says so first.
+	out, err = runAugurCtx(ctx, append([]string{"status"}, cluster...)...)
+	if err != nil || !strings.HasPrefix(out, "WARNING: INSECURE") {
+		t.Fatalf("status of a plaintext cluster printed\n%s(%v)\nwant it to start with the insecure warning", out, err)
 	}
 }

@@ -50,14 +50,24 @@ func newServerCmd() *cobra.Command {
 				return fmt.Errorf("listen: %w", err)
 			}
 			defer l.Close()
-			srv, err := c.NewServer(id, lg)
+			sec, err := c.ServerSecurity(id)
 			if err != nil {
 				return err
 			}
-			g := grpc.NewServer(rpcopt.ServerOptions()...)
+			if sec.IsInsecure() {
+				warnInsecure(cmd.ErrOrStderr(), lg)
+			} else {
+				stopReload := reloadOnSignal(cmd.Context(), sec, path, lg)
+				defer stopReload()
+			}
+			srv, err := c.NewServer(id, lg, sec)
+			if err != nil {
+				return err
+			}
+			g := grpc.NewServer(append(rpcopt.ServerOptions(), sec.ServerOptions()...)...)
 			srv.Register(g)
 			if metricsAddr != "" {
-				stopMetrics, err := serveMetrics(metricsAddr)
+				stopMetrics, err := serveMetrics(metricsAddr, sec.HTTPServerTLS())
 				if err != nil {
 					return err
 				}

@@ -28,6 +28,11 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the ordering replicas and leader, the shards, the last cut, tail and trim point",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := cf.resolve()
+			if err != nil {
+				return err
+			}
+			plaintext := t.cfg.Insecure
 			return cf.call(cmd.Context(), func(ctx context.Context, cl *client.Client) error {
 				st, err := cl.Status(ctx)
 				if err != nil {
@@ -40,6 +45,9 @@ func newStatusCmd() *cobra.Command {
 					}
 					_, err = fmt.Fprintln(cmd.OutOrStdout(), string(data))
 					return err
+				}
+				if plaintext {
+					fmt.Fprintf(cmd.OutOrStdout(), "WARNING: %s\n\n", insecureWarning)
 				}
 				if err := printStatus(cmd.OutOrStdout(), st); err != nil {
 					return err

@@ -17,7 +17,10 @@ type Result struct {
 	// Durability is the sync setting of a run of a durability sweep
 	// ("default" or "optout").
 	Durability string `json:"durability,omitempty"`
-	Shards     int    `json:"shards,omitempty"`
+	// Security is the setting of a run of a security sweep ("tls" or
+	// "insecure").
+	Security string `json:"security,omitempty"`
+	Shards   int    `json:"shards,omitempty"`
 	// Emulated marks a run whose shards were emulated by the benchmark
 	// process (scale --emulate): the ordering layer was real, the shards
 	// registered, heartbeat and reported like storage servers, but stored
@@ -282,6 +285,10 @@ type Comparison struct {
 	// settings in a durability sweep.
 	BaselineDurability  string `json:"baseline_durability,omitempty"`
 	CandidateDurability string `json:"candidate_durability,omitempty"`
+	// BaselineSecurity and CandidateSecurity are the results' security
+	// settings in a security sweep.
+	BaselineSecurity  string `json:"baseline_security,omitempty"`
+	CandidateSecurity string `json:"candidate_security,omitempty"`
 	// The point of the sweep both results are at.
 	Shards    int      `json:"shards,omitempty"`
 	Emulated  bool     `json:"emulated,omitempty"`
@@ -311,6 +318,8 @@ func Compare(baseline, candidate *Result) *Comparison {
 
 		BaselineDurability:  baseline.Durability,
 		CandidateDurability: candidate.Durability,
+		BaselineSecurity:    baseline.Security,
+		CandidateSecurity:   candidate.Security,
 		Emulated:            baseline.Emulated,
 		ComputeUS:           baseline.ComputeUS,
 		Window:              baseline.Window,

@@ -76,6 +76,9 @@ type Params struct {
 	// sweep, mode by mode, so that the comparisons set them side by side;
 	// it excludes Fsync.
 	Durability []string
+	// Security, when set, runs every mode under each of these settings
+	// (SecurityInsecure, SecurityTLS) like Durability, side by side.
+	Security []string
 	// RecordBytes is the payload size of each append.
 	RecordBytes int
 	// Rate is the offered load in appends per second over all clients;
@@ -233,11 +236,21 @@ type Target struct {
 
 // Dial returns a new client of the target; the caller closes it.
 func (t *Target) Dial(ctx context.Context) (*client.Client, error) {
-	cl, err := client.Dial(ctx, client.Config{
+	cfg := client.Config{
 		ClusterID:      t.Config.ClusterID,
 		Ordering:       t.Config.OrderingAddrs(),
 		RecordBytesMax: t.Config.RecordBytesMax,
-	})
+	}
+	if t.Embedded != nil {
+		cfg = t.Embedded.ClientConfig()
+	} else {
+		tlsCfg, err := t.Config.ClientTLS()
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS, cfg.Insecure = tlsCfg, tlsCfg == nil
+	}
+	cl, err := client.Dial(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", t.Config.ClusterID, err)
 	}
@@ -338,7 +351,7 @@ func Check(name string, p Params) (Workload, error) {
 		return nil, err
 	}
 	ms, modeErr := p.modes()
-	errs := []error{p.checkCommon(), modeErr, p.checkDurability()}
+	errs := []error{p.checkCommon(), modeErr, p.checkDurability(), p.checkSecurity()}
 	if _, emulates := w.(emulatingWorkload); len(p.Emulate) > 0 && !emulates {
 		errs = append(errs, errors.New("--emulate applies to the scale workload only"))
 	}
@@ -466,16 +479,18 @@ func Run(ctx context.Context, name string, p Params) (*Report, error) {
 		results := make([]*Result, 0, len(ms))
 		for _, m := range ms {
 			for _, d := range orZero(p.Durability) {
-				what := m.Name() + prefixed(", durability ", d) + prefixed(", ", v.String())
-				if p.Progress != nil {
-					fmt.Fprintf(p.Progress, "bench %s: mode %s: %v of load after %v of warm-up\n",
-						name, what, p.Duration, p.Warmup)
+				for _, sec := range orZero(p.Security) {
+					what := m.Name() + prefixed(", durability ", d) + prefixed(", security ", sec) + prefixed(", ", v.String())
+					if p.Progress != nil {
+						fmt.Fprintf(p.Progress, "bench %s: mode %s: %v of load after %v of warm-up\n",
+							name, what, p.Duration, p.Warmup)
+					}
+					r, err := runOne(ctx, w, m, p, v, d, sec)
+					if err != nil {
+						return rep, fmt.Errorf("%s, mode %s: %w", name, what, err)
+					}
+					results = append(results, r)
 				}
-				r, err := runOne(ctx, w, m, p, v, d)
-				if err != nil {
-					return rep, fmt.Errorf("%s, mode %s: %w", name, what, err)
-				}
-				results = append(results, r)
 			}
 		}
 		rep.add(results)
@@ -490,8 +505,9 @@ func prefixed(prefix, s string) string {
 	return prefix + s
 }
 
-// runOne runs w once under m at v, with durability d ("" for none).
-func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant, d string) (*Result, error) {
+// runOne runs w once under m at v, with durability d and security sec
+// ("" for none).
+func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant, d, sec string) (*Result, error) {
 	t := &Target{Config: p.Cluster}
 	if p.Cluster == nil {
 		opts := devcluster.Options{
@@ -504,6 +520,7 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant, d stri
 			Logger:           p.Logger,
 		}
 		applyDurability(&opts, d)
+		opts.TLS = sec == SecurityTLS
 		m.Configure(&opts, p, v)
 		dc, err := devcluster.Start(ctx, opts)
 		if err != nil {
@@ -522,7 +539,7 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant, d stri
 	if err != nil {
 		return nil, err
 	}
-	r.Workload, r.Mode, r.Durability = w.Name(), m.Name(), d
+	r.Workload, r.Mode, r.Durability, r.Security = w.Name(), m.Name(), d, sec
 	if v.Shards > 0 {
 		r.Shards = v.Shards
 	}

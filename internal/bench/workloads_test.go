@@ -58,6 +58,8 @@ func TestCheckRejectsBadParams(t *testing.T) {
 		{"unknown durability", "append", func(p *Params) { p.Durability = []string{"default", "lax"} }, `durability "lax" is not one of default, optout`},
 		{"durability twice", "append", func(p *Params) { p.Durability = []string{"optout", "optout"} }, "durability optout is named twice"},
 		{"durability and fsync", "append", func(p *Params) { p.Durability, p.Fsync = []string{"default"}, "never" }, "give it or fsync, not both"},
+		{"unknown security", "append", func(p *Params) { p.Security = []string{"tls", "ssl"} }, `security "ssl" is not one of insecure, tls`},
+		{"security twice", "append", func(p *Params) { p.Security = []string{"tls", "tls"} }, "security tls is named twice"},
 		{"zero shards", "append", func(p *Params) { p.Shards = []int{2, 0} }, "shards must be in [1, 64]"},
 		{"shards twice", "scale", func(p *Params) { p.Shards = []int{1, 2, 1} }, "shard count 1 is named twice"},
 		{"zero interval", "append", func(p *Params) { p.OrderingInterval = 0 }, "ordering interval must be positive"},
@@ -251,6 +253,17 @@ func TestSmoke(t *testing.T) {
 		if len(rs) != 2 || rs[0].Durability != DurabilityDefault || rs[1].Durability != DurabilityOptOut ||
 			len(cs) != 1 || cs[0].BaselineDurability != DurabilityDefault || cs[0].CandidateDurability != DurabilityOptOut {
 			t.Fatalf("durability sweep: results %d, comparisons %+v", len(rs), cs)
+		}
+	})
+	t.Run("security", func(t *testing.T) {
+		p := smokeParams(t, "append")
+		p.Shards = []int{1}
+		p.Security = []string{SecurityInsecure, SecurityTLS}
+		rep := runSmoke(t, "append", p, true)
+		rs, cs := rep.Points[0].Results, rep.Points[0].Comparisons
+		if len(rs) != 2 || rs[0].Security != SecurityInsecure || rs[1].Security != SecurityTLS ||
+			len(cs) != 1 || cs[0].BaselineSecurity != SecurityInsecure || cs[0].CandidateSecurity != SecurityTLS {
+			t.Fatalf("security sweep: results %d, comparisons %+v", len(rs), cs)
 		}
 	})
 	t.Run("e2e", func(t *testing.T) {

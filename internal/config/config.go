@@ -139,6 +139,10 @@ type Cluster struct {
 	// metrics; a node's own metrics_addr overrides it (needed when several
 	// processes share a host).
 	MetricsAddr string `yaml:"metrics_addr,omitempty"`
+	// TLS secures every connection of the cluster; Insecure: true is the
+	// only way to run without it.
+	TLS      *TLS `yaml:"tls,omitempty"`
+	Insecure bool `yaml:"insecure,omitempty"`
 }
 
 // OrderingNode is one ordering replica.
@@ -213,6 +217,11 @@ func Load(path string) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster file %s: %w", path, err)
 	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("cluster file %s: %w", path, err)
+	}
+	c.TLS.resolve(dir)
 	return c, nil
 }
 

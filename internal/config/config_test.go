@@ -15,6 +15,7 @@ import (
 
 const minimal = `
 cluster_id: test
+insecure: true
 ordering:
   - {id: o1, addr: 127.0.0.1:7101}
 storage:
@@ -28,6 +29,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.ClusterID = "test"
+	want.Insecure = true
 	want.Ordering = []OrderingNode{{ID: "o1", Addr: "127.0.0.1:7101"}}
 	want.Storage = []StorageNode{{ID: "a1", Group: "a", Addr: "127.0.0.1:7201"}}
 	if !reflect.DeepEqual(c, want) {
@@ -269,6 +271,7 @@ func TestStaggerAbove(t *testing.T) {
 func TestValidateWithoutStorage(t *testing.T) {
 	c := Default()
 	c.ClusterID = "x"
+	c.Insecure = true
 	c.Ordering = []OrderingNode{{ID: "o1", Addr: "127.0.0.1:1"}}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "storage lists no servers") {
 		t.Fatalf("Validate: %v", err)

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/storage"
 )
@@ -20,8 +21,9 @@ type Server interface {
 }
 
 // NewServer opens server id of the cluster, an ordering replica or a
-// storage server, with its data in its own directory.
-func (c *Cluster) NewServer(id string, lg *slog.Logger) (Server, error) {
+// storage server, with its data in its own directory. It dials its peers
+// with sec (see ServerSecurity).
+func (c *Cluster) NewServer(id string, lg *slog.Logger, sec *auth.Security) (Server, error) {
 	role, err := c.Role(id)
 	if err != nil {
 		return nil, err
@@ -35,12 +37,14 @@ func (c *Cluster) NewServer(id string, lg *slog.Logger) (Server, error) {
 		if err := os.MkdirAll(oc.Dir, 0o755); err != nil {
 			return nil, fmt.Errorf("server %s: data dir: %w", id, err)
 		}
+		oc.Creds = sec.TransportCredentials()
 		return ordering.New(oc)
 	case RoleStorage:
 		sc, err := c.StorageConfig(id, lg)
 		if err != nil {
 			return nil, err
 		}
+		sc.Creds = sec.TransportCredentials()
 		return storage.New(sc)
 	}
 	return nil, fmt.Errorf("server %s: unknown role %q", id, role)

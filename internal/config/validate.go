@@ -78,6 +78,9 @@ func (c *Cluster) validate(needStorage bool) error {
 		}
 	}
 
+	if err := c.validateTLS(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(c.Ordering) == 0 {
 		bad("ordering lists no replicas; at least one is required (three tolerate one failure)")
 	}

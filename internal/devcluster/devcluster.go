@@ -21,10 +21,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/rpcopt"
 	"github.com/augur-log/augur/internal/storage"
@@ -85,6 +85,11 @@ type Options struct {
 	// many shards there are (stagger_above 0); by default more than
 	// config.DefaultStaggerAbove shards are split into staggered groups.
 	NoStagger bool
+	// TLS secures the cluster with certificates generated into Dir/tls: a
+	// CA, one per server, and the admin client's (data and admin), with an
+	// empty token file beside them. Without it the cluster is insecure:
+	// true.
+	TLS bool
 	// Logger receives the servers' logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -95,6 +100,9 @@ type server struct {
 	addr string
 	// storage is the running storage server, nil for an ordering replica.
 	storage *storage.Server
+	// sec is how the server serves and dials; kept across restarts so a
+	// reload reaches it.
+	sec *auth.Security
 	// While running: the gRPC server, the role's Stop, and serveDone,
 	// closed once Serve returned.
 	grpc      *grpc.Server
@@ -114,11 +122,14 @@ type Cluster struct {
 
 	mu sync.Mutex
 	// cfg is the equivalent cluster file; AddGroup appends to its storage.
-	cfg      *config.Cluster
-	servers  map[string]*server
-	client   *client.Client
-	closed   bool
-	serveErr []error
+	cfg     *config.Cluster
+	servers map[string]*server
+	client  *client.Client
+	// clientSecurity is how the cluster's own clients dial: as the admin
+	// client. Set by Start.
+	clientSecurity *auth.Security
+	closed         bool
+	serveErr       []error
 }
 
 // Start starts a cluster and returns once every server listens; use
@@ -187,6 +198,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.SegmentBytes != 0 {
 		cfg.SegmentBytes = opts.SegmentBytes
 	}
+	if opts.TLS {
+		cfg.TLS = &config.TLS{Dir: filepath.Join(c.dir, tlsDirName), Client: config.AdminClient, Tokens: filepath.Join(c.dir, tlsDirName, tokensFileName)}
+	} else {
+		cfg.Insecure = true
+	}
 
 	// Listen first so the configs name the ports the OS chose.
 	listeners := map[string]net.Listener{}
@@ -236,6 +252,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
 	c.cfg = cfg
+	c.clientSecurity = auth.Insecure()
+	if opts.TLS {
+		m, err := initTLS(cfg)
+		if err != nil {
+			closeListeners()
+			c.removeTemp()
+			return nil, fmt.Errorf("devcluster: %w", err)
+		}
+		c.clientSecurity = auth.New(m, nil)
+	}
 
 	// Ordering replicas first: storage servers register with them.
 	for _, o := range cfg.Ordering {
@@ -339,16 +365,28 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 		}
 	}
 
-	srv, err := cfg.NewServer(id, c.log)
+	c.mu.Lock()
+	var sec *auth.Security
+	if old := c.servers[id]; old != nil {
+		sec = old.sec
+	}
+	c.mu.Unlock()
+	if sec == nil {
+		if sec, err = cfg.ServerSecurity(id); err != nil {
+			l.Close()
+			return fmt.Errorf("devcluster: start %s: %w", id, err)
+		}
+	}
+	srv, err := cfg.NewServer(id, c.log, sec)
 	if err != nil {
 		l.Close()
 		return fmt.Errorf("devcluster: start %s: %w", id, err)
 	}
-	g := grpc.NewServer(rpcopt.ServerOptions()...)
+	g := grpc.NewServer(append(rpcopt.ServerOptions(), sec.ServerOptions()...)...)
 	srv.Register(g)
 	srv.Start()
 	stop := srv.Stop
-	s := &server{id: id, addr: addr, grpc: g, stop: stop, serveDone: make(chan struct{})}
+	s := &server{id: id, addr: addr, grpc: g, stop: stop, serveDone: make(chan struct{}), sec: sec}
 	s.storage, _ = srv.(*storage.Server)
 	go func() {
 		defer close(s.serveDone)
@@ -482,8 +520,20 @@ func (c *Cluster) AddGroup(ctx context.Context, group string) error {
 		}
 		return fmt.Errorf("devcluster: add group %q: %w", group, err)
 	}
+	if next.TLS != nil {
+		if err := issueServerCerts(next, ids); err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return fmt.Errorf("devcluster: add group %q: %w", group, err)
+		}
+	}
 	c.mu.Lock()
 	c.cfg = next
+	// The servers already running accept the new ones as peers.
+	for _, s := range c.servers {
+		s.sec.SetMembers(next.Members())
+	}
 	c.mu.Unlock()
 	for _, id := range ids {
 		l := listeners[id]
@@ -572,7 +622,7 @@ func (c *Cluster) notReady(ctx context.Context, cl *client.Client, conns map[str
 	for _, o := range c.runningOrdering() {
 		cc := conns[o.addr]
 		if cc == nil {
-			if cc, err = grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			if cc, err = grpc.NewClient(o.addr, c.clientSecurity.DialOption()); err != nil {
 				return fmt.Sprintf("dial %s: %v", o.id, err)
 			}
 			conns[o.addr] = cc
@@ -629,16 +679,46 @@ func (c *Cluster) sharedClient(ctx context.Context) (*client.Client, error) {
 
 // Dial returns a new client of the cluster; the caller closes it.
 func (c *Cluster) Dial(ctx context.Context) (*client.Client, error) {
-	cfg := c.Config()
-	cl, err := client.Dial(ctx, client.Config{
-		ClusterID:      cfg.ClusterID,
-		Ordering:       cfg.OrderingAddrs(),
-		RecordBytesMax: cfg.RecordBytesMax,
-	})
+	cl, err := client.Dial(ctx, c.ClientConfig())
 	if err != nil {
 		return nil, fmt.Errorf("devcluster: dial: %w", err)
 	}
 	return cl, nil
+}
+
+// ClientConfig is the configuration of a client of the cluster: the admin
+// client's certificate, or plaintext for an insecure cluster.
+func (c *Cluster) ClientConfig() client.Config {
+	cfg := c.Config()
+	cc := client.Config{ClusterID: cfg.ClusterID, Ordering: cfg.OrderingAddrs(), RecordBytesMax: cfg.RecordBytesMax}
+	if c.clientSecurity.IsInsecure() {
+		cc.Insecure = true
+	} else {
+		cc.TLS = auth.ClientTLS(c.clientSecurity.Material())
+	}
+	return cc
+}
+
+// ClientDialOption is the transport credentials of the admin client, for
+// calling a server's gRPC services directly.
+func (c *Cluster) ClientDialOption() grpc.DialOption { return c.clientSecurity.DialOption() }
+
+// ReloadTLS makes every server, running or stopped, reload its
+// certificates and tokens, as SIGHUP does to augur server.
+func (c *Cluster) ReloadTLS() error {
+	c.mu.Lock()
+	var secs []*auth.Security
+	for _, s := range c.servers {
+		secs = append(secs, s.sec)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, sec := range secs {
+		if m := sec.Material(); m != nil {
+			errs = append(errs, m.Reload())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Config returns the cluster file equivalent to the running cluster, so CLI

@@ -19,9 +19,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/mode"
@@ -75,6 +77,9 @@ type Config struct {
 	// state and the leader's policy.
 	Mode   mode.Mode
 	Logger *slog.Logger
+	// Creds secure the Raft transport to the other replicas; nil is
+	// plaintext.
+	Creds credentials.TransportCredentials
 }
 
 // Validate checks the configuration.
@@ -174,6 +179,7 @@ func New(cfg Config) (*Server, error) {
 		Fsync:        cfg.RaftFsync,
 		TickInterval: cfg.RaftTick,
 		Logger:       lg,
+		Creds:        cfg.Creds,
 	}, (*fsm)(s))
 	if err != nil {
 		return nil, fmt.Errorf("ordering %s: %w", cfg.ID, err)
@@ -497,7 +503,7 @@ func (s *Server) detectFailures() {
 
 func (s *Server) checkCluster(id string) error {
 	if id != s.cfg.ClusterID {
-		return status.Errorf(codes.PermissionDenied, "cluster id %q does not match this cluster (%q)", id, s.cfg.ClusterID)
+		return auth.WrongCluster(id)
 	}
 	return nil
 }

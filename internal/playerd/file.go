@@ -45,6 +45,9 @@ type File struct {
 	ReconnectMax       string       `yaml:"reconnect_max"`
 	RecoveryChunk      int          `yaml:"recovery_chunk"`
 	Targets            []TargetSpec `yaml:"targets"`
+	// Insecure dials a cluster named by cluster_id and ordering
+	// plaintext; a cluster file says itself whether it is secured.
+	Insecure bool `yaml:"insecure,omitempty"`
 }
 
 // LoadFile reads and checks a player file. A relative Cluster path is made

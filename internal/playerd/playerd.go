@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
@@ -70,6 +71,8 @@ type Config struct {
 	ReconnectMin   time.Duration
 	ReconnectMax   time.Duration
 	RecoveryChunk  int
+	// Creds secure the connections to the targets; nil is plaintext.
+	Creds credentials.TransportCredentials
 }
 
 func (c Config) withDefaults() Config {
@@ -194,7 +197,11 @@ func New(cfg Config, log Log) (*Server, error) {
 		}
 		// gRPC's own reconnect backoff (1 s growing to 2 min) would delay a
 		// returning target long after this server's backoff asks for it.
-		cc, err := grpc.NewClient(spec.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		creds := cfg.Creds
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		cc, err := grpc.NewClient(spec.Addr, grpc.WithTransportCredentials(creds),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: cfg.ReconnectMin, Multiplier: 2, Jitter: 0.2, MaxDelay: cfg.ReconnectMax},
 				MinConnectTimeout: cfg.ConnectTimeout,

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // Defaults for the zero values of Config.
@@ -103,6 +105,8 @@ type Config struct {
 	SnapshotEntries uint64        // snapshot the FSM and compact every this many applied entries; default 10000
 	MaxInflightMsgs int           // default 256
 	Logger          *slog.Logger  // may be nil
+	// Creds secure the connections to the peers; nil is plaintext.
+	Creds credentials.TransportCredentials
 }
 
 func (c Config) withDefaults() Config {

@@ -61,6 +61,10 @@ type transport struct {
 func newTransport(cfg Config, reportc chan<- peerReport, log *slog.Logger) (*transport, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &transport{peers: make(map[uint64]*peer), ctx: ctx, cancel: cancel}
+	creds := cfg.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	for _, id := range sortedIDs(cfg.Peers) {
 		if id == cfg.ID {
 			continue
@@ -71,7 +75,7 @@ func newTransport(cfg Config, reportc chan<- peerReport, log *slog.Logger) (*tra
 		// rpcopt's options: fixed flow-control windows (no BDP ping for
 		// every raft message) and the pooled codec.
 		conn, err := grpc.NewClient(addr, append(rpcopt.DialOptions(),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(creds),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff: backoff.Config{
 					BaseDelay:  reconnectBackoffMin,

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
 	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 )
@@ -49,6 +51,9 @@ type Config struct {
 	// that makes the server a straggler (see Server.SetReportDelay).
 	ReportDelay time.Duration
 	Logger      *slog.Logger
+	// Creds secure the connections to the group's peers and the ordering
+	// layer; nil is plaintext.
+	Creds credentials.TransportCredentials
 }
 
 // Validate checks the configuration.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
@@ -28,7 +29,7 @@ const (
 
 func (s *Server) checkCluster(id string) error {
 	if id != s.cfg.ClusterID {
-		return status.Errorf(codes.PermissionDenied, "cluster id %q does not match this cluster (%q)", id, s.cfg.ClusterID)
+		return auth.WrongCluster(id)
 	}
 	return nil
 }

@@ -309,7 +309,11 @@ func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := s.conns[addr]; ok {
 		return c, nil
 	}
-	opts := append(rpcopt.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := s.cfg.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	opts := append(rpcopt.DialOptions(), grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(reconnectParams))
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {

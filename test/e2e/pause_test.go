@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
@@ -209,7 +208,7 @@ func dialOrderingReplicas(t *testing.T, pc *procCluster) map[string]pb.OrderingC
 	t.Helper()
 	out := map[string]pb.OrderingClient{}
 	for _, o := range pc.cfg.Ordering {
-		conn, err := grpc.NewClient(o.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(o.Addr, pc.dialOption())
 		if err != nil {
 			t.Fatalf("dial %s: %v", o.ID, err)
 		}

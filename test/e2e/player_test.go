@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -106,11 +107,20 @@ func TestPlayerProcess(t *testing.T) {
 	// targets, each on its own table.
 	names := make([]string, playerTargets)
 	targetDirs := make([]string, playerTargets)
+	// Each target serves TLS with a certificate of the cluster's CA, and
+	// takes batches only from the cluster's clients (the player).
+	certDir := cfg.CertDir()
+	tlsArgs := func(name string) []string {
+		if out, err := exec.Command(bin, "certs", "issue", "--config", clusterFile, "target", name, "--host", "127.0.0.1").CombinedOutput(); err != nil {
+			t.Fatalf("augur certs issue target %s: %v\n%s", name, err, out)
+		}
+		return []string{"--ca", filepath.Join(certDir, "ca.crt"), "--cert", filepath.Join(certDir, name+".crt"), "--cert-key", filepath.Join(certDir, name+".key")}
+	}
 	startTarget := func(i int) {
 		if i < playerKVTargets {
-			pc.startArgs(names[i], "target", "kv", "--addr", addrs[i], "--dir", targetDirs[i], "--history", "--log-level", "info")
+			pc.startArgs(names[i], append([]string{"target", "kv", "--addr", addrs[i], "--dir", targetDirs[i], "--history", "--log-level", "info"}, tlsArgs(names[i])...)...)
 		} else {
-			pc.startArgs(names[i], "target", "postgres", "--addr", addrs[i], "--dsn", dsn, "--table", names[i], "--history", "--log-level", "info")
+			pc.startArgs(names[i], append([]string{"target", "postgres", "--addr", addrs[i], "--dsn", dsn, "--table", names[i], "--history", "--log-level", "info"}, tlsArgs(names[i])...)...)
 		}
 	}
 	for i := range playerTargets {

@@ -298,7 +298,7 @@ func dialWithin(ctx context.Context, pc *procCluster, timeout time.Duration) (*c
 	deadline := time.Now().Add(timeout)
 	for {
 		dctx, cancel := context.WithTimeout(ctx, procStatusTimeout)
-		cl, err := client.Dial(dctx, client.Config{ClusterID: pc.cfg.ClusterID, Ordering: pc.cfg.OrderingAddrs()})
+		cl, err := client.Dial(dctx, pc.clientConfig())
 		cancel()
 		if err == nil {
 			return cl, nil

@@ -53,6 +53,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/check"
@@ -193,7 +197,10 @@ func newProcClusterSettings(t *testing.T, bin string, interval time.Duration, se
 	t.Helper()
 	dir := t.TempDir()
 	addrs := freeAddrs(t, 7)
+	// Every connection is TLS, with certificates from augur certs init:
+	// the secure path is the tested one.
 	yaml := fmt.Sprintf(`cluster_id: e2e
+tls: {dir: %s, client: admin}
 %sordering_interval: %v
 failure_timeout: %v
 data_dir: %s
@@ -206,7 +213,7 @@ storage:
   - {id: a2, group: a, addr: %s}
   - {id: b1, group: b, addr: %s}
   - {id: b2, group: b, addr: %s}
-`, settings, interval, procFailureTimeout, filepath.Join(dir, "data"), addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6])
+`, filepath.Join(dir, "certs"), settings, interval, procFailureTimeout, filepath.Join(dir, "data"), addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6])
 	cfgPath := filepath.Join(dir, "cluster.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -214,6 +221,9 @@ storage:
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatalf("the test's cluster file is invalid: %v\n%s", err, yaml)
+	}
+	if out, err := exec.Command(bin, "certs", "init", "--config", cfgPath).CombinedOutput(); err != nil {
+		t.Fatalf("augur certs init: %v\n%s", err, out)
 	}
 	logDir := filepath.Join(dir, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
@@ -408,6 +418,29 @@ func (pc *procCluster) printLogs() {
 	}
 }
 
+// clientConfig is the configuration of the admin client of the cluster.
+func (pc *procCluster) clientConfig() client.Config {
+	pc.t.Helper()
+	tlsCfg, err := pc.cfg.ClientTLS()
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	return client.Config{ClusterID: pc.cfg.ClusterID, Ordering: pc.cfg.OrderingAddrs(), TLS: tlsCfg, Insecure: tlsCfg == nil}
+}
+
+// dialOption is the admin client's transport credentials, for calling a
+// server's services directly.
+func (pc *procCluster) dialOption() grpc.DialOption {
+	tlsCfg, err := pc.cfg.ClientTLS()
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	if tlsCfg == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))
+}
+
 // dial connects a client, retrying until an ordering replica answers.
 func (pc *procCluster) dial(ctx context.Context) *client.Client {
 	t := pc.t
@@ -417,7 +450,7 @@ func (pc *procCluster) dial(ctx context.Context) *client.Client {
 	ok := eventually(t, procReadyTimeout, func() bool {
 		dctx, cancel := context.WithTimeout(ctx, procStatusTimeout)
 		defer cancel()
-		cl, last = client.Dial(dctx, client.Config{ClusterID: pc.cfg.ClusterID, Ordering: pc.cfg.OrderingAddrs()})
+		cl, last = client.Dial(dctx, pc.clientConfig())
 		return last == nil
 	})
 	if !ok {
