@@ -54,7 +54,7 @@ type Result struct {
 	// modes that report it).
 	NoopRPS *float64 `json:"noop_rps,omitempty"`
 	// CutsPerS counts the global cuts committed in the measured window per
-	// second (emulated runs, where the benchmark watches them).
+	// second (runs on an embedded cluster, real or emulated shards).
 	CutsPerS *float64 `json:"cuts_per_s,omitempty"`
 	// AppendLatencyUS is from an append's start (its scheduled start in open
 	// loop, so queueing behind a slow cluster counts) to its acknowledgement.
