@@ -47,6 +47,9 @@ type leader struct {
 	// least what the core counts in flight (the core also gives up on
 	// cuts that never commit), so when it is empty the core's is too.
 	cutsInflight map[string]bool
+	// reported is the longest length each shard reported to the current
+	// leader core.
+	reported map[cut.ShardID]uint64
 }
 
 func newLeader(s *cluster) *leader {
@@ -105,6 +108,7 @@ func (ld *leader) leadership(n *replica, leads bool) {
 		ld.l = order.NewLeader(s.md.NewPolicy(), s.sc.failureTimeout, n.st, s.now, ld.tag+"-c")
 		ld.wakeAt = time.Time{}
 		ld.cutsInflight = map[string]bool{}
+		ld.reported = map[cut.ShardID]uint64{}
 		s.tracef("leader: raft %d leads", n.id)
 		q := ld.queued
 		ld.queued = nil
@@ -252,19 +256,27 @@ func (ld *leader) onReport(sh *shard, r order.Report) {
 	s.tracef("leader: report from shard %d: length %d, records %d", r.Shard, r.Length, r.Records)
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
-	idle := len(ld.cutsInflight) == 0
+	ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
+	// Eager cuts are group commits: reports that find no cut in flight
+	// and add at most order.SparseRecordsPerShardMax records per live
+	// shard are cut at once, never held for an interval tick.
+	var waiting, live uint64
+	st := ld.node.st
+	for i := range st.Shards {
+		if sh := &st.Shards[i]; sh.State != control.Finalized {
+			live++
+			waiting += ld.reported[sh.ID] - min(ld.reported[sh.ID], st.LastCut.Len(sh.ID))
+		}
+	}
+	atOnce := s.sc.mode == Eager && len(ld.cutsInflight) == 0 && waiting > 0 && waiting <= order.SparseRecordsPerShardMax*live
 	if !ld.l.Report(r, s.now) {
 		return
 	}
 	proposed := s.stats.proposals
 	ld.step()
-	// Eager cuts are group commits: a report that finds no cut in flight
-	// is cut at once, never held for an interval tick.
-	if st := ld.node.st; s.sc.mode == Eager && idle && s.stats.proposals == proposed {
-		if sh := st.Shard(r.Shard); sh != nil && sh.State != control.Finalized && r.Length > st.LastCut.Len(r.Shard) {
-			s.errorf("eager: shard %d reported length %d (the last cut holds %d) with no cut in flight, but the leader proposed none at once",
-				r.Shard, r.Length, st.LastCut.Len(r.Shard))
-		}
+	if atOnce && s.stats.proposals == proposed {
+		s.errorf("eager: %d records reported beyond the last cut over %d live shards, no cut in flight, but the leader proposed none at once (report of shard %d at %d)",
+			waiting, live, r.Shard, r.Length)
 	}
 }
 
