@@ -46,6 +46,14 @@ type leader struct {
 	watch, fix map[cut.ShardID]*link
 	// wakeAt is when the step the policy asked for is due (zero: none).
 	wakeAt time.Time
+	// cutsInflight holds the ids of the current leader core's cuts that
+	// went to Raft and that its replica has not applied yet. It holds at
+	// least what the core counts in flight (the core also gives up on
+	// cuts that never commit), so when it is empty the core's is too.
+	cutsInflight map[string]bool
+	// reported is the longest length each shard reported to the current
+	// leader core.
+	reported map[cut.ShardID]uint64
 }
 
 func newLeader(s *cluster) *leader {
@@ -103,6 +111,8 @@ func (ld *leader) leadership(n *replica, leads bool) {
 		ld.tag = fmt.Sprintf("n%dl%d", n.id, ld.terms)
 		ld.l = order.NewLeader(s.md.NewPolicy(), s.sc.failureTimeout, n.st, s.now, ld.tag+"-c")
 		ld.wakeAt = time.Time{}
+		ld.cutsInflight = map[string]bool{}
+		ld.reported = map[cut.ShardID]uint64{}
 		s.tracef("leader: raft %d leads", n.id)
 		q := ld.queued
 		ld.queued = nil
@@ -125,6 +135,9 @@ func (ld *leader) apply(n *replica, index uint64, c control.Command) {
 	news := false
 	lead := n == ld.node && ld.l != nil
 	if lead {
+		if c.Cut != nil {
+			delete(ld.cutsInflight, c.ID)
+		}
 		news = ld.l.Applied(n.st, c, strings.HasPrefix(c.ID, ld.tag+"-"), s.now)
 		if c.Register != nil {
 			ld.l.Registered(c.Register.Replicas)
@@ -190,8 +203,12 @@ func (ld *leader) step() {
 		case c.Finalize != nil:
 			s.tracef("leader: shard %d suspected", c.Finalize.Shard)
 		}
-		if err := ld.propose(c); err != nil && ld.l == l {
+		err := ld.propose(c)
+		switch {
+		case err != nil && ld.l == l:
 			l.Failed(c)
+		case err == nil && c.Cut != nil:
+			ld.cutsInflight[c.ID] = true
 		}
 	}
 	for _, g := range out.LagFixes {
@@ -243,8 +260,27 @@ func (ld *leader) onReport(sh *shard, server string, r order.Report) {
 	s.tracef("leader: report from shard %d: length %d, records %d", r.Shard, r.Length, r.Records)
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
-	if ld.l.Report(r, s.now) {
-		ld.step()
+	ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
+	// Eager cuts are group commits: reports that find no cut in flight
+	// and add at most order.SparseRecordsPerShardMax records per live
+	// shard are cut at once, never held for an interval tick.
+	var waiting, live uint64
+	st := ld.node.st
+	for i := range st.Shards {
+		if sh := &st.Shards[i]; sh.State != control.Finalized {
+			live++
+			waiting += ld.reported[sh.ID] - min(ld.reported[sh.ID], st.LastCut.Len(sh.ID))
+		}
+	}
+	atOnce := s.sc.mode == Eager && len(ld.cutsInflight) == 0 && waiting > 0 && waiting <= order.SparseRecordsPerShardMax*live
+	if !ld.l.Report(r, s.now) {
+		return
+	}
+	proposed := s.stats.proposals
+	ld.step()
+	if atOnce && s.stats.proposals == proposed {
+		s.errorf("eager: %d records reported beyond the last cut over %d live shards, no cut in flight, but the leader proposed none at once (report of shard %d at %d)",
+			waiting, live, r.Shard, r.Length)
 	}
 }
 
