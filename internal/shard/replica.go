@@ -466,7 +466,7 @@ func (r *Replica[W]) LagFix(now time.Time, target uint64, out *Output[W]) {
 // bookkeeping knows the log's length without asking the log (the owner is
 // its only writer).
 func (r *Replica[W]) observe(now time.Time) {
-	r.ord.Observe(now, r.primary.Next(), r.records.Load(), r.durable.Load())
+	r.ord.Observe(now, r.primary.Next(), r.records.Load(), r.durable.Load(), r.log.Ordered())
 }
 
 // appendNoops stores a run of n no-ops as one entry and replicates it as

@@ -401,37 +401,33 @@ const (
 
 // TestReplicaSpecFillsAndReportsAtBoundaries: a speculative primary
 // reports only when what every replica holds crosses a quota boundary,
-// fills the rest of a quota with no-ops once it sat short for fillAfter,
-// and replicates the fill like records.
+// fills the rest of a quota with no-ops as soon as everything it stored is
+// durable (or, while it waits on its backups, once it sat short for
+// fillAfter), and replicates the fill like records.
 func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
 	ord.SetWindows([]fixante.Window{specWindow()})
 	pr := newPair(t, 1, ord)
 	pr.append("s", 7, 1, 2)
-	advanced, step := pr.p.BackupAcked(0, pr.deliver(0))
-	if !advanced || !step {
-		t.Fatalf("ack: advanced %v step %v; a speculative primary must step on durable", advanced, step)
-	}
 	out := &Output[string]{}
 	pr.p.Tick(t0, out)
 	if out.Report || out.Noops != 0 {
-		t.Fatalf("at t0 with 2 of 3: %+v", out)
-	}
-	if rep, _ := pr.p.Report(); rep != (Report{Length: 0, Records: 2, Backlog: 2}) {
-		t.Fatalf("report between boundaries %+v, want length 0 with records and backlog", rep)
+		t.Fatalf("at t0 with 2 of 3 on the way to the backup: %+v", out)
 	}
 	if want := t0.Add(testFillAfter); !out.WakeAt.Equal(want) {
 		t.Fatalf("wake at %v, want the fill at %v", out.WakeAt, want)
 	}
-	out = &Output[string]{}
-	pr.p.Tick(t0.Add(testFillAfter-time.Microsecond), out)
-	if out.Noops != 0 {
-		t.Fatal("filled before fillAfter")
+	advanced, step := pr.p.BackupAcked(0, pr.deliver(0))
+	if !advanced || !step {
+		t.Fatalf("ack: advanced %v step %v; a speculative primary must step on durable", advanced, step)
+	}
+	if rep, _ := pr.p.Report(); rep != (Report{Length: 0, Records: 2, Backlog: 2}) {
+		t.Fatalf("report between boundaries %+v, want length 0 with records and backlog", rep)
 	}
 	out = &Output[string]{}
-	pr.p.Tick(t0.Add(testFillAfter), out)
+	pr.p.Tick(t0.Add(time.Microsecond), out)
 	if out.Noops != 1 || len(out.Replicate) != 1 || out.Replicate[0].First != 2 || out.Replicate[0].Entries[0].Noops != 1 {
-		t.Fatalf("fill at fillAfter: %+v", out)
+		t.Fatalf("fill once both records are durable: %+v", out)
 	}
 	if out.Report || out.Durable {
 		t.Fatal("reported the fill before the backup held it")
@@ -439,7 +435,7 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	pr.send(out)
 	pr.p.BackupAcked(0, pr.deliver(0))
 	out = &Output[string]{}
-	pr.p.Tick(t0.Add(2*time.Millisecond), out)
+	pr.p.Tick(t0.Add(100*time.Microsecond), out)
 	if rep, _ := pr.p.Report(); !out.Report || rep.Length != 3 || rep.Records != 2 || rep.Backlog != 0 {
 		t.Fatalf("at the boundary: report %v %+v, want length 3", out.Report, rep)
 	}
@@ -447,9 +443,12 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	pr.append("s", 7, 3)
 	pr.p.BackupAcked(0, pr.deliver(0))
 	out = &Output[string]{}
-	pr.p.Tick(t0.Add(2*time.Millisecond), out)
+	pr.p.Tick(t0.Add(200*time.Microsecond), out)
 	if rep, _ := pr.p.Report(); out.Report || rep.Length != 3 {
 		t.Fatalf("between boundaries: report %v %+v, want none beyond 3", out.Report, rep)
+	}
+	if out.Noops != 0 {
+		t.Fatalf("filled %d while its last report awaits its cut: records arriving meanwhile join the next", out.Noops)
 	}
 	// A lag-fix fills to the target's boundary at once.
 	out = &Output[string]{}

@@ -21,7 +21,9 @@ type Config struct {
 	LagFix      bool
 	QuotaChange bool
 	// LagAfter is how long a cut that some shards satisfied may wait for
-	// the others before they are told to catch up.
+	// a shard that has entries on the way to it before that shard is told
+	// to catch up. A shard that said it holds nothing beyond its last
+	// report is told at once: waiting for it can only cost time.
 	LagAfter time.Duration
 	// LagAhead is how many cuts past the blocked one a shard must have
 	// satisfied for the others to be told at once (a burst).
@@ -65,8 +67,11 @@ const (
 
 type shardView struct {
 	length, records uint64
-	// backlog is how many entries the shard held beyond its last report.
+	// backlog is how many entries the shard held beyond its last report;
+	// heard says it reported to this leader at all (before that, its
+	// backlog is unknown).
 	backlog uint64
+	heard   bool
 	// rate estimation between two window plans
 	planRecords uint64
 	planAt      time.Time
@@ -191,7 +196,7 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 	if records > v.records {
 		v.records = records
 	}
-	v.backlog = backlog
+	v.backlog, v.heard = backlog, true
 	if v.planAt.IsZero() {
 		// Rates are measured from the first report a leader sees, not
 		// over history it did not watch.
@@ -508,7 +513,10 @@ func (q *Sequencer) lengthAt(shard cut.ShardID, k uint64) uint64 {
 
 // LagFixes returns, for each shard holding back the first unreleased cut
 // while others are done with it, the length it must reach now: as far as
-// the furthest shard has gone. It answers only when lag-fix is on.
+// the furthest shard has gone. A shard that reported nothing beyond its
+// last report is told at once; one with entries on the way only when the
+// others are LagAhead cuts ahead or have waited LagAfter. It answers only
+// when lag-fix is on.
 func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 	if !q.cfg.LagFix || q.st == nil || q.st.Spec == nil {
 		return nil
@@ -534,14 +542,17 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		return nil
 	}
 	waited := q.waiting && q.blockedCut == idx && now.Sub(q.waitingSince) >= q.cfg.LagAfter
-	if furthest < q.cfg.LagAhead && !waited {
-		return nil
-	}
+	burst := furthest >= q.cfg.LagAhead || waited
 	targetCut := idx + furthest - 1
 	var out []cut.Length
 	for _, b := range blockers {
 		v, ok := q.shards[b]
 		if !ok {
+			continue
+		}
+		// A shard with nothing beyond its last report cannot meet its
+		// quota without a fill, so the cut would wait for nothing.
+		if idle := v.heard && v.backlog == 0; !burst && !idle {
 			continue
 		}
 		target := q.lengthAt(b, targetCut)

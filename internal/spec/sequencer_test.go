@@ -130,6 +130,29 @@ func TestLagFix(t *testing.T) {
 	}
 }
 
+// TestLagFixIdleShardAtOnce checks that a shard which reported nothing
+// beyond its last report is told to catch up as soon as another shard is
+// one cut ahead, while a shard with entries on the way still gets
+// LagAfter to report them itself.
+func TestLagFixIdleShardAtOnce(t *testing.T) {
+	c := newCluster(t, 3, 20, testConfig())
+	c.plan()
+	c.release()
+	c.seq.Report(1, 0, 0, 0, c.now) // idle
+	c.seq.Report(2, 0, 1, 1, c.now) // a record not yet durable
+	c.report(0, 1, 1)
+	c.release()
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 1, Length: 1}}) {
+		t.Fatalf("lag-fixes with shard 0 one cut ahead: %v, want shard 1 (idle) at once and not shard 2 (busy)", f)
+	}
+	c.report(1, 1, 0)
+	c.now = c.now.Add(tord)
+	c.release()
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 2, Length: 1}}) {
+		t.Fatalf("lag-fixes after waiting %v: %v, want shard 2 now", tord, f)
+	}
+}
+
 // TestQuotaFollowsRateAtWindowBoundary checks that the next window's quota
 // is the measured rate times the ordering interval, that it changes only
 // in the window announced next (the current one keeps its quotas), and
@@ -259,7 +282,7 @@ func TestReportSaysWhatIsNews(t *testing.T) {
 func TestBusyLeaveKeepsItsQuota(t *testing.T) {
 	c := newCluster(t, 2, 10, testConfig())
 	c.plan()
-	c.report(0, 2, 2)
+	c.seq.Report(0, 2, 3, 1, c.now) // busy: a record on the way
 	c.report(1, 3, 3)
 	c.release()
 	c.apply(control.Command{Finalize: &control.FinalizeCommand{Shard: 0}})

@@ -14,16 +14,20 @@ import (
 )
 
 // Shard is a shard primary's side of fix-ante ordering. The shard's local
-// log holds records and no-ops; Stored and Durable track its length, and
-// the announced windows say which lengths are quota boundaries. The shard
-// reports when its durable length crosses a boundary, fills no-ops when it
-// sits between boundaries for too long, and fills on a lag-fix.
+// log holds records and no-ops; Stored, Durable and Ordered track its
+// length, and the announced windows say which lengths are quota
+// boundaries. The shard reports when its durable length crosses a
+// boundary, fills the rest of a quota at once when it has nothing more on
+// the way, or after a while when it sits between boundaries, and fills on
+// a lag-fix.
 type Shard struct {
 	id cut.ShardID
 	// fillAfter is how long after its last report a shard short of its
-	// next quota fills it with no-ops; it does so only while it stored
-	// records within idleAfter, so that an idle cluster goes quiet (a
-	// lag-fix does not count: fills answering fills would never stop).
+	// next quota fills it with no-ops. A shard at a boundary fills its
+	// next quota whole only while it stored records within idleAfter, so
+	// that an idle cluster goes quiet (a lag-fix does not count: fills
+	// answering fills would never stop); idleAfter 0 leaves those fills to
+	// the leader's lag-fixes.
 	fillAfter time.Duration
 	idleAfter time.Duration
 	active    time.Time
@@ -31,6 +35,7 @@ type Shard struct {
 	windows  []fixante.Window
 	stored   uint64
 	durable  uint64
+	ordered  uint64 // entries committed cuts gave positions
 	records  uint64 // real records among the stored entries
 	reported uint64 // the last boundary reported
 	lastSent time.Time
@@ -63,6 +68,10 @@ func (s *Shard) Stored(length, records uint64, now time.Time) {
 
 // Durable records that every replica holds length entries.
 func (s *Shard) Durable(length uint64) { s.durable = max(s.durable, length) }
+
+// Ordered records that committed cuts gave the first length entries
+// their positions.
+func (s *Shard) Ordered(length uint64) { s.ordered = max(s.ordered, length) }
 
 // Length is the number of entries stored.
 func (s *Shard) Length() uint64 { return s.stored }
@@ -136,7 +145,21 @@ func (s *Shard) FillAt() (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
+	if s.settled() {
+		return s.quietSince(), true
+	}
 	return s.quietSince().Add(s.fillDelay(next)), true
+}
+
+// settled says that a shard between boundaries waits for nothing it knows
+// of: every entry it stored is durable, and its last report is ordered, so
+// no cut is on the way that later records could join. Like a group commit,
+// it then closes its quota at once rather than after fillAfter; while a
+// cut of its is on the way, records that arrive meanwhile gather for the
+// next one.
+func (s *Shard) settled() bool {
+	_, between := s.between()
+	return between && s.durable >= s.stored && s.ordered >= s.reported
 }
 
 // fillDelay is how long the shard waits for records before it fills up to
@@ -170,17 +193,18 @@ func (s *Shard) short() (uint64, bool) {
 	if next, ok := s.between(); ok {
 		return next, true
 	}
-	if s.active.IsZero() || s.lastSent.Sub(s.active) > s.idleAfter {
+	if s.idleAfter <= 0 || s.active.IsZero() || s.lastSent.Sub(s.active) > s.idleAfter {
 		return 0, false
 	}
 	return s.boundaryAfter(s.stored)
 }
 
 // Fill returns how many no-ops to append now: the rest of the current quota
-// once the shard has been short for fillAfter since its last report.
+// once the shard is settled, or has been short for fillAfter since its last
+// report.
 func (s *Shard) Fill(now time.Time) uint64 {
 	next, ok := s.short()
-	if !ok || now.Sub(s.quietSince()) < s.fillDelay(next) {
+	if !ok || !s.settled() && now.Sub(s.quietSince()) < s.fillDelay(next) {
 		return 0
 	}
 	s.lastFill = now

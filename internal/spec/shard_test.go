@@ -116,6 +116,52 @@ func TestShardFillsNoops(t *testing.T) {
 	}
 }
 
+// TestShardFillsAtOnceWhenSettled checks that a shard between boundaries
+// closes its quota as soon as it waits for nothing it knows of (every
+// entry durable, its last report ordered), and otherwise keeps fillAfter:
+// entries on the way to a backup, or a cut of its on the way that records
+// arriving meanwhile can join the next of.
+func TestShardFillsAtOnceWhenSettled(t *testing.T) {
+	fill := 1500 * time.Microsecond
+	s := NewShard(1, 0, fill, 0, t0)
+	s.SetWindows([]fixante.Window{oneWindow(0)})
+	s.Stored(1, 1, t0)
+	if n := s.Fill(t0); n != 0 {
+		t.Fatalf("filled %d while its record is on the way to the backups", n)
+	}
+	s.Durable(1)
+	if at, ok := s.FillAt(); !ok || at.After(t0) {
+		t.Fatalf("fill at %v %v, want at once", at, ok)
+	}
+	if n := s.Fill(t0); n != 2 {
+		t.Fatalf("settled shard filled %d, want the 2 missing of the quota", n)
+	}
+	s.Stored(3, 1, t0)
+	s.Durable(3)
+	if l, ok := s.Report(t0); !ok || l != 3 {
+		t.Fatalf("report %d %v", l, ok)
+	}
+	// Its cut is not committed yet: the next record waits for company.
+	s.Stored(4, 2, t0)
+	s.Durable(4)
+	if n := s.Fill(t0); n != 0 {
+		t.Fatalf("filled %d while its last report awaits its cut", n)
+	}
+	s.Ordered(3)
+	if n := s.Fill(t0); n != 2 {
+		t.Fatalf("filled %d once its cut committed, want 2", n)
+	}
+	// With idleAfter 0 a shard at a boundary never fills a whole quota by
+	// itself: the leader's lag-fixes do.
+	s.Stored(6, 2, t0)
+	s.Durable(6)
+	s.Report(t0)
+	s.Ordered(6)
+	if at, ok := s.FillAt(); ok {
+		t.Fatalf("a shard at a boundary wants to fill at %v without idleAfter", at)
+	}
+}
+
 // TestShardFillWaitsForItsStaggeredSlot checks that in a window of g
 // staggered groups, where the shard holds a slot in every g-th cut only, it
 // waits g times as long before filling: filling after 1.5 intervals there
