@@ -109,12 +109,14 @@ func (s *Speculative) WakeAt() (time.Time, bool)           { return s.adh.FillAt
 func (s *Speculative) ActsOnDurable() bool                 { return true }
 func (s *Speculative) Predict(local uint64) (uint64, bool) { return s.adh.Predict(local) }
 
+// ReportDue is due at a new quota boundary, and when records end an idle
+// spell (spec.Shard.Announce): the report then carries the backlog.
 func (s *Speculative) ReportDue(now time.Time) bool {
 	l, ok := s.adh.Report(now)
 	if ok {
 		s.reported.Store(l)
 	}
-	return ok
+	return s.adh.Announce() || ok
 }
 
 // Report is the last boundary reported. Every report carries the records

@@ -411,11 +411,15 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	pr.append("s", 7, 1, 2)
 	out := &Output[string]{}
 	pr.p.Tick(t0, out)
-	if out.Report || out.Noops != 0 {
-		t.Fatalf("at t0 with 2 of 3 on the way to the backup: %+v", out)
+	if rep, _ := pr.p.Report(); !out.Report || out.Noops != 0 || rep != (Report{Length: 0, Records: 2, Backlog: 2}) {
+		t.Fatalf("at t0 with 2 of 3 on the way to the backup: %+v, report %+v; want the backlog announced, no fill", out, rep)
 	}
 	if want := t0.Add(testFillAfter); !out.WakeAt.Equal(want) {
 		t.Fatalf("wake at %v, want the fill at %v", out.WakeAt, want)
+	}
+	out = &Output[string]{}
+	if pr.p.Tick(t0, out); out.Report {
+		t.Fatal("announced the same backlog twice")
 	}
 	advanced, step := pr.p.BackupAcked(0, pr.deliver(0))
 	if !advanced || !step {
@@ -444,8 +448,8 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	pr.p.BackupAcked(0, pr.deliver(0))
 	out = &Output[string]{}
 	pr.p.Tick(t0.Add(200*time.Microsecond), out)
-	if rep, _ := pr.p.Report(); out.Report || rep.Length != 3 {
-		t.Fatalf("between boundaries: report %v %+v, want none beyond 3", out.Report, rep)
+	if rep, _ := pr.p.Report(); rep != (Report{Length: 3, Records: 3, Backlog: 1}) {
+		t.Fatalf("between boundaries: report %+v, want none beyond 3, with the new record's backlog", rep)
 	}
 	if out.Noops != 0 {
 		t.Fatalf("filled %d while its last report awaits its cut: records arriving meanwhile join the next", out.Noops)

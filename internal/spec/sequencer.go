@@ -183,7 +183,9 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 		return false
 	}
 	q.frontValid = false
-	changed = length > v.length || (!q.held(shard) && (backlog > 0) != (v.backlog > 0))
+	// A backlog that appears is news for every shard: the others can be
+	// told to fill the cut it heads for while its entries replicate.
+	changed = length > v.length || backlog > 0 && v.backlog == 0 || (!q.held(shard) && (backlog > 0) != (v.backlog > 0))
 	if length > v.length {
 		v.length = length
 		v.reached.add(length, now)
@@ -523,10 +525,12 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 	}
 	f := q.frontier()
 	idx, blockers := f.idx, f.blockers
+	heading, headed := q.heading(idx)
 	for id, v := range q.shards {
-		// A shard that no longer holds the cut back owes nothing: it is
-		// neither asked again nor suspected.
-		if v.lagTarget > 0 && !slices.Contains(blockers, id) {
+		// A shard that no longer holds the cut back, nor the cut another
+		// shard's stored entries head for, owes nothing: it is neither
+		// asked again nor suspected.
+		if v.lagTarget > 0 && !slices.Contains(blockers, id) && !(headed && v.length < q.lengthAt(id, heading)) {
 			v.lagTarget = 0
 		}
 	}
@@ -534,7 +538,7 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		return nil
 	}
 	furthest := f.furthest
-	if furthest == 0 {
+	if furthest == 0 && !headed {
 		// Nobody is waiting for anybody: nobody owes a catch-up.
 		for _, v := range q.shards {
 			v.lagTarget = 0
@@ -542,20 +546,33 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		return nil
 	}
 	waited := q.waiting && q.blockedCut == idx && now.Sub(q.waitingSince) >= q.cfg.LagAfter
-	burst := furthest >= q.cfg.LagAhead || waited
-	targetCut := idx + furthest - 1
+	// Others two cuts ahead are a burst, unless they only filled the cut
+	// some shard's stored entries head for (the fills this very rule
+	// asks of idle shards run ahead of the records they wait for).
+	ahead := furthest >= q.cfg.LagAhead && !(headed && idx+furthest-1 <= heading)
+	burst := furthest > 0 && (ahead || waited)
 	var out []cut.Length
-	for _, b := range blockers {
-		v, ok := q.shards[b]
-		if !ok {
-			continue
-		}
+	for id, v := range q.shards {
 		// A shard with nothing beyond its last report cannot meet its
-		// quota without a fill, so the cut would wait for nothing.
-		if idle := v.heard && v.backlog == 0; !burst && !idle {
+		// quota without a fill, so a cut another shard reached, or will
+		// reach once its stored entries are durable, would wait for
+		// nothing: it is told at once, while those entries replicate.
+		idle := v.heard && v.backlog == 0
+		targetCut, due := uint64(0), false
+		if furthest > 0 && slices.Contains(blockers, id) && (burst || idle) {
+			targetCut, due = idx+furthest-1, true
+		}
+		if idle && headed && (!due || heading > targetCut) {
+			targetCut, due = heading, true
+		}
+		if !due {
 			continue
 		}
+		b := id
 		target := q.lengthAt(b, targetCut)
+		if target <= v.length {
+			continue
+		}
 		if v.lagTarget >= target && now.Sub(v.lagLastSent) < q.cfg.Interval {
 			continue
 		}
@@ -567,7 +584,40 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		v.lagLastSent = now
 		out = append(out, cut.Length{Shard: b, Length: v.lagTarget})
 	}
+	slices.SortFunc(out, func(a, b cut.Length) int { return int(int64(a.Shard) - int64(b.Shard)) })
 	return out
+}
+
+// heading returns the furthest cut, from idx on, that a shard's stored
+// entries head for: the cut of the last entry a shard with a backlog
+// holds, which it reports once its replicas hold it. Within the announced
+// windows only; ok is false when no shard holds entries for such a cut.
+func (q *Sequencer) heading(idx uint64) (cutIdx uint64, ok bool) {
+	ws := q.st.Spec.Windows
+	if len(ws) == 0 {
+		return 0, false
+	}
+	last := ws[len(ws)-1].FirstCut + ws[len(ws)-1].Cuts - 1
+	for id, v := range q.shards {
+		if v.backlog == 0 || v.moving {
+			continue
+		}
+		local := v.length + v.backlog - 1
+		c, found := last, false
+		for _, w := range ws {
+			if _, j, in := w.Locate(id, local); in {
+				c, found = w.FirstCut+j, true
+				break
+			}
+		}
+		if !found && !q.held(id) {
+			continue // a straggler or a joiner: only a new window helps it
+		}
+		if c >= idx && (!ok || c > cutIdx) {
+			cutIdx, ok = c, true
+		}
+	}
+	return cutIdx, ok
 }
 
 // Suspects returns shards that were asked to catch up and reported no

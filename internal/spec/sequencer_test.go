@@ -153,6 +153,45 @@ func TestLagFixIdleShardAtOnce(t *testing.T) {
 	}
 }
 
+// TestLagFixWhileEntriesReplicate checks that as soon as a shard says it
+// stored entries beyond its last report, the idle shards are told to fill
+// the cut those entries head for, before the entries are durable and
+// reported: the fills then overlap the replication. A busy shard is not
+// told, nor is the shard itself.
+func TestLagFixWhileEntriesReplicate(t *testing.T) {
+	c := newCluster(t, 4, 20, testConfig())
+	c.plan()
+	c.release()
+	c.seq.Report(1, 0, 0, 0, c.now)
+	c.seq.Report(2, 0, 0, 0, c.now)
+	c.seq.Report(3, 0, 1, 1, c.now) // busy itself
+	if !c.seq.Report(0, 0, 2, 2, c.now) {
+		t.Fatal("a backlog that appeared was no news")
+	}
+	// Shard 0's second entry lands in the window's second cut.
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 1, Length: 2}, {Shard: 2, Length: 2}}) {
+		t.Fatalf("lag-fixes while shard 0's entries replicate: %v, want the idle shards 1 and 2 to its cut", f)
+	}
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fix repeated at once: %v", f)
+	}
+	// The fills arrive before shard 0's own report: nothing to release
+	// yet, and nobody is asked again.
+	c.report(1, 2, 0)
+	c.report(2, 2, 0)
+	if n := c.release(); n != 0 {
+		t.Fatalf("released %d cuts before shard 0 reported", n)
+	}
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fixes after the fills: %v", f)
+	}
+	c.seq.Report(0, 2, 2, 0, c.now)
+	c.seq.Report(3, 2, 2, 0, c.now)
+	if n := c.release(); n != 2 {
+		t.Fatalf("released %d cuts once every shard reported, want 2", n)
+	}
+}
+
 // TestQuotaFollowsRateAtWindowBoundary checks that the next window's quota
 // is the measured rate times the ordering interval, that it changes only
 // in the window announced next (the current one keeps its quotas), and
@@ -252,7 +291,8 @@ func TestLeaveFlushesWindowsWhenIdle(t *testing.T) {
 // again for a longer length and, for a shard without a quota, for a
 // backlog that appears or goes, so that an idle leader flushes the windows
 // for such a shard that got a record; a heartbeat that repeats itself, or
-// the backlog of a shard that reports its records itself, is no news.
+// a backlog that only grows, is no news. A backlog that appears is news
+// for any shard: the idle ones can fill the cut it heads for at once.
 func TestReportSaysWhatIsNews(t *testing.T) {
 	c := newCluster(t, 1, 10, testConfig())
 	c.plan()
@@ -263,7 +303,7 @@ func TestReportSaysWhatIsNews(t *testing.T) {
 		length, backlog uint64
 		news            bool
 	}{
-		{0, 2, 0, true}, {0, 2, 0, false}, {0, 2, 1, false}, {0, 3, 0, true},
+		{0, 2, 0, true}, {0, 2, 0, false}, {0, 2, 1, true}, {0, 2, 2, false}, {0, 3, 0, true},
 		{1, 0, 1, true}, {1, 0, 1, false}, {1, 0, 3, false}, {1, 0, 0, true}, {1, 0, 0, false},
 	} {
 		if got := c.seq.Report(r.shard, r.length, r.length, r.backlog, c.now); got != r.news {

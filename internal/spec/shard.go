@@ -38,6 +38,10 @@ type Shard struct {
 	ordered  uint64 // entries committed cuts gave positions
 	records  uint64 // real records among the stored entries
 	reported uint64 // the last boundary reported
+	// announce says records arrived while everything stored was
+	// reported: the leader's view of the shard is idle, and it learns of
+	// the records only when they are durable unless told now.
+	announce bool
 	lastSent time.Time
 	// lastFill is when the last fill was made: a fill is reported only
 	// once durable, and must not be repeated meanwhile.
@@ -61,6 +65,9 @@ func (s *Shard) Windows() []fixante.Window { return s.windows }
 func (s *Shard) Stored(length, records uint64, now time.Time) {
 	if records > s.records {
 		s.active = now
+		if s.stored <= s.reported && length > s.stored {
+			s.announce = true
+		}
 	}
 	s.stored = max(s.stored, length)
 	s.records = max(s.records, records)
@@ -117,6 +124,17 @@ func (s *Shard) Report(now time.Time) (length uint64, ok bool) {
 	// Only lengths the shard could predict: a cut must never order an
 	// entry no subscriber was given a position for.
 	return b, true
+}
+
+// Announce says whether to tell the leader now that records arrived
+// beyond the last report: once for the records that end an idle spell, so
+// that the leader can have the other shards fill the cut those records
+// head for while they replicate. Later records, and the shard's own fills,
+// reach the leader with the reports that durability brings anyway.
+func (s *Shard) Announce() bool {
+	a := s.announce
+	s.announce = false
+	return a
 }
 
 // between returns the next boundary when the log ends strictly between

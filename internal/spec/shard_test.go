@@ -162,6 +162,43 @@ func TestShardFillsAtOnceWhenSettled(t *testing.T) {
 	}
 }
 
+// TestShardAnnouncesRecordsAfterIdle checks that records stored while
+// everything before them was reported are announced once, and that
+// records joining a backlog, or fills, are not.
+func TestShardAnnouncesRecordsAfterIdle(t *testing.T) {
+	s := NewShard(1, 0, time.Millisecond, 0, t0)
+	s.SetWindows([]fixante.Window{oneWindow(0)})
+	s.Stored(1, 1, t0)
+	if !s.Announce() {
+		t.Fatal("the first record after an idle spell was not announced")
+	}
+	if s.Announce() {
+		t.Fatal("announced twice")
+	}
+	s.Stored(2, 2, t0)
+	if s.Announce() {
+		t.Fatal("a record joining a backlog was announced")
+	}
+	s.Durable(2)
+	s.Fill(t0)
+	s.Stored(3, 2, t0)
+	s.Durable(3)
+	s.Report(t0)
+	if s.Announce() {
+		t.Fatal("a fill was announced")
+	}
+	s.Stored(6, 2, t0) // a lag-fix
+	s.Durable(6)
+	if s.Announce() {
+		t.Fatal("a lag-fix was announced")
+	}
+	s.Report(t0)
+	s.Stored(8, 4, t0)
+	if !s.Announce() {
+		t.Fatal("records after the next idle spell were not announced")
+	}
+}
+
 // TestShardFillWaitsForItsStaggeredSlot checks that in a window of g
 // staggered groups, where the shard holds a slot in every g-th cut only, it
 // waits g times as long before filling: filling after 1.5 intervals there
