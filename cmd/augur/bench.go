@@ -168,6 +168,7 @@ Workloads:
 		cmd.AddCommand(newBenchWorkloadCmd(w))
 	}
 	cmd.AddCommand(newBenchAllCmd())
+	cmd.AddCommand(newBenchMatrixCmd())
 	return cmd
 }
 

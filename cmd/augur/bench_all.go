@@ -84,10 +84,11 @@ yet are listed there as not run.`,
 	return cmd
 }
 
-// commandLine renders cmd with the flags that were set, for the report.
+// commandLine renders cmd with the flags that were set, for the report
+// (of bench all or bench spec-matrix).
 func commandLine(cmd *cobra.Command) string {
 	parts := []string{cmd.CommandPath()}
-	for _, name := range []string{"out", "modes", "replicas", "ordering-interval", "fsync", "record-bytes", "rate", "subscribers", "duration", "warmup", "seed"} {
+	for _, name := range []string{"out", "modes", "shards", "rates", "durability", "replicas", "ordering-interval", "fsync", "record-bytes", "rate", "clients", "subscribers", "compute", "duration", "warmup", "seed"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
 			parts = append(parts, "--"+name+" "+f.Value.String())
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -275,6 +276,19 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	}
 
 	var gens sync.WaitGroup
+	// The floor is measured over the warm-up, under the same load, so
+	// that it costs nothing in the measured window's CPU.
+	floor, err := startFloorProbe()
+	if err != nil {
+		return nil, err
+	}
+	defer floor.close()
+	var floorErr error
+	gens.Add(1)
+	go func() {
+		defer gens.Done()
+		floorErr = floor.run(runCtx, r.warmEnd)
+	}()
 	for i, cl := range appenders {
 		gens.Add(1)
 		go func() {
@@ -315,8 +329,12 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	var cpu0, cpu1 CPUSample
 	var c0, c1 Counters
 	var measureErr error
+	var cuts0, cuts1 int64
 	if err := sleepUntil(ctx, r.warmEnd); err == nil {
-		cpu0, measureErr = SampleCPU()
+		cuts0, measureErr = cutsCommitted(e.Target)
+		if measureErr == nil {
+			cpu0, measureErr = SampleCPU()
+		}
 		if counting && measureErr == nil {
 			c0, measureErr = cm.Counters(ctx, e.Target)
 		}
@@ -329,6 +347,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		}
 		if measureErr == nil {
 			cpu1, measureErr = SampleCPU()
+		}
+		if measureErr == nil {
+			cuts1, measureErr = cutsCommitted(e.Target)
 		}
 		if counting && measureErr == nil {
 			c1, measureErr = cm.Counters(ctx, e.Target)
@@ -343,6 +364,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	}
 	if actErr != nil {
 		return nil, actErr
+	}
+	if floorErr != nil {
+		return nil, floorErr
 	}
 	if err := waitFor(ctx, r.pending.Wait, drainTimeout); err != nil {
 		return nil, fmt.Errorf("appends still unacknowledged after the run: %w", err)
@@ -389,6 +413,12 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		StealPercent:    steal,
 		Events:          events,
 		Series:          r.series.points(e.Mode.Speculative()),
+	}
+	if e.Target.Embedded != nil {
+		res.CutsPerS = Ptr(round(float64(cuts1-cuts0)/secs, 1))
+	}
+	if floor.lat.Count() > 0 {
+		res.GRPCFloorUS = floor.lat.Summary()
 	}
 	if counting {
 		res.NoopRPS = Ptr(round(float64(c1.Noops-c0.Noops)/secs, 1))
@@ -624,4 +654,26 @@ func waitFor(ctx context.Context, wait func(), timeout time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// cutsCommitted is how many global cuts the embedded cluster's ordering
+// layer applied so far (0 without an embedded cluster): its replicas share
+// this process's metrics registry, and each applies every cut.
+func cutsCommitted(t *Target) (int64, error) {
+	if t.Embedded == nil {
+		return 0, nil
+	}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() == "augur_cuts_committed_total" {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int64(sum) / int64(max(len(t.Config.Ordering), 1)), nil
 }

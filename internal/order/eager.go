@@ -7,10 +7,17 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 )
 
-// Eager is the eager (Scalog) ordering policy: every ordering interval at
-// most, it proposes a cut of the lengths the shards reported, when one of
-// them grew past what is committed or in flight, or when a shard is
-// finalizing and needs cuts until its final one.
+// Eager is the eager (Scalog) ordering policy: it proposes a cut of the
+// lengths the shards reported when one of them grew past what is committed
+// or in flight, or when a shard is finalizing and needs cuts until its
+// final one.
+//
+// Cuts are group commits. A report that finds no cut in flight is cut at
+// once: waiting for an interval tick would only add latency, as there is
+// nothing to batch it with. While a cut is in flight, reports are batched
+// until it commits or an ordering interval has passed since it was
+// proposed, whichever comes first; so under load a cut goes out about once
+// per Raft round or interval, never once per report.
 type Eager struct {
 	interval time.Duration
 	st       *control.State
@@ -71,7 +78,10 @@ func (e *Eager) Step(now time.Time, free int) Plan {
 	if !grew && !force {
 		return Plan{}
 	}
-	if since := now.Sub(e.last); since < e.interval {
+	// A finalizing shard's grace cuts come one per interval; they carry
+	// nothing that is waiting.
+	idle := grew && free >= cutsInflightMax
+	if since := now.Sub(e.last); since < e.interval && !idle {
 		return Plan{Wake: e.interval - since}
 	}
 	if free <= 0 {

@@ -40,9 +40,9 @@ func TestEagerProposesWhenAReportGrows(t *testing.T) {
 	}
 }
 
-// TestEagerPacesAtTheOrderingInterval checks that cuts come at most one per
-// ordering interval, and that the leader is told to wake when the interval
-// is over.
+// TestEagerPacesAtTheOrderingInterval checks that while a cut is in flight
+// further cuts come at most one per ordering interval, and that the leader
+// is told to wake when the interval is over.
 func TestEagerPacesAtTheOrderingInterval(t *testing.T) {
 	w := newEagerWorld(t, 1)
 	w.report(0, 1)
@@ -61,6 +61,53 @@ func TestEagerPacesAtTheOrderingInterval(t *testing.T) {
 	w.after(tord * 3 / 4)
 	if c := w.oneCut(w.l.Step(w.now)); c.Lengths[0].Length != 2 {
 		t.Fatalf("cut %+v, want length 2", c)
+	}
+}
+
+// TestEagerCutsAtOnceWhenNothingIsInFlight checks that a report that finds
+// no cut in flight is cut at once, however soon after the last cut: there
+// is nothing to batch it with, so an interval tick would only add latency.
+func TestEagerCutsAtOnceWhenNothingIsInFlight(t *testing.T) {
+	w := newEagerWorld(t, 2)
+	w.report(0, 1)
+	w.apply(control.Command{Cut: w.oneCut(w.l.Step(w.now))}, true)
+	for i := range uint64(5) {
+		w.after(tord / 10)
+		if !w.report(1, i+1) {
+			t.Fatal("a longer report is not news")
+		}
+		c := w.oneCut(w.l.Step(w.now))
+		if want := []cut.Length{{Shard: 0, Length: 1}, {Shard: 1, Length: i + 1}}; !slices.Equal(c.Lengths, want) {
+			t.Fatalf("cut %+v, want lengths %v", c, want)
+		}
+		w.apply(control.Command{Cut: c}, true)
+	}
+}
+
+// TestEagerBatchesWhileACutIsInFlight checks the group commit: reports that
+// arrive while a cut awaits commit wait for it, and its commit (news)
+// releases them all in one cut before the interval is over.
+func TestEagerBatchesWhileACutIsInFlight(t *testing.T) {
+	w := newEagerWorld(t, 2)
+	w.report(0, 1)
+	first := w.oneCut(w.l.Step(w.now))
+	w.after(tord / 10)
+	w.report(0, 2)
+	out := w.l.Step(w.now)
+	w.none(out)
+	if out.Wake != tord*9/10 {
+		t.Fatalf("wake %v while a cut is in flight, want the rest of the interval %v", out.Wake, tord*9/10)
+	}
+	w.after(tord / 10)
+	w.report(1, 4)
+	w.none(w.l.Step(w.now))
+	w.after(tord / 10)
+	if !w.apply(control.Command{Cut: first}, true) {
+		t.Fatal("the commit of the cut in flight is not news")
+	}
+	c := w.oneCut(w.l.Step(w.now))
+	if want := []cut.Length{{Shard: 0, Length: 2}, {Shard: 1, Length: 4}}; !slices.Equal(c.Lengths, want) {
+		t.Fatalf("cut %+v, want the batched lengths %v", c, want)
 	}
 }
 

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// matrixSustainedMin is the share of the offered rate the baseline must
+// acknowledge in the measured window, without errors, for a point to
+// count: where the baseline falls behind, its latencies measure its queue,
+// and a ratio against them says nothing about the candidate.
+const matrixSustainedMin = 0.95
+
+// MatrixOptions configure RunMatrix.
+type MatrixOptions struct {
+	// Out is the directory the table and figure go to; it is created if
+	// missing.
+	Out string
+	// Base holds the e2e parameters every point starts from; its Modes
+	// are the baseline and the candidate, in that order.
+	Base Params
+	// Shards and Rates span the grid: every shard count at every rate.
+	Shards, Rates []int
+	// JSON, when set, gets each point's JSON lines (its results, its
+	// comparison, then one row of the matrix) as soon as it completes.
+	JSON io.Writer
+	// Command is the command line, quoted in the table's file.
+	Command string
+}
+
+// MatrixRow is one point of the matrix, printed as one JSON line after
+// the point's results: the candidate's latencies over the baseline's (so
+// below 1 is better, unlike a Comparison's), and why a point does not
+// count when it does not.
+type MatrixRow struct {
+	Workload  string `json:"workload"`
+	Baseline  string `json:"baseline"`
+	Candidate string `json:"candidate"`
+	Shards    int    `json:"shards"`
+	Rate      int    `json:"rate"`
+	// Skipped says why the point does not count (the baseline could not
+	// sustain the rate, or a run failed); the ratios are then omitted.
+	Skipped string `json:"skipped,omitempty"`
+	// AppendP50, AppendP99, DeliveryP50 and E2EP50 are the candidate's
+	// latencies over the baseline's.
+	AppendP50   *float64 `json:"append_p50,omitempty"`
+	AppendP99   *float64 `json:"append_p99,omitempty"`
+	DeliveryP50 *float64 `json:"delivery_p50,omitempty"`
+	E2EP50      *float64 `json:"e2e_p50,omitempty"`
+	// Misspeculations is the candidate's count (speculative modes).
+	Misspeculations *int64 `json:"misspeculations,omitempty"`
+	// BaselineAppendP50US and BaselineDeliveryP50US are the baseline's own
+	// latencies, for scale.
+	BaselineAppendP50US   *float64 `json:"baseline_append_p50_us,omitempty"`
+	BaselineDeliveryP50US *float64 `json:"baseline_delivery_p50_us,omitempty"`
+	// BaselineAppendFloor is the baseline's append p50 over the p50 of
+	// the empty gRPC round trip measured in its run.
+	BaselineAppendFloor *float64 `json:"baseline_append_p50_over_floor,omitempty"`
+}
+
+// CheckMatrix checks o before anything starts.
+func CheckMatrix(o MatrixOptions) error {
+	var errs []error
+	if o.Out == "" {
+		errs = append(errs, errors.New("name an output directory (--out DIR)"))
+	}
+	if len(o.Base.Modes) != 2 {
+		errs = append(errs, fmt.Errorf("name two modes, the baseline and the candidate (e.g. eager,spec), got %d", len(o.Base.Modes)))
+	}
+	if len(o.Shards) == 0 || len(o.Rates) == 0 {
+		errs = append(errs, errors.New("name at least one shard count and one rate"))
+	}
+	for _, r := range o.Rates {
+		if r <= 0 {
+			errs = append(errs, fmt.Errorf("rates must be positive (the matrix is open loop), got %d", r))
+		}
+	}
+	if dup := firstDuplicate(o.Rates); dup != nil {
+		errs = append(errs, fmt.Errorf("rate %d is named twice", *dup))
+	}
+	if len(o.Base.Durability) > 1 {
+		errs = append(errs, errors.New("the matrix runs one durability setting"))
+	}
+	for _, r := range o.Rates {
+		p := o.Base
+		p.Shards, p.Rate = o.Shards, r
+		if _, err := Check("e2e", p); err != nil {
+			errs = append(errs, err)
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RunMatrix runs the e2e workload at every point of the grid, both modes
+// in one sweep per point (so each pair of runs shares one sitting), prints
+// the JSON lines to o.JSON, and writes o.Out/matrix.md (the ratios table)
+// and o.Out/matrix.svg and .png (the ratios against the rate). A point
+// whose run fails is reported as skipped and the grid goes on; RunMatrix
+// returns an error after writing everything if any point failed.
+func RunMatrix(ctx context.Context, o MatrixOptions) error {
+	if err := CheckMatrix(o); err != nil {
+		return fmt.Errorf("spec-matrix: %w", err)
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("spec-matrix: %w", err)
+	}
+	var rows []MatrixRow
+	var failed []error
+	for _, s := range o.Shards {
+		for _, rate := range o.Rates {
+			p := o.Base
+			p.Shards, p.Rate = []int{s}, rate
+			rep, err := Run(ctx, "e2e", p)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			row := matrixRow(p, rep, err)
+			if err != nil {
+				failed = append(failed, fmt.Errorf("%d shards at %d/s: %w", s, rate, err))
+			}
+			rows = append(rows, row)
+			if o.JSON != nil {
+				if rep != nil {
+					if err := rep.WriteJSON(o.JSON); err != nil {
+						return err
+					}
+				}
+				if err := writeLine(o.JSON, row); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	var buf bytes.Buffer
+	writeMatrixTable(&buf, o, rows)
+	if err := os.WriteFile(filepath.Join(o.Out, "matrix.md"), buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("spec-matrix: %w", err)
+	}
+	f := matrixFigure(o, rows)
+	for _, ext := range []string{".svg", ".png"} {
+		if err := writeFigure(filepath.Join(o.Out, "matrix"+ext), f); err != nil {
+			return fmt.Errorf("spec-matrix: %w", err)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("spec-matrix: %d points failed: %w", len(failed), errors.Join(failed...))
+	}
+	return nil
+}
+
+// matrixRow sums up one point: rep holds its runs, err how the sweep
+// ended.
+func matrixRow(p Params, rep *Report, err error) MatrixRow {
+	row := MatrixRow{Workload: "spec-matrix", Baseline: p.Modes[0], Candidate: p.Modes[1], Shards: p.Shards[0], Rate: p.Rate}
+	var base, cand *Result
+	if rep != nil && len(rep.Points) == 1 && len(rep.Points[0].Results) == 2 {
+		base, cand = rep.Points[0].Results[0], rep.Points[0].Results[1]
+	}
+	switch {
+	case err != nil:
+		row.Skipped = "run failed: " + err.Error()
+		return row
+	case base == nil || cand == nil:
+		row.Skipped = "run produced no results"
+		return row
+	}
+	row.BaselineAppendP50US = finiteOrNil(p50Of(base.AppendLatencyUS))
+	row.BaselineDeliveryP50US = finiteOrNil(p50Of(base.DeliveryLatencyUS))
+	if floor := p50Of(base.GRPCFloorUS); floor > 0 {
+		row.BaselineAppendFloor = finiteOrNil(round(p50Of(base.AppendLatencyUS)/floor, 2))
+	}
+	if got := valOf(base.ThroughputRPS); got < matrixSustainedMin*float64(p.Rate) || base.Errors > 0 {
+		row.Skipped = fmt.Sprintf("%s sustained %.0f of %d appends/s with %d errors", base.Mode, got, p.Rate, base.Errors)
+		return row
+	}
+	ratio := func(metric func(*LatencySummary) float64, of func(*Result) *LatencySummary) *float64 {
+		return finiteOrNil(round(metric(of(cand))/metric(of(base)), 3))
+	}
+	row.AppendP50 = ratio(p50Of, func(r *Result) *LatencySummary { return r.AppendLatencyUS })
+	row.AppendP99 = ratio(p99Of, func(r *Result) *LatencySummary { return r.AppendLatencyUS })
+	row.DeliveryP50 = ratio(p50Of, func(r *Result) *LatencySummary { return r.DeliveryLatencyUS })
+	row.E2EP50 = ratio(p50Of, func(r *Result) *LatencySummary { return r.E2ELatencyUS })
+	row.Misspeculations = cand.Misspeculations
+	return row
+}
+
+// matrixTargets are issue 17's targets for the ratios, candidate over
+// baseline (delivery's is 0.3 where every shard gets a record or more per
+// ordering interval).
+var matrixTargets = struct{ appendP50, appendP99, deliveryP50, e2eP50 float64 }{1.1, 1.5, 0.5, 1}
+
+// writeMatrixTable writes the ratios table.
+func writeMatrixTable(w io.Writer, o MatrixOptions, rows []MatrixRow) {
+	b, c := o.Base.Modes[0], o.Base.Modes[1]
+	fmt.Fprintf(w, "# %s ÷ %s over shards and rates\n\n", c, b)
+	fmt.Fprintf(w, "`%s`\n\n", o.Command)
+	p := o.Base
+	durability := "default"
+	if len(p.Durability) == 1 {
+		durability = p.Durability[0]
+	}
+	fmt.Fprintf(w, "e2e workload: %v ordering interval, %d-byte records open loop from %d clients, %s, compute %s per batch, durability %s, %v measured after %v of warm-up; each point runs %s then %s in one sweep. Cells are %s's latency over %s's (below 1: %s is faster); targets: append p50 ≤ %.1f, append p99 ≤ %.1f, delivery p50 ≤ %.1f, e2e p50 ≤ %.0f, no misspeculations. A point where %s did not acknowledge %.0f%% of the offered rate without errors is skipped.\n\n",
+		p.OrderingInterval, p.RecordBytes, p.Clients, plural(p.Subscribers, "subscriber"), joinDurations(p.Compute), durability, p.Duration, p.Warmup, b, c, c, b, c, matrixTargets.appendP50, matrixTargets.appendP99, matrixTargets.deliveryP50, matrixTargets.e2eP50, b, matrixSustainedMin*100)
+	fmt.Fprintln(w, "| shards | rate (/s) | append p50 | append p99 | delivery p50 | e2e p50 | misspeculations | "+b+" append p50 (ms) | "+b+" delivery p50 (ms) | "+b+" append p50 ÷ gRPC floor |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		base := fmt.Sprintf("%s | %s | %s", fmtMs(valOrNaN(r.BaselineAppendP50US)), fmtMs(valOrNaN(r.BaselineDeliveryP50US)), fmtRatio(r.BaselineAppendFloor))
+		if r.Skipped != "" {
+			fmt.Fprintf(w, "| %d | %d | skipped: %s | | | | | %s |\n", r.Shards, r.Rate, strings.ReplaceAll(r.Skipped, "|", "/"), base)
+			continue
+		}
+		miss := "—"
+		if r.Misspeculations != nil {
+			miss = strconv.FormatInt(*r.Misspeculations, 10)
+		}
+		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s |\n", r.Shards, r.Rate,
+			fmtRatio(r.AppendP50), fmtRatio(r.AppendP99), fmtRatio(r.DeliveryP50), fmtRatio(r.E2EP50), miss, base)
+	}
+	fmt.Fprintln(w)
+}
+
+// matrixFigure draws each ratio against the rate, one line per shard
+// count, with the target dashed.
+func matrixFigure(o MatrixOptions, rows []MatrixRow) *figure {
+	b, c := o.Base.Modes[0], o.Base.Modes[1]
+	panelOf := func(title string, target float64, ratio func(MatrixRow) *float64) panel {
+		p := panel{title: title, xLabel: "appends/s", yLabel: c + " ÷ " + b, kind: linesPanel}
+		for _, s := range o.Shards {
+			l := plotLine{name: plural(s, "shard"), dots: true}
+			for _, r := range rows {
+				if r.Shards == s {
+					l.xs = append(l.xs, float64(r.Rate))
+					l.ys = append(l.ys, valOrNaN(ratio(r)))
+				}
+			}
+			p.lines = append(p.lines, l)
+		}
+		lo, hi := o.Rates[0], o.Rates[0]
+		for _, r := range o.Rates {
+			lo, hi = min(lo, r), max(hi, r)
+		}
+		p.lines = append(p.lines, plotLine{name: "target", xs: []float64{float64(lo), float64(hi)}, ys: []float64{target, target}, dashed: true})
+		return p
+	}
+	return &figure{title: fmt.Sprintf("%s ÷ %s by shard count and rate (e2e workload)", c, b), panels: []panel{
+		panelOf("append latency p50", matrixTargets.appendP50, func(r MatrixRow) *float64 { return r.AppendP50 }),
+		panelOf("append latency p99", matrixTargets.appendP99, func(r MatrixRow) *float64 { return r.AppendP99 }),
+		panelOf("delivery latency p50", matrixTargets.deliveryP50, func(r MatrixRow) *float64 { return r.DeliveryP50 }),
+		panelOf("e2e latency p50", matrixTargets.e2eP50, func(r MatrixRow) *float64 { return r.E2EP50 }),
+	}}
+}
+
+func joinDurations(ds []time.Duration) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, d.String())
+	}
+	return strings.Join(s, ", ")
+}
