@@ -79,9 +79,13 @@ type shardView struct {
 	// an outstanding lag-fix
 	lagTarget    uint64
 	lagFirstSent time.Time
-	lagLastSent  time.Time
-	strikes      int
-	stage        stage
+	// filledAhead is the furthest length the shard was told to fill to
+	// ahead of another shard's records (see heading): up to there its lead
+	// is no burst.
+	filledAhead uint64
+	lagLastSent time.Time
+	strikes     int
+	stage       stage
 	// reached remembers when the latest reports arrived, to time how late
 	// a straggler reports a cut after the others.
 	reached reportTimes
@@ -546,11 +550,10 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		return nil
 	}
 	waited := q.waiting && q.blockedCut == idx && now.Sub(q.waitingSince) >= q.cfg.LagAfter
-	// Others two cuts ahead are a burst, unless they only filled the cut
-	// some shard's stored entries head for (the fills this very rule
-	// asks of idle shards run ahead of the records they wait for).
-	ahead := furthest >= q.cfg.LagAhead && !(headed && idx+furthest-1 <= heading)
-	burst := furthest > 0 && (ahead || waited)
+	// Others two cuts ahead are a burst, but not the shards that only
+	// filled, as told below, the cut some shard's stored entries head
+	// for: they run ahead of the records they wait for by design.
+	burst := furthest > 0 && (waited || q.aheadUnfilled(idx, blockers) >= q.cfg.LagAhead)
 	var out []cut.Length
 	for id, v := range q.shards {
 		// A shard with nothing beyond its last report cannot meet its
@@ -562,8 +565,9 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		if furthest > 0 && slices.Contains(blockers, id) && (burst || idle) {
 			targetCut, due = idx+furthest-1, true
 		}
+		ahead := false
 		if idle && headed && (!due || heading > targetCut) {
-			targetCut, due = heading, true
+			targetCut, due, ahead = heading, true, true
 		}
 		if !due {
 			continue
@@ -582,10 +586,28 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		}
 		v.lagTarget = max(v.lagTarget, target)
 		v.lagLastSent = now
+		if ahead {
+			v.filledAhead = max(v.filledAhead, target)
+		}
 		out = append(out, cut.Length{Shard: b, Length: v.lagTarget})
 	}
 	slices.SortFunc(out, func(a, b cut.Length) int { return int(int64(a.Shard) - int64(b.Shard)) })
 	return out
+}
+
+// aheadUnfilled is furthest without the shards whose lead is only the
+// fill they were told to make ahead of another shard's records.
+func (q *Sequencer) aheadUnfilled(idx uint64, blockers []cut.ShardID) uint64 {
+	skip := slices.Clone(blockers)
+	for id, v := range q.shards {
+		if v.filledAhead > 0 && v.length <= v.filledAhead && !v.moving {
+			skip = append(skip, id)
+		}
+	}
+	if len(skip) == len(blockers) {
+		return q.frontier().furthest
+	}
+	return q.furthest(idx, skip)
 }
 
 // heading returns the furthest cut, from idx on, that a shard's stored

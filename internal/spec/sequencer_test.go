@@ -192,6 +192,38 @@ func TestLagFixWhileEntriesReplicate(t *testing.T) {
 	}
 }
 
+// TestBurstLagFixesWhileEntriesReplicate checks that a shard two cuts
+// ahead with its own entries is a burst, which tells a busy blocker to
+// catch up at once, even while some shard's stored entries head further;
+// only a lead made of fills told ahead of another's records is none.
+func TestBurstLagFixesWhileEntriesReplicate(t *testing.T) {
+	c := newCluster(t, 3, 20, testConfig())
+	c.plan()
+	c.release()
+	c.seq.Report(1, 0, 1, 1, c.now) // busy
+	c.seq.Report(2, 0, 0, 0, c.now) // idle
+	c.seq.Report(0, 3, 4, 1, c.now) // three cuts ahead, and one more entry on the way
+	want := []cut.Length{{Shard: 1, Length: 3}, {Shard: 2, Length: 4}}
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, want) {
+		t.Fatalf("lag-fixes in a burst: %v, want %v", f, want)
+	}
+	// Fills told ahead are no burst: shard 2 filled to 4, shard 0's
+	// entries are still on the way, and busy shard 1 keeps LagAfter.
+	d := newCluster(t, 3, 20, testConfig())
+	d.plan()
+	d.release()
+	d.seq.Report(1, 0, 1, 1, d.now)
+	d.seq.Report(2, 0, 0, 0, d.now)
+	d.seq.Report(0, 0, 3, 3, d.now)
+	if f := d.seq.LagFixes(d.now); !slices.Equal(f, []cut.Length{{Shard: 2, Length: 3}}) {
+		t.Fatalf("lag-fixes while shard 0's entries replicate: %v", f)
+	}
+	d.seq.Report(2, 3, 0, 0, d.now)
+	if f := d.seq.LagFixes(d.now); len(f) != 0 {
+		t.Fatalf("shard 2's fill counted as a burst: %v", f)
+	}
+}
+
 // TestQuotaFollowsRateAtWindowBoundary checks that the next window's quota
 // is the measured rate times the ordering interval, that it changes only
 // in the window announced next (the current one keeps its quotas), and
