@@ -42,6 +42,10 @@ type Shard struct {
 	// reported: the leader's view of the shard is idle, and it learns of
 	// the records only when they are durable unless told now.
 	announce bool
+	// closeNow says records arrived while the shard waited for nothing
+	// (see settled): it closes their quota in the same step, so that the
+	// fill replicates with them rather than after them.
+	closeNow bool
 	lastSent time.Time
 	// lastFill is when the last fill was made: a fill is reported only
 	// once durable, and must not be repeated meanwhile.
@@ -63,10 +67,13 @@ func (s *Shard) Windows() []fixante.Window { return s.windows }
 // Stored records that the log now holds length entries, records of them
 // real records.
 func (s *Shard) Stored(length, records uint64, now time.Time) {
-	if records > s.records {
+	if records > s.records && length > s.stored {
 		s.active = now
-		if s.stored <= s.reported && length > s.stored {
+		if s.stored <= s.reported {
 			s.announce = true
+		}
+		if s.durable >= s.stored && s.ordered >= s.reported {
+			s.closeNow = true
 		}
 	}
 	s.stored = max(s.stored, length)
@@ -171,13 +178,13 @@ func (s *Shard) FillAt() (time.Time, bool) {
 
 // settled says that a shard between boundaries waits for nothing it knows
 // of: every entry it stored is durable, and its last report is ordered, so
-// no cut is on the way that later records could join. Like a group commit,
-// it then closes its quota at once rather than after fillAfter; while a
-// cut of its is on the way, records that arrive meanwhile gather for the
-// next one.
+// no cut is on the way that later records could join; or it was so when
+// its latest records arrived. Like a group commit, it then closes its
+// quota at once rather than after fillAfter; while a cut of its is on the
+// way, records that arrive meanwhile gather for the next one.
 func (s *Shard) settled() bool {
 	_, between := s.between()
-	return between && s.durable >= s.stored && s.ordered >= s.reported
+	return between && (s.closeNow || s.durable >= s.stored && s.ordered >= s.reported)
 }
 
 // fillDelay is how long the shard waits for records before it fills up to
@@ -226,6 +233,7 @@ func (s *Shard) Fill(now time.Time) uint64 {
 		return 0
 	}
 	s.lastFill = now
+	s.closeNow = false
 	return next - s.stored
 }
 
