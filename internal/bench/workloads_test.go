@@ -203,6 +203,11 @@ func runSmoke(t *testing.T, workload string, p Params, failureFree bool, misspec
 		if back.ThroughputRPS == nil || back.AppendLatencyUS == nil || back.RecordsAppended == nil || *back.RecordsAppended == 0 {
 			t.Fatalf("line %d lacks throughput, append latency or records: %s", i, lines[i])
 		}
+		// The floor is measured over the warm-up, the cut rate from the
+		// embedded cluster's metrics.
+		if back.GRPCFloorUS == nil || back.GRPCFloorUS.P50 <= 0 || back.CutsPerS == nil || *back.CutsPerS <= 0 {
+			t.Fatalf("line %d lacks the gRPC floor or the cut rate: %s", i, lines[i])
+		}
 		if back.Mode == "eager" && back.Misspeculations != nil {
 			t.Fatalf("line %d: eager order reports misspeculations: %s", i, lines[i])
 		}
@@ -307,6 +312,47 @@ func TestSmoke(t *testing.T) {
 		rep := runSmoke(t, "scale", p, true)
 		if len(rep.Points) != 2 {
 			t.Fatalf("%d points", len(rep.Points))
+		}
+	})
+	t.Run("spec-matrix", func(t *testing.T) {
+		p := smokeParams(t, "e2e")
+		p.Modes = []string{"eager", "spec"}
+		var out bytes.Buffer
+		o := MatrixOptions{Out: t.TempDir(), Base: p, Shards: []int{1, 2}, Rates: []int{400}, JSON: &out}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := RunMatrix(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		var rows []MatrixRow
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if strings.Contains(l, `"workload":"spec-matrix"`) {
+				var r MatrixRow
+				if err := json.Unmarshal([]byte(l), &r); err != nil {
+					t.Fatal(err)
+				}
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) != 2 || rows[0].Shards != 1 || rows[1].Shards != 2 {
+			t.Fatalf("rows %+v, want one per shard count", rows)
+		}
+		for _, r := range rows {
+			if r.Skipped == "" && (r.AppendP50 == nil || r.E2EP50 == nil || r.Misspeculations == nil) {
+				t.Fatalf("row %+v neither skipped nor complete", r)
+			}
+		}
+		table, err := os.ReadFile(filepath.Join(o.Out, "matrix.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(table), "| 400 |"); n != 2 {
+			t.Fatalf("table has %d rows at 400/s, want 2:\n%s", n, table)
+		}
+		for _, f := range []string{"matrix.svg", "matrix.png"} {
+			if st, err := os.Stat(filepath.Join(o.Out, f)); err != nil || st.Size() == 0 {
+				t.Fatalf("%s: %v", f, err)
+			}
 		}
 	})
 	t.Run("idle", func(t *testing.T) {

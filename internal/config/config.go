@@ -100,7 +100,9 @@ type Cluster struct {
 	// many, and cut j waits only for group j mod groups (staggered cuts).
 	// 0 turns staggering off: every shard is in every cut.
 	StaggerAbove int `yaml:"stagger_above"`
-	// OrderingInterval is how often the ordering leader may commit a cut.
+	// OrderingInterval is, in eager order, how long the leader batches
+	// reports while a cut awaits commit (with none in flight it cuts at
+	// once); in speculative order, the period quotas are sized for.
 	OrderingInterval Duration `yaml:"ordering_interval"`
 	// FailureTimeout is how long a storage server may stay silent before its
 	// shards are finalized; storage servers heartbeat five times per timeout.

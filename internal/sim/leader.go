@@ -42,6 +42,11 @@ type leader struct {
 	watch, fix map[cut.ShardID]*link
 	// wakeAt is when the step the policy asked for is due (zero: none).
 	wakeAt time.Time
+	// cutsInflight holds the ids of the current leader core's cuts that
+	// went to Raft and that its replica has not applied yet. It holds at
+	// least what the core counts in flight (the core also gives up on
+	// cuts that never commit), so when it is empty the core's is too.
+	cutsInflight map[string]bool
 }
 
 func newLeader(s *cluster) *leader {
@@ -99,6 +104,7 @@ func (ld *leader) leadership(n *replica, leads bool) {
 		ld.tag = fmt.Sprintf("n%dl%d", n.id, ld.terms)
 		ld.l = order.NewLeader(s.md.NewPolicy(), s.sc.failureTimeout, n.st, s.now, ld.tag+"-c")
 		ld.wakeAt = time.Time{}
+		ld.cutsInflight = map[string]bool{}
 		s.tracef("leader: raft %d leads", n.id)
 		q := ld.queued
 		ld.queued = nil
@@ -121,6 +127,9 @@ func (ld *leader) apply(n *replica, index uint64, c control.Command) {
 	news := false
 	lead := n == ld.node && ld.l != nil
 	if lead {
+		if c.Cut != nil {
+			delete(ld.cutsInflight, c.ID)
+		}
 		news = ld.l.Applied(n.st, c, strings.HasPrefix(c.ID, ld.tag+"-"), s.now)
 		if c.Register != nil {
 			ld.l.Registered(c.Register.Replicas)
@@ -186,8 +195,12 @@ func (ld *leader) step() {
 		case c.Finalize != nil:
 			s.tracef("leader: shard %d suspected", c.Finalize.Shard)
 		}
-		if err := ld.propose(c); err != nil && ld.l == l {
+		err := ld.propose(c)
+		switch {
+		case err != nil && ld.l == l:
 			l.Failed(c)
+		case err == nil && c.Cut != nil:
+			ld.cutsInflight[c.ID] = true
 		}
 	}
 	for _, g := range out.LagFixes {
@@ -239,8 +252,19 @@ func (ld *leader) onReport(sh *shard, r order.Report) {
 	s.tracef("leader: report from shard %d: length %d, records %d", r.Shard, r.Length, r.Records)
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
-	if ld.l.Report(r, s.now) {
-		ld.step()
+	idle := len(ld.cutsInflight) == 0
+	if !ld.l.Report(r, s.now) {
+		return
+	}
+	proposed := s.stats.proposals
+	ld.step()
+	// Eager cuts are group commits: a report that finds no cut in flight
+	// is cut at once, never held for an interval tick.
+	if st := ld.node.st; s.sc.mode == Eager && idle && s.stats.proposals == proposed {
+		if sh := st.Shard(r.Shard); sh != nil && sh.State != control.Finalized && r.Length > st.LastCut.Len(r.Shard) {
+			s.errorf("eager: shard %d reported length %d (the last cut holds %d) with no cut in flight, but the leader proposed none at once",
+				r.Shard, r.Length, st.LastCut.Len(r.Shard))
+		}
 	}
 }
 
