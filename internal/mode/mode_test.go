@@ -85,8 +85,8 @@ func TestSpecBuildsSpeculativePartsFromTheParameters(t *testing.T) {
 	if c := sm.Config; c.Interval != params.OrderingInterval || c.StaggerAbove != 3 || c.SuspectAfter != time.Second || !c.LagFix || !c.QuotaChange {
 		t.Errorf("spec policy config %+v does not follow %+v", c, params)
 	}
-	if sm.FillAfter != 3*time.Millisecond || sm.IdleAfter != 20*time.Millisecond {
-		t.Errorf("fills after %v, idle after %v; want 1.5 and 10 ordering intervals", sm.FillAfter, sm.IdleAfter)
+	if sm.FillAfter != 3*time.Millisecond || sm.IdleAfter != 0 {
+		t.Errorf("fills after %v, idle after %v; want 1.5 ordering intervals, and no idle fills with lag-fixes", sm.FillAfter, sm.IdleAfter)
 	}
 	if st := m.NewState("c"); st.Spec == nil || st.Spec.WindowCuts != 10 {
 		t.Errorf("spec starts from speculative state %+v, want windows of 10 cuts", st.Spec)
@@ -106,6 +106,9 @@ func TestSpecBuildsSpeculativePartsFromTheParameters(t *testing.T) {
 	}
 	if c := off.(Spec).Config; c.LagFix || c.QuotaChange {
 		t.Errorf("no_lagfix and no_quota_change left %+v", c)
+	}
+	if idle := off.(Spec).IdleAfter; idle != time.Millisecond {
+		t.Errorf("without lag-fixes idle shards fill for %v, want the window's 1 ordering interval", idle)
 	}
 }
 

@@ -57,16 +57,24 @@ func newSpec(p Params) (Mode, error) {
 	if p.FailureTimeout > 0 {
 		cfg.SuspectAfter = p.FailureTimeout
 	}
-	return Spec{
+	m := Spec{
 		Config:     cfg,
 		WindowCuts: p.WindowCuts,
 		// Shards fill no-ops 1.5 ordering intervals after their last
-		// report when short of their quota (SpecLog §4.9).
+		// report when short of their quota (SpecLog §4.9), and at once
+		// when nothing more is on the way.
 		FillAfter: p.OrderingInterval * 3 / 2,
-		// An idle shard keeps filling for a window's worth of cuts, then
-		// goes quiet.
-		IdleAfter: p.OrderingInterval * time.Duration(p.WindowCuts),
-	}, nil
+	}
+	if !cfg.LagFix {
+		// Without lag-fixes, a shard that had records lately keeps
+		// filling its empty slots for a window's worth of cuts, then goes
+		// quiet. With them the leader asks an idle shard to fill the slots
+		// a cut waits for as soon as another shard reaches it; filling
+		// ahead by timer only made cuts of no-ops that records then
+		// queued behind.
+		m.IdleAfter = p.OrderingInterval * time.Duration(p.WindowCuts)
+	}
+	return m, nil
 }
 
 func (m Spec) NewState(clusterID string) *control.State {

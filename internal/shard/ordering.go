@@ -29,8 +29,9 @@ type Report struct {
 // must be safe for concurrent use.
 type Ordering interface {
 	// Observe tells the mode that the log holds stored entries, records
-	// of them real records, and that every replica holds durable.
-	Observe(now time.Time, stored, records, durable uint64)
+	// of them real records, that every replica holds durable, and that
+	// committed cuts ordered the first ordered.
+	Observe(now time.Time, stored, records, durable, ordered uint64)
 	// Fill returns how many no-ops to append now.
 	Fill(now time.Time) uint64
 	// LagFix returns how many no-ops to append because the leader asked
@@ -63,12 +64,12 @@ type WindowFollower interface {
 // holds; the leader cuts at its own pace and nothing is filled.
 type Eager struct{}
 
-func (Eager) Observe(time.Time, uint64, uint64, uint64) {}
-func (Eager) Fill(time.Time) uint64                     { return 0 }
-func (Eager) LagFix(uint64) uint64                      { return 0 }
-func (Eager) ReportDue(time.Time) bool                  { return false }
-func (Eager) WakeAt() (time.Time, bool)                 { return time.Time{}, false }
-func (Eager) ActsOnDurable() bool                       { return false }
+func (Eager) Observe(time.Time, uint64, uint64, uint64, uint64) {}
+func (Eager) Fill(time.Time) uint64                             { return 0 }
+func (Eager) LagFix(uint64) uint64                              { return 0 }
+func (Eager) ReportDue(time.Time) bool                          { return false }
+func (Eager) WakeAt() (time.Time, bool)                         { return time.Time{}, false }
+func (Eager) ActsOnDurable() bool                               { return false }
 
 // Report is the durable length; nothing before the first record.
 func (Eager) Report(durable, _, _ uint64) (Report, bool) {
@@ -99,9 +100,10 @@ func (s *Speculative) SetWindows(ws []fixante.Window) { s.adh.SetWindows(ws) }
 // Windows returns the announced windows.
 func (s *Speculative) Windows() []fixante.Window { return s.adh.Windows() }
 
-func (s *Speculative) Observe(now time.Time, stored, records, durable uint64) {
+func (s *Speculative) Observe(now time.Time, stored, records, durable, ordered uint64) {
 	s.adh.Stored(stored, records, now)
 	s.adh.Durable(durable)
+	s.adh.Ordered(ordered)
 }
 
 func (s *Speculative) Fill(now time.Time) uint64           { return s.adh.Fill(now) }
@@ -110,12 +112,14 @@ func (s *Speculative) WakeAt() (time.Time, bool)           { return s.adh.FillAt
 func (s *Speculative) ActsOnDurable() bool                 { return true }
 func (s *Speculative) Predict(local uint64) (uint64, bool) { return s.adh.Predict(local) }
 
+// ReportDue is due at a new quota boundary, and when records end an idle
+// spell (spec.Shard.Announce): the report then carries the backlog.
 func (s *Speculative) ReportDue(now time.Time) bool {
 	l, ok := s.adh.Report(now)
 	if ok {
 		s.reported.Store(l)
 	}
-	return ok
+	return s.adh.Announce() || ok
 }
 
 // Report is the last boundary reported. Every report carries the records

@@ -561,7 +561,7 @@ func (r *Replica[W]) serving() bool {
 // bookkeeping knows the log's length without asking the log (the owner is
 // its only writer).
 func (r *Replica[W]) observe(now time.Time) {
-	r.ord.Observe(now, r.primary.Next(), r.records.Load(), r.durable.Load())
+	r.ord.Observe(now, r.primary.Next(), r.records.Load(), r.durable.Load(), r.log.Ordered())
 }
 
 // appendNoops stores a run of n no-ops as one entry and replicates it as

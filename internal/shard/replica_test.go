@@ -400,46 +400,36 @@ const (
 )
 
 // TestReplicaSpecFillsAndReportsAtBoundaries: a speculative primary
-// reports only when what every replica holds crosses a quota boundary,
-// fills the rest of a quota with no-ops once it sat short for fillAfter,
-// and replicates the fill like records.
+// announces records that end an idle spell, closes their quota with
+// no-ops in the same step (replicated like records), and reports only
+// when what every replica holds crosses a quota boundary.
 func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
 	ord.SetWindows([]fixante.Window{specWindow()})
 	pr := newPair(t, 1, ord)
 	pr.append("s", 7, 1, 2)
+	out := &Output[string]{}
+	pr.p.Tick(t0, out)
+	if rep, _ := pr.p.Report(); !out.Report || rep != (Report{Length: 0, Records: 2, Backlog: 3}) {
+		t.Fatalf("at t0 with 2 of 3: %+v, report %+v; want the backlog announced", out, rep)
+	}
+	if out.Noops != 1 || len(out.Replicate) != 1 || out.Replicate[0].First != 2 || out.Replicate[0].Entries[0].Noops != 1 {
+		t.Fatalf("no fill with records that ended an idle spell: %+v", out)
+	}
+	if out.Durable {
+		t.Fatal("the fill was durable before the backup held it")
+	}
+	out2 := &Output[string]{}
+	if pr.p.Tick(t0, out2); out2.Report || out2.Noops != 0 {
+		t.Fatalf("announced or filled again: %+v", out2)
+	}
+	pr.send(out)
 	advanced, step := pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	if !advanced || !step {
 		t.Fatalf("ack: advanced %v step %v; a speculative primary must step on durable", advanced, step)
 	}
-	out := &Output[string]{}
-	pr.p.Tick(t0, out)
-	if out.Report || out.Noops != 0 {
-		t.Fatalf("at t0 with 2 of 3: %+v", out)
-	}
-	if rep, _ := pr.p.Report(); rep != (Report{Length: 0, Records: 2, Backlog: 2}) {
-		t.Fatalf("report between boundaries %+v, want length 0 with records and backlog", rep)
-	}
-	if want := t0.Add(testFillAfter); !out.WakeAt.Equal(want) {
-		t.Fatalf("wake at %v, want the fill at %v", out.WakeAt, want)
-	}
 	out = &Output[string]{}
-	pr.p.Tick(t0.Add(testFillAfter-time.Microsecond), out)
-	if out.Noops != 0 {
-		t.Fatal("filled before fillAfter")
-	}
-	out = &Output[string]{}
-	pr.p.Tick(t0.Add(testFillAfter), out)
-	if out.Noops != 1 || len(out.Replicate) != 1 || out.Replicate[0].First != 2 || out.Replicate[0].Entries[0].Noops != 1 {
-		t.Fatalf("fill at fillAfter: %+v", out)
-	}
-	if out.Report || out.Durable {
-		t.Fatal("reported the fill before the backup held it")
-	}
-	pr.send(out)
-	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
-	out = &Output[string]{}
-	pr.p.Tick(t0.Add(2*time.Millisecond), out)
+	pr.p.Tick(t0.Add(100*time.Microsecond), out)
 	if rep, _ := pr.p.Report(); !out.Report || rep.Length != 3 || rep.Records != 2 || rep.Backlog != 0 {
 		t.Fatalf("at the boundary: report %v %+v, want length 3", out.Report, rep)
 	}
@@ -447,9 +437,12 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	pr.append("s", 7, 3)
 	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
 	out = &Output[string]{}
-	pr.p.Tick(t0.Add(2*time.Millisecond), out)
-	if rep, _ := pr.p.Report(); out.Report || rep.Length != 3 {
-		t.Fatalf("between boundaries: report %v %+v, want none beyond 3", out.Report, rep)
+	pr.p.Tick(t0.Add(200*time.Microsecond), out)
+	if rep, _ := pr.p.Report(); rep != (Report{Length: 3, Records: 3, Backlog: 1}) {
+		t.Fatalf("between boundaries: report %+v, want none beyond 3, with the new record's backlog", rep)
+	}
+	if out.Noops != 0 {
+		t.Fatalf("filled %d while its last report awaits its cut: records arriving meanwhile join the next", out.Noops)
 	}
 	// A lag-fix fills to the target's boundary at once.
 	out = &Output[string]{}

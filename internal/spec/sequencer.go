@@ -21,7 +21,9 @@ type Config struct {
 	LagFix      bool
 	QuotaChange bool
 	// LagAfter is how long a cut that some shards satisfied may wait for
-	// the others before they are told to catch up.
+	// a shard that has entries on the way to it before that shard is told
+	// to catch up. A shard that said it holds nothing beyond its last
+	// report is told at once: waiting for it can only cost time.
 	LagAfter time.Duration
 	// LagAhead is how many cuts past the blocked one a shard must have
 	// satisfied for the others to be told at once (a burst).
@@ -65,8 +67,11 @@ const (
 
 type shardView struct {
 	length, records uint64
-	// backlog is how many entries the shard held beyond its last report.
+	// backlog is how many entries the shard held beyond its last report;
+	// heard says it reported to this leader at all (before that, its
+	// backlog is unknown).
 	backlog uint64
+	heard   bool
 	// rate estimation between two window plans
 	planRecords uint64
 	planAt      time.Time
@@ -74,9 +79,13 @@ type shardView struct {
 	// an outstanding lag-fix
 	lagTarget    uint64
 	lagFirstSent time.Time
-	lagLastSent  time.Time
-	strikes      int
-	stage        stage
+	// filledAhead is the furthest length the shard was told to fill to
+	// ahead of another shard's records (see heading): up to there its lead
+	// is no burst.
+	filledAhead uint64
+	lagLastSent time.Time
+	strikes     int
+	stage       stage
 	// reached remembers when the latest reports arrived, to time how late
 	// a straggler reports a cut after the others.
 	reached reportTimes
@@ -178,7 +187,9 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 		return false
 	}
 	q.frontValid = false
-	changed = length > v.length || (!q.held(shard) && (backlog > 0) != (v.backlog > 0))
+	// A backlog that appears is news for every shard: the others can be
+	// told to fill the cut it heads for while its entries replicate.
+	changed = length > v.length || backlog > 0 && v.backlog == 0 || (!q.held(shard) && (backlog > 0) != (v.backlog > 0))
 	if length > v.length {
 		v.length = length
 		v.reached.add(length, now)
@@ -191,7 +202,7 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 	if records > v.records {
 		v.records = records
 	}
-	v.backlog = backlog
+	v.backlog, v.heard = backlog, true
 	if v.planAt.IsZero() {
 		// Rates are measured from the first report a leader sees, not
 		// over history it did not watch.
@@ -508,17 +519,22 @@ func (q *Sequencer) lengthAt(shard cut.ShardID, k uint64) uint64 {
 
 // LagFixes returns, for each shard holding back the first unreleased cut
 // while others are done with it, the length it must reach now: as far as
-// the furthest shard has gone. It answers only when lag-fix is on.
+// the furthest shard has gone. A shard that reported nothing beyond its
+// last report is told at once; one with entries on the way only when the
+// others are LagAhead cuts ahead or have waited LagAfter. It answers only
+// when lag-fix is on.
 func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 	if !q.cfg.LagFix || q.st == nil || q.st.Spec == nil {
 		return nil
 	}
 	f := q.frontier()
 	idx, blockers := f.idx, f.blockers
+	heading, headed := q.heading(idx)
 	for id, v := range q.shards {
-		// A shard that no longer holds the cut back owes nothing: it is
-		// neither asked again nor suspected.
-		if v.lagTarget > 0 && !slices.Contains(blockers, id) {
+		// A shard that no longer holds the cut back, nor the cut another
+		// shard's stored entries head for, owes nothing: it is neither
+		// asked again nor suspected.
+		if v.lagTarget > 0 && !slices.Contains(blockers, id) && !(headed && v.length < q.lengthAt(id, heading)) {
 			v.lagTarget = 0
 		}
 	}
@@ -526,7 +542,7 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		return nil
 	}
 	furthest := f.furthest
-	if furthest == 0 {
+	if furthest == 0 && !headed {
 		// Nobody is waiting for anybody: nobody owes a catch-up.
 		for _, v := range q.shards {
 			v.lagTarget = 0
@@ -534,17 +550,33 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		return nil
 	}
 	waited := q.waiting && q.blockedCut == idx && now.Sub(q.waitingSince) >= q.cfg.LagAfter
-	if furthest < q.cfg.LagAhead && !waited {
-		return nil
-	}
-	targetCut := idx + furthest - 1
+	// Others two cuts ahead are a burst, but not the shards that only
+	// filled, as told below, the cut some shard's stored entries head
+	// for: they run ahead of the records they wait for by design.
+	burst := furthest > 0 && (waited || q.aheadUnfilled(idx, blockers) >= q.cfg.LagAhead)
 	var out []cut.Length
-	for _, b := range blockers {
-		v, ok := q.shards[b]
-		if !ok {
+	for id, v := range q.shards {
+		// A shard with nothing beyond its last report cannot meet its
+		// quota without a fill, so a cut another shard reached, or will
+		// reach once its stored entries are durable, would wait for
+		// nothing: it is told at once, while those entries replicate.
+		idle := v.heard && v.backlog == 0
+		targetCut, due := uint64(0), false
+		if furthest > 0 && slices.Contains(blockers, id) && (burst || idle) {
+			targetCut, due = idx+furthest-1, true
+		}
+		ahead := false
+		if idle && headed && (!due || heading > targetCut) {
+			targetCut, due, ahead = heading, true, true
+		}
+		if !due {
 			continue
 		}
+		b := id
 		target := q.lengthAt(b, targetCut)
+		if target <= v.length {
+			continue
+		}
 		if v.lagTarget >= target && now.Sub(v.lagLastSent) < q.cfg.Interval {
 			continue
 		}
@@ -554,9 +586,60 @@ func (q *Sequencer) LagFixes(now time.Time) []cut.Length {
 		}
 		v.lagTarget = max(v.lagTarget, target)
 		v.lagLastSent = now
+		if ahead {
+			v.filledAhead = max(v.filledAhead, target)
+		}
 		out = append(out, cut.Length{Shard: b, Length: v.lagTarget})
 	}
+	slices.SortFunc(out, func(a, b cut.Length) int { return int(int64(a.Shard) - int64(b.Shard)) })
 	return out
+}
+
+// aheadUnfilled is furthest without the shards whose lead is only the
+// fill they were told to make ahead of another shard's records.
+func (q *Sequencer) aheadUnfilled(idx uint64, blockers []cut.ShardID) uint64 {
+	skip := slices.Clone(blockers)
+	for id, v := range q.shards {
+		if v.filledAhead > 0 && v.length <= v.filledAhead && !v.moving {
+			skip = append(skip, id)
+		}
+	}
+	if len(skip) == len(blockers) {
+		return q.frontier().furthest
+	}
+	return q.furthest(idx, skip)
+}
+
+// heading returns the furthest cut, from idx on, that a shard's stored
+// entries head for: the cut of the last entry a shard with a backlog
+// holds, which it reports once its replicas hold it. Within the announced
+// windows only; ok is false when no shard holds entries for such a cut.
+func (q *Sequencer) heading(idx uint64) (cutIdx uint64, ok bool) {
+	ws := q.st.Spec.Windows
+	if len(ws) == 0 {
+		return 0, false
+	}
+	last := ws[len(ws)-1].FirstCut + ws[len(ws)-1].Cuts - 1
+	for id, v := range q.shards {
+		if v.backlog == 0 || v.moving {
+			continue
+		}
+		local := v.length + v.backlog - 1
+		c, found := last, false
+		for _, w := range ws {
+			if _, j, in := w.Locate(id, local); in {
+				c, found = w.FirstCut+j, true
+				break
+			}
+		}
+		if !found && !q.held(id) {
+			continue // a straggler or a joiner: only a new window helps it
+		}
+		if c >= idx && (!ok || c > cutIdx) {
+			cutIdx, ok = c, true
+		}
+	}
+	return cutIdx, ok
 }
 
 // Suspects returns shards that were asked to catch up and reported no

@@ -130,6 +130,100 @@ func TestLagFix(t *testing.T) {
 	}
 }
 
+// TestLagFixIdleShardAtOnce checks that a shard which reported nothing
+// beyond its last report is told to catch up as soon as another shard is
+// one cut ahead, while a shard with entries on the way still gets
+// LagAfter to report them itself.
+func TestLagFixIdleShardAtOnce(t *testing.T) {
+	c := newCluster(t, 3, 20, testConfig())
+	c.plan()
+	c.release()
+	c.seq.Report(1, 0, 0, 0, c.now) // idle
+	c.seq.Report(2, 0, 1, 1, c.now) // a record not yet durable
+	c.report(0, 1, 1)
+	c.release()
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 1, Length: 1}}) {
+		t.Fatalf("lag-fixes with shard 0 one cut ahead: %v, want shard 1 (idle) at once and not shard 2 (busy)", f)
+	}
+	c.report(1, 1, 0)
+	c.now = c.now.Add(tord)
+	c.release()
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 2, Length: 1}}) {
+		t.Fatalf("lag-fixes after waiting %v: %v, want shard 2 now", tord, f)
+	}
+}
+
+// TestLagFixWhileEntriesReplicate checks that as soon as a shard says it
+// stored entries beyond its last report, the idle shards are told to fill
+// the cut those entries head for, before the entries are durable and
+// reported: the fills then overlap the replication. A busy shard is not
+// told, nor is the shard itself.
+func TestLagFixWhileEntriesReplicate(t *testing.T) {
+	c := newCluster(t, 4, 20, testConfig())
+	c.plan()
+	c.release()
+	c.seq.Report(1, 0, 0, 0, c.now)
+	c.seq.Report(2, 0, 0, 0, c.now)
+	c.seq.Report(3, 0, 1, 1, c.now) // busy itself
+	if !c.seq.Report(0, 0, 2, 2, c.now) {
+		t.Fatal("a backlog that appeared was no news")
+	}
+	// Shard 0's second entry lands in the window's second cut.
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, []cut.Length{{Shard: 1, Length: 2}, {Shard: 2, Length: 2}}) {
+		t.Fatalf("lag-fixes while shard 0's entries replicate: %v, want the idle shards 1 and 2 to its cut", f)
+	}
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fix repeated at once: %v", f)
+	}
+	// The fills arrive before shard 0's own report: nothing to release
+	// yet, and nobody is asked again.
+	c.report(1, 2, 0)
+	c.report(2, 2, 0)
+	if n := c.release(); n != 0 {
+		t.Fatalf("released %d cuts before shard 0 reported", n)
+	}
+	if f := c.seq.LagFixes(c.now); len(f) != 0 {
+		t.Fatalf("lag-fixes after the fills: %v", f)
+	}
+	c.seq.Report(0, 2, 2, 0, c.now)
+	c.seq.Report(3, 2, 2, 0, c.now)
+	if n := c.release(); n != 2 {
+		t.Fatalf("released %d cuts once every shard reported, want 2", n)
+	}
+}
+
+// TestBurstLagFixesWhileEntriesReplicate checks that a shard two cuts
+// ahead with its own entries is a burst, which tells a busy blocker to
+// catch up at once, even while some shard's stored entries head further;
+// only a lead made of fills told ahead of another's records is none.
+func TestBurstLagFixesWhileEntriesReplicate(t *testing.T) {
+	c := newCluster(t, 3, 20, testConfig())
+	c.plan()
+	c.release()
+	c.seq.Report(1, 0, 1, 1, c.now) // busy
+	c.seq.Report(2, 0, 0, 0, c.now) // idle
+	c.seq.Report(0, 3, 4, 1, c.now) // three cuts ahead, and one more entry on the way
+	want := []cut.Length{{Shard: 1, Length: 3}, {Shard: 2, Length: 4}}
+	if f := c.seq.LagFixes(c.now); !slices.Equal(f, want) {
+		t.Fatalf("lag-fixes in a burst: %v, want %v", f, want)
+	}
+	// Fills told ahead are no burst: shard 2 filled to 4, shard 0's
+	// entries are still on the way, and busy shard 1 keeps LagAfter.
+	d := newCluster(t, 3, 20, testConfig())
+	d.plan()
+	d.release()
+	d.seq.Report(1, 0, 1, 1, d.now)
+	d.seq.Report(2, 0, 0, 0, d.now)
+	d.seq.Report(0, 0, 3, 3, d.now)
+	if f := d.seq.LagFixes(d.now); !slices.Equal(f, []cut.Length{{Shard: 2, Length: 3}}) {
+		t.Fatalf("lag-fixes while shard 0's entries replicate: %v", f)
+	}
+	d.seq.Report(2, 3, 0, 0, d.now)
+	if f := d.seq.LagFixes(d.now); len(f) != 0 {
+		t.Fatalf("shard 2's fill counted as a burst: %v", f)
+	}
+}
+
 // TestQuotaFollowsRateAtWindowBoundary checks that the next window's quota
 // is the measured rate times the ordering interval, that it changes only
 // in the window announced next (the current one keeps its quotas), and
@@ -229,7 +323,8 @@ func TestLeaveFlushesWindowsWhenIdle(t *testing.T) {
 // again for a longer length and, for a shard without a quota, for a
 // backlog that appears or goes, so that an idle leader flushes the windows
 // for such a shard that got a record; a heartbeat that repeats itself, or
-// the backlog of a shard that reports its records itself, is no news.
+// a backlog that only grows, is no news. A backlog that appears is news
+// for any shard: the idle ones can fill the cut it heads for at once.
 func TestReportSaysWhatIsNews(t *testing.T) {
 	c := newCluster(t, 1, 10, testConfig())
 	c.plan()
@@ -240,7 +335,7 @@ func TestReportSaysWhatIsNews(t *testing.T) {
 		length, backlog uint64
 		news            bool
 	}{
-		{0, 2, 0, true}, {0, 2, 0, false}, {0, 2, 1, false}, {0, 3, 0, true},
+		{0, 2, 0, true}, {0, 2, 0, false}, {0, 2, 1, true}, {0, 2, 2, false}, {0, 3, 0, true},
 		{1, 0, 1, true}, {1, 0, 1, false}, {1, 0, 3, false}, {1, 0, 0, true}, {1, 0, 0, false},
 	} {
 		if got := c.seq.Report(r.shard, r.length, r.length, r.backlog, c.now); got != r.news {
@@ -259,7 +354,7 @@ func TestReportSaysWhatIsNews(t *testing.T) {
 func TestBusyLeaveKeepsItsQuota(t *testing.T) {
 	c := newCluster(t, 2, 10, testConfig())
 	c.plan()
-	c.report(0, 2, 2)
+	c.seq.Report(0, 2, 3, 1, c.now) // busy: a record on the way
 	c.report(1, 3, 3)
 	c.release()
 	c.apply(control.Command{Finalize: &control.FinalizeCommand{Shard: 0}})

@@ -14,16 +14,20 @@ import (
 )
 
 // Shard is a shard primary's side of fix-ante ordering. The shard's local
-// log holds records and no-ops; Stored and Durable track its length, and
-// the announced windows say which lengths are quota boundaries. The shard
-// reports when its durable length crosses a boundary, fills no-ops when it
-// sits between boundaries for too long, and fills on a lag-fix.
+// log holds records and no-ops; Stored, Durable and Ordered track its
+// length, and the announced windows say which lengths are quota
+// boundaries. The shard reports when its durable length crosses a
+// boundary, fills the rest of a quota at once when it has nothing more on
+// the way, or after a while when it sits between boundaries, and fills on
+// a lag-fix.
 type Shard struct {
 	id cut.ShardID
 	// fillAfter is how long after its last report a shard short of its
-	// next quota fills it with no-ops; it does so only while it stored
-	// records within idleAfter, so that an idle cluster goes quiet (a
-	// lag-fix does not count: fills answering fills would never stop).
+	// next quota fills it with no-ops. A shard at a boundary fills its
+	// next quota whole only while it stored records within idleAfter, so
+	// that an idle cluster goes quiet (a lag-fix does not count: fills
+	// answering fills would never stop); idleAfter 0 leaves those fills to
+	// the leader's lag-fixes.
 	fillAfter time.Duration
 	idleAfter time.Duration
 	active    time.Time
@@ -31,8 +35,17 @@ type Shard struct {
 	windows  []fixante.Window
 	stored   uint64
 	durable  uint64
+	ordered  uint64 // entries committed cuts gave positions
 	records  uint64 // real records among the stored entries
 	reported uint64 // the last boundary reported
+	// announce says records arrived while everything stored was
+	// reported: the leader's view of the shard is idle, and it learns of
+	// the records only when they are durable unless told now.
+	announce bool
+	// closeNow says records arrived while the shard waited for nothing
+	// (see settled): it closes their quota in the same step, so that the
+	// fill replicates with them rather than after them.
+	closeNow bool
 	lastSent time.Time
 	// lastFill is when the last fill was made: a fill is reported only
 	// once durable, and must not be repeated meanwhile.
@@ -54,8 +67,14 @@ func (s *Shard) Windows() []fixante.Window { return s.windows }
 // Stored records that the log now holds length entries, records of them
 // real records.
 func (s *Shard) Stored(length, records uint64, now time.Time) {
-	if records > s.records {
+	if records > s.records && length > s.stored {
 		s.active = now
+		if s.stored <= s.reported {
+			s.announce = true
+		}
+		if s.durable >= s.stored && s.ordered >= s.reported {
+			s.closeNow = true
+		}
 	}
 	s.stored = max(s.stored, length)
 	s.records = max(s.records, records)
@@ -63,6 +82,10 @@ func (s *Shard) Stored(length, records uint64, now time.Time) {
 
 // Durable records that every replica holds length entries.
 func (s *Shard) Durable(length uint64) { s.durable = max(s.durable, length) }
+
+// Ordered records that committed cuts gave the first length entries
+// their positions.
+func (s *Shard) Ordered(length uint64) { s.ordered = max(s.ordered, length) }
 
 // Length is the number of entries stored.
 func (s *Shard) Length() uint64 { return s.stored }
@@ -110,6 +133,17 @@ func (s *Shard) Report(now time.Time) (length uint64, ok bool) {
 	return b, true
 }
 
+// Announce says whether to tell the leader now that records arrived
+// beyond the last report: once for the records that end an idle spell, so
+// that the leader can have the other shards fill the cut those records
+// head for while they replicate. Later records, and the shard's own fills,
+// reach the leader with the reports that durability brings anyway.
+func (s *Shard) Announce() bool {
+	a := s.announce
+	s.announce = false
+	return a
+}
+
 // between returns the next boundary when the log ends strictly between
 // two boundaries of the announced windows: it owes the rest of a quota.
 func (s *Shard) between() (uint64, bool) {
@@ -136,7 +170,21 @@ func (s *Shard) FillAt() (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
+	if s.settled() {
+		return s.quietSince(), true
+	}
 	return s.quietSince().Add(s.fillDelay(next)), true
+}
+
+// settled says that a shard between boundaries waits for nothing it knows
+// of: every entry it stored is durable, and its last report is ordered, so
+// no cut is on the way that later records could join; or it was so when
+// its latest records arrived. Like a group commit, it then closes its
+// quota at once rather than after fillAfter; while a cut of its is on the
+// way, records that arrive meanwhile gather for the next one.
+func (s *Shard) settled() bool {
+	_, between := s.between()
+	return between && (s.closeNow || s.durable >= s.stored && s.ordered >= s.reported)
 }
 
 // fillDelay is how long the shard waits for records before it fills up to
@@ -170,20 +218,22 @@ func (s *Shard) short() (uint64, bool) {
 	if next, ok := s.between(); ok {
 		return next, true
 	}
-	if s.active.IsZero() || s.lastSent.Sub(s.active) > s.idleAfter {
+	if s.idleAfter <= 0 || s.active.IsZero() || s.lastSent.Sub(s.active) > s.idleAfter {
 		return 0, false
 	}
 	return s.boundaryAfter(s.stored)
 }
 
 // Fill returns how many no-ops to append now: the rest of the current quota
-// once the shard has been short for fillAfter since its last report.
+// once the shard is settled, or has been short for fillAfter since its last
+// report.
 func (s *Shard) Fill(now time.Time) uint64 {
 	next, ok := s.short()
-	if !ok || now.Sub(s.quietSince()) < s.fillDelay(next) {
+	if !ok || !s.settled() && now.Sub(s.quietSince()) < s.fillDelay(next) {
 		return 0
 	}
 	s.lastFill = now
+	s.closeNow = false
 	return next - s.stored
 }
 

@@ -66,12 +66,14 @@ func TestShardReportsAtBoundaries(t *testing.T) {
 // fills up to the target's boundary.
 func TestShardFillsNoops(t *testing.T) {
 	fill := 1500 * time.Microsecond
-	s := NewShard(1, 0, fill, 10*time.Millisecond, t0)
+	// The shard holds 3 entries and reported them, but no cut ordered
+	// them yet: records that arrive now gather for the next cut.
+	s := NewShard(1, 3, fill, 10*time.Millisecond, t0)
 	s.SetWindows([]fixante.Window{oneWindow(0)})
 	if _, ok := s.FillAt(); ok {
 		t.Fatal("an idle shard that never stored a record wants to fill")
 	}
-	s.Stored(1, 1, t0)
+	s.Stored(4, 1, t0)
 	if at, ok := s.FillAt(); !ok || !at.Equal(t0.Add(fill)) {
 		t.Fatalf("fill at %v %v", at, ok)
 	}
@@ -82,12 +84,12 @@ func TestShardFillsNoops(t *testing.T) {
 	if n := s.Fill(t1); n != 2 {
 		t.Fatalf("filled %d, want the 2 missing of the quota", n)
 	}
-	s.Stored(3, 1, t1)
+	s.Stored(6, 1, t1)
 	if n := s.Fill(t1.Add(fill / 2)); n != 0 {
 		t.Fatalf("filled %d again before the fill was reported", n)
 	}
-	s.Durable(3)
-	if l, ok := s.Report(t1); !ok || l != 3 {
+	s.Durable(6)
+	if l, ok := s.Report(t1); !ok || l != 6 {
 		t.Fatalf("report %d %v", l, ok)
 	}
 	// At a boundary, with records stored lately: the next quota is owed.
@@ -95,8 +97,8 @@ func TestShardFillsNoops(t *testing.T) {
 	if n := s.Fill(t2); n != 3 {
 		t.Fatalf("active shard at a boundary filled %d, want its next quota 3", n)
 	}
-	s.Stored(6, 1, t2)
-	s.Durable(6)
+	s.Stored(9, 1, t2)
+	s.Durable(9)
 	s.Report(t2)
 	// Long after its last record the shard stops filling.
 	quiet := NewShard(1, 0, fill, 10*time.Millisecond, t0)
@@ -116,6 +118,99 @@ func TestShardFillsNoops(t *testing.T) {
 	}
 }
 
+// TestShardFillsAtOnceWhenSettled checks that a shard between boundaries
+// closes its quota as soon as it waits for nothing it knows of (every
+// entry durable, its last report ordered), in the same step as records
+// that end such a wait, and otherwise keeps fillAfter: entries on the way
+// to a backup, or a cut of its on the way, that records arriving
+// meanwhile can join the next of.
+func TestShardFillsAtOnceWhenSettled(t *testing.T) {
+	fill := 1500 * time.Microsecond
+	s := NewShard(1, 0, fill, 0, t0)
+	s.SetWindows([]fixante.Window{oneWindow(0)})
+	s.Stored(1, 1, t0)
+	if at, ok := s.FillAt(); !ok || at.After(t0) {
+		t.Fatalf("fill at %v %v, want at once: the record ended an idle spell", at, ok)
+	}
+	if n := s.Fill(t0); n != 2 {
+		t.Fatalf("filled %d for a record that ended an idle spell, want the 2 missing of the quota with it", n)
+	}
+	s.Stored(3, 1, t0)
+	s.Durable(3)
+	if l, ok := s.Report(t0); !ok || l != 3 {
+		t.Fatalf("report %d %v", l, ok)
+	}
+	s.Ordered(3)
+	s.Stored(4, 2, t0)
+	if n := s.Fill(t0); n != 2 {
+		t.Fatalf("filled %d for the next record after an idle spell, want 2", n)
+	}
+	s.Stored(6, 2, t0)
+	// A record that arrives while the last is on the way to the backups
+	// gathers; so it does while their cut is on the way.
+	s.Stored(7, 3, t0)
+	if n := s.Fill(t0); n != 0 {
+		t.Fatalf("filled %d while the records before are on the way to the backups", n)
+	}
+	s.Durable(7)
+	if l, ok := s.Report(t0); !ok || l != 6 {
+		t.Fatalf("report %d %v", l, ok)
+	}
+	if n := s.Fill(t0); n != 0 {
+		t.Fatalf("filled %d while its last report awaits its cut", n)
+	}
+	s.Ordered(6)
+	if n := s.Fill(t0); n != 2 {
+		t.Fatalf("filled %d once its cut committed, want 2", n)
+	}
+	// With idleAfter 0 a shard at a boundary never fills a whole quota by
+	// itself: the leader's lag-fixes do.
+	s.Stored(9, 3, t0)
+	s.Durable(9)
+	s.Report(t0)
+	s.Ordered(9)
+	if at, ok := s.FillAt(); ok {
+		t.Fatalf("a shard at a boundary wants to fill at %v without idleAfter", at)
+	}
+}
+
+// TestShardAnnouncesRecordsAfterIdle checks that records stored while
+// everything before them was reported are announced once, and that
+// records joining a backlog, or fills, are not.
+func TestShardAnnouncesRecordsAfterIdle(t *testing.T) {
+	s := NewShard(1, 0, time.Millisecond, 0, t0)
+	s.SetWindows([]fixante.Window{oneWindow(0)})
+	s.Stored(1, 1, t0)
+	if !s.Announce() {
+		t.Fatal("the first record after an idle spell was not announced")
+	}
+	if s.Announce() {
+		t.Fatal("announced twice")
+	}
+	s.Stored(2, 2, t0)
+	if s.Announce() {
+		t.Fatal("a record joining a backlog was announced")
+	}
+	s.Durable(2)
+	s.Fill(t0)
+	s.Stored(3, 2, t0)
+	s.Durable(3)
+	s.Report(t0)
+	if s.Announce() {
+		t.Fatal("a fill was announced")
+	}
+	s.Stored(6, 2, t0) // a lag-fix
+	s.Durable(6)
+	if s.Announce() {
+		t.Fatal("a lag-fix was announced")
+	}
+	s.Report(t0)
+	s.Stored(8, 4, t0)
+	if !s.Announce() {
+		t.Fatal("records after the next idle spell were not announced")
+	}
+}
+
 // TestShardFillWaitsForItsStaggeredSlot checks that in a window of g
 // staggered groups, where the shard holds a slot in every g-th cut only, it
 // waits g times as long before filling: filling after 1.5 intervals there
@@ -126,6 +221,11 @@ func TestShardFillWaitsForItsStaggeredSlot(t *testing.T) {
 	s.SetWindows([]fixante.Window{{Cuts: 6, Groups: 3, Start: 100,
 		Quotas: []fixante.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 6, Group: 1}, {Shard: 2, PerCut: 2, Group: 2}}}})
 	s.Stored(1, 1, t0)
+	s.Fill(t0) // closes the first quota at once: it waited for nothing
+	s.Stored(6, 1, t0)
+	s.Durable(6)
+	s.Report(t0)
+	s.Stored(7, 2, t0) // its cut is on the way
 	if at, ok := s.FillAt(); !ok || !at.Equal(t0.Add(3*fill)) {
 		t.Fatalf("fill at %v %v, want %v: three cuts per slot", at, ok, t0.Add(3*fill))
 	}

@@ -39,7 +39,7 @@ type thirdOrdering struct {
 	stored, durable uint64
 }
 
-func (o *thirdOrdering) Observe(_ time.Time, stored, _, durable uint64) {
+func (o *thirdOrdering) Observe(_ time.Time, stored, _, durable, _ uint64) {
 	o.stored, o.durable = stored, durable
 }
 
