@@ -3127,10 +3127,13 @@ func (x *StatusResponse) GetLazy() *LazyState {
 
 // RecordMeta identifies a record and the shard that stores it.
 type RecordMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      uint64                 `protobuf:"varint,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Shard         uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId uint64                 `protobuf:"varint,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Shard    uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	// floor is the client's promise never to send a sequence number below
+	// it again, so replicas may forget its older records.
+	Floor         uint64 `protobuf:"varint,4,opt,name=floor,proto3" json:"floor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3182,6 +3185,13 @@ func (x *RecordMeta) GetSeq() uint64 {
 func (x *RecordMeta) GetShard() uint32 {
 	if x != nil {
 		return x.Shard
+	}
+	return 0
+}
+
+func (x *RecordMeta) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
 	}
 	return 0
 }
@@ -3696,6 +3706,8 @@ type SealResponse struct {
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	LastOrderedGp uint64                 `protobuf:"varint,3,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
 	Unordered     uint64                 `protobuf:"varint,4,opt,name=unordered,proto3" json:"unordered,omitempty"`
+	// entries are the replica's unordered records in its local order.
+	Entries       []*RecordMeta `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3756,6 +3768,13 @@ func (x *SealResponse) GetUnordered() uint64 {
 		return x.Unordered
 	}
 	return 0
+}
+
+func (x *SealResponse) GetEntries() []*RecordMeta {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
 }
 
 type FlushRequest struct {
@@ -5613,12 +5632,13 @@ const file_augur_proto_rawDesc = "" +
 	"\tevent_seq\x18\n" +
 	" \x01(\x04R\beventSeq\x12'\n" +
 	"\x04spec\x18\v \x01(\v2\x13.augur.v1.SpecStateR\x04spec\x12'\n" +
-	"\x04lazy\x18\f \x01(\v2\x13.augur.v1.LazyStateR\x04lazy\"Q\n" +
+	"\x04lazy\x18\f \x01(\v2\x13.augur.v1.LazyStateR\x04lazy\"g\n" +
 	"\n" +
 	"RecordMeta\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
-	"\x05shard\x18\x03 \x01(\rR\x05shard\"\x96\x01\n" +
+	"\x05shard\x18\x03 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05floor\x18\x04 \x01(\x04R\x05floor\"\x96\x01\n" +
 	"\x10SeqAppendRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -5658,12 +5678,13 @@ const file_augur_proto_rawDesc = "" +
 	"\vSealRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
-	"\x04view\x18\x02 \x01(\x04R\x04view\"\x92\x01\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\"\xc2\x01\n" +
 	"\fSealResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
 	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\x12\x1c\n" +
-	"\tunordered\x18\x04 \x01(\x04R\tunordered\"U\n" +
+	"\tunordered\x18\x04 \x01(\x04R\tunordered\x12.\n" +
+	"\aentries\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aentries\"U\n" +
 	"\fFlushRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -5979,76 +6000,77 @@ var file_augur_proto_depIdxs = []int32{
 	45, // 41: augur.v1.CollectRequest.ids:type_name -> augur.v1.RecordMeta
 	0,  // 42: augur.v1.CollectResponse.code:type_name -> augur.v1.Code
 	0,  // 43: augur.v1.SealResponse.code:type_name -> augur.v1.Code
-	0,  // 44: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
-	62, // 45: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
-	0,  // 46: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
-	61, // 47: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
-	4,  // 48: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
-	6,  // 49: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
-	45, // 50: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
-	0,  // 51: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
-	12, // 52: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
-	76, // 53: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	82, // 54: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	5,  // 55: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 56: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 57: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 58: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 59: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 60: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 61: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	34, // 62: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	36, // 63: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	38, // 64: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	40, // 65: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	42, // 66: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	46, // 67: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
-	49, // 68: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
-	51, // 69: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
-	53, // 70: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
-	55, // 71: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
-	57, // 72: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
-	59, // 73: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
-	64, // 74: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
-	66, // 75: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
-	68, // 76: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
-	70, // 77: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
-	72, // 78: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
-	74, // 79: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	77, // 80: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	79, // 81: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 82: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 83: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 84: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 85: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 86: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 87: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	26, // 88: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	35, // 89: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	37, // 90: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	39, // 91: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	41, // 92: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	44, // 93: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	48, // 94: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
-	50, // 95: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
-	52, // 96: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
-	54, // 97: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
-	56, // 98: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
-	58, // 99: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
-	60, // 100: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
-	65, // 101: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
-	67, // 102: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
-	69, // 103: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
-	71, // 104: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
-	73, // 105: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
-	75, // 106: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	78, // 107: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	80, // 108: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	82, // [82:109] is the sub-list for method output_type
-	55, // [55:82] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	45, // 44: augur.v1.SealResponse.entries:type_name -> augur.v1.RecordMeta
+	0,  // 45: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
+	62, // 46: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
+	0,  // 47: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
+	61, // 48: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
+	4,  // 49: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
+	6,  // 50: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
+	45, // 51: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
+	0,  // 52: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
+	12, // 53: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
+	76, // 54: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	82, // 55: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	5,  // 56: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 57: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 58: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 59: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 60: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 61: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 62: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	34, // 63: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	36, // 64: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	38, // 65: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	40, // 66: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	42, // 67: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	46, // 68: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
+	49, // 69: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
+	51, // 70: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
+	53, // 71: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
+	55, // 72: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
+	57, // 73: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
+	59, // 74: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
+	64, // 75: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
+	66, // 76: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
+	68, // 77: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
+	70, // 78: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
+	72, // 79: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
+	74, // 80: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	77, // 81: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	79, // 82: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 83: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 84: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 85: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 86: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 87: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 88: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	26, // 89: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	35, // 90: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	37, // 91: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	39, // 92: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	41, // 93: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	44, // 94: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	48, // 95: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
+	50, // 96: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
+	52, // 97: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
+	54, // 98: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
+	56, // 99: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
+	58, // 100: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
+	60, // 101: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
+	65, // 102: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
+	67, // 103: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
+	69, // 104: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
+	71, // 105: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
+	73, // 106: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
+	75, // 107: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	78, // 108: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	80, // 109: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	83, // [83:110] is the sub-list for method output_type
+	56, // [56:83] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }

@@ -8,6 +8,13 @@
 //	storage:
 //	  - {id: a1, group: a, addr: 127.0.0.1:7201}
 //
+// A cluster in lazy mode also lists its sequencing replicas:
+//
+//	mode: lazy
+//	sequencing:
+//	  - {id: q1, addr: 127.0.0.1:7301}
+//	  - {id: q2, addr: 127.0.0.1:7302}
+//
 // Decoding is strict: an unknown field is an error, and every duration is a
 // Go duration string ("10ms"). Fields left out take the defaults of Default.
 // Validate is the one place that checks every bound.
@@ -42,6 +49,10 @@ const (
 	// reportDelayMax bounds injected report delays.
 	reportDelayMax = time.Minute
 	RoleStorage    = "storage"
+	// RoleSequencing is a sequencing replica of a cluster in lazy mode.
+	RoleSequencing = "sequencing"
+	// ModeLazy is LazyLog's lazy order.
+	ModeLazy = "lazy"
 )
 
 // Defaults of the fields a cluster file may leave out.
@@ -56,6 +67,11 @@ const (
 	DefaultRecordBytesMax   = 1 << 20
 	DefaultSegmentBytes     = segment.DefaultSegmentBytes
 	DefaultDataDir          = "./augur-data"
+	// DefaultSequencingReplicas is f+1 for f = 1: how many sequencing
+	// replicas a generated lazy cluster gets.
+	DefaultSequencingReplicas = 2
+	DefaultLazyBatchInterval  = 500 * time.Microsecond
+	DefaultLazyRingEntries    = 1 << 16
 )
 
 // DefaultStaggerAbove is the default stagger_above: in speculative mode, the
@@ -81,6 +97,14 @@ const (
 	// request or name a directory.
 	clusterIDBytesMax = 128
 	idBytesMax        = 64
+	// sequencingReplicasMax bounds the sequencing layer: every lazy
+	// append waits for each replica.
+	sequencingReplicasMax = 7
+	// lazyBatchIntervalMax bounds how long records may wait for order.
+	lazyBatchIntervalMax = time.Second
+	// lazyRingEntriesMin and lazyRingEntriesMax bound a sequencing ring.
+	lazyRingEntriesMin = 64
+	lazyRingEntriesMax = 1 << 24
 )
 
 // Cluster is the content of a cluster file.
@@ -131,6 +155,16 @@ type Cluster struct {
 	// one replica group, and the first of a group in this list is its
 	// primary.
 	Storage []StorageNode `yaml:"storage"`
+	// Sequencing lists the sequencing replicas of a cluster in lazy mode
+	// (f+1 of them tolerate f failures); the first leads the first view.
+	// Other modes list none.
+	Sequencing []SequencingNode `yaml:"sequencing,omitempty"`
+	// LazyBatchInterval is how often the sequencing leader orders a batch
+	// (lazy mode).
+	LazyBatchInterval Duration `yaml:"lazy_batch_interval,omitempty"`
+	// LazyRingEntries bounds each sequencing replica's ring of unordered
+	// record metadata (lazy mode); a full ring pushes back on appenders.
+	LazyRingEntries int `yaml:"lazy_ring_entries,omitempty"`
 	// MetricsAddr, when set, is where each process serves Prometheus
 	// metrics; a node's own metrics_addr overrides it (needed when several
 	// processes share a host).
@@ -153,6 +187,13 @@ type StorageNode struct {
 	// ReportDelay makes the server a straggler: every report to the
 	// ordering layer is held back this long. Fault injection for tests.
 	ReportDelay Duration `yaml:"report_delay,omitempty"`
+}
+
+// SequencingNode is one sequencing replica (lazy mode).
+type SequencingNode struct {
+	ID          string `yaml:"id"`
+	Addr        string `yaml:"addr"`
+	MetricsAddr string `yaml:"metrics_addr,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string.
@@ -199,6 +240,19 @@ func Default() *Cluster {
 	}
 }
 
+// SetLazyDefaults fills the lazy-mode knobs a lazy cluster file left out.
+func (c *Cluster) SetLazyDefaults() {
+	if c.Mode != ModeLazy {
+		return
+	}
+	if c.LazyBatchInterval == 0 {
+		c.LazyBatchInterval = Duration(DefaultLazyBatchInterval)
+	}
+	if c.LazyRingEntries == 0 {
+		c.LazyRingEntries = DefaultLazyRingEntries
+	}
+}
+
 // Load reads, decodes and validates the cluster file at path.
 func Load(path string) (*Cluster, error) {
 	data, err := os.ReadFile(path)
@@ -236,6 +290,7 @@ func Parse(data []byte) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	c.SetLazyDefaults()
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		problems = append(problems, errors.New("more than one YAML document; a cluster file holds exactly one"))
@@ -283,6 +338,9 @@ func (c *Cluster) Role(id string) (string, error) {
 	if c.storageIndex(id) >= 0 {
 		return RoleStorage, nil
 	}
+	if c.sequencingIndex(id) >= 0 {
+		return RoleSequencing, nil
+	}
 	return "", fmt.Errorf("no server %q in the cluster file (known: %v)", id, c.ids())
 }
 
@@ -327,6 +385,9 @@ func (c *Cluster) Addr(id string) (string, error) {
 	if i := c.storageIndex(id); i >= 0 {
 		return c.Storage[i].Addr, nil
 	}
+	if i := c.sequencingIndex(id); i >= 0 {
+		return c.Sequencing[i].Addr, nil
+	}
 	return "", fmt.Errorf("no server %q in the cluster file (known: %v)", id, c.ids())
 }
 
@@ -337,6 +398,9 @@ func (c *Cluster) MetricsAddrOf(id string) string {
 	}
 	if i := c.storageIndex(id); i >= 0 && c.Storage[i].MetricsAddr != "" {
 		return c.Storage[i].MetricsAddr
+	}
+	if i := c.sequencingIndex(id); i >= 0 && c.Sequencing[i].MetricsAddr != "" {
+		return c.Sequencing[i].MetricsAddr
 	}
 	return c.MetricsAddr
 }
@@ -464,4 +528,32 @@ func (c *Cluster) storageIDs() []string {
 	return ids
 }
 
-func (c *Cluster) ids() []string { return append(c.orderingIDs(), c.storageIDs()...) }
+func (c *Cluster) sequencingIndex(id string) int {
+	for i, q := range c.Sequencing {
+		if q.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *Cluster) sequencingIDs() []string {
+	ids := make([]string, len(c.Sequencing))
+	for i, q := range c.Sequencing {
+		ids[i] = q.ID
+	}
+	return ids
+}
+
+// SequencingAddrs lists the sequencing replicas' addresses in file order.
+func (c *Cluster) SequencingAddrs() []string {
+	addrs := make([]string, len(c.Sequencing))
+	for i, q := range c.Sequencing {
+		addrs[i] = q.Addr
+	}
+	return addrs
+}
+
+func (c *Cluster) ids() []string {
+	return append(append(c.orderingIDs(), c.storageIDs()...), c.sequencingIDs()...)
+}
