@@ -4457,8 +4457,8 @@ type OrderRequest struct {
 	// noops are the positions, among this shard's, that hold no-ops
 	// (primary to backups: the record never arrived in time).
 	Noops []uint64 `protobuf:"varint,5,rep,packed,name=noops,proto3" json:"noops,omitempty"`
-	// replicate marks a primary's copy to a backup.
-	Replicate     bool `protobuf:"varint,6,opt,name=replicate,proto3" json:"replicate,omitempty"`
+	// shard is the shard whose primary the mapping is for.
+	Shard         uint32 `protobuf:"varint,7,opt,name=shard,proto3" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4528,17 +4528,20 @@ func (x *OrderRequest) GetNoops() []uint64 {
 	return nil
 }
 
-func (x *OrderRequest) GetReplicate() bool {
+func (x *OrderRequest) GetShard() uint32 {
 	if x != nil {
-		return x.Replicate
+		return x.Shard
 	}
-	return false
+	return 0
 }
 
 type OrderResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// end: every replica of the shard holds the placements below it.
+	End           uint64 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	View          uint64 `protobuf:"varint,4,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4587,6 +4590,409 @@ func (x *OrderResponse) GetMessage() string {
 	return ""
 }
 
+func (x *OrderResponse) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *OrderResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+// PositionRun says positions [from, end) all live on shard.
+type PositionRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	End           uint64                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Shard         uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PositionRun) Reset() {
+	*x = PositionRun{}
+	mi := &file_augur_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PositionRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PositionRun) ProtoMessage() {}
+
+func (x *PositionRun) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PositionRun.ProtoReflect.Descriptor instead.
+func (*PositionRun) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *PositionRun) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *PositionRun) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *PositionRun) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+// Slot is one of a shard's positions: the record bound there, or a no-op.
+type Slot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Position      uint64                 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	ClientId      uint64                 `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Noop          bool                   `protobuf:"varint,4,opt,name=noop,proto3" json:"noop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Slot) Reset() {
+	*x = Slot{}
+	mi := &file_augur_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Slot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Slot) ProtoMessage() {}
+
+func (x *Slot) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Slot.ProtoReflect.Descriptor instead.
+func (*Slot) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *Slot) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *Slot) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *Slot) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Slot) GetNoop() bool {
+	if x != nil {
+		return x.Noop
+	}
+	return false
+}
+
+// Placement is a shard primary's decision on one mapping: the position
+// table of [from, end) and the shard's own slots in it.
+type Placement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	View          uint64                 `protobuf:"varint,3,opt,name=view,proto3" json:"view,omitempty"`
+	From          uint64                 `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	End           uint64                 `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	Runs          []*PositionRun         `protobuf:"bytes,6,rep,name=runs,proto3" json:"runs,omitempty"`
+	Slots         []*Slot                `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Placement) Reset() {
+	*x = Placement{}
+	mi := &file_augur_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Placement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Placement) ProtoMessage() {}
+
+func (x *Placement) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Placement.ProtoReflect.Descriptor instead.
+func (*Placement) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *Placement) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *Placement) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *Placement) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *Placement) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *Placement) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *Placement) GetRuns() []*PositionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *Placement) GetSlots() []*Slot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+type PlaceResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// applied_end: the backup holds every placement below it.
+	AppliedEnd    uint64 `protobuf:"varint,3,opt,name=applied_end,json=appliedEnd,proto3" json:"applied_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlaceResponse) Reset() {
+	*x = PlaceResponse{}
+	mi := &file_augur_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlaceResponse) ProtoMessage() {}
+
+func (x *PlaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlaceResponse.ProtoReflect.Descriptor instead.
+func (*PlaceResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *PlaceResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *PlaceResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PlaceResponse) GetAppliedEnd() uint64 {
+	if x != nil {
+		return x.AppliedEnd
+	}
+	return 0
+}
+
+type FetchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Ids           []*RecordMeta          `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchRequest) Reset() {
+	*x = FetchRequest{}
+	mi := &file_augur_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchRequest) ProtoMessage() {}
+
+func (x *FetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
+func (*FetchRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *FetchRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *FetchRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetIds() []*RecordMeta {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type FetchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*StoredRecord        `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchResponse) Reset() {
+	*x = FetchResponse{}
+	mi := &file_augur_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchResponse) ProtoMessage() {}
+
+func (x *FetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
+func (*FetchResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *FetchResponse) GetRecords() []*StoredRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 type StableRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -4598,7 +5004,7 @@ type StableRequest struct {
 
 func (x *StableRequest) Reset() {
 	*x = StableRequest{}
-	mi := &file_augur_proto_msgTypes[66]
+	mi := &file_augur_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4610,7 +5016,7 @@ func (x *StableRequest) String() string {
 func (*StableRequest) ProtoMessage() {}
 
 func (x *StableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[66]
+	mi := &file_augur_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4623,7 +5029,7 @@ func (x *StableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StableRequest.ProtoReflect.Descriptor instead.
 func (*StableRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{66}
+	return file_augur_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StableRequest) GetClusterId() string {
@@ -4655,7 +5061,7 @@ type StableResponse struct {
 
 func (x *StableResponse) Reset() {
 	*x = StableResponse{}
-	mi := &file_augur_proto_msgTypes[67]
+	mi := &file_augur_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4667,7 +5073,7 @@ func (x *StableResponse) String() string {
 func (*StableResponse) ProtoMessage() {}
 
 func (x *StableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[67]
+	mi := &file_augur_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4680,7 +5086,7 @@ func (x *StableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StableResponse.ProtoReflect.Descriptor instead.
 func (*StableResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{67}
+	return file_augur_proto_rawDescGZIP(), []int{73}
 }
 
 type MappingRequest struct {
@@ -4694,7 +5100,7 @@ type MappingRequest struct {
 
 func (x *MappingRequest) Reset() {
 	*x = MappingRequest{}
-	mi := &file_augur_proto_msgTypes[68]
+	mi := &file_augur_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4706,7 +5112,7 @@ func (x *MappingRequest) String() string {
 func (*MappingRequest) ProtoMessage() {}
 
 func (x *MappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[68]
+	mi := &file_augur_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4719,7 +5125,7 @@ func (x *MappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MappingRequest.ProtoReflect.Descriptor instead.
 func (*MappingRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{68}
+	return file_augur_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MappingRequest) GetClusterId() string {
@@ -4745,17 +5151,16 @@ func (x *MappingRequest) GetMax() uint32 {
 
 type MappingResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// shards[i] is the shard of position from + i; only stable positions.
-	From          uint64   `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	Shards        []uint32 `protobuf:"varint,2,rep,packed,name=shards,proto3" json:"shards,omitempty"`
-	StableGp      uint64   `protobuf:"varint,3,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	// runs locate stable positions from the request's from on.
+	Runs          []*PositionRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	StableGp      uint64         `protobuf:"varint,2,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MappingResponse) Reset() {
 	*x = MappingResponse{}
-	mi := &file_augur_proto_msgTypes[69]
+	mi := &file_augur_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +5172,7 @@ func (x *MappingResponse) String() string {
 func (*MappingResponse) ProtoMessage() {}
 
 func (x *MappingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[69]
+	mi := &file_augur_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,19 +5185,12 @@ func (x *MappingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MappingResponse.ProtoReflect.Descriptor instead.
 func (*MappingResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{69}
+	return file_augur_proto_rawDescGZIP(), []int{75}
 }
 
-func (x *MappingResponse) GetFrom() uint64 {
+func (x *MappingResponse) GetRuns() []*PositionRun {
 	if x != nil {
-		return x.From
-	}
-	return 0
-}
-
-func (x *MappingResponse) GetShards() []uint32 {
-	if x != nil {
-		return x.Shards
+		return x.Runs
 	}
 	return nil
 }
@@ -4816,7 +5214,7 @@ type LazyReadRequest struct {
 
 func (x *LazyReadRequest) Reset() {
 	*x = LazyReadRequest{}
-	mi := &file_augur_proto_msgTypes[70]
+	mi := &file_augur_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4828,7 +5226,7 @@ func (x *LazyReadRequest) String() string {
 func (*LazyReadRequest) ProtoMessage() {}
 
 func (x *LazyReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[70]
+	mi := &file_augur_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4841,7 +5239,7 @@ func (x *LazyReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyReadRequest.ProtoReflect.Descriptor instead.
 func (*LazyReadRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{70}
+	return file_augur_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *LazyReadRequest) GetClusterId() string {
@@ -4886,7 +5284,7 @@ type LazyReadResponse struct {
 
 func (x *LazyReadResponse) Reset() {
 	*x = LazyReadResponse{}
-	mi := &file_augur_proto_msgTypes[71]
+	mi := &file_augur_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4898,7 +5296,7 @@ func (x *LazyReadResponse) String() string {
 func (*LazyReadResponse) ProtoMessage() {}
 
 func (x *LazyReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[71]
+	mi := &file_augur_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4911,7 +5309,7 @@ func (x *LazyReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyReadResponse.ProtoReflect.Descriptor instead.
 func (*LazyReadResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{71}
+	return file_augur_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *LazyReadResponse) GetEntries() []*SpecEntry {
@@ -4945,7 +5343,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[72]
+	mi := &file_augur_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5355,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[72]
+	mi := &file_augur_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5368,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{72}
+	return file_augur_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -4988,7 +5386,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[73]
+	mi := &file_augur_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5000,7 +5398,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[73]
+	mi := &file_augur_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5013,7 +5411,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{73}
+	return file_augur_proto_rawDescGZIP(), []int{79}
 }
 
 // TargetEntry is one log entry for a target. Indices are log positions plus
@@ -5031,7 +5429,7 @@ type TargetEntry struct {
 
 func (x *TargetEntry) Reset() {
 	*x = TargetEntry{}
-	mi := &file_augur_proto_msgTypes[74]
+	mi := &file_augur_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5043,7 +5441,7 @@ func (x *TargetEntry) String() string {
 func (*TargetEntry) ProtoMessage() {}
 
 func (x *TargetEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[74]
+	mi := &file_augur_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5056,7 +5454,7 @@ func (x *TargetEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetEntry.ProtoReflect.Descriptor instead.
 func (*TargetEntry) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{74}
+	return file_augur_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TargetEntry) GetIndex() uint64 {
@@ -5102,7 +5500,7 @@ type ApplyBatch struct {
 
 func (x *ApplyBatch) Reset() {
 	*x = ApplyBatch{}
-	mi := &file_augur_proto_msgTypes[75]
+	mi := &file_augur_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5114,7 +5512,7 @@ func (x *ApplyBatch) String() string {
 func (*ApplyBatch) ProtoMessage() {}
 
 func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[75]
+	mi := &file_augur_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5127,7 +5525,7 @@ func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatch.ProtoReflect.Descriptor instead.
 func (*ApplyBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{75}
+	return file_augur_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ApplyBatch) GetPrevIndex() uint64 {
@@ -5154,7 +5552,7 @@ type ApplyAck struct {
 
 func (x *ApplyAck) Reset() {
 	*x = ApplyAck{}
-	mi := &file_augur_proto_msgTypes[76]
+	mi := &file_augur_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5166,7 +5564,7 @@ func (x *ApplyAck) String() string {
 func (*ApplyAck) ProtoMessage() {}
 
 func (x *ApplyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[76]
+	mi := &file_augur_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5179,7 +5577,7 @@ func (x *ApplyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyAck.ProtoReflect.Descriptor instead.
 func (*ApplyAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{76}
+	return file_augur_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ApplyAck) GetIndex() uint64 {
@@ -5197,7 +5595,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_augur_proto_msgTypes[77]
+	mi := &file_augur_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5209,7 +5607,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[77]
+	mi := &file_augur_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5222,7 +5620,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{77}
+	return file_augur_proto_rawDescGZIP(), []int{83}
 }
 
 type LastAppliedResponse struct {
@@ -5234,7 +5632,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_augur_proto_msgTypes[78]
+	mi := &file_augur_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5644,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[78]
+	mi := &file_augur_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5657,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{78}
+	return file_augur_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *LastAppliedResponse) GetIndex() uint64 {
@@ -5285,7 +5683,7 @@ type ReplicaHealth struct {
 
 func (x *ReplicaHealth) Reset() {
 	*x = ReplicaHealth{}
-	mi := &file_augur_proto_msgTypes[79]
+	mi := &file_augur_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5297,7 +5695,7 @@ func (x *ReplicaHealth) String() string {
 func (*ReplicaHealth) ProtoMessage() {}
 
 func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[79]
+	mi := &file_augur_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5310,7 +5708,7 @@ func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHealth.ProtoReflect.Descriptor instead.
 func (*ReplicaHealth) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{79}
+	return file_augur_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ReplicaHealth) GetShard() uint32 {
@@ -5345,7 +5743,7 @@ type LocalRange struct {
 
 func (x *LocalRange) Reset() {
 	*x = LocalRange{}
-	mi := &file_augur_proto_msgTypes[80]
+	mi := &file_augur_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5357,7 +5755,7 @@ func (x *LocalRange) String() string {
 func (*LocalRange) ProtoMessage() {}
 
 func (x *LocalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[80]
+	mi := &file_augur_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5370,7 +5768,7 @@ func (x *LocalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRange.ProtoReflect.Descriptor instead.
 func (*LocalRange) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{80}
+	return file_augur_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *LocalRange) GetFirst() uint64 {
@@ -5732,18 +6130,50 @@ const file_augur_proto_rawDesc = "" +
 	"\x05shard\x18\x03 \x01(\rR\x05shard\x12/\n" +
 	"\aentries\x18\x04 \x03(\v2\x15.augur.v1.AppendEntryR\aentries\"<\n" +
 	"\x11LazyStoreResponse\x12'\n" +
-	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\xb3\x01\n" +
+	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\xab\x01\n" +
 	"\fOrderRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\x04R\x04view\x12\x14\n" +
 	"\x05first\x18\x03 \x01(\x04R\x05first\x12&\n" +
 	"\x03ids\x18\x04 \x03(\v2\x14.augur.v1.RecordMetaR\x03ids\x12\x14\n" +
-	"\x05noops\x18\x05 \x03(\x04R\x05noops\x12\x1c\n" +
-	"\treplicate\x18\x06 \x01(\bR\treplicate\"M\n" +
+	"\x05noops\x18\x05 \x03(\x04R\x05noops\x12\x14\n" +
+	"\x05shard\x18\a \x01(\rR\x05shard\"s\n" +
 	"\rOrderResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"_\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\x04R\x03end\x12\x12\n" +
+	"\x04view\x18\x04 \x01(\x04R\x04view\"I\n" +
+	"\vPositionRun\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x14\n" +
+	"\x05shard\x18\x03 \x01(\rR\x05shard\"e\n" +
+	"\x04Slot\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04noop\x18\x04 \x01(\bR\x04noop\"\xcb\x01\n" +
+	"\tPlacement\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04view\x18\x03 \x01(\x04R\x04view\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\x04R\x04from\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\x04R\x03end\x12)\n" +
+	"\x04runs\x18\x06 \x03(\v2\x15.augur.v1.PositionRunR\x04runs\x12$\n" +
+	"\x05slots\x18\a \x03(\v2\x0e.augur.v1.SlotR\x05slots\"n\n" +
+	"\rPlaceResponse\x12\"\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
+	"\vapplied_end\x18\x03 \x01(\x04R\n" +
+	"appliedEnd\"k\n" +
+	"\fFetchRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12&\n" +
+	"\x03ids\x18\x03 \x03(\v2\x14.augur.v1.RecordMetaR\x03ids\"A\n" +
+	"\rFetchResponse\x120\n" +
+	"\arecords\x18\x01 \x03(\v2\x16.augur.v1.StoredRecordR\arecords\"_\n" +
 	"\rStableRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -5754,11 +6184,10 @@ const file_augur_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x10\n" +
-	"\x03max\x18\x03 \x01(\rR\x03max\"Z\n" +
-	"\x0fMappingResponse\x12\x12\n" +
-	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x16\n" +
-	"\x06shards\x18\x02 \x03(\rR\x06shards\x12\x1b\n" +
-	"\tstable_gp\x18\x03 \x01(\x04R\bstableGp\"l\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"Y\n" +
+	"\x0fMappingResponse\x12)\n" +
+	"\x04runs\x18\x01 \x03(\v2\x15.augur.v1.PositionRunR\x04runs\x12\x1b\n" +
+	"\tstable_gp\x18\x02 \x01(\x04R\bstableGp\"l\n" +
 	"\x0fLazyReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -5843,10 +6272,12 @@ const file_augur_proto_rawDesc = "" +
 	"\x04Seal\x12\x15.augur.v1.SealRequest\x1a\x16.augur.v1.SealResponse\x128\n" +
 	"\x05Flush\x12\x16.augur.v1.FlushRequest\x1a\x17.augur.v1.FlushResponse\x12D\n" +
 	"\tStartView\x12\x1a.augur.v1.StartViewRequest\x1a\x1b.augur.v1.StartViewResponse\x12Y\n" +
-	"\x10SequencingStatus\x12!.augur.v1.SequencingStatusRequest\x1a\".augur.v1.SequencingStatusResponse2\xc7\x02\n" +
+	"\x10SequencingStatus\x12!.augur.v1.SequencingStatusRequest\x1a\".augur.v1.SequencingStatusResponse2\xb8\x03\n" +
 	"\tLazyShard\x12D\n" +
 	"\x05Store\x12\x1a.augur.v1.LazyStoreRequest\x1a\x1b.augur.v1.LazyStoreResponse(\x010\x01\x128\n" +
-	"\x05Order\x12\x16.augur.v1.OrderRequest\x1a\x17.augur.v1.OrderResponse\x12;\n" +
+	"\x05Order\x12\x16.augur.v1.OrderRequest\x1a\x17.augur.v1.OrderResponse\x125\n" +
+	"\x05Place\x12\x13.augur.v1.Placement\x1a\x17.augur.v1.PlaceResponse\x128\n" +
+	"\x05Fetch\x12\x16.augur.v1.FetchRequest\x1a\x17.augur.v1.FetchResponse\x12;\n" +
 	"\x06Stable\x12\x17.augur.v1.StableRequest\x1a\x18.augur.v1.StableResponse\x12>\n" +
 	"\aMapping\x12\x18.augur.v1.MappingRequest\x1a\x19.augur.v1.MappingResponse\x12=\n" +
 	"\x04Read\x12\x19.augur.v1.LazyReadRequest\x1a\x1a.augur.v1.LazyReadResponse2A\n" +
@@ -5869,7 +6300,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                        // 0: augur.v1.Code
 	(ShardState)(0),                  // 1: augur.v1.ShardState
@@ -5939,21 +6370,27 @@ var file_augur_proto_goTypes = []any{
 	(*LazyStoreResponse)(nil),        // 65: augur.v1.LazyStoreResponse
 	(*OrderRequest)(nil),             // 66: augur.v1.OrderRequest
 	(*OrderResponse)(nil),            // 67: augur.v1.OrderResponse
-	(*StableRequest)(nil),            // 68: augur.v1.StableRequest
-	(*StableResponse)(nil),           // 69: augur.v1.StableResponse
-	(*MappingRequest)(nil),           // 70: augur.v1.MappingRequest
-	(*MappingResponse)(nil),          // 71: augur.v1.MappingResponse
-	(*LazyReadRequest)(nil),          // 72: augur.v1.LazyReadRequest
-	(*LazyReadResponse)(nil),         // 73: augur.v1.LazyReadResponse
-	(*RaftBatch)(nil),                // 74: augur.v1.RaftBatch
-	(*RaftAck)(nil),                  // 75: augur.v1.RaftAck
-	(*TargetEntry)(nil),              // 76: augur.v1.TargetEntry
-	(*ApplyBatch)(nil),               // 77: augur.v1.ApplyBatch
-	(*ApplyAck)(nil),                 // 78: augur.v1.ApplyAck
-	(*LastAppliedRequest)(nil),       // 79: augur.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),      // 80: augur.v1.LastAppliedResponse
-	(*ReplicaHealth)(nil),            // 81: augur.v1.ReplicaHealth
-	(*LocalRange)(nil),               // 82: augur.v1.LocalRange
+	(*PositionRun)(nil),              // 68: augur.v1.PositionRun
+	(*Slot)(nil),                     // 69: augur.v1.Slot
+	(*Placement)(nil),                // 70: augur.v1.Placement
+	(*PlaceResponse)(nil),            // 71: augur.v1.PlaceResponse
+	(*FetchRequest)(nil),             // 72: augur.v1.FetchRequest
+	(*FetchResponse)(nil),            // 73: augur.v1.FetchResponse
+	(*StableRequest)(nil),            // 74: augur.v1.StableRequest
+	(*StableResponse)(nil),           // 75: augur.v1.StableResponse
+	(*MappingRequest)(nil),           // 76: augur.v1.MappingRequest
+	(*MappingResponse)(nil),          // 77: augur.v1.MappingResponse
+	(*LazyReadRequest)(nil),          // 78: augur.v1.LazyReadRequest
+	(*LazyReadResponse)(nil),         // 79: augur.v1.LazyReadResponse
+	(*RaftBatch)(nil),                // 80: augur.v1.RaftBatch
+	(*RaftAck)(nil),                  // 81: augur.v1.RaftAck
+	(*TargetEntry)(nil),              // 82: augur.v1.TargetEntry
+	(*ApplyBatch)(nil),               // 83: augur.v1.ApplyBatch
+	(*ApplyAck)(nil),                 // 84: augur.v1.ApplyAck
+	(*LastAppliedRequest)(nil),       // 85: augur.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),      // 86: augur.v1.LastAppliedResponse
+	(*ReplicaHealth)(nil),            // 87: augur.v1.ReplicaHealth
+	(*LocalRange)(nil),               // 88: augur.v1.LocalRange
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -5971,7 +6408,7 @@ var file_augur_proto_depIdxs = []int32{
 	6,  // 12: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
 	2,  // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
 	19, // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
-	81, // 15: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
+	87, // 15: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
 	24, // 16: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
 	63, // 17: augur.v1.HeartbeatRequest.sequencing:type_name -> augur.v1.SequencingBeat
 	24, // 18: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
@@ -6009,68 +6446,78 @@ var file_augur_proto_depIdxs = []int32{
 	6,  // 50: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
 	45, // 51: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
 	0,  // 52: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
-	12, // 53: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
-	76, // 54: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	82, // 55: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	5,  // 56: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 57: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 58: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 59: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 60: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 61: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 62: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	34, // 63: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	36, // 64: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	38, // 65: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	40, // 66: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	42, // 67: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	46, // 68: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
-	49, // 69: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
-	51, // 70: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
-	53, // 71: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
-	55, // 72: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
-	57, // 73: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
-	59, // 74: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
-	64, // 75: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
-	66, // 76: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
-	68, // 77: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
-	70, // 78: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
-	72, // 79: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
-	74, // 80: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	77, // 81: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	79, // 82: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 83: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 84: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 85: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 86: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 87: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 88: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	26, // 89: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	35, // 90: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	37, // 91: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	39, // 92: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	41, // 93: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	44, // 94: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	48, // 95: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
-	50, // 96: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
-	52, // 97: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
-	54, // 98: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
-	56, // 99: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
-	58, // 100: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
-	60, // 101: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
-	65, // 102: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
-	67, // 103: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
-	69, // 104: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
-	71, // 105: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
-	73, // 106: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
-	75, // 107: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	78, // 108: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	80, // 109: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	83, // [83:110] is the sub-list for method output_type
-	56, // [56:83] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	68, // 53: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
+	69, // 54: augur.v1.Placement.slots:type_name -> augur.v1.Slot
+	0,  // 55: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
+	45, // 56: augur.v1.FetchRequest.ids:type_name -> augur.v1.RecordMeta
+	19, // 57: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
+	68, // 58: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
+	12, // 59: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
+	82, // 60: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	88, // 61: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	5,  // 62: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 63: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 64: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 65: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 66: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 67: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 68: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	34, // 69: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	36, // 70: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	38, // 71: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	40, // 72: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	42, // 73: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	46, // 74: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
+	49, // 75: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
+	51, // 76: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
+	53, // 77: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
+	55, // 78: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
+	57, // 79: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
+	59, // 80: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
+	64, // 81: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
+	66, // 82: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
+	70, // 83: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
+	72, // 84: augur.v1.LazyShard.Fetch:input_type -> augur.v1.FetchRequest
+	74, // 85: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
+	76, // 86: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
+	78, // 87: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
+	80, // 88: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	83, // 89: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	85, // 90: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 91: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 92: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 93: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 94: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 95: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 96: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	26, // 97: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	35, // 98: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	37, // 99: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	39, // 100: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	41, // 101: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	44, // 102: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	48, // 103: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
+	50, // 104: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
+	52, // 105: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
+	54, // 106: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
+	56, // 107: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
+	58, // 108: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
+	60, // 109: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
+	65, // 110: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
+	67, // 111: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
+	71, // 112: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
+	73, // 113: augur.v1.LazyShard.Fetch:output_type -> augur.v1.FetchResponse
+	75, // 114: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
+	77, // 115: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
+	79, // 116: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
+	81, // 117: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	84, // 118: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	86, // 119: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	91, // [91:120] is the sub-list for method output_type
+	62, // [62:91] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -6084,7 +6531,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   81,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -1041,6 +1041,8 @@ var Sequencing_ServiceDesc = grpc.ServiceDesc{
 const (
 	LazyShard_Store_FullMethodName   = "/augur.v1.LazyShard/Store"
 	LazyShard_Order_FullMethodName   = "/augur.v1.LazyShard/Order"
+	LazyShard_Place_FullMethodName   = "/augur.v1.LazyShard/Place"
+	LazyShard_Fetch_FullMethodName   = "/augur.v1.LazyShard/Fetch"
 	LazyShard_Stable_FullMethodName  = "/augur.v1.LazyShard/Stable"
 	LazyShard_Mapping_FullMethodName = "/augur.v1.LazyShard/Mapping"
 	LazyShard_Read_FullMethodName    = "/augur.v1.LazyShard/Read"
@@ -1059,6 +1061,11 @@ type LazyShardClient interface {
 	// batch of the position -> record mapping; it answers once every
 	// replica holds the batch.
 	Order(ctx context.Context, in *OrderRequest, opts ...grpc.CallOption) (*OrderResponse, error)
+	// Place hands a backup its primary's placement of a mapping; it
+	// answers once it holds the placement and the data of its records.
+	Place(ctx context.Context, in *Placement, opts ...grpc.CallOption) (*PlaceResponse, error)
+	// Fetch returns the data of records a backup lacks.
+	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 	// Stable tells a replica that positions below stable_gp are final.
 	Stable(ctx context.Context, in *StableRequest, opts ...grpc.CallOption) (*StableResponse, error)
 	// Mapping returns a chunk of the position -> shard mapping.
@@ -1093,6 +1100,26 @@ func (c *lazyShardClient) Order(ctx context.Context, in *OrderRequest, opts ...g
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(OrderResponse)
 	err := c.cc.Invoke(ctx, LazyShard_Order_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lazyShardClient) Place(ctx context.Context, in *Placement, opts ...grpc.CallOption) (*PlaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlaceResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Place_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lazyShardClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FetchResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Fetch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1142,6 +1169,11 @@ type LazyShardServer interface {
 	// batch of the position -> record mapping; it answers once every
 	// replica holds the batch.
 	Order(context.Context, *OrderRequest) (*OrderResponse, error)
+	// Place hands a backup its primary's placement of a mapping; it
+	// answers once it holds the placement and the data of its records.
+	Place(context.Context, *Placement) (*PlaceResponse, error)
+	// Fetch returns the data of records a backup lacks.
+	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	// Stable tells a replica that positions below stable_gp are final.
 	Stable(context.Context, *StableRequest) (*StableResponse, error)
 	// Mapping returns a chunk of the position -> shard mapping.
@@ -1164,6 +1196,12 @@ func (UnimplementedLazyShardServer) Store(grpc.BidiStreamingServer[LazyStoreRequ
 }
 func (UnimplementedLazyShardServer) Order(context.Context, *OrderRequest) (*OrderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Order not implemented")
+}
+func (UnimplementedLazyShardServer) Place(context.Context, *Placement) (*PlaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Place not implemented")
+}
+func (UnimplementedLazyShardServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
 }
 func (UnimplementedLazyShardServer) Stable(context.Context, *StableRequest) (*StableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stable not implemented")
@@ -1216,6 +1254,42 @@ func _LazyShard_Order_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LazyShardServer).Order(ctx, req.(*OrderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LazyShard_Place_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Placement)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Place(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Place_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Place(ctx, req.(*Placement))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LazyShard_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FetchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Fetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Fetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Fetch(ctx, req.(*FetchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1284,6 +1358,14 @@ var LazyShard_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Order",
 			Handler:    _LazyShard_Order_Handler,
+		},
+		{
+			MethodName: "Place",
+			Handler:    _LazyShard_Place_Handler,
+		},
+		{
+			MethodName: "Fetch",
+			Handler:    _LazyShard_Fetch_Handler,
 		},
 		{
 			MethodName: "Stable",
