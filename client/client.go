@@ -53,6 +53,13 @@ type Client struct {
 	closed     bool
 	closedCh   chan struct{}
 	wg         sync.WaitGroup
+	// lazyConns are the pipelined lazy-append streams, by server and kind.
+	lazyConns map[lazyKey]*lazyConn
+	// floorMu guards unfinished and finishedSeqs: the lazy appends not
+	// finished yet, whose lowest sequence number is the client's floor.
+	floorMu      sync.Mutex
+	unfinished   seqHeap
+	finishedSeqs map[uint64]bool
 	// ctx bounds the work the client does on its own behalf, which outlives
 	// any one call: append streams shared by every caller and background
 	// refreshes. Close cancels it (stop).

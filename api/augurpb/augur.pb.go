@@ -4454,9 +4454,6 @@ type OrderRequest struct {
 	// first is the position of ids[0]; ids cover every shard's records.
 	First uint64        `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
 	Ids   []*RecordMeta `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
-	// noops are the positions, among this shard's, that hold no-ops
-	// (primary to backups: the record never arrived in time).
-	Noops []uint64 `protobuf:"varint,5,rep,packed,name=noops,proto3" json:"noops,omitempty"`
 	// shard is the shard whose primary the mapping is for.
 	Shard         uint32 `protobuf:"varint,7,opt,name=shard,proto3" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4517,13 +4514,6 @@ func (x *OrderRequest) GetFirst() uint64 {
 func (x *OrderRequest) GetIds() []*RecordMeta {
 	if x != nil {
 		return x.Ids
-	}
-	return nil
-}
-
-func (x *OrderRequest) GetNoops() []uint64 {
-	if x != nil {
-		return x.Noops
 	}
 	return nil
 }
@@ -6130,14 +6120,13 @@ const file_augur_proto_rawDesc = "" +
 	"\x05shard\x18\x03 \x01(\rR\x05shard\x12/\n" +
 	"\aentries\x18\x04 \x03(\v2\x15.augur.v1.AppendEntryR\aentries\"<\n" +
 	"\x11LazyStoreResponse\x12'\n" +
-	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\xab\x01\n" +
+	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\x95\x01\n" +
 	"\fOrderRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\x04R\x04view\x12\x14\n" +
 	"\x05first\x18\x03 \x01(\x04R\x05first\x12&\n" +
 	"\x03ids\x18\x04 \x03(\v2\x14.augur.v1.RecordMetaR\x03ids\x12\x14\n" +
-	"\x05noops\x18\x05 \x03(\x04R\x05noops\x12\x14\n" +
 	"\x05shard\x18\a \x01(\rR\x05shard\"s\n" +
 	"\rOrderResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
