@@ -4336,11 +4336,13 @@ func (x *SequencingBeat) GetStableGp() uint64 {
 }
 
 type LazyStoreRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	ClientId      uint64                 `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Shard         uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
-	Entries       []*AppendEntry         `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClientId  uint64                 `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	Entries   []*AppendEntry         `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// view is the sequencing view the records' metadata is appended in.
+	View          uint64 `protobuf:"varint,5,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4401,6 +4403,13 @@ func (x *LazyStoreRequest) GetEntries() []*AppendEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *LazyStoreRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
 }
 
 type LazyStoreResponse struct {
@@ -6112,13 +6121,14 @@ const file_augur_proto_rawDesc = "" +
 	"\x04view\x18\x01 \x01(\x04R\x04view\x12\x16\n" +
 	"\x06sealed\x18\x02 \x01(\bR\x06sealed\x12&\n" +
 	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\x12\x1b\n" +
-	"\tstable_gp\x18\x04 \x01(\x04R\bstableGp\"\x95\x01\n" +
+	"\tstable_gp\x18\x04 \x01(\x04R\bstableGp\"\xa9\x01\n" +
 	"\x10LazyStoreRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x14\n" +
 	"\x05shard\x18\x03 \x01(\rR\x05shard\x12/\n" +
-	"\aentries\x18\x04 \x03(\v2\x15.augur.v1.AppendEntryR\aentries\"<\n" +
+	"\aentries\x18\x04 \x03(\v2\x15.augur.v1.AppendEntryR\aentries\x12\x12\n" +
+	"\x04view\x18\x05 \x01(\x04R\x04view\"<\n" +
 	"\x11LazyStoreResponse\x12'\n" +
 	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\x95\x01\n" +
 	"\fOrderRequest\x12\x1d\n" +
