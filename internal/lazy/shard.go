@@ -313,6 +313,8 @@ func (s *Shard[W]) Map(m Mapping, now time.Time, out *ShardOutput[W]) error {
 		return nil
 	case m.From > s.placedEnd:
 		return fmt.Errorf("mapping [%d, %d) after placing up to %d: %w", m.From, m.End(), s.placedEnd, ErrBadInput)
+	case m.View == s.view && m.From < s.placedEnd:
+		return fmt.Errorf("mapping [%d, %d) of view %d overlaps its own view's placements up to %d: %w", m.From, m.End(), m.View, s.placedEnd, ErrBadInput)
 	case m.From < s.stable:
 		return fmt.Errorf("mapping [%d, %d) of view %d rebinds stable positions below %d: %w", m.From, m.End(), m.View, s.stable, ErrBadInput)
 	}
