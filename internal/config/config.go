@@ -35,6 +35,7 @@ import (
 	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/sequencing"
 	"github.com/augur-log/augur/internal/storage"
 )
 
@@ -440,8 +441,13 @@ func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Confi
 	if err != nil {
 		return ordering.Config{}, err
 	}
+	var seqMembers []ordering.Member
+	for _, q := range c.Sequencing {
+		seqMembers = append(seqMembers, ordering.Member{ID: q.ID, Addr: q.Addr})
+	}
 	return ordering.Config{
 		Mode:             md,
+		Sequencing:       seqMembers,
 		ClusterID:        c.ClusterID,
 		ID:               id,
 		Members:          members,
@@ -491,6 +497,26 @@ func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config,
 		Mode:              md,
 		ReportDelay:       self.ReportDelay.D(),
 		Logger:            logger,
+	}, nil
+}
+
+// SequencingConfig returns the configuration of sequencing replica id.
+func (c *Cluster) SequencingConfig(id string, logger *slog.Logger) (sequencing.Config, error) {
+	if c.sequencingIndex(id) < 0 {
+		return sequencing.Config{}, fmt.Errorf("%q is not a sequencing replica of the cluster file (sequencing: %v)", id, c.sequencingIDs())
+	}
+	var peers []sequencing.Peer
+	for _, q := range c.Sequencing {
+		peers = append(peers, sequencing.Peer{ID: q.ID, Addr: q.Addr})
+	}
+	return sequencing.Config{
+		ClusterID:     c.ClusterID,
+		ID:            id,
+		Replicas:      peers,
+		Ordering:      c.OrderingAddrs(),
+		BatchInterval: c.LazyBatchInterval.D(),
+		RingMax:       c.LazyRingEntries,
+		Logger:        logger,
 	}, nil
 }
 

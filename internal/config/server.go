@@ -8,10 +8,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/augur-log/augur/internal/ordering"
+	"github.com/augur-log/augur/internal/sequencing"
 	"github.com/augur-log/augur/internal/storage"
 )
 
-// Server is one server of a cluster, of either role.
+// Server is one server of a cluster, of any role.
 type Server interface {
 	// Register adds the server's gRPC services.
 	Register(*grpc.Server)
@@ -19,8 +20,9 @@ type Server interface {
 	Stop()
 }
 
-// NewServer opens server id of the cluster, an ordering replica or a
-// storage server, with its data in its own directory.
+// NewServer opens server id of the cluster, an ordering replica, a
+// storage server or a sequencing replica, with its data in its own
+// directory.
 func (c *Cluster) NewServer(id string, lg *slog.Logger) (Server, error) {
 	role, err := c.Role(id)
 	if err != nil {
@@ -42,6 +44,12 @@ func (c *Cluster) NewServer(id string, lg *slog.Logger) (Server, error) {
 			return nil, err
 		}
 		return storage.New(sc)
+	case RoleSequencing:
+		qc, err := c.SequencingConfig(id, lg)
+		if err != nil {
+			return nil, err
+		}
+		return sequencing.New(qc)
 	}
 	return nil, fmt.Errorf("server %s: unknown role %q", id, role)
 }

@@ -74,7 +74,10 @@ type Config struct {
 	KeepaliveInterval time.Duration
 	// Mode is the cluster's ordering mode: it supplies the initial control
 	// state and the leader's policy.
-	Mode   mode.Mode
+	Mode mode.Mode
+	// Sequencing lists the sequencing replicas of a cluster in lazy
+	// order, the first leading the first view; empty in other modes.
+	Sequencing []Member
 	Logger *slog.Logger
 }
 
@@ -832,6 +835,15 @@ func (s *Server) statusLocked() *pb.StatusResponse {
 	}
 	for _, m := range s.cfg.Members {
 		resp.Members = append(resp.Members, &pb.OrderingMember{Id: m.ID, Addr: m.Addr, Leader: m.ID == lid})
+	}
+	if len(s.cfg.Sequencing) > 0 {
+		// The sequencing layer's first view, which its replicas open on
+		// their own at first start: the view the control state records
+		// once the control plane runs sequencing views.
+		resp.Lazy = &pb.LazyState{View: 1}
+		for _, m := range s.cfg.Sequencing {
+			resp.Lazy.Replicas = append(resp.Lazy.Replicas, &pb.SequencingReplica{Id: m.ID, Addr: m.Addr})
+		}
 	}
 	return resp
 }

@@ -378,11 +378,12 @@ func (ls *lazyShard) entryOf(a lazy.ReadAnswer[*lazyRead]) (*pb.SpecEntry, error
 	return &pb.SpecEntry{Position: a.Pos, Shard: uint32(ls.id), Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}}, nil
 }
 
-// appendSpecEntry appends e, merging consecutive skips into one run.
+// appendSpecEntry appends e, merging consecutive skips of one shard into
+// one run.
 func appendSpecEntry(es []*pb.SpecEntry, e *pb.SpecEntry) []*pb.SpecEntry {
 	if e.Record == nil && len(es) > 0 {
 		last := es[len(es)-1]
-		if last.Record == nil && last.Position+last.Skip == e.Position {
+		if last.Record == nil && last.Shard == e.Shard && last.Position+last.Skip == e.Position {
 			last.Skip += e.Skip
 			return es
 		}
