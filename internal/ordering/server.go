@@ -78,7 +78,7 @@ type Config struct {
 	// Sequencing lists the sequencing replicas of a cluster in lazy
 	// order, the first leading the first view; empty in other modes.
 	Sequencing []Member
-	Logger *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Validate checks the configuration.
