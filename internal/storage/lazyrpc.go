@@ -400,3 +400,76 @@ func lazyReadStatus(err error) error {
 	}
 	return status.Error(codes.InvalidArgument, err.Error())
 }
+
+// subscribeLazy streams shard id's view of the order from req.From on:
+// every stable position, as its record (if the shard holds it and the
+// filter keeps it) or a skip naming the position's shard, with confirmed
+// set to the end of the positions sent. Subscribers merge the shards'
+// streams by position (the lazy merger).
+func (s *Server) subscribeLazy(req *pb.SubscribeRequest, stream pb.Log_SubscribeServer) error {
+	ctx := stream.Context()
+	ls, err := s.lazyShardFor(ctx, req.GetShard())
+	if err != nil {
+		return err
+	}
+	f := newFilter(req.GetFilter())
+	next := req.GetFrom()
+	w := &lazyRead{answer: make(chan lazy.ReadAnswer[*lazyRead], 1)}
+	for {
+		ls.mu.Lock()
+		changed := ls.readableCh
+		readable := ls.core.Readable()
+		var answers []lazy.ReadAnswer[*lazyRead]
+		var skipRuns []lazy.Run
+		if next < readable {
+			for _, run := range ls.core.Locate(next, lazySubscribeBatchMax) {
+				if len(answers) >= lazySubscribeBatchMax {
+					break
+				}
+				if run.Shard != ls.id {
+					skipRuns = append(skipRuns, run)
+					answers = append(answers, lazy.ReadAnswer[*lazyRead]{Pos: run.From, Shard: run.Shard})
+					continue
+				}
+				for p := run.From; p < run.End && len(answers) < lazySubscribeBatchMax; p++ {
+					var out lazy.ShardOutput[*lazyRead]
+					if err := ls.core.Read(w, p, &out); err != nil {
+						ls.mu.Unlock()
+						return lazyReadStatus(err)
+					}
+					answers = append(answers, out.Reads...)
+				}
+			}
+		}
+		ls.mu.Unlock()
+		if len(answers) > 0 {
+			resp := &pb.SubscribeResponse{}
+			k := 0
+			for _, a := range answers {
+				var e *pb.SpecEntry
+				if a.Shard != ls.id {
+					run := skipRuns[k]
+					k++
+					e = &pb.SpecEntry{Position: run.From, Shard: uint32(run.Shard), Skip: run.End - run.From}
+				} else if e, err = ls.entryOf(a); err != nil {
+					return err
+				} else if e.Record != nil && !f.match(segment.Entry{Key: e.Record.Key, Tags: e.Record.Tags}) {
+					e = &pb.SpecEntry{Position: a.Pos, Shard: uint32(ls.id), Skip: 1}
+				}
+				resp.Entries = appendSpecEntry(resp.Entries, e)
+			}
+			last := resp.Entries[len(resp.Entries)-1]
+			next = last.Position + max(last.Skip, 1)
+			resp.Confirmed = next
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
