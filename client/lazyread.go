@@ -235,3 +235,23 @@ func (c *Client) checkTailLazy(ctx context.Context, st *pb.LazyState) (uint64, e
 	}
 	return 0, fmt.Errorf("augur: no sequencing leader answered: %w", last)
 }
+
+// SequencingStatus asks each sequencing replica of a lazy cluster how it
+// stands (view, role, ordered and stable ends); a replica that does not
+// answer has a nil entry and its error.
+func (c *Client) SequencingStatus(ctx context.Context) ([]*pb.SequencingStatusResponse, []error) {
+	st := c.lazyState()
+	out := make([]*pb.SequencingStatusResponse, len(st.GetReplicas()))
+	errs := make([]error, len(st.GetReplicas()))
+	for i, r := range st.GetReplicas() {
+		cc, err := c.conn(r.Addr)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		out[i], errs[i] = pb.NewSequencingClient(cc).SequencingStatus(cctx, &pb.SequencingStatusRequest{ClusterId: c.cfg.ClusterID})
+		cancel()
+	}
+	return out, errs
+}

@@ -32,7 +32,7 @@ import (
 const (
 	// lazyNoopAfter bounds how long a primary waits for a mapped record's
 	// data before it binds a no-op in its place.
-	lazyNoopAfter = 200 * time.Millisecond
+	lazyNoopAfter = time.Second
 	// lazyReadMax bounds the positions one Read answers.
 	lazyReadMax = 1024
 	// lazyMappingRunsMax bounds the runs one Mapping answer carries.
@@ -67,7 +67,9 @@ type lazyShard struct {
 	// (primary); ackedCh is closed and replaced when it grows.
 	acked   uint64
 	ackedCh chan struct{}
-	// readableCh is closed and replaced when the readable end grows.
+	// readable is the core's readable end as the subscriptions know it;
+	// readableCh is closed and replaced when it moves.
+	readable   uint64
 	readableCh chan struct{}
 	wake       *time.Timer
 	// syncWant and synced drive the group commit: appenders wait until
@@ -179,7 +181,8 @@ func (ls *lazyShard) handleLocked(out *lazy.ShardOutput[*lazyRead]) error {
 	for _, a := range out.Reads {
 		a.Waiter.answer <- a
 	}
-	if len(out.Reads) > 0 || out.Place != nil || out.Applied {
+	if r := ls.core.Readable(); r != ls.readable {
+		ls.readable = r
 		close(ls.readableCh)
 		ls.readableCh = make(chan struct{})
 	}
@@ -296,44 +299,15 @@ func (ls *lazyShard) syncLoop() {
 	}
 }
 
-// awaitDurableLocked waits until local index end-1 survives a crash, per
-// the fsync policy: under SyncGroup until a group fsync covered it; the
-// others acknowledge once written (SyncAlways synced in the write).
-func (ls *lazyShard) awaitDurableLocked(ctx context.Context, end uint64) error {
-	if ls.s.cfg.Sync != segment.SyncGroup {
-		return nil
-	}
-	for ls.syncedLen < end {
-		if ls.closed {
-			return errors.New("shard closed")
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		select {
-		case ls.syncWake <- struct{}{}:
-		default:
-		}
-		stop := context.AfterFunc(ctx, func() {
-			ls.mu.Lock()
-			ls.syncCond.Broadcast()
-			ls.mu.Unlock()
-		})
-		ls.syncCond.Wait()
-		stop()
-	}
-	return nil
-}
-
 // accept stores a batch of a client's records (or finds them stored) and
-// returns one code per entry, after they are durable.
-func (ls *lazyShard) accept(ctx context.Context, req *pb.LazyStoreRequest) []*pb.AppendAck {
-	acks := make([]*pb.AppendAck, len(req.GetEntries()))
+// returns one answer per entry, to send once the log holds need entries
+// durably (awaitDurable).
+func (ls *lazyShard) accept(req *pb.LazyStoreRequest) (acks []*pb.AppendAck, need uint64) {
+	acks = make([]*pb.AppendAck, len(req.GetEntries()))
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	var fresh []segment.Entry
 	var out lazy.ShardOutput[*lazyRead]
-	need := uint64(0)
 	for i, e := range req.GetEntries() {
 		ack := &pb.AppendAck{Seq: e.GetSeq(), Shard: uint32(ls.id)}
 		acks[i] = ack
@@ -372,16 +346,40 @@ func (ls *lazyShard) accept(ctx context.Context, req *pb.LazyStoreRequest) []*pb
 				a.Code, a.Message = pb.Code_UNAVAILABLE, err.Error()
 			}
 		}
-		return acks
+		return acks, 0
 	}
-	if err := ls.awaitDurableLocked(ctx, need); err != nil {
-		for _, a := range acks {
-			if a.Code == pb.Code_OK {
-				a.Code, a.Message = pb.Code_UNAVAILABLE, err.Error()
-			}
+	return acks, need
+}
+
+// awaitDurable waits until the log holds need entries durably, per the
+// fsync policy: under SyncGroup until a group fsync covered them; the
+// others acknowledge once written (SyncAlways synced in the write).
+func (ls *lazyShard) awaitDurable(ctx context.Context, need uint64) error {
+	if ls.s.cfg.Sync != segment.SyncGroup {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for ls.syncedLen < need {
+		if ls.closed {
+			return errors.New("shard closed")
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case ls.syncWake <- struct{}{}:
+		default:
+		}
+		stop := context.AfterFunc(ctx, func() {
+			ls.mu.Lock()
+			ls.syncCond.Broadcast()
+			ls.mu.Unlock()
+		})
+		ls.syncCond.Wait()
+		stop()
 	}
-	return acks
+	return nil
 }
 
 // lazyCode maps a core error to its wire code.

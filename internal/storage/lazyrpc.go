@@ -15,6 +15,10 @@ import (
 	"github.com/augur-log/augur/internal/segment"
 )
 
+// lazyStoreInflightMax bounds the batches of one Store stream stored and
+// waiting for their fsync.
+const lazyStoreInflightMax = 256
+
 // lazyServer is the LazyShard service of a storage server.
 type lazyServer struct {
 	pb.UnimplementedLazyShardServer
@@ -40,14 +44,49 @@ func (s *Server) lazyShardFor(ctx context.Context, id uint32) (*lazyShard, error
 	}
 }
 
-// Store takes a client's stream of unordered records.
+// Store takes a client's stream of unordered records. Records are stored
+// as they arrive; their answers go out, in order, once durable, from a
+// second goroutine, so the stream keeps many batches in flight.
 func (l *lazyServer) Store(stream pb.LazyShard_StoreServer) error {
 	s := l.s
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	type pending struct {
+		ls   *lazyShard
+		need uint64
+		resp *pb.LazyStoreResponse
+	}
+	queue := make(chan pending, lazyStoreInflightMax)
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case p := <-queue:
+				if p.ls != nil {
+					if err := p.ls.awaitDurable(ctx, p.need); err != nil {
+						for _, a := range p.resp.Acks {
+							if a.Code == pb.Code_OK {
+								a.Code, a.Message = pb.Code_UNAVAILABLE, err.Error()
+							}
+						}
+					}
+				}
+				if err := stream.Send(p.resp); err != nil {
+					sendErr <- err
+					cancel()
+					return
+				}
+			case <-ctx.Done():
+				sendErr <- nil
+				return
+			}
+		}
+	}()
 	for {
 		req, err := stream.Recv()
 		if err != nil {
-			return nil
+			cancel()
+			return <-sendErr
 		}
 		resp := &pb.LazyStoreResponse{}
 		code, msg := pb.Code_OK, ""
@@ -57,15 +96,19 @@ func (l *lazyServer) Store(stream pb.LazyShard_StoreServer) error {
 		} else if ls, err = s.lazyShard(cut.ShardID(req.GetShard())); err != nil {
 			code, msg = pb.Code_UNKNOWN_SHARD, err.Error()
 		}
+		p := pending{resp: resp}
 		if code != pb.Code_OK {
 			for _, e := range req.GetEntries() {
 				resp.Acks = append(resp.Acks, &pb.AppendAck{Seq: e.GetSeq(), Shard: req.GetShard(), Code: code, Message: msg})
 			}
 		} else {
-			resp.Acks = ls.accept(ctx, req)
+			p.ls = ls
+			resp.Acks, p.need = ls.accept(req)
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
+		select {
+		case queue <- p:
+		case <-ctx.Done():
+			return <-sendErr
 		}
 	}
 }
