@@ -325,15 +325,15 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 
 	appendLat := bench.NewLatency()
 	var (
-		acksMu   sync.Mutex
-		acks     = map[demoRecord]uint64{} // record -> position
+		acksMu sync.Mutex
+		acks   = map[demoRecord]uint64{} // record -> position
 		// unordered: the cluster acknowledges appends before it orders
 		// them (lazy order), so acks carries no positions.
 		unordered atomic.Bool
-		failed   atomic.Int64
-		firstErr atomic.Pointer[error]
-		pending  sync.WaitGroup
-		gens     sync.WaitGroup
+		failed    atomic.Int64
+		firstErr  atomic.Pointer[error]
+		pending   sync.WaitGroup
+		gens      sync.WaitGroup
 	)
 	start := time.Now()
 	end := start.Add(f.duration)
