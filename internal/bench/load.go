@@ -275,6 +275,19 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	}
 
 	var gens sync.WaitGroup
+	// The floor is measured over the warm-up, under the same load, so
+	// that it costs nothing in the measured window's CPU.
+	floor, err := startFloorProbe()
+	if err != nil {
+		return nil, err
+	}
+	defer floor.close()
+	var floorErr error
+	gens.Add(1)
+	go func() {
+		defer gens.Done()
+		floorErr = floor.run(runCtx, r.warmEnd)
+	}()
 	for i, cl := range appenders {
 		gens.Add(1)
 		go func() {
@@ -344,6 +357,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	if actErr != nil {
 		return nil, actErr
 	}
+	if floorErr != nil {
+		return nil, floorErr
+	}
 	if err := waitFor(ctx, r.pending.Wait, drainTimeout); err != nil {
 		return nil, fmt.Errorf("appends still unacknowledged after the run: %w", err)
 	}
@@ -389,6 +405,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		StealPercent:    steal,
 		Events:          events,
 		Series:          r.series.points(e.Mode.Speculative()),
+	}
+	if floor.lat.Count() > 0 {
+		res.GRPCFloorUS = floor.lat.Summary()
 	}
 	if counting {
 		res.NoopRPS = Ptr(round(float64(c1.Noops-c0.Noops)/secs, 1))

@@ -59,6 +59,12 @@ type Result struct {
 	// AppendLatencyUS is from an append's start (its scheduled start in open
 	// loop, so queueing behind a slow cluster counts) to its acknowledgement.
 	AppendLatencyUS *LatencySummary `json:"append_latency_us,omitempty"`
+	// GRPCFloorUS is the round trip of an almost empty gRPC call (a health
+	// check) over loopback to a server in the benchmark process, paced
+	// every millisecond during the warm-up, under the run's load: the
+	// least any RPC costs on this machine at that moment, to set append
+	// latency against. Omitted without a warm-up.
+	GRPCFloorUS *LatencySummary `json:"grpc_floor_us,omitempty"`
 	// OrderLatencyUS is, with emulated shards, from a record's arrival at
 	// its shard (its scheduled time: the load is open loop) to the moment
 	// the benchmark's Watch stream of the ordering leader delivers the

@@ -24,6 +24,7 @@ func goldenReport() *Report {
 		Rate: Ptr(2000), Clients: 4, Subscribers: 2, Follow: "shards", ComputeUS: Ptr(1500.0), DurationS: 10, StealPercent: Ptr(4.5),
 		ThroughputRPS:     Ptr(1999.5),
 		AppendLatencyUS:   lat(4000),
+		GRPCFloorUS:       lat(100),
 		DeliveryLatencyUS: lat(4200),
 		E2ELatencyUS:      lat(6000),
 		E2EBreakdownUS:    &Breakdown{Delivery: 4200, Queue: 300, Compute: 1500, WaitForConfirm: 0},
