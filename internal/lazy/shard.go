@@ -731,3 +731,13 @@ func (s *Shard[W]) Trim(pos uint64) uint64 {
 
 // Marks returns the dedup state to persist with a trim.
 func (s *Shard[W]) Marks() []ClientMark { return s.seen.Marks() }
+
+// LocalOf returns the local index of a record this replica stores: a
+// primary serves a backup's Fetch from it.
+func (s *Shard[W]) LocalOf(id RecordID) (local uint64, ok bool) {
+	r, ok := s.byID[id]
+	if !ok {
+		return 0, false
+	}
+	return r.local, true
+}
