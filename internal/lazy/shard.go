@@ -466,16 +466,6 @@ func (s *Shard[W]) Resend(i int) []Placement {
 	return out
 }
 
-// Lookup returns the local index of a stored record: what a primary
-// serves a backup's Fetch from.
-func (s *Shard[W]) Lookup(id RecordID) (local uint64, ok bool) {
-	r, ok := s.byID[id]
-	if !ok {
-		return 0, false
-	}
-	return r.local, true
-}
-
 // Place takes the primary's placement (backup only). The backup fetches
 // the data of bound records it lacks, then applies and persists it.
 func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {

@@ -724,7 +724,7 @@ func (n *shardNode) carry(out lazy.ShardOutput[int]) {
 		w.send(n.name, &p.node, func() {
 			var found []lazy.RecordID
 			for _, id := range ids {
-				if _, ok := p.core.Lookup(id); ok {
+				if _, ok := p.core.LocalOf(id); ok {
 					found = append(found, id)
 				}
 			}
