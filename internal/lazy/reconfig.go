@@ -60,7 +60,9 @@ type Reconfig struct {
 	ids     []RecordID
 	acked   map[cut.ShardID]bool
 	started map[ReplicaID]bool
-	end     uint64
+	// from and end bound the flush: the recovery replica's ordered end,
+	// and the new view's stable end.
+	from, end uint64
 }
 
 type reconfigStep int
@@ -113,7 +115,7 @@ func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
 		panic(fmt.Sprintf("lazy: replica %d ordered to %d below the view's stable %d", from, rep.Ordered, rc.old.Stable))
 	}
 	rc.next.Leader = from
-	rc.end = rep.Ordered + uint64(len(rep.Entries))
+	rc.from, rc.end = rep.Ordered, rep.Ordered+uint64(len(rep.Entries))
 	if len(rep.Entries) == 0 {
 		rc.step = stepRecord
 		return rc.record()
@@ -162,7 +164,8 @@ func (rc *Reconfig) Recorded() ReconfigOutput {
 func (rc *Reconfig) starting() ReconfigOutput {
 	return ReconfigOutput{
 		Stable: &StableGP{View: rc.next.View, Stable: rc.end},
-		Start:  &StartView{View: rc.next.View, Ordered: rc.end, Flushed: rc.ids},
+		Start: &StartView{View: rc.next.View, Ordered: rc.end, From: rc.from, Flushed: rc.ids,
+			Leader: rc.next.Leader, Replicas: slices.Clone(rc.next.Replicas)},
 	}
 }
 

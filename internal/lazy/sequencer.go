@@ -13,7 +13,9 @@ type SequencerConfig struct {
 
 // SequencerState is what a sequencing replica keeps across a restart: the
 // shell persists it whenever State changes (after Collect and StartView)
-// and gives it back to NewSequencer. The ring itself is memory only, as in
+// and gives it back to NewSequencer. Records collected at positions not
+// known stable yet are not in it: a restarted replica may take a retry of
+// one as new, which costs a no-op on its shard, never a second copy. The ring itself is memory only, as in
 // the paper: a restarted replica lost it, so it starts sealed and takes
 // appends again only in a view that StartView opens for it.
 type SequencerState struct {
@@ -46,6 +48,11 @@ type Sequencer struct {
 	held  int
 	index map[RecordID]int
 	seen  *Dedup
+	// recent maps the records collected at positions not known stable
+	// yet to those positions: a view change may still rebind them (when
+	// its recovery replica had not collected them), so they are
+	// duplicates only until then, and for good once stable.
+	recent map[RecordID]uint64
 	// amnesiac says the replica restarted (losing its ring) and has not
 	// started a view since: it must never be a recovery replica.
 	amnesiac bool
@@ -63,6 +70,7 @@ func NewSequencer(cfg SequencerConfig, st SequencerState) *Sequencer {
 		sealed:  true,
 		ordered: st.Ordered,
 		index:   map[RecordID]int{},
+		recent:  map[RecordID]uint64{},
 		seen:    NewDedup(st.Marks),
 		// A new replica has nothing to lose, but nothing to recover from
 		// either: it waits for a view, as a restarted one does.
@@ -100,7 +108,8 @@ func (s *Sequencer) Append(m Meta) (dup bool, err error) {
 		return false, fmt.Errorf("record %v: view %d: %w", m.ID, s.view, ErrSealed)
 	}
 	s.seen.Raise(m.ID.Client, m.Floor)
-	if _, ok := s.index[m.ID]; ok || s.seen.Done(m.ID) {
+	_, collected := s.recent[m.ID]
+	if _, ok := s.index[m.ID]; ok || collected || s.seen.Done(m.ID) {
 		// A retry, or a copy that arrives after the leader collected the
 		// record (the paper's footnote): held or ordered already.
 		return true, nil
@@ -146,18 +155,32 @@ func (s *Sequencer) Collect(gc GC) error {
 		return fmt.Errorf("collect [%d, %d): view %d: %w", gc.From, gc.End, s.view, ErrSealed)
 	case gc.End < gc.From || uint64(len(gc.IDs)) > gc.End-gc.From:
 		return fmt.Errorf("collect [%d, %d) of %d records: %w", gc.From, gc.End, len(gc.IDs), ErrBadInput)
-	case gc.End <= s.ordered:
-		return nil
-	case gc.From != s.ordered:
+	case gc.End > s.ordered && gc.From != s.ordered:
 		return fmt.Errorf("collect [%d, %d) while ordered up to %d: %w", gc.From, gc.End, s.ordered, ErrBadInput)
+	case gc.End <= s.ordered:
+		s.settle(min(gc.From, s.ordered))
+		return nil
 	}
-	for _, id := range gc.IDs {
+	for i, id := range gc.IDs {
 		s.drop(id)
-		s.seen.Mark(id)
+		s.recent[id] = gc.From + uint64(i)
 	}
+	// The leader collects a batch only once the one before is stable:
+	// everything below gc.From is.
+	s.settle(gc.From)
 	s.ordered = gc.End
 	s.compact()
 	return nil
+}
+
+// settle remembers for good the collected records below stable.
+func (s *Sequencer) settle(stable uint64) {
+	for id, pos := range s.recent {
+		if pos < stable {
+			s.seen.Mark(id)
+			delete(s.recent, id)
+		}
+	}
 }
 
 func (s *Sequencer) drop(id RecordID) {
@@ -225,18 +248,35 @@ func (s *Sequencer) Seal(view uint64) (SealReply, error) {
 type StartView struct {
 	View    uint64
 	Ordered uint64
+	// From is where the flush started (the recovery replica's ordered
+	// end): positions below it kept their binding, those from it on were
+	// bound again (to Flushed).
+	From    uint64
 	Flushed []RecordID
+	// Leader and Replicas are the new configuration: the leader runs the
+	// orderer of the view.
+	Leader   ReplicaID
+	Replicas []ReplicaID
 }
 
 // Start applies a StartView. Starting the view the replica runs already
-// changes nothing; an older view is refused.
+// changes nothing; an older view is refused, and so is the view the
+// replica sealed (or lost in a restart): a sealed view never reopens, or
+// appends could commit in it after its flush.
 func (s *Sequencer) Start(sv StartView) error {
 	switch {
-	case sv.View < s.view || (sv.View == s.view && sv.Ordered < s.ordered):
-		return fmt.Errorf("start view %d at %d in view %d at %d: %w", sv.View, sv.Ordered, s.view, s.ordered, ErrWrongView)
+	case sv.View < s.view:
+		return fmt.Errorf("start view %d in view %d: %w", sv.View, s.view, ErrWrongView)
 	case sv.View == s.view && !s.sealed:
 		return nil
+	case sv.View == s.view:
+		return fmt.Errorf("start view %d: %w", sv.View, ErrSealed)
 	}
+	// What this replica collected from the flush's start on was bound
+	// again: the records the recovery replica held are in Flushed, the
+	// others were never acknowledged and may come again.
+	s.settle(sv.From)
+	clear(s.recent)
 	for _, id := range sv.Flushed {
 		s.seen.Mark(id)
 	}

@@ -97,7 +97,10 @@ func TestSequencerDedupSurvivesCollectionRestartAndViews(t *testing.T) {
 	s := open(t, 0)
 	mustAppend(t, s, meta(1, 1, 0, 1), false)
 	mustAppend(t, s, meta(1, 2, 0, 1), false)
-	if err := s.Collect(GC{View: 1, From: 0, End: 2, IDs: []RecordID{rid(1, 1), rid(1, 2)}}); err != nil {
+	if err := s.Collect(GC{View: 1, From: 0, End: 1, IDs: []RecordID{rid(1, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Collect(GC{View: 1, From: 1, End: 2, IDs: []RecordID{rid(1, 2)}}); err != nil {
 		t.Fatal(err)
 	}
 	// A copy arriving after the leader collected it (the paper's
@@ -107,7 +110,7 @@ func TestSequencerDedupSurvivesCollectionRestartAndViews(t *testing.T) {
 		t.Fatalf("a collected record came back: len %d", s.Len())
 	}
 	r := NewSequencer(SequencerConfig{}, s.State())
-	if err := r.Start(StartView{View: 2, Ordered: 2}); err != nil {
+	if err := r.Start(StartView{View: 2, From: 2, Ordered: 2}); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, r, meta(1, 1, 0, 2), true)
@@ -196,4 +199,74 @@ func TestSealedReplicaRefusesAppendsAndCollectsAndReportsItsRing(t *testing.T) {
 	if rep, _ := r.Seal(1); !rep.Amnesiac {
 		t.Error("a restarted replica's seal reply does not say it lost its ring")
 	}
+}
+
+// A StartView resent late must not reopen the view a seal closed: appends
+// could then commit in a view whose unordered entries were flushed.
+func TestSealedViewNeverReopens(t *testing.T) {
+	s := open(t, 0)
+	sv := StartView{View: 2, Ordered: 0, Leader: 1}
+	if err := s.Start(sv); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(sv); err != nil {
+		t.Errorf("starting the running view again: %v", err)
+	}
+	if _, err := s.Seal(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(sv); !errors.Is(err, ErrSealed) {
+		t.Fatalf("a late StartView reopened a sealed view: %v", err)
+	}
+	if _, err := s.Append(meta(1, 1, 0, 2)); !errors.Is(err, ErrSealed) {
+		t.Errorf("append after the late StartView: %v", err)
+	}
+	// A restarted replica does not rejoin the view it lost its ring in.
+	r := NewSequencer(SequencerConfig{}, SequencerState{View: 2})
+	if err := r.Start(sv); !errors.Is(err, ErrSealed) {
+		t.Errorf("a restarted replica rejoined its old view: %v", err)
+	}
+}
+
+// A record a replica collected at a position not stable yet is a
+// duplicate only as long as that binding may stand: when a view change
+// recovers from a replica that had not collected it, the flush binds those
+// positions again without it (it was never acknowledged), and a retry of
+// it in the new view must be taken as new, or its client would count this
+// replica's acknowledgement for a record no log holds.
+func TestCollectedRecordComesBackWhenAViewChangeRebindsItsPosition(t *testing.T) {
+	s := open(t, 0)
+	x := meta(2, 46, 0, 1)
+	mustAppend(t, s, x, false)
+	if err := s.Collect(GC{View: 1, From: 140, End: 141, IDs: []RecordID{x.ID}}); err == nil {
+		t.Fatal("collect past a gap")
+	}
+	s.ordered = 140
+	if err := s.Collect(GC{View: 1, From: 140, End: 141, IDs: []RecordID{x.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, x, true)
+	s.Seal(1)
+	// The recovery replica had ordered up to 140 and held another record.
+	y := meta(3, 1, 1, 1)
+	if err := s.Start(StartView{View: 2, From: 140, Ordered: 141, Flushed: []RecordID{y.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	x.View, y.View = 2, 2
+	mustAppend(t, s, x, false)
+	mustAppend(t, s, y, true)
+	// Once stable (the leader collects the next batch), a collected record
+	// is a duplicate for good.
+	if err := s.Collect(GC{View: 2, From: 141, End: 142, IDs: []RecordID{x.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Collect(GC{View: 2, From: 142, End: 142}); err != nil {
+		t.Fatal(err)
+	}
+	s.Seal(2)
+	if err := s.Start(StartView{View: 3, From: 142, Ordered: 142}); err != nil {
+		t.Fatal(err)
+	}
+	x.View = 3
+	mustAppend(t, s, x, true)
 }

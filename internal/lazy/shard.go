@@ -38,6 +38,10 @@ type Slot struct {
 // persists and replicates to its backups, who apply it verbatim: the
 // position table of [From, End) and this shard's slots in it, ascending.
 type Placement struct {
+	// Seq numbers the primary's placements from 1: a backup applies them
+	// in this order, each once, so that its history of rebinds is the
+	// primary's (a late copy of an old placement changes nothing).
+	Seq             uint64
 	View, From, End uint64
 	Runs            []Run
 	Slots           []Slot
@@ -107,8 +111,10 @@ type ShardOutput[W comparable] struct {
 	// them from the primary and hand them to Copy.
 	Fetch []RecordID
 	// Applied, on a backup, says it holds (persisted, with the data)
-	// every placement up to AppliedEnd: tell the primary.
+	// every placement up to number AppliedSeq, which place up to
+	// AppliedEnd: tell the primary AppliedSeq.
 	Applied    bool
+	AppliedSeq uint64
 	AppliedEnd uint64
 	// Ack, on a primary, goes to the sequencing leader: every replica
 	// holds the placement of the mapping.
@@ -167,10 +173,14 @@ type Shard[W comparable] struct {
 
 	// On a primary: the mapping waiting for data, the last placement and
 	// what each backup applied.
-	pending  *pendingMap
-	last     *Placement
+	pending *pendingMap
+	// sent holds the placements some backup may still lack (numbered
+	// past the least backupAt), in order, for Resend; backupAt[i] is the
+	// number of the last placement backup i applied.
+	sent     []*Placement
 	backupAt []uint64
-	acked    uint64
+	// placeSeq numbers the last placement applied.
+	placeSeq uint64
 
 	// On a backup: a placement waiting for fetched data.
 	waiting *Placement
@@ -202,9 +212,17 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 		s.byID[r.ID] = &storedRec{local: r.Local, view: max(r.View, st.StableView)}
 	}
 	for i := range st.Placements {
-		s.apply(&st.Placements[i])
+		p := &st.Placements[i]
+		if p.Seq == 0 {
+			p.Seq = s.placeSeq + 1
+		}
+		s.apply(p)
+		if cfg.Primary {
+			// The backups will say what they hold; until then, they may
+			// lack any of it.
+			s.retain(p)
+		}
 	}
-	s.acked = s.placedEnd
 	var out ShardOutput[W]
 	s.Stable(StableGP{View: st.StableView, Stable: st.Stable}, &out)
 	return s
@@ -243,6 +261,9 @@ func (s *Shard[W]) Accept(id RecordID, view uint64, out *ShardOutput[W]) (local 
 		return 0, false, err
 	}
 	if r, ok := s.byID[id]; ok {
+		// A retry in a newer view keeps the record from the scrub of
+		// the views before it: its metadata may be ordered in this one.
+		r.view = max(r.view, view)
 		return r.local, false, nil
 	}
 	if s.seen.Done(id) {
@@ -288,9 +309,11 @@ func (s *Shard[W]) store(id RecordID, view uint64, out *ShardOutput[W]) uint64 {
 	if s.waiting != nil && s.missing[id] {
 		delete(s.missing, id)
 		if len(s.missing) == 0 {
+			// Checked again: a newer placement may have overtaken it
+			// while its data was fetched.
 			p := s.waiting
 			s.waiting, s.missing = nil, nil
-			s.applyBackup(p, out)
+			_ = s.Place(*p, out)
 		}
 	}
 	return local
@@ -307,16 +330,14 @@ func (s *Shard[W]) Map(m Mapping, now time.Time, out *ShardOutput[W]) error {
 	case m.View < s.view:
 		return fmt.Errorf("mapping [%d, %d) of view %d, shard %d in view %d: %w", m.From, m.End(), m.View, s.cfg.ID, s.view, ErrWrongView)
 	case m.View == s.view && m.End() <= s.placedEnd:
-		if s.acked >= m.End() {
-			out.Ack = &MappingAck{Shard: s.cfg.ID, View: s.view, End: s.acked}
-		}
+		s.maybeAck(out)
 		return nil
 	case m.From > s.placedEnd:
 		return fmt.Errorf("mapping [%d, %d) after placing up to %d: %w", m.From, m.End(), s.placedEnd, ErrBadInput)
 	case m.View == s.view && m.From < s.placedEnd:
 		return fmt.Errorf("mapping [%d, %d) of view %d overlaps its own view's placements up to %d: %w", m.From, m.End(), m.View, s.placedEnd, ErrBadInput)
-	case m.From < s.stable:
-		return fmt.Errorf("mapping [%d, %d) of view %d rebinds stable positions below %d: %w", m.From, m.End(), m.View, s.stable, ErrBadInput)
+	case m.From < s.Readable():
+		return fmt.Errorf("mapping [%d, %d) of view %d rebinds stable positions below %d: %w", m.From, m.End(), m.View, s.Readable(), ErrBadInput)
 	}
 	if p := s.pending; p != nil && p.m.View == m.View && p.m.From == m.From && p.m.End() == m.End() {
 		return nil
@@ -369,7 +390,7 @@ func (s *Shard[W]) finish(out *ShardOutput[W]) {
 	if m.From < s.placedEnd {
 		s.truncate(m.From)
 	}
-	p := &Placement{View: m.View, From: m.From, End: m.End()}
+	p := &Placement{Seq: s.placeSeq + 1, View: m.View, From: m.From, End: m.End()}
 	bound := map[RecordID]bool{}
 	for i, r := range m.Records {
 		pos := m.From + uint64(i)
@@ -394,48 +415,55 @@ func (s *Shard[W]) finish(out *ShardOutput[W]) {
 		}
 	}
 	s.apply(p)
-	s.last = p
+	s.retain(p)
 	out.Place = p
-	for i := range s.backupAt {
-		s.backupAt[i] = min(s.backupAt[i], p.From)
-	}
 	s.maybeAck(out)
 }
 
+// retain keeps p for the backups.
+func (s *Shard[W]) retain(p *Placement) { s.sent = append(s.sent, p) }
+
+// maybeAck acknowledges the mapping once every backup applied every
+// placement, and forgets the placements every backup holds.
 func (s *Shard[W]) maybeAck(out *ShardOutput[W]) {
-	end := s.placedEnd
+	least := s.placeSeq
 	for _, b := range s.backupAt {
-		end = min(end, b)
+		least = min(least, b)
 	}
-	if end > s.acked || (end == s.placedEnd && s.last != nil && s.acked < s.placedEnd) {
-		s.acked = end
+	i := 0
+	for i < len(s.sent) && s.sent[i].Seq <= least {
+		i++
 	}
-	if s.acked == s.placedEnd && s.last != nil {
-		out.Ack = &MappingAck{Shard: s.cfg.ID, View: s.view, End: s.acked}
+	s.sent = slices.Delete(s.sent, 0, i)
+	if least == s.placeSeq && s.placeSeq > 0 {
+		out.Ack = &MappingAck{Shard: s.cfg.ID, View: s.view, End: s.placedEnd}
 	}
 }
 
-// BackupApplied takes backup i's Applied (primary only).
-func (s *Shard[W]) BackupApplied(i int, end uint64, out *ShardOutput[W]) {
-	if i < 0 || i >= len(s.backupAt) || end > s.placedEnd || end <= s.backupAt[i] {
+// BackupApplied takes backup i's Applied: it applied every placement up
+// to number seq (primary only).
+func (s *Shard[W]) BackupApplied(i int, seq uint64, out *ShardOutput[W]) {
+	if i < 0 || i >= len(s.backupAt) || seq > s.placeSeq || seq <= s.backupAt[i] {
 		return
 	}
-	s.backupAt[i] = end
+	s.backupAt[i] = seq
 	s.maybeAck(out)
 }
 
-// Resend returns what a primary sends again after a timeout: its last
-// placement, for the backups that have not applied it.
-func (s *Shard[W]) Resend() (p *Placement, backups []int) {
-	if s.last == nil {
-		return nil, nil
+// Resend returns what a primary sends backup i again after a timeout:
+// the placements it has not acknowledged, in order (one message: a backup
+// applies them in turn).
+func (s *Shard[W]) Resend(i int) []Placement {
+	if i < 0 || i >= len(s.backupAt) {
+		return nil
 	}
-	for i, b := range s.backupAt {
-		if b < s.last.End {
-			backups = append(backups, i)
+	var out []Placement
+	for _, p := range s.sent {
+		if p.Seq > s.backupAt[i] {
+			out = append(out, *p)
 		}
 	}
-	return s.last, backups
+	return out
 }
 
 // Place takes the primary's placement (backup only). The backup fetches
@@ -444,16 +472,20 @@ func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
 	switch {
 	case s.cfg.Primary:
 		return fmt.Errorf("placement [%d, %d) sent to the primary of shard %d: %w", p.From, p.End, s.cfg.ID, ErrBadInput)
+	case p.Seq <= s.placeSeq:
+		// Applied already (a resend, or a late copy).
+		out.Applied, out.AppliedSeq, out.AppliedEnd = true, s.placeSeq, s.placedEnd
+		return nil
+	case p.Seq > s.placeSeq+1:
+		return fmt.Errorf("placement %d after applying %d: %w", p.Seq, s.placeSeq, ErrBadInput)
 	case p.View < s.view:
 		return fmt.Errorf("placement [%d, %d) of view %d, shard %d in view %d: %w", p.From, p.End, p.View, s.cfg.ID, s.view, ErrWrongView)
-	case p.View == s.view && p.End <= s.placedEnd:
-		out.Applied, out.AppliedEnd = true, s.placedEnd
-		return nil
 	case p.From > s.placedEnd:
 		return fmt.Errorf("placement [%d, %d) after placing up to %d: %w", p.From, p.End, s.placedEnd, ErrBadInput)
-	case p.From < s.stable:
-		return fmt.Errorf("placement [%d, %d) rebinds stable positions below %d: %w", p.From, p.End, s.stable, ErrBadInput)
+	case p.From < s.Readable():
+		return fmt.Errorf("placement [%d, %d) rebinds stable positions below %d: %w", p.From, p.End, s.Readable(), ErrBadInput)
 	}
+	s.waiting, s.missing = nil, nil
 	missing := map[RecordID]bool{}
 	for _, sl := range p.Slots {
 		if _, ok := s.byID[sl.ID]; !ok && !sl.Noop {
@@ -492,7 +524,7 @@ func cmpU(a, b uint64) int {
 func (s *Shard[W]) applyBackup(p *Placement, out *ShardOutput[W]) {
 	s.apply(p)
 	out.Place = p
-	out.Applied, out.AppliedEnd = true, s.placedEnd
+	out.Applied, out.AppliedSeq, out.AppliedEnd = true, s.placeSeq, s.placedEnd
 	s.release(out)
 }
 
@@ -516,13 +548,14 @@ func (s *Shard[W]) apply(p *Placement) {
 		s.slots = append(s.slots, ps)
 	}
 	s.placedEnd = p.End
+	s.placeSeq = p.Seq
 }
 
 // truncate unbinds every position from from on (above stable-gp only: a
 // newer view's flush rebinds them).
 func (s *Shard[W]) truncate(from uint64) {
-	if from < s.stable {
-		panic(fmt.Sprintf("lazy: shard %d truncates placements at %d below stable %d", s.cfg.ID, from, s.stable))
+	if from < s.Readable() {
+		panic(fmt.Sprintf("lazy: shard %d truncates placements at %d below the readable end %d", s.cfg.ID, from, s.Readable()))
 	}
 	i := sort.Search(len(s.slots), func(i int) bool { return s.slots[i].Pos >= from })
 	for _, sl := range s.slots[i:] {
@@ -542,9 +575,6 @@ func (s *Shard[W]) truncate(from uint64) {
 	}
 	s.runs = s.runs[:j]
 	s.placedEnd = from
-	if s.acked > from {
-		s.acked = from
-	}
 }
 
 // Stable takes stable-gp. Positions below it are final: the dedup

@@ -123,7 +123,7 @@ func TestShardBindsANoopWhenDataDoesNotComeAndRefusesItLate(t *testing.T) {
 		t.Fatalf("late data on the backup: %v", err)
 	}
 	o = out{}
-	p.BackupApplied(0, bo.AppliedEnd, &o)
+	p.BackupApplied(0, bo.AppliedSeq, &o)
 	if o.Ack == nil || o.Ack.End != 2 {
 		t.Fatalf("ack after the backup applied: %+v", o.Ack)
 	}
@@ -265,5 +265,42 @@ func TestShardScrubsOrphansOnlyAfterAViewChangeCompleted(t *testing.T) {
 	}
 	if p.Unordered() != 1 {
 		t.Errorf("the record of the current view was scrubbed")
+	}
+}
+
+// A backup applies its primary's placements in their order, each once:
+// a late copy of an older one cannot undo a newer view's rebinding.
+func TestShardBackupFollowsThePrimarysPlacementsInOrder(t *testing.T) {
+	bk := NewShard[int](ShardConfig{ID: 0}, ShardState{})
+	a, b := meta(1, 1, 0, 1), meta(2, 1, 1, 1)
+	accept(t, bk, b.ID, 1)
+	old := Placement{Seq: 1, View: 1, From: 0, End: 1, Runs: []Run{{0, 1, 0}}, Slots: []Slot{{Pos: 0, ID: a.ID}}}
+	newer := Placement{Seq: 2, View: 2, From: 0, End: 1, Runs: []Run{{0, 1, 1}}}
+	var o out
+	bk.Place(old, &o)
+	if len(o.Fetch) != 1 || o.Applied {
+		t.Fatalf("placement without a's data: %+v", o)
+	}
+	o = out{}
+	if err := bk.Place(newer, &o); !errors.Is(err, ErrBadInput) || o.Applied {
+		t.Fatalf("placement 2 before 1 was applied: %+v, %v", o, err)
+	}
+	bk.Copy(a.ID, &o)
+	if !o.Applied || o.AppliedSeq != 1 {
+		t.Fatalf("after the copy: %+v", o)
+	}
+	o = out{}
+	if err := bk.Place(newer, &o); err != nil || o.AppliedSeq != 2 {
+		t.Fatalf("placement 2: %+v, %v", o, err)
+	}
+	o = out{}
+	if err := bk.Place(old, &o); err != nil || o.AppliedSeq != 2 || o.Place != nil {
+		t.Fatalf("a late copy of placement 1: %+v, %v", o, err)
+	}
+	bk.Stable(StableGP{View: 2, Stable: 1}, &o)
+	o = out{}
+	bk.Read(0, 0, &o)
+	if len(o.Reads) != 1 || o.Reads[0].Shard != 1 {
+		t.Fatalf("position 0: %+v, want it on shard 1 as view 2 bound it", o.Reads)
 	}
 }
