@@ -128,7 +128,7 @@ func (c *Client) lazyStream(addr string, meta bool) *lazyConn {
 	if lc, ok := c.lazyConns[key]; ok && !lc.isFailed() {
 		return lc
 	}
-	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, wake: make(chan struct{}, 1)}
+	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, broken: make(chan struct{})}
 	if c.lazyConns == nil {
 		c.lazyConns = map[lazyKey]*lazyConn{}
 	}
@@ -155,7 +155,15 @@ type lazyConn struct {
 	queue  []*lazyOp
 	ops    map[uint64]*lazyOp
 	failed bool
-	wake   chan struct{}
+	// send sends one batch on the open stream (nil until it is open);
+	// sending is set while a goroutine sends: whoever enqueues while
+	// nobody sends sends itself, so an append costs no wake-up of a
+	// sender goroutine, and appends that queue meanwhile go out together.
+	send    func([]*lazyOp) error
+	sending bool
+	// broken is closed when a send fails, ending the stream.
+	broken     chan struct{}
+	brokenOnce sync.Once
 }
 
 func (lc *lazyConn) isFailed() bool {
@@ -179,10 +187,34 @@ func (lc *lazyConn) enqueue(o *lazyOp) {
 	}
 	lc.ops[o.seq] = o
 	lc.queue = append(lc.queue, o)
-	lc.mu.Unlock()
-	select {
-	case lc.wake <- struct{}{}:
-	default:
+	lc.flushLocked()
+}
+
+// flushLocked sends the queue unless the stream is not open yet or
+// another goroutine sends; it unlocks lc.mu.
+func (lc *lazyConn) flushLocked() {
+	if lc.sending || lc.send == nil {
+		lc.mu.Unlock()
+		return
+	}
+	lc.sending = true
+	for {
+		batch := lc.nextBatchLocked()
+		if len(batch) == 0 {
+			lc.sending = false
+			lc.mu.Unlock()
+			return
+		}
+		send := lc.send
+		lc.mu.Unlock()
+		err := send(batch)
+		lc.mu.Lock()
+		if err != nil {
+			lc.sending = false
+			lc.mu.Unlock()
+			lc.brokenOnce.Do(func() { close(lc.broken) })
+			return
+		}
 	}
 }
 
@@ -304,30 +336,24 @@ func (lc *lazyConn) serve() error {
 			}
 		}
 	}()
-	for {
-		select {
-		case <-lc.wake:
-		case <-ctx.Done():
-			return <-recvErr
-		}
-		for {
-			batch := lc.nextBatch()
-			if len(batch) == 0 {
-				break
-			}
-			if err := send(batch); err != nil {
-				cancel()
-				return <-recvErr
-			}
-		}
+	lc.mu.Lock()
+	lc.send = send
+	lc.flushLocked()
+	select {
+	case <-lc.broken:
+		cancel()
+	case <-ctx.Done():
 	}
+	lc.mu.Lock()
+	lc.send = nil
+	lc.mu.Unlock()
+	return <-recvErr
 }
 
-// nextBatch takes queued appends for one message: of one shard (data) or
-// one view (metadata), at most appendBatchMax and about appendBatchBytesMax.
-func (lc *lazyConn) nextBatch() []*lazyOp {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
+// nextBatchLocked takes queued appends for one message: of one shard
+// (data) or one view (metadata), at most appendBatchMax and about
+// appendBatchBytesMax.
+func (lc *lazyConn) nextBatchLocked() []*lazyOp {
 	n, size := 0, 0
 	for n < len(lc.queue) && n < appendBatchMax && size < appendBatchBytesMax {
 		o := lc.queue[n]
@@ -386,6 +412,9 @@ func (lc *lazyConn) metaAck(a *pb.SeqAck, view uint64) {
 		delete(lc.ops, a.Seq)
 		lc.mu.Unlock()
 		if o != nil {
+			// The position implies the leader holds the record, even if
+			// this answer overtook its first one.
+			o.acked(lc.addr, true, o.metaViewOf())
 			o.placed(a.Position)
 		}
 		return

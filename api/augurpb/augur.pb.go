@@ -4736,14 +4736,17 @@ func (x *Slot) GetNoop() bool {
 // Placement is a shard primary's decision on one mapping: the position
 // table of [from, end) and the shard's own slots in it.
 type Placement struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	View          uint64                 `protobuf:"varint,3,opt,name=view,proto3" json:"view,omitempty"`
-	From          uint64                 `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
-	End           uint64                 `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
-	Runs          []*PositionRun         `protobuf:"bytes,6,rep,name=runs,proto3" json:"runs,omitempty"`
-	Slots         []*Slot                `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	View      uint64                 `protobuf:"varint,3,opt,name=view,proto3" json:"view,omitempty"`
+	From      uint64                 `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	End       uint64                 `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	Runs      []*PositionRun         `protobuf:"bytes,6,rep,name=runs,proto3" json:"runs,omitempty"`
+	Slots     []*Slot                `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
+	// seq numbers the primary's placements from 1: a backup applies them
+	// in this order, each once.
+	Seq           uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4827,12 +4830,21 @@ func (x *Placement) GetSlots() []*Slot {
 	return nil
 }
 
+func (x *Placement) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 type PlaceResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// applied_end: the backup holds every placement below it.
-	AppliedEnd    uint64 `protobuf:"varint,3,opt,name=applied_end,json=appliedEnd,proto3" json:"applied_end,omitempty"`
+	AppliedEnd uint64 `protobuf:"varint,3,opt,name=applied_end,json=appliedEnd,proto3" json:"applied_end,omitempty"`
+	// applied_seq: the backup applied every placement up to this number.
+	AppliedSeq    uint64 `protobuf:"varint,4,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4884,6 +4896,13 @@ func (x *PlaceResponse) GetMessage() string {
 func (x *PlaceResponse) GetAppliedEnd() uint64 {
 	if x != nil {
 		return x.AppliedEnd
+	}
+	return 0
+}
+
+func (x *PlaceResponse) GetAppliedSeq() uint64 {
+	if x != nil {
+		return x.AppliedSeq
 	}
 	return 0
 }
@@ -6151,7 +6170,7 @@ const file_augur_proto_rawDesc = "" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04noop\x18\x04 \x01(\bR\x04noop\"\xcb\x01\n" +
+	"\x04noop\x18\x04 \x01(\bR\x04noop\"\xdd\x01\n" +
 	"\tPlacement\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -6160,12 +6179,15 @@ const file_augur_proto_rawDesc = "" +
 	"\x04from\x18\x04 \x01(\x04R\x04from\x12\x10\n" +
 	"\x03end\x18\x05 \x01(\x04R\x03end\x12)\n" +
 	"\x04runs\x18\x06 \x03(\v2\x15.augur.v1.PositionRunR\x04runs\x12$\n" +
-	"\x05slots\x18\a \x03(\v2\x0e.augur.v1.SlotR\x05slots\"n\n" +
+	"\x05slots\x18\a \x03(\v2\x0e.augur.v1.SlotR\x05slots\x12\x10\n" +
+	"\x03seq\x18\b \x01(\x04R\x03seq\"\x8f\x01\n" +
 	"\rPlaceResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
 	"\vapplied_end\x18\x03 \x01(\x04R\n" +
-	"appliedEnd\"k\n" +
+	"appliedEnd\x12\x1f\n" +
+	"\vapplied_seq\x18\x04 \x01(\x04R\n" +
+	"appliedSeq\"k\n" +
 	"\fFetchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +

@@ -324,6 +324,9 @@ func (s *Shard[W]) store(id RecordID, view uint64, out *ShardOutput[W]) uint64 {
 // replica holds it) or ignored; one of an older view, one that leaves a
 // gap, or one that would rebind a stable position is refused.
 func (s *Shard[W]) Map(m Mapping, now time.Time, out *ShardOutput[W]) error {
+	if s.cfg.Primary {
+		s.joinAt(m.From)
+	}
 	switch {
 	case !s.cfg.Primary:
 		return fmt.Errorf("mapping [%d, %d) sent to a backup of shard %d: %w", m.From, m.End(), s.cfg.ID, ErrBadInput)
@@ -469,6 +472,9 @@ func (s *Shard[W]) Resend(i int) []Placement {
 // Place takes the primary's placement (backup only). The backup fetches
 // the data of bound records it lacks, then applies and persists it.
 func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
+	if !s.cfg.Primary && s.placeSeq == 0 && p.Seq == 1 {
+		s.joinAt(p.From)
+	}
 	switch {
 	case s.cfg.Primary:
 		return fmt.Errorf("placement [%d, %d) sent to the primary of shard %d: %w", p.From, p.End, s.cfg.ID, ErrBadInput)
@@ -730,4 +736,18 @@ func (s *Shard[W]) LocalOf(id RecordID) (local uint64, ok bool) {
 		return 0, false
 	}
 	return r.local, true
+}
+
+// joinAt starts the position table of a replica that has placed nothing
+// at from, its first mapping's (or, on a backup, its primary's first
+// placement's) start: a shard added to a running cluster joins the order
+// with the first batch the orderer sends it, and the positions before it
+// belong to the shards that existed then. The orderer waits for every
+// shard it maps to, so a shard that placed nothing missed no batch of its
+// own.
+func (s *Shard[W]) joinAt(from uint64) {
+	if from <= s.placedEnd || len(s.runs) > 0 || len(s.slots) > 0 || s.pending != nil {
+		return
+	}
+	s.trimmed, s.placedEnd = from, from
 }

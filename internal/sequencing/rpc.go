@@ -3,6 +3,7 @@ package sequencing
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -12,17 +13,21 @@ import (
 	"github.com/augur-log/augur/internal/lazy"
 )
 
-// ackStream is the sending side of one client's Append stream: the
-// receiving handler and the orderer (positions) both queue to it, and one
-// goroutine sends, as gRPC wants one sender per stream.
+// ackStream is the sending side of one client's Append stream. The
+// receiving handler answers each request itself, at once; the orderer's
+// position answers go through out to a sender goroutine, so the orderer
+// never blocks on a client. mu serializes the two senders, as gRPC wants
+// one sender at a time.
 type ackStream struct {
-	out  chan *pb.SeqAppendResponse
-	done <-chan struct{}
+	mu     sync.Mutex
+	stream pb.Sequencing_AppendServer
+	out    chan *pb.SeqAppendResponse
+	done   <-chan struct{}
 }
 
-// queue hands a response to the sender; false when the stream ended or its
-// queue is full (the client reads too slowly and gets its answer again
-// when it retries).
+// queue hands a position answer to the sender; false when the stream
+// ended or its queue is full (the client then learns the position by
+// retrying).
 func (a *ackStream) queue(r *pb.SeqAppendResponse) bool {
 	select {
 	case a.out <- r:
@@ -32,6 +37,12 @@ func (a *ackStream) queue(r *pb.SeqAppendResponse) bool {
 	default:
 		return false
 	}
+}
+
+func (a *ackStream) send(r *pb.SeqAppendResponse) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stream.Send(r)
 }
 
 func (s *Server) checkCluster(id string) error {
@@ -45,17 +56,14 @@ func (s *Server) checkCluster(id string) error {
 func (s *Server) Append(stream pb.Sequencing_AppendServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, ackQueueMax), done: ctx.Done()}
-	sendErr := make(chan error, 1)
+	acks := &ackStream{stream: stream, out: make(chan *pb.SeqAppendResponse, ackQueueMax), done: ctx.Done()}
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
-				sendErr <- nil
 				return
 			case r := <-acks.out:
-				if err := stream.Send(r); err != nil {
-					sendErr <- err
+				if err := acks.send(r); err != nil {
 					cancel()
 					return
 				}
@@ -66,20 +74,13 @@ func (s *Server) Append(stream pb.Sequencing_AppendServer) error {
 	for {
 		req, err := stream.Recv()
 		if err != nil {
-			cancel()
-			<-sendErr
 			return nil
 		}
 		if err := s.checkCluster(req.GetClusterId()); err != nil {
-			cancel()
-			<-sendErr
 			return err
 		}
-		resp := s.take(req, acks)
-		select {
-		case acks.out <- resp:
-		case <-ctx.Done():
-			return <-sendErr
+		if err := acks.send(s.take(req, acks)); err != nil {
+			return err
 		}
 	}
 }

@@ -64,9 +64,15 @@ type lazyShard struct {
 	store  *segment.Store
 	places *placementLog
 	// acked is the end below which every replica holds the placements
-	// (primary); ackedCh is closed and replaced when it grows.
-	acked   uint64
-	ackedCh chan struct{}
+	// (primary), once this replica synced them too; ackedCh is closed and
+	// replaced when it grows. ackedPending is the core's word, not synced
+	// here yet; unsent are the placements written, not sent to the
+	// backups yet.
+	acked, ackedPending uint64
+	ackedCh             chan struct{}
+	unsent              bool
+	// backupWake wakes the loop that brings each backup its placements.
+	backupWake []chan struct{}
 	// readable is the core's readable end as the subscriptions know it;
 	// readableCh is closed and replaced when it moves.
 	readable   uint64
@@ -111,11 +117,14 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: %v", id, err)
 	}
 	s.lazy[id] = ls
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ls.syncLoop()
-	}()
+	s.wg.Go(ls.syncLoop)
+	if ls.primary {
+		for i, addr := range ls.backups {
+			w := make(chan struct{}, 1)
+			ls.backupWake = append(ls.backupWake, w)
+			s.wg.Go(func() { ls.backupLoop(i, addr, w) })
+		}
+	}
 	return ls, nil
 }
 
@@ -163,20 +172,16 @@ func (ls *lazyShard) close() {
 }
 
 // handleLocked carries out what the core asked, in the output's order:
-// persist a placement (then send it to the backups), answer reads, arm
-// the no-op timer, acknowledge the mapping. Fetches and Applied are the
-// Place handler's, which asks for them.
+// write a placement (whose sync and sending to the backups wait for
+// flush, outside the lock), answer reads, arm the no-op timer, note the
+// mapping's acknowledgement. Fetches and Applied are the Place handler's,
+// which asks for them.
 func (ls *lazyShard) handleLocked(out *lazy.ShardOutput[*lazyRead]) error {
 	if out.Place != nil {
-		if err := ls.places.append(out.Place, ls.s.cfg.Sync); err != nil {
+		if err := ls.places.append(out.Place); err != nil {
 			return fmt.Errorf("persist placement [%d, %d): %w", out.Place.From, out.Place.End, err)
 		}
-		if ls.primary && len(ls.backups) > 0 {
-			p := placementToProto(ls.s.cfg.ClusterID, ls.id, out.Place)
-			for i, addr := range ls.backups {
-				ls.s.wg.Go(func() { ls.sendPlacement(i, addr, p) })
-			}
-		}
+		ls.unsent = true
 	}
 	for _, a := range out.Reads {
 		a.Waiter.answer <- a
@@ -189,11 +194,40 @@ func (ls *lazyShard) handleLocked(out *lazy.ShardOutput[*lazyRead]) error {
 	if !out.WakeAt.IsZero() {
 		ls.armLocked(out.WakeAt)
 	}
-	if out.Ack != nil && out.Ack.End > ls.acked {
-		ls.acked = out.Ack.End
+	if out.Ack != nil && out.Ack.End > ls.ackedPending {
+		ls.ackedPending = out.Ack.End
+	}
+	return nil
+}
+
+// flush syncs the placements written (persist before send), then sends
+// them to the backups and publishes the acknowledged end. Every caller of
+// handleLocked calls it after unlocking.
+func (ls *lazyShard) flush() error {
+	ls.mu.Lock()
+	unsent, dirty, acked := ls.unsent, ls.places.dirty, ls.ackedPending
+	ls.unsent, ls.places.dirty = false, false
+	ls.mu.Unlock()
+	if dirty && syncs(ls.s.cfg.Sync) {
+		if err := ls.places.f.Sync(); err != nil {
+			return fmt.Errorf("sync placements: %w", err)
+		}
+	}
+	if unsent {
+		for _, w := range ls.backupWake {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+	}
+	ls.mu.Lock()
+	if acked > ls.acked {
+		ls.acked = acked
 		close(ls.ackedCh)
 		ls.ackedCh = make(chan struct{})
 	}
+	ls.mu.Unlock()
 	return nil
 }
 
@@ -204,47 +238,49 @@ func (ls *lazyShard) armLocked(at time.Time) {
 	}
 	ls.wake = time.AfterFunc(d, func() {
 		ls.mu.Lock()
-		defer ls.mu.Unlock()
 		if ls.closed {
+			ls.mu.Unlock()
 			return
 		}
 		var out lazy.ShardOutput[*lazyRead]
 		ls.core.Tick(time.Now(), &out)
-		if err := ls.handleLocked(&out); err != nil {
+		err := ls.handleLocked(&out)
+		ls.mu.Unlock()
+		if err == nil {
+			err = ls.flush()
+		}
+		if err != nil {
 			ls.s.log.Error("lazy shard: tick", "shard", ls.id, "err", err)
 		}
 	})
 }
 
-// sendPlacement brings placement p to backup i, retrying until it holds it
-// or the server stops.
-func (ls *lazyShard) sendPlacement(i int, addr string, p *pb.Placement) {
+// backupLoop brings backup i (at addr) every placement it has not
+// applied, in order, whenever flush wakes it and again after a pause
+// while some are left; it ends with the server.
+func (ls *lazyShard) backupLoop(i int, addr string, wake <-chan struct{}) {
 	for {
-		if err := ls.placeOn(i, addr, p); err == nil {
-			return
-		} else {
-			ls.s.log.Debug("lazy shard: place on backup", "shard", ls.id, "backup", addr, "err", err)
-		}
-		if !ls.s.sleep(retryInterval) {
-			return
-		}
 		ls.mu.Lock()
-		// A newer placement of the same positions replaces this one.
-		last, backups := ls.core.Resend()
+		todo := ls.core.Resend(i)
 		ls.mu.Unlock()
-		if last == nil || last.End != p.End || !containsInt(backups, i) {
+		var err error
+		for _, p := range todo {
+			if err = ls.placeOn(i, addr, placementToProto(ls.s.cfg.ClusterID, ls.id, &p)); err != nil {
+				ls.s.log.Debug("lazy shard: place on backup", "shard", ls.id, "backup", addr, "err", err)
+				break
+			}
+		}
+		pause := make(<-chan time.Time)
+		if err != nil {
+			pause = time.After(retryInterval)
+		}
+		select {
+		case <-wake:
+		case <-pause:
+		case <-ls.s.ctx.Done():
 			return
 		}
 	}
-}
-
-func containsInt(xs []int, x int) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func (ls *lazyShard) placeOn(i int, addr string, p *pb.Placement) error {
@@ -262,10 +298,14 @@ func (ls *lazyShard) placeOn(i int, addr string, p *pb.Placement) error {
 		return fmt.Errorf("%s: %s", resp.GetCode(), resp.GetMessage())
 	}
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
 	var out lazy.ShardOutput[*lazyRead]
-	ls.core.BackupApplied(i, resp.GetAppliedEnd(), &out)
-	return ls.handleLocked(&out)
+	ls.core.BackupApplied(i, resp.GetAppliedSeq(), &out)
+	err = ls.handleLocked(&out)
+	ls.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return ls.flush()
 }
 
 // syncLoop is the shard's group commit: one fsync covers every record
@@ -303,6 +343,16 @@ func (ls *lazyShard) syncLoop() {
 // returns one answer per entry, to send once the log holds need entries
 // durably (awaitDurable).
 func (ls *lazyShard) accept(req *pb.LazyStoreRequest) (acks []*pb.AppendAck, need uint64) {
+	acks, need, flush := ls.acceptLocking(req)
+	if flush {
+		if err := ls.flush(); err != nil {
+			ls.s.log.Error("lazy shard: flush", "shard", ls.id, "err", err)
+		}
+	}
+	return acks, need
+}
+
+func (ls *lazyShard) acceptLocking(req *pb.LazyStoreRequest) (acks []*pb.AppendAck, need uint64, flush bool) {
 	acks = make([]*pb.AppendAck, len(req.GetEntries()))
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -346,9 +396,9 @@ func (ls *lazyShard) accept(req *pb.LazyStoreRequest) (acks []*pb.AppendAck, nee
 				a.Code, a.Message = pb.Code_UNAVAILABLE, err.Error()
 			}
 		}
-		return acks, 0
+		return acks, 0, false
 	}
-	return acks, need
+	return acks, need, out.Place != nil || out.Ack != nil
 }
 
 // awaitDurable waits until the log holds need entries durably, per the
@@ -398,7 +448,7 @@ func lazyCode(err error) pb.Code {
 }
 
 func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *pb.Placement {
-	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End}
+	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq}
 	for _, r := range p.Runs {
 		out.Runs = append(out.Runs, &pb.PositionRun{From: r.From, End: r.End, Shard: uint32(r.Shard)})
 	}
@@ -409,7 +459,7 @@ func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *p
 }
 
 func placementFromProto(p *pb.Placement) lazy.Placement {
-	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd()}
+	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq()}
 	for _, r := range p.GetRuns() {
 		out.Runs = append(out.Runs, lazy.Run{From: r.GetFrom(), End: r.GetEnd(), Shard: cut.ShardID(r.GetShard())})
 	}

@@ -51,12 +51,21 @@ func (l *lazyServer) Store(stream pb.LazyShard_StoreServer) error {
 	s := l.s
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	type pending struct {
-		ls   *lazyShard
-		need uint64
-		resp *pb.LazyStoreResponse
+	if s.cfg.Sync != segment.SyncGroup {
+		// Records are acknowledged once written: answer each batch at
+		// once, from this goroutine.
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				return nil
+			}
+			resp, _ := l.store(req)
+			if err := stream.Send(resp.resp); err != nil {
+				return err
+			}
+		}
 	}
-	queue := make(chan pending, lazyStoreInflightMax)
+	queue := make(chan lazyPending, lazyStoreInflightMax)
 	sendErr := make(chan error, 1)
 	go func() {
 		for {
@@ -88,29 +97,45 @@ func (l *lazyServer) Store(stream pb.LazyShard_StoreServer) error {
 			cancel()
 			return <-sendErr
 		}
-		resp := &pb.LazyStoreResponse{}
-		code, msg := pb.Code_OK, ""
-		var ls *lazyShard
-		if err := s.checkCluster(req.GetClusterId()); err != nil {
-			code, msg = pb.Code_WRONG_CLUSTER, err.Error()
-		} else if ls, err = s.lazyShard(cut.ShardID(req.GetShard())); err != nil {
-			code, msg = pb.Code_UNKNOWN_SHARD, err.Error()
-		}
-		p := pending{resp: resp}
-		if code != pb.Code_OK {
-			for _, e := range req.GetEntries() {
-				resp.Acks = append(resp.Acks, &pb.AppendAck{Seq: e.GetSeq(), Shard: req.GetShard(), Code: code, Message: msg})
-			}
-		} else {
-			p.ls = ls
-			resp.Acks, p.need = ls.accept(req)
-		}
+		p, _ := l.store(req)
 		select {
 		case queue <- p:
 		case <-ctx.Done():
 			return <-sendErr
 		}
 	}
+}
+
+// lazyPending is a Store batch stored and waiting for its fsync.
+type lazyPending struct {
+	ls   *lazyShard
+	need uint64
+	resp *pb.LazyStoreResponse
+}
+
+// store stores one Store batch and returns its answer, to send once the
+// shard's log holds need entries durably.
+func (l *lazyServer) store(req *pb.LazyStoreRequest) (lazyPending, error) {
+	s := l.s
+	resp := &pb.LazyStoreResponse{}
+	code, msg := pb.Code_OK, ""
+	var ls *lazyShard
+	var err error
+	if err = s.checkCluster(req.GetClusterId()); err != nil {
+		code, msg = pb.Code_WRONG_CLUSTER, err.Error()
+	} else if ls, err = s.lazyShard(cut.ShardID(req.GetShard())); err != nil {
+		code, msg = pb.Code_UNKNOWN_SHARD, err.Error()
+	}
+	p := lazyPending{resp: resp}
+	if code != pb.Code_OK {
+		for _, e := range req.GetEntries() {
+			resp.Acks = append(resp.Acks, &pb.AppendAck{Seq: e.GetSeq(), Shard: req.GetShard(), Code: code, Message: msg})
+		}
+		return p, err
+	}
+	p.ls = ls
+	resp.Acks, p.need = ls.accept(req)
+	return p, nil
 }
 
 // Order takes the sequencing leader's mapping for one shard (primary) and
@@ -134,10 +159,15 @@ func (l *lazyServer) Order(ctx context.Context, req *pb.OrderRequest) (*pb.Order
 		ls.mu.Unlock()
 		return &pb.OrderResponse{Code: lazyCode(err), Message: err.Error()}, nil
 	}
-	if err := ls.handleLocked(&out); err != nil {
-		ls.mu.Unlock()
+	err = ls.handleLocked(&out)
+	ls.mu.Unlock()
+	if err == nil {
+		err = ls.flush()
+	}
+	if err != nil {
 		return &pb.OrderResponse{Code: pb.Code_UNAVAILABLE, Message: err.Error()}, nil
 	}
+	ls.mu.Lock()
 	for ls.acked < m.End() {
 		ch := ls.ackedCh
 		ls.mu.Unlock()
@@ -173,6 +203,9 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 		err = ls.handleLocked(&out)
 	}
 	ls.mu.Unlock()
+	if err == nil {
+		err = ls.flush()
+	}
 	if err != nil {
 		return &pb.PlaceResponse{Code: lazyCode(err), Message: err.Error()}, nil
 	}
@@ -184,7 +217,7 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 	if !out.Applied {
 		return &pb.PlaceResponse{Code: pb.Code_PENDING, Message: "placement not applied"}, nil
 	}
-	return &pb.PlaceResponse{AppliedEnd: out.AppliedEnd}, nil
+	return &pb.PlaceResponse{AppliedEnd: out.AppliedEnd, AppliedSeq: out.AppliedSeq}, nil
 }
 
 // fetchFromPrimary copies the records ids from the primary and hands them
@@ -204,9 +237,30 @@ func (ls *lazyShard) fetchFromPrimary(ctx context.Context, ids []lazy.RecordID) 
 	if err != nil {
 		return last, fmt.Errorf("fetch %d records from primary: %w", len(ids), err)
 	}
+	last, err = ls.copyFetched(resp.GetRecords())
+	if err != nil {
+		return last, err
+	}
+	if !last.Applied {
+		return last, errors.New("the primary did not return every record the placement binds")
+	}
+	// The copies and the placement must be durable before the backup
+	// says it holds them.
+	if syncs(ls.s.cfg.Sync) {
+		if err := ls.store.SyncRecords(); err != nil {
+			return last, err
+		}
+	}
+	return last, ls.flush()
+}
+
+// copyFetched stores the records fetched from the primary and hands them
+// to the core; it returns the output that applied the waiting placement.
+func (ls *lazyShard) copyFetched(records []*pb.StoredRecord) (lazy.ShardOutput[*lazyRead], error) {
+	var last lazy.ShardOutput[*lazyRead]
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for _, r := range resp.GetRecords() {
+	for _, r := range records {
 		var out lazy.ShardOutput[*lazyRead]
 		id := lazy.RecordID{Client: r.GetClientId(), Seq: r.GetSeq()}
 		local, fresh, err := ls.core.Copy(id, &out)
@@ -228,13 +282,6 @@ func (ls *lazyShard) fetchFromPrimary(ctx context.Context, ids []lazy.RecordID) 
 		if out.Applied {
 			last = out
 		}
-	}
-	if !last.Applied {
-		return last, errors.New("the primary did not return every record the placement binds")
-	}
-	// The copies must be durable before the backup says it holds them.
-	if err := ls.store.SyncRecords(); err != nil {
-		return last, err
 	}
 	return last, nil
 }
@@ -293,6 +340,9 @@ func (l *lazyServer) Stable(ctx context.Context, req *pb.StableRequest) (*pb.Sta
 		ls.core.Stable(lazy.StableGP{View: req.GetView(), Stable: req.GetStableGp()}, &out)
 		err = ls.handleLocked(&out)
 		ls.mu.Unlock()
+		if err == nil {
+			err = ls.flush()
+		}
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "shard %d: %v", id, err)
 		}

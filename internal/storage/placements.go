@@ -25,6 +25,8 @@ const placementFrameBytesMax = 64 << 20
 // placements it held were not acknowledged (persist before send).
 type placementLog struct {
 	f *os.File
+	// dirty says a placement was written and not synced yet.
+	dirty bool
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -73,9 +75,8 @@ func openPlacementLog(path string) (*placementLog, []lazy.Placement, error) {
 	return &placementLog{f: f}, out, nil
 }
 
-// append persists p: written, and synced unless the policy acknowledges
-// unsynced writes (interval, never).
-func (l *placementLog) append(p *lazy.Placement, policy segment.SyncPolicy) error {
+// append writes p; sync makes it durable.
+func (l *placementLog) append(p *lazy.Placement) error {
 	if l.f == nil {
 		return errors.New("placements: closed")
 	}
@@ -90,10 +91,15 @@ func (l *placementLog) append(p *lazy.Placement, policy segment.SyncPolicy) erro
 	if _, err := l.f.Write(frame); err != nil {
 		return err
 	}
-	if policy == segment.SyncGroup || policy == segment.SyncAlways {
-		return l.f.Sync()
-	}
+	l.dirty = true
 	return nil
+}
+
+// syncs says whether a sync policy makes placements durable before they
+// are sent on: the opt-outs (interval, never) send them from the page
+// cache, as they acknowledge records.
+func syncs(policy segment.SyncPolicy) bool {
+	return policy == segment.SyncGroup || policy == segment.SyncAlways
 }
 
 func (l *placementLog) close() {
