@@ -92,7 +92,17 @@ func (c *Client) appendLazy(o *lazyOp) {
 		o.dataLeft[r.Addr] = true
 	}
 	o.mu.Unlock()
-	c.sendMeta(o, st)
+	if st.GetSealed() || len(st.GetReplicas()) == 0 {
+		// No open view (the first is not recorded yet, or a view change
+		// is under way): the metadata waits for one.
+		o.mu.Lock()
+		o.metaView = st.GetView()
+		o.metaLeft = map[string]bool{"": true}
+		o.mu.Unlock()
+		c.wg.Go(func() { c.retryMeta(o) })
+	} else {
+		c.sendMeta(o, st)
+	}
 	for _, r := range info.Replicas {
 		c.lazyStream(r.Addr, false).enqueue(o)
 	}
@@ -470,7 +480,7 @@ func (c *Client) retryMeta(o *lazyOp) {
 		ctx, cancel := context.WithTimeout(o.ctx, rpcTimeout)
 		st, err := c.refresh(ctx)
 		cancel()
-		if err == nil && st.GetLazy() != nil && (st.GetLazy().GetView() > old || !st.GetLazy().GetSealed()) {
+		if lz := st.GetLazy(); err == nil && lz.GetView() > old && !lz.GetSealed() && len(lz.GetReplicas()) > 0 {
 			c.sendMeta(o, st.GetLazy())
 			return
 		}

@@ -3707,7 +3707,11 @@ type SealResponse struct {
 	LastOrderedGp uint64                 `protobuf:"varint,3,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
 	Unordered     uint64                 `protobuf:"varint,4,opt,name=unordered,proto3" json:"unordered,omitempty"`
 	// entries are the replica's unordered records in its local order.
-	Entries       []*RecordMeta `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
+	Entries []*RecordMeta `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
+	// view is the replica's view; amnesiac says it lost its ring in a
+	// restart (or never ran the view) and cannot recover it.
+	View          uint64 `protobuf:"varint,6,opt,name=view,proto3" json:"view,omitempty"`
+	Amnesiac      bool   `protobuf:"varint,7,opt,name=amnesiac,proto3" json:"amnesiac,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3775,6 +3779,20 @@ func (x *SealResponse) GetEntries() []*RecordMeta {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *SealResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *SealResponse) GetAmnesiac() bool {
+	if x != nil {
+		return x.Amnesiac
+	}
+	return false
 }
 
 type FlushRequest struct {
@@ -3902,9 +3920,15 @@ func (x *FlushResponse) GetLastOrderedGp() uint64 {
 }
 
 type StartViewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	State         *LazyState             `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// state is the new configuration, its leader first.
+	State *LazyState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// ordered: every position below it is bound (the flush's end); from:
+	// where the flush started; flushed: the records it bound.
+	Ordered       uint64        `protobuf:"varint,3,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	From          uint64        `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	Flushed       []*RecordMeta `protobuf:"bytes,5,rep,name=flushed,proto3" json:"flushed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3949,6 +3973,27 @@ func (x *StartViewRequest) GetClusterId() string {
 func (x *StartViewRequest) GetState() *LazyState {
 	if x != nil {
 		return x.State
+	}
+	return nil
+}
+
+func (x *StartViewRequest) GetOrdered() uint64 {
+	if x != nil {
+		return x.Ordered
+	}
+	return 0
+}
+
+func (x *StartViewRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *StartViewRequest) GetFlushed() []*RecordMeta {
+	if x != nil {
+		return x.Flushed
 	}
 	return nil
 }
@@ -6094,13 +6139,15 @@ const file_augur_proto_rawDesc = "" +
 	"\vSealRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
-	"\x04view\x18\x02 \x01(\x04R\x04view\"\xc2\x01\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\"\xf2\x01\n" +
 	"\fSealResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
 	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\x12\x1c\n" +
 	"\tunordered\x18\x04 \x01(\x04R\tunordered\x12.\n" +
-	"\aentries\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aentries\"U\n" +
+	"\aentries\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aentries\x12\x12\n" +
+	"\x04view\x18\x06 \x01(\x04R\x04view\x12\x1a\n" +
+	"\bamnesiac\x18\a \x01(\bR\bamnesiac\"U\n" +
 	"\fFlushRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -6109,11 +6156,14 @@ const file_augur_proto_rawDesc = "" +
 	"\rFlushResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
-	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\"\\\n" +
+	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\"\xba\x01\n" +
 	"\x10StartViewRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12)\n" +
-	"\x05state\x18\x02 \x01(\v2\x13.augur.v1.LazyStateR\x05state\"Q\n" +
+	"\x05state\x18\x02 \x01(\v2\x13.augur.v1.LazyStateR\x05state\x12\x18\n" +
+	"\aordered\x18\x03 \x01(\x04R\aordered\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\x04R\x04from\x12.\n" +
+	"\aflushed\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aflushed\"Q\n" +
 	"\x11StartViewResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"8\n" +
@@ -6461,84 +6511,85 @@ var file_augur_proto_depIdxs = []int32{
 	45, // 44: augur.v1.SealResponse.entries:type_name -> augur.v1.RecordMeta
 	0,  // 45: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
 	62, // 46: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
-	0,  // 47: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
-	61, // 48: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
-	4,  // 49: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
-	6,  // 50: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
-	45, // 51: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
-	0,  // 52: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
-	68, // 53: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
-	69, // 54: augur.v1.Placement.slots:type_name -> augur.v1.Slot
-	0,  // 55: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
-	45, // 56: augur.v1.FetchRequest.ids:type_name -> augur.v1.RecordMeta
-	19, // 57: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
-	68, // 58: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
-	12, // 59: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
-	82, // 60: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	88, // 61: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	5,  // 62: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 63: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 64: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 65: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 66: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 67: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	25, // 68: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	34, // 69: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	36, // 70: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	38, // 71: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	40, // 72: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	42, // 73: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	46, // 74: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
-	49, // 75: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
-	51, // 76: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
-	53, // 77: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
-	55, // 78: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
-	57, // 79: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
-	59, // 80: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
-	64, // 81: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
-	66, // 82: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
-	70, // 83: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
-	72, // 84: augur.v1.LazyShard.Fetch:input_type -> augur.v1.FetchRequest
-	74, // 85: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
-	76, // 86: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
-	78, // 87: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
-	80, // 88: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	83, // 89: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	85, // 90: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 91: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 92: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 93: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 94: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 95: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 96: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	26, // 97: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	35, // 98: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	37, // 99: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	39, // 100: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	41, // 101: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	44, // 102: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	48, // 103: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
-	50, // 104: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
-	52, // 105: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
-	54, // 106: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
-	56, // 107: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
-	58, // 108: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
-	60, // 109: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
-	65, // 110: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
-	67, // 111: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
-	71, // 112: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
-	73, // 113: augur.v1.LazyShard.Fetch:output_type -> augur.v1.FetchResponse
-	75, // 114: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
-	77, // 115: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
-	79, // 116: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
-	81, // 117: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	84, // 118: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	86, // 119: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	91, // [91:120] is the sub-list for method output_type
-	62, // [62:91] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	45, // 47: augur.v1.StartViewRequest.flushed:type_name -> augur.v1.RecordMeta
+	0,  // 48: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
+	61, // 49: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
+	4,  // 50: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
+	6,  // 51: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
+	45, // 52: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
+	0,  // 53: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
+	68, // 54: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
+	69, // 55: augur.v1.Placement.slots:type_name -> augur.v1.Slot
+	0,  // 56: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
+	45, // 57: augur.v1.FetchRequest.ids:type_name -> augur.v1.RecordMeta
+	19, // 58: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
+	68, // 59: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
+	12, // 60: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
+	82, // 61: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	88, // 62: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	5,  // 63: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 64: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 65: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 66: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 67: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 68: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	25, // 69: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	34, // 70: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	36, // 71: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	38, // 72: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	40, // 73: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	42, // 74: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	46, // 75: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
+	49, // 76: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
+	51, // 77: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
+	53, // 78: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
+	55, // 79: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
+	57, // 80: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
+	59, // 81: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
+	64, // 82: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
+	66, // 83: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
+	70, // 84: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
+	72, // 85: augur.v1.LazyShard.Fetch:input_type -> augur.v1.FetchRequest
+	74, // 86: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
+	76, // 87: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
+	78, // 88: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
+	80, // 89: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	83, // 90: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	85, // 91: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 92: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 93: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 94: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 95: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 96: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 97: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	26, // 98: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	35, // 99: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	37, // 100: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	39, // 101: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	41, // 102: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	44, // 103: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	48, // 104: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
+	50, // 105: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
+	52, // 106: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
+	54, // 107: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
+	56, // 108: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
+	58, // 109: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
+	60, // 110: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
+	65, // 111: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
+	67, // 112: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
+	71, // 113: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
+	73, // 114: augur.v1.LazyShard.Fetch:output_type -> augur.v1.FetchResponse
+	75, // 115: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
+	77, // 116: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
+	79, // 117: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
+	81, // 118: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	84, // 119: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	86, // 120: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	92, // [92:121] is the sub-list for method output_type
+	63, // [63:92] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }

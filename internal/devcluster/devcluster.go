@@ -563,6 +563,9 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 				return fmt.Sprintf("no live shard of group %q yet", g)
 			}
 		}
+		if lz := st.GetLazy(); len(c.Config().Sequencing) > 0 && (lz.GetView() == 0 || lz.GetSealed()) {
+			return "no open sequencing view yet"
+		}
 		return ""
 	})
 }

@@ -121,6 +121,12 @@ type Server struct {
 	log  *slog.Logger
 	node *raftnode.Node
 
+	// lazyCancel stops the lazy control plane (lazy.go) this replica runs
+	// while it leads a lazy cluster; lazyConns are its connections.
+	lazyCancel  context.CancelFunc
+	lazyConnsMu sync.Mutex
+	lazyConns   map[string]*grpc.ClientConn
+
 	mu    sync.Mutex
 	state *control.State
 	// events holds the last applied events; events[0] has sequence firstSeq.
@@ -207,8 +213,14 @@ func (s *Server) Stop() {
 	default:
 	}
 	close(s.stop)
+	s.mu.Lock()
+	if s.lazyCancel != nil {
+		s.lazyCancel()
+	}
+	s.mu.Unlock()
 	s.node.Stop()
 	s.stopped.Wait()
+	s.closeLazyConns()
 }
 
 // fsm adapts Server to raftnode.FSM.
@@ -295,6 +307,9 @@ func (s *Server) appendEventLocked(ev control.Event) {
 	}
 	if s.state.Spec != nil && (ev.Window != nil || ev.View != nil || len(ev.Cuts) > 0 || ev.MembershipChanged) {
 		pe.Spec = wire.SpecToProto(s.state.Spec)
+	}
+	if ev.LazyChanged {
+		pe.Lazy = s.lazyStateLocked()
 	}
 	if len(s.events) == eventHistoryMax {
 		s.events[0] = nil
@@ -422,8 +437,23 @@ func (s *Server) resetLeaderState(leader bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leader = nil
+	if s.lazyCancel != nil {
+		s.lazyCancel()
+		s.lazyCancel = nil
+	}
 	if !leader {
 		return
+	}
+	if len(s.cfg.Sequencing) > 0 {
+		// The control plane's work lasts as long as this leadership:
+		// the next reset or Stop cancels it.
+		ctx, cancel := context.WithCancel(context.Background())
+		s.lazyCancel = cancel
+		s.stopped.Add(1)
+		go func() {
+			defer s.stopped.Done()
+			s.lazyControl(ctx)
+		}()
 	}
 	// A fresh id of this replica as the prefix: the leader's commands are
 	// its own (ownsLocked), and no other command bears their ids.
@@ -836,14 +866,6 @@ func (s *Server) statusLocked() *pb.StatusResponse {
 	for _, m := range s.cfg.Members {
 		resp.Members = append(resp.Members, &pb.OrderingMember{Id: m.ID, Addr: m.Addr, Leader: m.ID == lid})
 	}
-	if len(s.cfg.Sequencing) > 0 {
-		// The sequencing layer's first view, which its replicas open on
-		// their own at first start: the view the control state records
-		// once the control plane runs sequencing views.
-		resp.Lazy = &pb.LazyState{View: 1}
-		for _, m := range s.cfg.Sequencing {
-			resp.Lazy.Replicas = append(resp.Lazy.Replicas, &pb.SequencingReplica{Id: m.ID, Addr: m.Addr})
-		}
-	}
+	resp.Lazy = s.lazyStateLocked()
 	return resp
 }

@@ -72,6 +72,14 @@ func (s *Server) orderLoop() {
 			s.mu.Lock()
 			batch := s.seq.Unordered(o.BatchMax())
 			s.mu.Unlock()
+			if unknown := unknownShard(batch, shards); unknown != nil {
+				// A record of a shard the cached table does not have yet
+				// (just added): its primary must place it, so read the
+				// table again before ordering.
+				table.fetched = time.Time{}
+				s.log.Debug("sequencing: batch names a shard not in the table yet", "shard", *unknown)
+				continue
+			}
 			if out, err = o.Order(batch); err != nil {
 				s.log.Error("sequencing: order", "err", err)
 				continue
@@ -206,6 +214,17 @@ func (s *Server) replicaIDLocked(id string) lazy.ReplicaID {
 		}
 	}
 	return 0
+}
+
+// unknownShard returns a shard that a record of batch names and the table
+// lacks, if any.
+func unknownShard(batch []lazy.Meta, shards []*pb.ShardInfo) *cut.ShardID {
+	for _, m := range batch {
+		if !slices.ContainsFunc(shards, func(sh *pb.ShardInfo) bool { return cut.ShardID(sh.GetId()) == m.Shard }) {
+			return &m.Shard
+		}
+	}
+	return nil
 }
 
 func shardIDs(shards []*pb.ShardInfo) []cut.ShardID {
@@ -355,21 +374,10 @@ func (s *Server) orderingStatus(ctx context.Context) (*pb.StatusResponse, error)
 	return nil, fmt.Errorf("ordering status: %w", last)
 }
 
-// controlLoop opens the first view. Until the control plane runs the
-// sequencing views, a replica that never had a view starts view 1 with
-// every replica of the cluster file, the first leading.
+// controlLoop runs the replica's side of the control plane: the ordering
+// leader starts its views (StartView); it repeats stable-gp to the shards
+// while it leads.
 func (s *Server) controlLoop() {
-	s.mu.Lock()
-	if v, _ := s.seq.View(); v == 0 {
-		st := &pb.LazyState{View: 1}
-		for _, p := range s.cfg.Replicas {
-			st.Replicas = append(st.Replicas, &pb.SequencingReplica{Id: p.ID, Addr: p.Addr})
-		}
-		if err := s.startViewLocked(st); err != nil {
-			s.log.Error("sequencing: start first view", "err", err)
-		}
-	}
-	s.mu.Unlock()
 	s.stableLoop()
 }
 

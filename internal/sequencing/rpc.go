@@ -188,7 +188,7 @@ func (s *Server) Seal(_ context.Context, req *pb.SealRequest) (*pb.SealResponse,
 	if err != nil {
 		return &pb.SealResponse{Code: codeOf(err), Message: err.Error()}, nil
 	}
-	resp := &pb.SealResponse{LastOrderedGp: r.Ordered, Unordered: uint64(len(r.Entries))}
+	resp := &pb.SealResponse{LastOrderedGp: r.Ordered, Unordered: uint64(len(r.Entries)), View: r.View, Amnesiac: r.Amnesiac}
 	for _, m := range r.Entries {
 		resp.Entries = append(resp.Entries, &pb.RecordMeta{ClientId: m.ID.Client, Seq: m.ID.Seq, Shard: uint32(m.Shard)})
 	}
@@ -200,34 +200,46 @@ func (s *Server) StartView(_ context.Context, req *pb.StartViewRequest) (*pb.Sta
 	if err := s.checkCluster(req.GetClusterId()); err != nil {
 		return nil, err
 	}
-	st := req.GetState()
-	if st == nil {
+	if req.GetState() == nil {
 		return &pb.StartViewResponse{Code: pb.Code_INVALID, Message: "no state"}, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.startViewLocked(st); err != nil {
+	if err := s.startViewLocked(req); err != nil {
 		return &pb.StartViewResponse{Code: codeOf(err), Message: err.Error()}, nil
 	}
 	return &pb.StartViewResponse{}, nil
 }
 
-// startViewLocked opens view st on this replica: what the sealed view
-// held is ordered below st.StableGp.
-func (s *Server) startViewLocked(st *pb.LazyState) error {
+// startViewLocked opens the view req names on this replica: the flush of
+// the sealed view bound every position below req.Ordered.
+func (s *Server) startViewLocked(req *pb.StartViewRequest) error {
+	st := req.GetState()
+	sv := lazy.StartView{View: st.GetView(), Ordered: req.GetOrdered(), From: req.GetFrom()}
+	for _, m := range req.GetFlushed() {
+		sv.Flushed = append(sv.Flushed, lazy.RecordID{Client: m.GetClientId(), Seq: m.GetSeq()})
+	}
 	member := false
-	for _, r := range st.GetReplicas() {
+	for i, r := range st.GetReplicas() {
+		id := s.replicaIDLocked(r.GetId())
+		if id == 0 {
+			return fmt.Errorf("view %d lists replica %q, which the cluster file does not: %w", st.GetView(), r.GetId(), lazy.ErrBadInput)
+		}
+		if i == 0 {
+			sv.Leader = id
+		}
+		sv.Replicas = append(sv.Replicas, id)
 		member = member || r.GetId() == s.cfg.ID
 	}
 	if !member {
 		return fmt.Errorf("view %d does not list replica %s: %w", st.GetView(), s.cfg.ID, lazy.ErrWrongView)
 	}
-	if err := s.seq.Start(lazy.StartView{View: st.GetView(), Ordered: st.GetStableGp()}); err != nil {
+	if err := s.seq.Start(sv); err != nil {
 		return err
 	}
 	s.config = st
-	if st.GetStableGp() > s.stable {
-		s.stable = st.GetStableGp()
+	if req.GetOrdered() > s.stable {
+		s.stable = req.GetOrdered()
 		close(s.stableChanged)
 		s.stableChanged = make(chan struct{})
 	}
