@@ -125,6 +125,28 @@ func (c *Client) sendMeta(o *lazyOp, st *pb.LazyState) {
 	}
 }
 
+// redoInView sends o again in view st, data and metadata both: a shard
+// that moved to a newer view refuses data of an older one, and a record's
+// data must carry the view that orders its metadata. Every destination
+// acknowledges again.
+func (c *Client) redoInView(o *lazyOp, st *pb.LazyState) {
+	info := c.shardInfo(o.shard)
+	if info == nil || len(info.Replicas) == 0 {
+		o.finish(Ack{}, fmt.Errorf("%w: %d", ErrUnknownShard, o.shard))
+		return
+	}
+	o.mu.Lock()
+	o.dataLeft = map[string]bool{}
+	for _, r := range info.Replicas {
+		o.dataLeft[r.Addr] = true
+	}
+	o.mu.Unlock()
+	c.sendMeta(o, st)
+	for _, r := range info.Replicas {
+		c.lazyStream(r.Addr, false).enqueue(o)
+	}
+}
+
 // lazyStream returns the pipelined stream to addr, opening it if needed:
 // metadata to a sequencing replica (meta) or data to a shard replica; nil
 // once the client is closed.
@@ -409,6 +431,10 @@ func (lc *lazyConn) dataAck(a *pb.AppendAck) {
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrWrongCluster, a.Message))
 	case pb.Code_UNKNOWN_SHARD:
 		o.finish(Ack{}, fmt.Errorf("%w: shard %d: %s", ErrUnknownShard, o.shard, a.Message))
+	case pb.Code_WRONG_VIEW:
+		// The shard moved to a newer sequencing view than o's: append
+		// again in it.
+		lc.c.wg.Go(func() { lc.c.retryMeta(o) })
 	default:
 		o.finish(Ack{}, &ServerError{Code: a.Code.String(), Message: a.Message})
 	}
@@ -442,33 +468,37 @@ func (lc *lazyConn) metaAck(a *pb.SeqAck, view uint64) {
 	switch a.Code {
 	case pb.Code_OK:
 		o.acked(lc.addr, true, o.metaViewOf())
-	case pb.Code_SEALED, pb.Code_WRONG_VIEW:
-		lc.c.wg.Add(1)
-		go func() {
-			defer lc.c.wg.Done()
-			lc.c.retryMeta(o)
-		}()
+	case pb.Code_WRONG_VIEW, pb.Code_SEALED:
+		if view < o.metaViewOf() {
+			// The replica has not started o's view yet: ask it again.
+			lc.c.wg.Go(func() { lc.c.resendAfterPause(o, lc.addr, true) })
+			return
+		}
+		lc.c.wg.Go(func() { lc.c.retryMeta(o) })
 	case pb.Code_FULL:
-		lc.c.wg.Add(1)
-		go func() {
-			defer lc.c.wg.Done()
-			t := time.NewTimer(lazyFullBackoff)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				lc.c.lazyStream(lc.addr, true).enqueue(o)
-			case <-o.ctx.Done():
-				o.finish(Ack{}, fmt.Errorf("augur: sequencing replica %s full: %s: %w", lc.addr, a.Message, o.ctx.Err()))
-			case <-lc.c.closedCh:
-				o.finish(Ack{}, ErrClosed)
-			}
-		}()
+		// The ring is full: back off, then ask again.
+		lc.c.wg.Go(func() { lc.c.resendAfterPause(o, lc.addr, true) })
 	case pb.Code_WRONG_CLUSTER:
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrWrongCluster, a.Message))
 	case pb.Code_INVALID:
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrInvalidRecord, a.Message))
 	default:
 		o.finish(Ack{}, &ServerError{Code: a.Code.String(), Message: a.Message})
+	}
+}
+
+// resendAfterPause sends o to addr again after a pause (a full ring, or a
+// replica that has not started o's view yet), while o's caller waits.
+func (c *Client) resendAfterPause(o *lazyOp, addr string, meta bool) {
+	t := time.NewTimer(max(lazyFullBackoff, c.cfg.RetryInterval/10))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		c.lazyStream(addr, meta).enqueue(o)
+	case <-o.ctx.Done():
+		o.finish(Ack{}, fmt.Errorf("augur: lazy append to %s: %w", addr, o.ctx.Err()))
+	case <-c.closedCh:
+		o.finish(Ack{}, ErrClosed)
 	}
 }
 
@@ -481,7 +511,7 @@ func (c *Client) retryMeta(o *lazyOp) {
 		st, err := c.refresh(ctx)
 		cancel()
 		if lz := st.GetLazy(); err == nil && lz.GetView() > old && !lz.GetSealed() && len(lz.GetReplicas()) > 0 {
-			c.sendMeta(o, st.GetLazy())
+			c.redoInView(o, st.GetLazy())
 			return
 		}
 		t := time.NewTimer(c.cfg.RetryInterval)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
 )
@@ -108,6 +110,88 @@ func TestLazyClusterAppendsAndReads(t *testing.T) {
 		}
 		if pos, ok := seen[string(e.Record.Payload)]; !ok || pos != e.Position {
 			t.Fatalf("subscription delivered %s at %d; reads put it at %d", e.Record.Payload, e.Position, pos)
+		}
+	}
+}
+
+// TestLazySequencingLeaderCrash stops the sequencing leader while appends
+// run: the ordering layer seals its view, flushes the survivor's ring and
+// starts a view without it; appends go on in the new view, the restarted
+// replica comes back in a later one, and every acknowledged append is read
+// back exactly once.
+func TestLazySequencingLeaderCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	acked := map[string]bool{}
+	appendSome := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			p := fmt.Sprintf("r%04d", i)
+			if _, err := cl.Append(ctx, client.Record{Payload: []byte(p)}); err != nil {
+				t.Fatalf("append %s: %v", p, err)
+			}
+			acked[p] = true
+		}
+	}
+	appendSome(0, 50)
+	leader := c.SequencingIDs()[0]
+	if err := c.StopSequencing(leader); err != nil {
+		t.Fatal(err)
+	}
+	// These appends wait until a view without the stopped leader starts.
+	appendSome(50, 50)
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetLazy().GetView() < 2 || st.GetLazy().GetReplicas()[0].GetId() == leader {
+		t.Fatalf("after the leader %s stopped the view is %v", leader, st.GetLazy())
+	}
+	if err := c.StartSequencing(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitFor(ctx, func(st *pb.StatusResponse) string {
+		for _, r := range st.GetLazy().GetReplicas() {
+			if r.GetId() == leader {
+				return ""
+			}
+		}
+		return "the restarted replica is not back in a view yet"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	appendSome(100, 50)
+	tail, err := cl.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cl.ReadRange(ctx, 0, int(tail))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range got {
+		seen[string(e.Record.Payload)]++
+	}
+	for p := range acked {
+		if seen[p] != 1 {
+			t.Fatalf("acknowledged record %s read %d times", p, seen[p])
 		}
 	}
 }
