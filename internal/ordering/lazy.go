@@ -210,10 +210,20 @@ func (s *Server) probeSequencing(ctx context.Context, cur lazy.SeqConfig, lastOK
 // a step cannot be completed in time (the next probe tries again: every
 // step is idempotent).
 func (s *Server) changeView(ctx context.Context, cur lazy.SeqConfig, failed, added []lazy.ReplicaID) error {
+	// Seal first (the core's first step, idempotent): every reachable
+	// replica of the old view; the first useful answer names the recovery
+	// replica. Its entries say which finalized shards the flush reaches.
+	replies := s.sealAll(ctx, cur)
+	named := map[uint32]bool{}
+	for _, r := range replies {
+		for _, e := range r.reply.Entries {
+			named[uint32(e.Shard)] = true
+		}
+	}
 	s.mu.Lock()
 	var shards []*pb.ShardInfo
 	for _, sh := range s.state.Shards {
-		if sh.State != control.Finalized {
+		if sh.State != control.Finalized || named[uint32(sh.ID)] {
 			shards = append(shards, wire.ShardsToProto([]control.Shard{sh})[0])
 		}
 	}
@@ -226,9 +236,6 @@ func (s *Server) changeView(ctx context.Context, cur lazy.SeqConfig, failed, add
 	if err != nil {
 		return err
 	}
-	// Seal: every reachable replica of the old view; the first useful
-	// answer names the recovery replica.
-	replies := s.sealAll(ctx, cur)
 	for _, r := range replies {
 		if out = rc.Sealed(r.from, r.reply); out.Map != nil || out.Record != nil {
 			break

@@ -63,7 +63,6 @@ func (s *Server) orderLoop() {
 			s.log.Debug("sequencing: shard table", "err", err)
 			continue
 		}
-		o.SetShards(shardIDs(shards))
 		var out lazy.OrdererOutput
 		switch {
 		case answer != nil:
@@ -72,6 +71,9 @@ func (s *Server) orderLoop() {
 			s.mu.Lock()
 			batch := s.seq.Unordered(o.BatchMax())
 			s.mu.Unlock()
+			if len(batch) == 0 {
+				continue
+			}
 			if unknown := unknownShard(batch, shards); unknown != nil {
 				// A record of a shard the cached table does not have yet
 				// (just added): its primary must place it, so read the
@@ -80,6 +82,9 @@ func (s *Server) orderLoop() {
 				s.log.Debug("sequencing: batch names a shard not in the table yet", "shard", *unknown)
 				continue
 			}
+			// The batch goes to every shard that takes records and to
+			// every finalized one it names (whose last records it orders).
+			o.SetShards(mapTo(batch, shards))
 			if out, err = o.Order(batch); err != nil {
 				s.log.Error("sequencing: order", "err", err)
 				continue
@@ -227,10 +232,15 @@ func unknownShard(batch []lazy.Meta, shards []*pb.ShardInfo) *cut.ShardID {
 	return nil
 }
 
-func shardIDs(shards []*pb.ShardInfo) []cut.ShardID {
-	out := make([]cut.ShardID, len(shards))
-	for i, sh := range shards {
-		out[i] = cut.ShardID(sh.GetId())
+// mapTo returns the shards a batch's mapping goes to: the live and
+// finalizing ones, and the finalized ones that hold a record of it.
+func mapTo(batch []lazy.Meta, shards []*pb.ShardInfo) []cut.ShardID {
+	var out []cut.ShardID
+	for _, sh := range shards {
+		id := cut.ShardID(sh.GetId())
+		if sh.GetState() != pb.ShardState_SHARD_FINALIZED || slices.ContainsFunc(batch, func(m lazy.Meta) bool { return m.Shard == id }) {
+			out = append(out, id)
+		}
 	}
 	return out
 }
@@ -337,7 +347,8 @@ type shardTable struct {
 	fetched time.Time
 }
 
-// get returns the shards that may hold records: live and finalizing ones.
+// get returns every shard of the table, finalized ones included (they
+// keep their records, and their readers wait for stable-gp too).
 func (t *shardTable) get(ctx context.Context, s *Server) ([]*pb.ShardInfo, error) {
 	if t.shards != nil && time.Since(t.fetched) < shardTableRefresh {
 		return t.shards, nil
@@ -346,14 +357,8 @@ func (t *shardTable) get(ctx context.Context, s *Server) ([]*pb.ShardInfo, error
 	if err != nil {
 		return nil, err
 	}
-	var shards []*pb.ShardInfo
-	for _, sh := range st.GetShards() {
-		if sh.GetState() != pb.ShardState_SHARD_FINALIZED {
-			shards = append(shards, sh)
-		}
-	}
-	t.shards, t.fetched = shards, time.Now()
-	return shards, nil
+	t.shards, t.fetched = st.GetShards(), time.Now()
+	return t.shards, nil
 }
 
 // orderingStatus asks the ordering replicas for the cluster status.
