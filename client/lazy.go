@@ -494,6 +494,15 @@ func (c *Client) resendAfterPause(o *lazyOp, addr string, meta bool) {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		// The replica may never start o's view (it restarted and the
+		// control plane moved on without it): follow a newer view.
+		ctx, cancel := context.WithTimeout(o.ctx, rpcTimeout)
+		st, err := c.refresh(ctx)
+		cancel()
+		if lz := st.GetLazy(); err == nil && lz.GetView() > o.metaViewOf() && !lz.GetSealed() && len(lz.GetReplicas()) > 0 {
+			c.redoInView(o, lz)
+			return
+		}
 		c.lazyStream(addr, meta).enqueue(o)
 	case <-o.ctx.Done():
 		o.finish(Ack{}, fmt.Errorf("augur: lazy append to %s: %w", addr, o.ctx.Err()))

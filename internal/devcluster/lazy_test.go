@@ -125,7 +125,7 @@ func TestLazySequencingLeaderCrash(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 300 * time.Millisecond})
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
