@@ -212,20 +212,14 @@ func (s *Server) probeSequencing(ctx context.Context, cur lazy.SeqConfig, lastOK
 func (s *Server) changeView(ctx context.Context, cur lazy.SeqConfig, failed, added []lazy.ReplicaID) error {
 	// Seal first (the core's first step, idempotent): every reachable
 	// replica of the old view; the first useful answer names the recovery
-	// replica. Its entries say which finalized shards the flush reaches.
+	// replica.
 	replies := s.sealAll(ctx, cur)
-	named := map[uint32]bool{}
-	for _, r := range replies {
-		for _, e := range r.reply.Entries {
-			named[uint32(e.Shard)] = true
-		}
-	}
 	s.mu.Lock()
 	var shards []*pb.ShardInfo
 	for _, sh := range s.state.Shards {
-		if sh.State != control.Finalized || named[uint32(sh.ID)] {
-			shards = append(shards, wire.ShardsToProto([]control.Shard{sh})[0])
-		}
+		// Every shard keeps the whole position table: the flush goes to
+		// each, finalized ones too.
+		shards = append(shards, wire.ShardsToProto([]control.Shard{sh})[0])
 	}
 	s.mu.Unlock()
 	ids := make([]cut.ShardID, len(shards))

@@ -82,9 +82,7 @@ func (s *Server) orderLoop() {
 				s.log.Debug("sequencing: batch names a shard not in the table yet", "shard", *unknown)
 				continue
 			}
-			// The batch goes to every shard that takes records and to
-			// every finalized one it names (whose last records it orders).
-			o.SetShards(mapTo(batch, shards))
+			o.SetShards(mapTo(shards))
 			if out, err = o.Order(batch); err != nil {
 				s.log.Error("sequencing: order", "err", err)
 				continue
@@ -232,15 +230,14 @@ func unknownShard(batch []lazy.Meta, shards []*pb.ShardInfo) *cut.ShardID {
 	return nil
 }
 
-// mapTo returns the shards a batch's mapping goes to: the live and
-// finalizing ones, and the finalized ones that hold a record of it.
-func mapTo(batch []lazy.Meta, shards []*pb.ShardInfo) []cut.ShardID {
-	var out []cut.ShardID
-	for _, sh := range shards {
-		id := cut.ShardID(sh.GetId())
-		if sh.GetState() != pb.ShardState_SHARD_FINALIZED || slices.ContainsFunc(batch, func(m lazy.Meta) bool { return m.Shard == id }) {
-			out = append(out, id)
-		}
+// mapTo returns the shards a batch's mapping goes to: every shard of the
+// table, finalized ones too. Each shard keeps the whole position table,
+// so none may miss a batch; a finalized shard still places its last
+// records (retries of appends in flight when it was finalized).
+func mapTo(shards []*pb.ShardInfo) []cut.ShardID {
+	out := make([]cut.ShardID, len(shards))
+	for i, sh := range shards {
+		out[i] = cut.ShardID(sh.GetId())
 	}
 	return out
 }
