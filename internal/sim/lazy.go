@@ -807,6 +807,13 @@ func (n *shardNode) read(pos uint64, reply func(lazy.ReadAnswer[int], error)) {
 		reply(lazy.ReadAnswer[int]{}, err)
 		return
 	}
+	if len(out.Reads) == 0 && w.plant == bugLazyReadAhead {
+		if a, ok := n.readAhead(id, pos); ok {
+			n.core.Cancel(id)
+			out.Reads = append(out.Reads, a)
+			w.planted = true
+		}
+	}
 	if len(out.Reads) > 0 {
 		w.stats.fastReads++
 	} else {
@@ -853,4 +860,37 @@ func describeReconfig(out lazy.ReconfigOutput) string {
 		s += " done"
 	}
 	return s
+}
+
+// readAhead answers a read of pos from the newest placement that binds
+// it, stable or not: the bug bugLazyReadAhead plants.
+func (n *shardNode) readAhead(w int, pos uint64) (lazy.ReadAnswer[int], bool) {
+	for i := len(n.places) - 1; i >= 0; i-- {
+		p := n.places[i]
+		if pos < p.From || pos >= p.End {
+			continue
+		}
+		a := lazy.ReadAnswer[int]{Waiter: w, Pos: pos}
+		for _, r := range p.Runs {
+			if pos >= r.From && pos < r.End {
+				a.Shard = r.Shard
+			}
+		}
+		if a.Shard != n.shard {
+			return a, true
+		}
+		for _, sl := range p.Slots {
+			if sl.Pos != pos {
+				continue
+			}
+			if sl.Noop {
+				a.Noop = true
+				return a, true
+			}
+			local, ok := n.core.LocalOf(sl.ID)
+			a.Local = local
+			return a, ok
+		}
+	}
+	return lazy.ReadAnswer[int]{}, false
 }

@@ -173,6 +173,9 @@ const (
 	// shards hold a batch, before every sequencing replica collected it
 	// (the incorrect protocol of the paper's §4.5).
 	bugLazyEarlyStable
+	// bugLazyReadAhead: a lazy shard replica answers a read above
+	// stable-gp from the placement it holds, rather than holding it.
+	bugLazyReadAhead
 )
 
 // Result is the outcome of one seed.
