@@ -289,9 +289,9 @@ func (lc *lazyConn) run() {
 			continue
 		}
 		if lc.meta {
-			// The replica may have left the view: resend to the view the
-			// cluster is in now.
-			lc.c.retryMeta(o)
+			// Ask the replica again, or, if the cluster moved to a newer
+			// view meanwhile, append again in that view.
+			lc.c.wg.Go(func() { lc.c.resendAfterPause(o, lc.addr, true) })
 		} else {
 			lc.c.lazyStream(lc.addr, false).enqueue(o)
 		}

@@ -139,6 +139,11 @@ func (s *Server) lazyControl(ctx context.Context) {
 		if err := s.changeView(ctx, *cur, failed, added); err != nil {
 			s.log.Warn("lazy control: view change", "view", cur.View, "err", err)
 		}
+		// A view change takes a while; silence is counted from its end,
+		// not from the probe before it.
+		for id := range lastOK {
+			lastOK[id] = time.Now()
+		}
 	}
 }
 
@@ -191,9 +196,11 @@ func (s *Server) probeSequencing(ctx context.Context, cur lazy.SeqConfig, lastOK
 		switch {
 		case a.err != nil:
 			if member && now.Sub(lastOK[id]) >= s.cfg.FailureTimeout {
+				s.log.Info("lazy control: sequencing replica silent", "replica", s.cfg.Sequencing[i].ID, "for", now.Sub(lastOK[id]), "err", a.err)
 				failed = append(failed, id)
 			}
 		case member && (a.st.GetView() != cur.View || a.st.GetSealed()):
+			s.log.Info("lazy control: sequencing replica out of the view", "replica", s.cfg.Sequencing[i].ID, "view", cur.View, "its_view", a.st.GetView(), "sealed", a.st.GetSealed())
 			lastOK[id] = now
 			failed = append(failed, id)
 		default:
