@@ -68,6 +68,13 @@ on loopback in the same run; the comparison lines give append_p50 as eager ÷
 lazy. A lazy append returns once its data is on every replica of its shard and
 its metadata on every sequencing replica: one round trip to four servers at
 once with the defaults.`},
+	{name: "lazy-reads", flags: flagsLoad,
+		short: "Reads of a lazy cluster by readers lagging 0, 1 and 3 ms: latency, fast and slow path (LazyLog Fig. 9)",
+		long: `Append open loop at --rate to a lazy cluster while three readers each learn
+the durable tail (CheckTail), wait 0, 1 or 3 ms, and read the last durable
+position. A read below stable-gp is served at once (fast path); one above it
+waits for stable-gp (slow path). Prints, per lag, {"lag_ms","read_latency_us",
+"fast","slow","fast_percent"} under "lazy_reads".`},
 	{name: "e2e", flags: benchConsumerFlags,
 		short: "Delivery and end-to-end latency with downstream compute (SpecLog Fig. 7, 8)",
 		long: `Append open loop at --rate while --subscribers downstream tasks follow the
