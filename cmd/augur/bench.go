@@ -75,6 +75,13 @@ the durable tail (CheckTail), wait 0, 1 or 3 ms, and read the last durable
 position. A read below stable-gp is served at once (fast path); one above it
 waits for stable-gp (slow path). Prints, per lag, {"lag_ms","read_latency_us",
 "fast","slow","fast_percent"} under "lazy_reads".`},
+	{name: "lazy-reconfig", flags: flagsLoad | flagsSeries,
+		short: "Lazy appends over time across a crash of the sequencing leader (LazyLog §6.10)",
+		long: `Append open loop at --rate to a lazy cluster; at a third of the window the
+sequencing leader stops (the ordering layer seals its view, flushes the
+survivor's ring and starts a view without it), at two thirds it restarts and
+rejoins in a later view. Prints the usual result with a time series of
+throughput and append latency and the events.`},
 	{name: "e2e", flags: benchConsumerFlags,
 		short: "Delivery and end-to-end latency with downstream compute (SpecLog Fig. 7, 8)",
 		long: `Append open loop at --rate while --subscribers downstream tasks follow the

@@ -37,7 +37,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench"}, "name a workload: one of append, lazy-append, lazy-reads, e2e, burst"},
+		{[]string{"bench"}, "name a workload: one of append, lazy-append, lazy-reads, lazy-reconfig, e2e, burst"},
 		{[]string{"bench", "e2e", "--modes", "eager,lazier"}, `unknown mode "lazier"`},
 		{[]string{"bench", "e2e", "--modes", "fast"}, `unknown mode "fast" (available: eager`},
 		{[]string{"bench", "append", "--duration", "0s"}, "duration must be positive"},

@@ -185,3 +185,67 @@ func (lazyReadsWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 	}
 	return res, nil
 }
+
+func init() { Register(lazyReconfigWorkload{}) }
+
+// lazyReconfigWorkload records lazy appends over time across a crash of
+// the sequencing leader (LazyLog §6.10): at a third of the window the
+// leader stops, the ordering layer seals its view, flushes the survivor's
+// ring and starts a view without it; at two thirds it restarts and comes
+// back in a later view. The time series shows the pause and the recovery.
+type lazyReconfigWorkload struct{}
+
+func (lazyReconfigWorkload) Name() string { return "lazy-reconfig" }
+
+func (lazyReconfigWorkload) Defaults(p *Params) {
+	p.Modes = []string{"lazy"}
+	p.Subscribers = 0
+}
+
+func (lazyReconfigWorkload) Check(p Params) error {
+	errs := []error{needEmbedded("lazy-reconfig", "stops and restarts a sequencing replica", p), checkLoad(p, false)}
+	for _, m := range p.Modes {
+		if m != "lazy" {
+			errs = append(errs, fmt.Errorf("lazy-reconfig crashes a sequencing replica of a lazy cluster; --modes %s", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (lazyReconfigWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
+	dc := e.Target.Embedded
+	if dc == nil {
+		return nil, errors.New("lazy-reconfig needs the embedded cluster")
+	}
+	var mu sync.Mutex
+	var leader string
+	d := e.Params.Duration
+	actions := []action{
+		{At: d / 3, What: "stop the sequencing leader", Do: func(ctx context.Context) (string, error) {
+			cl, err := e.Target.Dial(ctx)
+			if err != nil {
+				return "", err
+			}
+			defer cl.Close()
+			st, err := cl.Status(ctx)
+			if err != nil {
+				return "", err
+			}
+			reps := st.GetLazy().GetReplicas()
+			if len(reps) == 0 {
+				return "", errors.New("no sequencing view")
+			}
+			mu.Lock()
+			leader = reps[0].GetId()
+			mu.Unlock()
+			return " " + reps[0].GetId(), dc.StopSequencing(reps[0].GetId())
+		}},
+		{At: 2 * d / 3, What: "restart it", Do: func(context.Context) (string, error) {
+			mu.Lock()
+			id := leader
+			mu.Unlock()
+			return " " + id, dc.StartSequencing(id)
+		}},
+	}
+	return runLoad(ctx, e, loadSpec{Actions: actions, Series: true})
+}
