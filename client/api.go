@@ -33,6 +33,9 @@ type Entry struct {
 type Ack struct {
 	Position uint64
 	Shard    uint32
+	// Unordered says the record is durable but not ordered yet (lazy
+	// order): Position means nothing. AppendSync waits for the position.
+	Unordered bool
 }
 
 // Filter selects records in a subscription; the zero Filter selects all. A

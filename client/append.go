@@ -67,12 +67,16 @@ func (c *Client) AppendToShard(ctx context.Context, rec Record, shard uint32) (A
 }
 
 func (c *Client) appendWait(ctx context.Context, rec Record, shard uint32, explicit bool) (Ack, error) {
+	return c.appendWaitPos(ctx, rec, shard, explicit, false)
+}
+
+func (c *Client) appendWaitPos(ctx context.Context, rec Record, shard uint32, explicit, wantPos bool) (Ack, error) {
 	type result struct {
 		a   Ack
 		err error
 	}
 	ch := make(chan result, 1)
-	o := c.appendAsync(ctx, rec, shard, explicit, func(a Ack, err error) { ch <- result{a, err} })
+	o := c.appendAsyncPos(ctx, rec, shard, explicit, wantPos, func(a Ack, err error) { ch <- result{a, err} })
 	select {
 	case r := <-ch:
 		return r.a, r.err
@@ -100,8 +104,13 @@ func (c *Client) AppendAsync(ctx context.Context, rec Record, done func(Ack, err
 	c.appendAsync(ctx, rec, 0, false, done)
 }
 
-// appendAsync returns the op it queued, or nil when it failed at once.
+// appendAsync returns the op it queued, or nil when it failed at once (or
+// went the lazy way).
 func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, explicit bool, done func(Ack, error)) *op {
+	return c.appendAsyncPos(ctx, rec, shard, explicit, false, done)
+}
+
+func (c *Client) appendAsyncPos(ctx context.Context, rec Record, shard uint32, explicit, wantPos bool, done func(Ack, error)) *op {
 	if err := c.checkRecord(rec); err != nil {
 		done(Ack{}, err)
 		return nil
@@ -125,6 +134,18 @@ func (c *Client) appendAsync(ctx context.Context, rec Record, shard uint32, expl
 	o.done = func(a Ack, err error) {
 		<-c.inflight
 		done(a, err)
+	}
+	if c.lazyState() != nil {
+		if !explicit {
+			id, err := c.pickShard(o.rec, 0, false)
+			if err != nil {
+				o.finish(Ack{}, err)
+				return nil
+			}
+			o.shard = id
+		}
+		c.appendLazyAsync(ctx, o.seq, o.rec, o.shard, wantPos, o.finish)
+		return nil
 	}
 	if !explicit {
 		id, err := c.pickShard(o.rec, 0, false)

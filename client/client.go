@@ -55,6 +55,16 @@ type Client struct {
 	closed     bool
 	closedCh   chan struct{}
 	wg         sync.WaitGroup
+	// lazyConns are the pipelined lazy-append streams, by server and kind.
+	lazyConns map[lazyKey]*lazyConn
+	// lazyMap caches the position table of a lazy cluster, sorted.
+	lazyMap       []positionRun
+	lazyReadStats lazyReads
+	// floorMu guards unfinished and finishedSeqs: the lazy appends not
+	// finished yet, whose lowest sequence number is the client's floor.
+	floorMu      sync.Mutex
+	unfinished   seqHeap
+	finishedSeqs map[uint64]bool
 	// ctx bounds the work the client does on its own behalf, which outlives
 	// any one call: append streams shared by every caller and background
 	// refreshes. Close cancels it (stop).
@@ -287,11 +297,16 @@ func (c *Client) Ping(ctx context.Context, addr string) (*pb.PingResponse, error
 	return pb.NewReplicaClient(cc).Ping(ctx, &pb.PingRequest{ClusterId: c.cfg.ClusterID})
 }
 
-// CheckTail returns the next position to be assigned.
+// CheckTail returns the next position to be assigned. On a lazy cluster
+// it is the durable tail, from the sequencing leader: every append
+// acknowledged before the call lies below it.
 func (c *Client) CheckTail(ctx context.Context) (uint64, error) {
 	st, err := c.refresh(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if lz := st.GetLazy(); lz != nil {
+		return c.checkTailLazy(ctx, lz)
 	}
 	return st.Tail, nil
 }

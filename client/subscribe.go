@@ -69,6 +69,9 @@ func (c *Client) ReadRange(ctx context.Context, from uint64, n int) ([]Entry, er
 		return nil, fmt.Errorf("augur: read range needs a positive count, got %d", n)
 	}
 	// A cluster's mode never changes, so the table Dial read tells it.
+	if c.lazyState() != nil {
+		return c.readLazy(ctx, from, n)
+	}
 	if mode.FromStatus(c.cachedStatus()).Speculative() {
 		return c.readSpec(ctx, from, n)
 	}

@@ -40,6 +40,11 @@ const (
 	Code_NOT_ORDERED   Code = 8  // resolve: the shard is finalized and the record is not in the log
 	Code_PENDING       Code = 9  // resolve: not yet known
 	Code_UNAVAILABLE   Code = 10 // the server is shutting down or not ready
+	// Lazy order.
+	Code_SEALED     Code = 11 // the sequencing replica's view is sealed: retry in the next view
+	Code_WRONG_VIEW Code = 12 // the request names another view than the replica's
+	Code_FULL       Code = 13 // the sequencing ring is full: back off and retry
+	Code_LATE       Code = 14 // the shard already holds a no-op at this record's position
 )
 
 // Enum value maps for Code.
@@ -56,6 +61,10 @@ var (
 		8:  "NOT_ORDERED",
 		9:  "PENDING",
 		10: "UNAVAILABLE",
+		11: "SEALED",
+		12: "WRONG_VIEW",
+		13: "FULL",
+		14: "LATE",
 	}
 	Code_value = map[string]int32{
 		"OK":            0,
@@ -69,6 +78,10 @@ var (
 		"NOT_ORDERED":   8,
 		"PENDING":       9,
 		"UNAVAILABLE":   10,
+		"SEALED":        11,
+		"WRONG_VIEW":    12,
+		"FULL":          13,
+		"LATE":          14,
 	}
 )
 
@@ -2019,7 +2032,9 @@ type HeartbeatRequest struct {
 	GoingAway bool `protobuf:"varint,6,opt,name=going_away,json=goingAway,proto3" json:"going_away,omitempty"`
 	// unreachable lists backups this primary cannot replicate to; the
 	// leader takes them out of their shards' configurations.
-	Unreachable   []*ReplicaRef `protobuf:"bytes,7,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	Unreachable []*ReplicaRef `protobuf:"bytes,7,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// sequencing is set when a sequencing replica (lazy order) heartbeats.
+	Sequencing    *SequencingBeat `protobuf:"bytes,8,opt,name=sequencing,proto3" json:"sequencing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2099,6 +2114,13 @@ func (x *HeartbeatRequest) GetGoingAway() bool {
 func (x *HeartbeatRequest) GetUnreachable() []*ReplicaRef {
 	if x != nil {
 		return x.Unreachable
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetSequencing() *SequencingBeat {
+	if x != nil {
+		return x.Sequencing
 	}
 	return nil
 }
@@ -2515,7 +2537,9 @@ type Event struct {
 	// spec is the speculative state, set when it changed.
 	Spec *SpecState `protobuf:"bytes,6,opt,name=spec,proto3" json:"spec,omitempty"`
 	// earlier_cuts are the cuts a multi-cut release committed before cut.
-	EarlierCuts   []*Cut `protobuf:"bytes,7,rep,name=earlier_cuts,json=earlierCuts,proto3" json:"earlier_cuts,omitempty"`
+	EarlierCuts []*Cut `protobuf:"bytes,7,rep,name=earlier_cuts,json=earlierCuts,proto3" json:"earlier_cuts,omitempty"`
+	// lazy is the lazy-order state, set when it changed.
+	Lazy          *LazyState `protobuf:"bytes,8,opt,name=lazy,proto3" json:"lazy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2595,6 +2619,13 @@ func (x *Event) GetSpec() *SpecState {
 func (x *Event) GetEarlierCuts() []*Cut {
 	if x != nil {
 		return x.EarlierCuts
+	}
+	return nil
+}
+
+func (x *Event) GetLazy() *LazyState {
+	if x != nil {
+		return x.Lazy
 	}
 	return nil
 }
@@ -3452,7 +3483,9 @@ type StatusResponse struct {
 	MembershipVersion uint64                 `protobuf:"varint,9,opt,name=membership_version,json=membershipVersion,proto3" json:"membership_version,omitempty"`
 	EventSeq          uint64                 `protobuf:"varint,10,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
 	// spec is set when the cluster runs in speculative mode.
-	Spec          *SpecState `protobuf:"bytes,11,opt,name=spec,proto3" json:"spec,omitempty"`
+	Spec *SpecState `protobuf:"bytes,11,opt,name=spec,proto3" json:"spec,omitempty"`
+	// lazy is set when the cluster runs in lazy mode.
+	Lazy          *LazyState `protobuf:"bytes,12,opt,name=lazy,proto3" json:"lazy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3564,6 +3597,2284 @@ func (x *StatusResponse) GetSpec() *SpecState {
 	return nil
 }
 
+func (x *StatusResponse) GetLazy() *LazyState {
+	if x != nil {
+		return x.Lazy
+	}
+	return nil
+}
+
+// RecordMeta identifies a record and the shard that stores it.
+type RecordMeta struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId uint64                 `protobuf:"varint,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Shard    uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	// floor is the client's promise never to send a sequence number below
+	// it again, so replicas may forget its older records.
+	Floor         uint64 `protobuf:"varint,4,opt,name=floor,proto3" json:"floor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordMeta) Reset() {
+	*x = RecordMeta{}
+	mi := &file_augur_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordMeta) ProtoMessage() {}
+
+func (x *RecordMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordMeta.ProtoReflect.Descriptor instead.
+func (*RecordMeta) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RecordMeta) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *RecordMeta) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RecordMeta) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *RecordMeta) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
+type SeqAppendRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// view is the sequencing view the client appends in.
+	View  uint64        `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	Metas []*RecordMeta `protobuf:"bytes,3,rep,name=metas,proto3" json:"metas,omitempty"`
+	// want_position asks the leader for each record's position.
+	WantPosition  bool `protobuf:"varint,4,opt,name=want_position,json=wantPosition,proto3" json:"want_position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqAppendRequest) Reset() {
+	*x = SeqAppendRequest{}
+	mi := &file_augur_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqAppendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqAppendRequest) ProtoMessage() {}
+
+func (x *SeqAppendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqAppendRequest.ProtoReflect.Descriptor instead.
+func (*SeqAppendRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SeqAppendRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *SeqAppendRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *SeqAppendRequest) GetMetas() []*RecordMeta {
+	if x != nil {
+		return x.Metas
+	}
+	return nil
+}
+
+func (x *SeqAppendRequest) GetWantPosition() bool {
+	if x != nil {
+		return x.WantPosition
+	}
+	return false
+}
+
+type SeqAck struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId uint64                 `protobuf:"varint,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Code     Code                   `protobuf:"varint,3,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message  string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// ordered says position is the record's position.
+	Ordered       bool   `protobuf:"varint,5,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	Position      uint64 `protobuf:"varint,6,opt,name=position,proto3" json:"position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqAck) Reset() {
+	*x = SeqAck{}
+	mi := &file_augur_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqAck) ProtoMessage() {}
+
+func (x *SeqAck) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqAck.ProtoReflect.Descriptor instead.
+func (*SeqAck) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *SeqAck) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *SeqAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SeqAck) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *SeqAck) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SeqAck) GetOrdered() bool {
+	if x != nil {
+		return x.Ordered
+	}
+	return false
+}
+
+func (x *SeqAck) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+type SeqAppendResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Acks  []*SeqAck              `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	// view is the replica's view.
+	View          uint64 `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqAppendResponse) Reset() {
+	*x = SeqAppendResponse{}
+	mi := &file_augur_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqAppendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqAppendResponse) ProtoMessage() {}
+
+func (x *SeqAppendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqAppendResponse.ProtoReflect.Descriptor instead.
+func (*SeqAppendResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *SeqAppendResponse) GetAcks() []*SeqAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+func (x *SeqAppendResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+type CheckTailRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTailRequest) Reset() {
+	*x = CheckTailRequest{}
+	mi := &file_augur_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTailRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTailRequest) ProtoMessage() {}
+
+func (x *CheckTailRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTailRequest.ProtoReflect.Descriptor instead.
+func (*CheckTailRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CheckTailRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+type CheckTailResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tail counts the durable records: ordered ones and the leader's
+	// unordered ones.
+	Tail          uint64 `protobuf:"varint,1,opt,name=tail,proto3" json:"tail,omitempty"`
+	StableGp      uint64 `protobuf:"varint,2,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	View          uint64 `protobuf:"varint,3,opt,name=view,proto3" json:"view,omitempty"`
+	LeaderAddr    string `protobuf:"bytes,4,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	NotLeader     bool   `protobuf:"varint,5,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTailResponse) Reset() {
+	*x = CheckTailResponse{}
+	mi := &file_augur_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTailResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTailResponse) ProtoMessage() {}
+
+func (x *CheckTailResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTailResponse.ProtoReflect.Descriptor instead.
+func (*CheckTailResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *CheckTailResponse) GetTail() uint64 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+func (x *CheckTailResponse) GetStableGp() uint64 {
+	if x != nil {
+		return x.StableGp
+	}
+	return 0
+}
+
+func (x *CheckTailResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *CheckTailResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *CheckTailResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+type CollectRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	View      uint64                 `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	// ids are the records the leader ordered, at positions
+	// [last_ordered_gp - len(ids), last_ordered_gp).
+	Ids           []*RecordMeta `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
+	LastOrderedGp uint64        `protobuf:"varint,4,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectRequest) Reset() {
+	*x = CollectRequest{}
+	mi := &file_augur_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectRequest) ProtoMessage() {}
+
+func (x *CollectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectRequest.ProtoReflect.Descriptor instead.
+func (*CollectRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *CollectRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *CollectRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *CollectRequest) GetIds() []*RecordMeta {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *CollectRequest) GetLastOrderedGp() uint64 {
+	if x != nil {
+		return x.LastOrderedGp
+	}
+	return 0
+}
+
+type CollectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectResponse) Reset() {
+	*x = CollectResponse{}
+	mi := &file_augur_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectResponse) ProtoMessage() {}
+
+func (x *CollectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectResponse.ProtoReflect.Descriptor instead.
+func (*CollectResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *CollectResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *CollectResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type SealRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	View          uint64                 `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SealRequest) Reset() {
+	*x = SealRequest{}
+	mi := &file_augur_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SealRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SealRequest) ProtoMessage() {}
+
+func (x *SealRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SealRequest.ProtoReflect.Descriptor instead.
+func (*SealRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *SealRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *SealRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+type SealResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	LastOrderedGp uint64                 `protobuf:"varint,3,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
+	Unordered     uint64                 `protobuf:"varint,4,opt,name=unordered,proto3" json:"unordered,omitempty"`
+	// entries are the replica's unordered records in its local order.
+	Entries []*RecordMeta `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
+	// view is the replica's view; amnesiac says it lost its ring in a
+	// restart (or never ran the view) and cannot recover it.
+	View          uint64 `protobuf:"varint,6,opt,name=view,proto3" json:"view,omitempty"`
+	Amnesiac      bool   `protobuf:"varint,7,opt,name=amnesiac,proto3" json:"amnesiac,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SealResponse) Reset() {
+	*x = SealResponse{}
+	mi := &file_augur_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SealResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SealResponse) ProtoMessage() {}
+
+func (x *SealResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SealResponse.ProtoReflect.Descriptor instead.
+func (*SealResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *SealResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *SealResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SealResponse) GetLastOrderedGp() uint64 {
+	if x != nil {
+		return x.LastOrderedGp
+	}
+	return 0
+}
+
+func (x *SealResponse) GetUnordered() uint64 {
+	if x != nil {
+		return x.Unordered
+	}
+	return 0
+}
+
+func (x *SealResponse) GetEntries() []*RecordMeta {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *SealResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *SealResponse) GetAmnesiac() bool {
+	if x != nil {
+		return x.Amnesiac
+	}
+	return false
+}
+
+type FlushRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// view is the sealed view whose ring is flushed.
+	View uint64 `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	// from is the first position the flush may give (the recorded
+	// stable-gp): the recovery replica orders from there.
+	From          uint64 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushRequest) Reset() {
+	*x = FlushRequest{}
+	mi := &file_augur_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushRequest) ProtoMessage() {}
+
+func (x *FlushRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
+func (*FlushRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *FlushRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *FlushRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *FlushRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+type FlushResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// last_ordered_gp is the end of the flushed order.
+	LastOrderedGp uint64 `protobuf:"varint,3,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushResponse) Reset() {
+	*x = FlushResponse{}
+	mi := &file_augur_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushResponse) ProtoMessage() {}
+
+func (x *FlushResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
+func (*FlushResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *FlushResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *FlushResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FlushResponse) GetLastOrderedGp() uint64 {
+	if x != nil {
+		return x.LastOrderedGp
+	}
+	return 0
+}
+
+type StartViewRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// state is the new configuration, its leader first.
+	State *LazyState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// ordered: every position below it is bound (the flush's end); from:
+	// where the flush started; flushed: the records it bound.
+	Ordered       uint64        `protobuf:"varint,3,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	From          uint64        `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	Flushed       []*RecordMeta `protobuf:"bytes,5,rep,name=flushed,proto3" json:"flushed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartViewRequest) Reset() {
+	*x = StartViewRequest{}
+	mi := &file_augur_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartViewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartViewRequest) ProtoMessage() {}
+
+func (x *StartViewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartViewRequest.ProtoReflect.Descriptor instead.
+func (*StartViewRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *StartViewRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *StartViewRequest) GetState() *LazyState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *StartViewRequest) GetOrdered() uint64 {
+	if x != nil {
+		return x.Ordered
+	}
+	return 0
+}
+
+func (x *StartViewRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *StartViewRequest) GetFlushed() []*RecordMeta {
+	if x != nil {
+		return x.Flushed
+	}
+	return nil
+}
+
+type StartViewResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartViewResponse) Reset() {
+	*x = StartViewResponse{}
+	mi := &file_augur_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartViewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartViewResponse) ProtoMessage() {}
+
+func (x *StartViewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartViewResponse.ProtoReflect.Descriptor instead.
+func (*StartViewResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *StartViewResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *StartViewResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type SequencingStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequencingStatusRequest) Reset() {
+	*x = SequencingStatusRequest{}
+	mi := &file_augur_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequencingStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequencingStatusRequest) ProtoMessage() {}
+
+func (x *SequencingStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequencingStatusRequest.ProtoReflect.Descriptor instead.
+func (*SequencingStatusRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *SequencingStatusRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+type SequencingStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	View          uint64                 `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	Leader        bool                   `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	Sealed        bool                   `protobuf:"varint,4,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	LastOrderedGp uint64                 `protobuf:"varint,5,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
+	StableGp      uint64                 `protobuf:"varint,6,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	Unordered     uint64                 `protobuf:"varint,7,opt,name=unordered,proto3" json:"unordered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequencingStatusResponse) Reset() {
+	*x = SequencingStatusResponse{}
+	mi := &file_augur_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequencingStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequencingStatusResponse) ProtoMessage() {}
+
+func (x *SequencingStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequencingStatusResponse.ProtoReflect.Descriptor instead.
+func (*SequencingStatusResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *SequencingStatusResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SequencingStatusResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *SequencingStatusResponse) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *SequencingStatusResponse) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+func (x *SequencingStatusResponse) GetLastOrderedGp() uint64 {
+	if x != nil {
+		return x.LastOrderedGp
+	}
+	return 0
+}
+
+func (x *SequencingStatusResponse) GetStableGp() uint64 {
+	if x != nil {
+		return x.StableGp
+	}
+	return 0
+}
+
+func (x *SequencingStatusResponse) GetUnordered() uint64 {
+	if x != nil {
+		return x.Unordered
+	}
+	return 0
+}
+
+// SequencingReplica is one sequencing replica of a view.
+type SequencingReplica struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequencingReplica) Reset() {
+	*x = SequencingReplica{}
+	mi := &file_augur_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequencingReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequencingReplica) ProtoMessage() {}
+
+func (x *SequencingReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequencingReplica.ProtoReflect.Descriptor instead.
+func (*SequencingReplica) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *SequencingReplica) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SequencingReplica) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+// LazyState is the lazy-order configuration the control plane records.
+type LazyState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	View  uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
+	// replicas are the view's sequencing replicas; replicas[0] leads.
+	Replicas []*SequencingReplica `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Sealed   bool                 `protobuf:"varint,3,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// stable_gp: every position below it is final (as recorded at the
+	// view's start; the leader advances it further in the view).
+	StableGp      uint64 `protobuf:"varint,4,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyState) Reset() {
+	*x = LazyState{}
+	mi := &file_augur_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyState) ProtoMessage() {}
+
+func (x *LazyState) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyState.ProtoReflect.Descriptor instead.
+func (*LazyState) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *LazyState) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *LazyState) GetReplicas() []*SequencingReplica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *LazyState) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+func (x *LazyState) GetStableGp() uint64 {
+	if x != nil {
+		return x.StableGp
+	}
+	return 0
+}
+
+// SequencingBeat is a sequencing replica's heartbeat.
+type SequencingBeat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	View          uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
+	Sealed        bool                   `protobuf:"varint,2,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	LastOrderedGp uint64                 `protobuf:"varint,3,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
+	StableGp      uint64                 `protobuf:"varint,4,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SequencingBeat) Reset() {
+	*x = SequencingBeat{}
+	mi := &file_augur_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SequencingBeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SequencingBeat) ProtoMessage() {}
+
+func (x *SequencingBeat) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SequencingBeat.ProtoReflect.Descriptor instead.
+func (*SequencingBeat) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *SequencingBeat) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *SequencingBeat) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+func (x *SequencingBeat) GetLastOrderedGp() uint64 {
+	if x != nil {
+		return x.LastOrderedGp
+	}
+	return 0
+}
+
+func (x *SequencingBeat) GetStableGp() uint64 {
+	if x != nil {
+		return x.StableGp
+	}
+	return 0
+}
+
+type LazyStoreRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClientId  uint64                 `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	Entries   []*AppendEntry         `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// view is the sequencing view the records' metadata is appended in.
+	View          uint64 `protobuf:"varint,5,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyStoreRequest) Reset() {
+	*x = LazyStoreRequest{}
+	mi := &file_augur_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyStoreRequest) ProtoMessage() {}
+
+func (x *LazyStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyStoreRequest.ProtoReflect.Descriptor instead.
+func (*LazyStoreRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *LazyStoreRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *LazyStoreRequest) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *LazyStoreRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *LazyStoreRequest) GetEntries() []*AppendEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *LazyStoreRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+type LazyStoreResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Acks          []*AppendAck           `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyStoreResponse) Reset() {
+	*x = LazyStoreResponse{}
+	mi := &file_augur_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyStoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyStoreResponse) ProtoMessage() {}
+
+func (x *LazyStoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyStoreResponse.ProtoReflect.Descriptor instead.
+func (*LazyStoreResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *LazyStoreResponse) GetAcks() []*AppendAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+type OrderRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	View      uint64                 `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	// first is the position of ids[0]; ids cover every shard's records.
+	First uint64        `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	Ids   []*RecordMeta `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
+	// shard is the shard whose primary the mapping is for.
+	Shard         uint32 `protobuf:"varint,7,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderRequest) Reset() {
+	*x = OrderRequest{}
+	mi := &file_augur_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderRequest) ProtoMessage() {}
+
+func (x *OrderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderRequest.ProtoReflect.Descriptor instead.
+func (*OrderRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *OrderRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *OrderRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *OrderRequest) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *OrderRequest) GetIds() []*RecordMeta {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *OrderRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type OrderResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// end: every replica of the shard holds the placements below it.
+	End           uint64 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	View          uint64 `protobuf:"varint,4,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderResponse) Reset() {
+	*x = OrderResponse{}
+	mi := &file_augur_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderResponse) ProtoMessage() {}
+
+func (x *OrderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderResponse.ProtoReflect.Descriptor instead.
+func (*OrderResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *OrderResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *OrderResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *OrderResponse) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *OrderResponse) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+// PositionRun says positions [from, end) all live on shard.
+type PositionRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	End           uint64                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Shard         uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PositionRun) Reset() {
+	*x = PositionRun{}
+	mi := &file_augur_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PositionRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PositionRun) ProtoMessage() {}
+
+func (x *PositionRun) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PositionRun.ProtoReflect.Descriptor instead.
+func (*PositionRun) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *PositionRun) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *PositionRun) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *PositionRun) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+// Slot is one of a shard's positions: the record bound there, or a no-op.
+type Slot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Position      uint64                 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	ClientId      uint64                 `protobuf:"varint,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Noop          bool                   `protobuf:"varint,4,opt,name=noop,proto3" json:"noop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Slot) Reset() {
+	*x = Slot{}
+	mi := &file_augur_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Slot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Slot) ProtoMessage() {}
+
+func (x *Slot) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Slot.ProtoReflect.Descriptor instead.
+func (*Slot) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *Slot) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *Slot) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *Slot) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Slot) GetNoop() bool {
+	if x != nil {
+		return x.Noop
+	}
+	return false
+}
+
+// Placement is a shard primary's decision on one mapping: the position
+// table of [from, end) and the shard's own slots in it.
+type Placement struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	View      uint64                 `protobuf:"varint,3,opt,name=view,proto3" json:"view,omitempty"`
+	From      uint64                 `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	End       uint64                 `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	Runs      []*PositionRun         `protobuf:"bytes,6,rep,name=runs,proto3" json:"runs,omitempty"`
+	Slots     []*Slot                `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
+	// seq numbers the primary's placements from 1: a backup applies them
+	// in this order, each once.
+	Seq           uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Placement) Reset() {
+	*x = Placement{}
+	mi := &file_augur_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Placement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Placement) ProtoMessage() {}
+
+func (x *Placement) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Placement.ProtoReflect.Descriptor instead.
+func (*Placement) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *Placement) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *Placement) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *Placement) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *Placement) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *Placement) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *Placement) GetRuns() []*PositionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *Placement) GetSlots() []*Slot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *Placement) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type PlaceResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// applied_end: the backup holds every placement below it.
+	AppliedEnd uint64 `protobuf:"varint,3,opt,name=applied_end,json=appliedEnd,proto3" json:"applied_end,omitempty"`
+	// applied_seq: the backup applied every placement up to this number.
+	AppliedSeq    uint64 `protobuf:"varint,4,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlaceResponse) Reset() {
+	*x = PlaceResponse{}
+	mi := &file_augur_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlaceResponse) ProtoMessage() {}
+
+func (x *PlaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlaceResponse.ProtoReflect.Descriptor instead.
+func (*PlaceResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *PlaceResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_OK
+}
+
+func (x *PlaceResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PlaceResponse) GetAppliedEnd() uint64 {
+	if x != nil {
+		return x.AppliedEnd
+	}
+	return 0
+}
+
+func (x *PlaceResponse) GetAppliedSeq() uint64 {
+	if x != nil {
+		return x.AppliedSeq
+	}
+	return 0
+}
+
+type LazyFetchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Ids           []*RecordMeta          `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyFetchRequest) Reset() {
+	*x = LazyFetchRequest{}
+	mi := &file_augur_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyFetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyFetchRequest) ProtoMessage() {}
+
+func (x *LazyFetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyFetchRequest.ProtoReflect.Descriptor instead.
+func (*LazyFetchRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *LazyFetchRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *LazyFetchRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *LazyFetchRequest) GetIds() []*RecordMeta {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type LazyFetchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*StoredRecord        `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyFetchResponse) Reset() {
+	*x = LazyFetchResponse{}
+	mi := &file_augur_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyFetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyFetchResponse) ProtoMessage() {}
+
+func (x *LazyFetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyFetchResponse.ProtoReflect.Descriptor instead.
+func (*LazyFetchResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *LazyFetchResponse) GetRecords() []*StoredRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type StableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	View          uint64                 `protobuf:"varint,2,opt,name=view,proto3" json:"view,omitempty"`
+	StableGp      uint64                 `protobuf:"varint,3,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StableRequest) Reset() {
+	*x = StableRequest{}
+	mi := &file_augur_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StableRequest) ProtoMessage() {}
+
+func (x *StableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StableRequest.ProtoReflect.Descriptor instead.
+func (*StableRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *StableRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *StableRequest) GetView() uint64 {
+	if x != nil {
+		return x.View
+	}
+	return 0
+}
+
+func (x *StableRequest) GetStableGp() uint64 {
+	if x != nil {
+		return x.StableGp
+	}
+	return 0
+}
+
+type StableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StableResponse) Reset() {
+	*x = StableResponse{}
+	mi := &file_augur_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StableResponse) ProtoMessage() {}
+
+func (x *StableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StableResponse.ProtoReflect.Descriptor instead.
+func (*StableResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{78}
+}
+
+type MappingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	Max           uint32                 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MappingRequest) Reset() {
+	*x = MappingRequest{}
+	mi := &file_augur_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MappingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MappingRequest) ProtoMessage() {}
+
+func (x *MappingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MappingRequest.ProtoReflect.Descriptor instead.
+func (*MappingRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *MappingRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *MappingRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MappingRequest) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type MappingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// runs locate stable positions from the request's from on.
+	Runs          []*PositionRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	StableGp      uint64         `protobuf:"varint,2,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MappingResponse) Reset() {
+	*x = MappingResponse{}
+	mi := &file_augur_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MappingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MappingResponse) ProtoMessage() {}
+
+func (x *MappingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MappingResponse.ProtoReflect.Descriptor instead.
+func (*MappingResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *MappingResponse) GetRuns() []*PositionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *MappingResponse) GetStableGp() uint64 {
+	if x != nil {
+		return x.StableGp
+	}
+	return 0
+}
+
+type LazyReadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	From          uint64                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	Max           uint32                 `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyReadRequest) Reset() {
+	*x = LazyReadRequest{}
+	mi := &file_augur_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyReadRequest) ProtoMessage() {}
+
+func (x *LazyReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyReadRequest.ProtoReflect.Descriptor instead.
+func (*LazyReadRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *LazyReadRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *LazyReadRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *LazyReadRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *LazyReadRequest) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type LazyReadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries are the shard's records from from on; skip runs cover no-ops
+	// and other shards' positions.
+	Entries  []*SpecEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	StableGp uint64       `protobuf:"varint,2,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
+	// slow says the read waited for stable-gp.
+	Slow          bool `protobuf:"varint,3,opt,name=slow,proto3" json:"slow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyReadResponse) Reset() {
+	*x = LazyReadResponse{}
+	mi := &file_augur_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyReadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyReadResponse) ProtoMessage() {}
+
+func (x *LazyReadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyReadResponse.ProtoReflect.Descriptor instead.
+func (*LazyReadResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *LazyReadResponse) GetEntries() []*SpecEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *LazyReadResponse) GetStableGp() uint64 {
+	if x != nil {
+		return x.StableGp
+	}
+	return 0
+}
+
+func (x *LazyReadResponse) GetSlow() bool {
+	if x != nil {
+		return x.Slow
+	}
+	return false
+}
+
 type RaftBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// messages are marshalled raftpb.Message values.
@@ -3574,7 +5885,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3586,7 +5897,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3599,7 +5910,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{48}
+	return file_augur_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -3617,7 +5928,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +5940,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +5953,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{49}
+	return file_augur_proto_rawDescGZIP(), []int{84}
 }
 
 // TargetEntry is one log entry for a target. Indices are log positions plus
@@ -3660,7 +5971,7 @@ type TargetEntry struct {
 
 func (x *TargetEntry) Reset() {
 	*x = TargetEntry{}
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +5983,7 @@ func (x *TargetEntry) String() string {
 func (*TargetEntry) ProtoMessage() {}
 
 func (x *TargetEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +5996,7 @@ func (x *TargetEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetEntry.ProtoReflect.Descriptor instead.
 func (*TargetEntry) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{50}
+	return file_augur_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *TargetEntry) GetIndex() uint64 {
@@ -3731,7 +6042,7 @@ type ApplyBatch struct {
 
 func (x *ApplyBatch) Reset() {
 	*x = ApplyBatch{}
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +6054,7 @@ func (x *ApplyBatch) String() string {
 func (*ApplyBatch) ProtoMessage() {}
 
 func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +6067,7 @@ func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatch.ProtoReflect.Descriptor instead.
 func (*ApplyBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{51}
+	return file_augur_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ApplyBatch) GetPrevIndex() uint64 {
@@ -3783,7 +6094,7 @@ type ApplyAck struct {
 
 func (x *ApplyAck) Reset() {
 	*x = ApplyAck{}
-	mi := &file_augur_proto_msgTypes[52]
+	mi := &file_augur_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +6106,7 @@ func (x *ApplyAck) String() string {
 func (*ApplyAck) ProtoMessage() {}
 
 func (x *ApplyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[52]
+	mi := &file_augur_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +6119,7 @@ func (x *ApplyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyAck.ProtoReflect.Descriptor instead.
 func (*ApplyAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{52}
+	return file_augur_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ApplyAck) GetIndex() uint64 {
@@ -3826,7 +6137,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_augur_proto_msgTypes[53]
+	mi := &file_augur_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +6149,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[53]
+	mi := &file_augur_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +6162,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{53}
+	return file_augur_proto_rawDescGZIP(), []int{88}
 }
 
 type LastAppliedResponse struct {
@@ -3863,7 +6174,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_augur_proto_msgTypes[54]
+	mi := &file_augur_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +6186,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[54]
+	mi := &file_augur_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +6199,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{54}
+	return file_augur_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *LastAppliedResponse) GetIndex() uint64 {
@@ -3920,7 +6231,7 @@ type ReplicaHealth struct {
 
 func (x *ReplicaHealth) Reset() {
 	*x = ReplicaHealth{}
-	mi := &file_augur_proto_msgTypes[55]
+	mi := &file_augur_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +6243,7 @@ func (x *ReplicaHealth) String() string {
 func (*ReplicaHealth) ProtoMessage() {}
 
 func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[55]
+	mi := &file_augur_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +6256,7 @@ func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHealth.ProtoReflect.Descriptor instead.
 func (*ReplicaHealth) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{55}
+	return file_augur_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ReplicaHealth) GetShard() uint32 {
@@ -3994,7 +6305,7 @@ type LocalRange struct {
 
 func (x *LocalRange) Reset() {
 	*x = LocalRange{}
-	mi := &file_augur_proto_msgTypes[56]
+	mi := &file_augur_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4006,7 +6317,7 @@ func (x *LocalRange) String() string {
 func (*LocalRange) ProtoMessage() {}
 
 func (x *LocalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[56]
+	mi := &file_augur_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4019,7 +6330,7 @@ func (x *LocalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRange.ProtoReflect.Descriptor instead.
 func (*LocalRange) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{56}
+	return file_augur_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *LocalRange) GetFirst() uint64 {
@@ -4182,7 +6493,7 @@ const file_augur_proto_rawDesc = "" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x12\x18\n" +
 	"\arecords\x18\x03 \x01(\x04R\arecords\x12\x18\n" +
 	"\abacklog\x18\x04 \x01(\x04R\abacklog\x12\x14\n" +
-	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\"\x90\x02\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\"\xca\x02\n" +
 	"\x10HeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
@@ -4192,7 +6503,10 @@ const file_augur_proto_rawDesc = "" +
 	"\x06broken\x18\x04 \x03(\rR\x06broken\x12\x1d\n" +
 	"\n" +
 	"going_away\x18\x06 \x01(\bR\tgoingAway\x126\n" +
-	"\vunreachable\x18\a \x03(\v2\x14.augur.v1.ReplicaRefR\vunreachable\"P\n" +
+	"\vunreachable\x18\a \x03(\v2\x14.augur.v1.ReplicaRefR\vunreachable\x128\n" +
+	"\n" +
+	"sequencing\x18\b \x01(\v2\x18.augur.v1.SequencingBeatR\n" +
+	"sequencing\"P\n" +
 	"\n" +
 	"ReplicaRef\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
@@ -4226,7 +6540,7 @@ const file_augur_proto_rawDesc = "" +
 	"\x06failed\x18\b \x01(\bR\x06failed\x12\x14\n" +
 	"\x05epoch\x18\t \x01(\x04R\x05epoch\x12'\n" +
 	"\x03out\x18\n" +
-	" \x03(\v2\x15.augur.v1.ReplicaAddrR\x03out\"\x85\x02\n" +
+	" \x03(\v2\x15.augur.v1.ReplicaAddrR\x03out\"\xae\x02\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\x03cut\x18\x02 \x01(\v2\r.augur.v1.CutR\x03cut\x12+\n" +
@@ -4234,7 +6548,8 @@ const file_augur_proto_rawDesc = "" +
 	"\x12membership_version\x18\x04 \x01(\x04R\x11membershipVersion\x12\x12\n" +
 	"\x04trim\x18\x05 \x01(\x04R\x04trim\x12'\n" +
 	"\x04spec\x18\x06 \x01(\v2\x13.augur.v1.SpecStateR\x04spec\x120\n" +
-	"\fearlier_cuts\x18\a \x03(\v2\r.augur.v1.CutR\vearlierCuts\"`\n" +
+	"\fearlier_cuts\x18\a \x03(\v2\r.augur.v1.CutR\vearlierCuts\x12'\n" +
+	"\x04lazy\x18\b \x01(\v2\x13.augur.v1.LazyStateR\x04lazy\"`\n" +
 	"\x05Quota\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x17\n" +
 	"\aper_cut\x18\x02 \x01(\x04R\x06perCut\x12\x14\n" +
@@ -4305,7 +6620,7 @@ const file_augur_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\bR\x06leader\x12 \n" +
-	"\vunreachable\x18\x04 \x01(\bR\vunreachable\"\x95\x03\n" +
+	"\vunreachable\x18\x04 \x01(\bR\vunreachable\"\xbe\x03\n" +
 	"\x0eStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x122\n" +
@@ -4320,7 +6635,183 @@ const file_augur_proto_rawDesc = "" +
 	"\x12membership_version\x18\t \x01(\x04R\x11membershipVersion\x12\x1b\n" +
 	"\tevent_seq\x18\n" +
 	" \x01(\x04R\beventSeq\x12'\n" +
-	"\x04spec\x18\v \x01(\v2\x13.augur.v1.SpecStateR\x04spec\"'\n" +
+	"\x04spec\x18\v \x01(\v2\x13.augur.v1.SpecStateR\x04spec\x12'\n" +
+	"\x04lazy\x18\f \x01(\v2\x13.augur.v1.LazyStateR\x04lazy\"g\n" +
+	"\n" +
+	"RecordMeta\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\x04R\bclientId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05shard\x18\x03 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05floor\x18\x04 \x01(\x04R\x05floor\"\x96\x01\n" +
+	"\x10SeqAppendRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\x12*\n" +
+	"\x05metas\x18\x03 \x03(\v2\x14.augur.v1.RecordMetaR\x05metas\x12#\n" +
+	"\rwant_position\x18\x04 \x01(\bR\fwantPosition\"\xab\x01\n" +
+	"\x06SeqAck\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\x04R\bclientId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\"\n" +
+	"\x04code\x18\x03 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x18\n" +
+	"\aordered\x18\x05 \x01(\bR\aordered\x12\x1a\n" +
+	"\bposition\x18\x06 \x01(\x04R\bposition\"M\n" +
+	"\x11SeqAppendResponse\x12$\n" +
+	"\x04acks\x18\x01 \x03(\v2\x10.augur.v1.SeqAckR\x04acks\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\"1\n" +
+	"\x10CheckTailRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\x98\x01\n" +
+	"\x11CheckTailResponse\x12\x12\n" +
+	"\x04tail\x18\x01 \x01(\x04R\x04tail\x12\x1b\n" +
+	"\tstable_gp\x18\x02 \x01(\x04R\bstableGp\x12\x12\n" +
+	"\x04view\x18\x03 \x01(\x04R\x04view\x12\x1f\n" +
+	"\vleader_addr\x18\x04 \x01(\tR\n" +
+	"leaderAddr\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x05 \x01(\bR\tnotLeader\"\x93\x01\n" +
+	"\x0eCollectRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\x12&\n" +
+	"\x03ids\x18\x03 \x03(\v2\x14.augur.v1.RecordMetaR\x03ids\x12&\n" +
+	"\x0flast_ordered_gp\x18\x04 \x01(\x04R\rlastOrderedGp\"O\n" +
+	"\x0fCollectResponse\x12\"\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"@\n" +
+	"\vSealRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\"\xf2\x01\n" +
+	"\fSealResponse\x12\"\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
+	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\x12\x1c\n" +
+	"\tunordered\x18\x04 \x01(\x04R\tunordered\x12.\n" +
+	"\aentries\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aentries\x12\x12\n" +
+	"\x04view\x18\x06 \x01(\x04R\x04view\x12\x1a\n" +
+	"\bamnesiac\x18\a \x01(\bR\bamnesiac\"U\n" +
+	"\fFlushRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\x04R\x04from\"u\n" +
+	"\rFlushResponse\x12\"\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
+	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\"\xba\x01\n" +
+	"\x10StartViewRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12)\n" +
+	"\x05state\x18\x02 \x01(\v2\x13.augur.v1.LazyStateR\x05state\x12\x18\n" +
+	"\aordered\x18\x03 \x01(\x04R\aordered\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\x04R\x04from\x12.\n" +
+	"\aflushed\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aflushed\"Q\n" +
+	"\x11StartViewResponse\x12\"\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"8\n" +
+	"\x17SequencingStatusRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\xd1\x01\n" +
+	"\x18SequencingStatusResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\x12\x16\n" +
+	"\x06sealed\x18\x04 \x01(\bR\x06sealed\x12&\n" +
+	"\x0flast_ordered_gp\x18\x05 \x01(\x04R\rlastOrderedGp\x12\x1b\n" +
+	"\tstable_gp\x18\x06 \x01(\x04R\bstableGp\x12\x1c\n" +
+	"\tunordered\x18\a \x01(\x04R\tunordered\"7\n" +
+	"\x11SequencingReplica\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x8d\x01\n" +
+	"\tLazyState\x12\x12\n" +
+	"\x04view\x18\x01 \x01(\x04R\x04view\x127\n" +
+	"\breplicas\x18\x02 \x03(\v2\x1b.augur.v1.SequencingReplicaR\breplicas\x12\x16\n" +
+	"\x06sealed\x18\x03 \x01(\bR\x06sealed\x12\x1b\n" +
+	"\tstable_gp\x18\x04 \x01(\x04R\bstableGp\"\x81\x01\n" +
+	"\x0eSequencingBeat\x12\x12\n" +
+	"\x04view\x18\x01 \x01(\x04R\x04view\x12\x16\n" +
+	"\x06sealed\x18\x02 \x01(\bR\x06sealed\x12&\n" +
+	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\x12\x1b\n" +
+	"\tstable_gp\x18\x04 \x01(\x04R\bstableGp\"\xa9\x01\n" +
+	"\x10LazyStoreRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x14\n" +
+	"\x05shard\x18\x03 \x01(\rR\x05shard\x12/\n" +
+	"\aentries\x18\x04 \x03(\v2\x15.augur.v1.AppendEntryR\aentries\x12\x12\n" +
+	"\x04view\x18\x05 \x01(\x04R\x04view\"<\n" +
+	"\x11LazyStoreResponse\x12'\n" +
+	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\x95\x01\n" +
+	"\fOrderRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\x04R\x05first\x12&\n" +
+	"\x03ids\x18\x04 \x03(\v2\x14.augur.v1.RecordMetaR\x03ids\x12\x14\n" +
+	"\x05shard\x18\a \x01(\rR\x05shard\"s\n" +
+	"\rOrderResponse\x12\"\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\x04R\x03end\x12\x12\n" +
+	"\x04view\x18\x04 \x01(\x04R\x04view\"I\n" +
+	"\vPositionRun\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x14\n" +
+	"\x05shard\x18\x03 \x01(\rR\x05shard\"e\n" +
+	"\x04Slot\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04noop\x18\x04 \x01(\bR\x04noop\"\xdd\x01\n" +
+	"\tPlacement\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04view\x18\x03 \x01(\x04R\x04view\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\x04R\x04from\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\x04R\x03end\x12)\n" +
+	"\x04runs\x18\x06 \x03(\v2\x15.augur.v1.PositionRunR\x04runs\x12$\n" +
+	"\x05slots\x18\a \x03(\v2\x0e.augur.v1.SlotR\x05slots\x12\x10\n" +
+	"\x03seq\x18\b \x01(\x04R\x03seq\"\x8f\x01\n" +
+	"\rPlaceResponse\x12\"\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
+	"\vapplied_end\x18\x03 \x01(\x04R\n" +
+	"appliedEnd\x12\x1f\n" +
+	"\vapplied_seq\x18\x04 \x01(\x04R\n" +
+	"appliedSeq\"o\n" +
+	"\x10LazyFetchRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12&\n" +
+	"\x03ids\x18\x03 \x03(\v2\x14.augur.v1.RecordMetaR\x03ids\"E\n" +
+	"\x11LazyFetchResponse\x120\n" +
+	"\arecords\x18\x01 \x03(\v2\x16.augur.v1.StoredRecordR\arecords\"_\n" +
+	"\rStableRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\x04R\x04view\x12\x1b\n" +
+	"\tstable_gp\x18\x03 \x01(\x04R\bstableGp\"\x10\n" +
+	"\x0eStableResponse\"U\n" +
+	"\x0eMappingRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"Y\n" +
+	"\x0fMappingResponse\x12)\n" +
+	"\x04runs\x18\x01 \x03(\v2\x15.augur.v1.PositionRunR\x04runs\x12\x1b\n" +
+	"\tstable_gp\x18\x02 \x01(\x04R\bstableGp\"l\n" +
+	"\x0fLazyReadRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\x04R\x04from\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\rR\x03max\"r\n" +
+	"\x10LazyReadResponse\x12-\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.augur.v1.SpecEntryR\aentries\x12\x1b\n" +
+	"\tstable_gp\x18\x02 \x01(\x04R\bstableGp\x12\x12\n" +
+	"\x04slow\x18\x03 \x01(\bR\x04slow\"'\n" +
 	"\tRaftBatch\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\t\n" +
 	"\aRaftAck\"e\n" +
@@ -4348,7 +6839,7 @@ const file_augur_proto_rawDesc = "" +
 	"\n" +
 	"LocalRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\x04R\x03end*\xb0\x01\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end*\xe0\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\v\n" +
 	"\aINVALID\x10\x01\x12\x11\n" +
@@ -4361,7 +6852,13 @@ const file_augur_proto_rawDesc = "" +
 	"\vNOT_ORDERED\x10\b\x12\v\n" +
 	"\aPENDING\x10\t\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\n" +
-	"*G\n" +
+	"\x12\n" +
+	"\n" +
+	"\x06SEALED\x10\v\x12\x0e\n" +
+	"\n" +
+	"WRONG_VIEW\x10\f\x12\b\n" +
+	"\x04FULL\x10\r\x12\b\n" +
+	"\x04LATE\x10\x0e*G\n" +
 	"\n" +
 	"ShardState\x12\x0e\n" +
 	"\n" +
@@ -4383,7 +6880,24 @@ const file_augur_proto_rawDesc = "" +
 	"\rRegisterShard\x12\x1e.augur.v1.RegisterShardRequest\x1a\x1f.augur.v1.RegisterShardResponse\x12P\n" +
 	"\rFinalizeShard\x12\x1e.augur.v1.FinalizeShardRequest\x1a\x1f.augur.v1.FinalizeShardResponse\x125\n" +
 	"\x04Trim\x12\x15.augur.v1.TrimRequest\x1a\x16.augur.v1.TrimResponse\x12;\n" +
-	"\x06Status\x12\x17.augur.v1.StatusRequest\x1a\x18.augur.v1.StatusResponse2A\n" +
+	"\x06Status\x12\x17.augur.v1.StatusRequest\x1a\x18.augur.v1.StatusResponse2\xeb\x03\n" +
+	"\n" +
+	"Sequencing\x12E\n" +
+	"\x06Append\x12\x1a.augur.v1.SeqAppendRequest\x1a\x1b.augur.v1.SeqAppendResponse(\x010\x01\x12D\n" +
+	"\tCheckTail\x12\x1a.augur.v1.CheckTailRequest\x1a\x1b.augur.v1.CheckTailResponse\x12>\n" +
+	"\aCollect\x12\x18.augur.v1.CollectRequest\x1a\x19.augur.v1.CollectResponse\x125\n" +
+	"\x04Seal\x12\x15.augur.v1.SealRequest\x1a\x16.augur.v1.SealResponse\x128\n" +
+	"\x05Flush\x12\x16.augur.v1.FlushRequest\x1a\x17.augur.v1.FlushResponse\x12D\n" +
+	"\tStartView\x12\x1a.augur.v1.StartViewRequest\x1a\x1b.augur.v1.StartViewResponse\x12Y\n" +
+	"\x10SequencingStatus\x12!.augur.v1.SequencingStatusRequest\x1a\".augur.v1.SequencingStatusResponse2\xc0\x03\n" +
+	"\tLazyShard\x12D\n" +
+	"\x05Store\x12\x1a.augur.v1.LazyStoreRequest\x1a\x1b.augur.v1.LazyStoreResponse(\x010\x01\x128\n" +
+	"\x05Order\x12\x16.augur.v1.OrderRequest\x1a\x17.augur.v1.OrderResponse\x125\n" +
+	"\x05Place\x12\x13.augur.v1.Placement\x1a\x17.augur.v1.PlaceResponse\x12@\n" +
+	"\x05Fetch\x12\x1a.augur.v1.LazyFetchRequest\x1a\x1b.augur.v1.LazyFetchResponse\x12;\n" +
+	"\x06Stable\x12\x17.augur.v1.StableRequest\x1a\x18.augur.v1.StableResponse\x12>\n" +
+	"\aMapping\x12\x18.augur.v1.MappingRequest\x1a\x19.augur.v1.MappingResponse\x12=\n" +
+	"\x04Read\x12\x19.augur.v1.LazyReadRequest\x1a\x1a.augur.v1.LazyReadResponse2A\n" +
 	"\rRaftTransport\x120\n" +
 	"\x04Send\x12\x13.augur.v1.RaftBatch\x1a\x11.augur.v1.RaftAck(\x012\x8b\x01\n" +
 	"\x06Target\x125\n" +
@@ -4403,67 +6917,102 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_augur_proto_goTypes = []any{
-	(Code)(0),                     // 0: augur.v1.Code
-	(ShardState)(0),               // 1: augur.v1.ShardState
-	(*Record)(nil),                // 2: augur.v1.Record
-	(*Filter)(nil),                // 3: augur.v1.Filter
-	(*AppendEntry)(nil),           // 4: augur.v1.AppendEntry
-	(*AppendRequest)(nil),         // 5: augur.v1.AppendRequest
-	(*AppendAck)(nil),             // 6: augur.v1.AppendAck
-	(*AppendResponse)(nil),        // 7: augur.v1.AppendResponse
-	(*SubscribeRequest)(nil),      // 8: augur.v1.SubscribeRequest
-	(*LogEntry)(nil),              // 9: augur.v1.LogEntry
-	(*CutBatch)(nil),              // 10: augur.v1.CutBatch
-	(*SubscribeResponse)(nil),     // 11: augur.v1.SubscribeResponse
-	(*SpecEntry)(nil),             // 12: augur.v1.SpecEntry
-	(*ViewChange)(nil),            // 13: augur.v1.ViewChange
-	(*Range)(nil),                 // 14: augur.v1.Range
-	(*ResolveRequest)(nil),        // 15: augur.v1.ResolveRequest
-	(*ResolveResponse)(nil),       // 16: augur.v1.ResolveResponse
-	(*AddShardRequest)(nil),       // 17: augur.v1.AddShardRequest
-	(*AddShardResponse)(nil),      // 18: augur.v1.AddShardResponse
-	(*StoredRecord)(nil),          // 19: augur.v1.StoredRecord
-	(*ReplicateRequest)(nil),      // 20: augur.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 21: augur.v1.ReplicateResponse
-	(*PingRequest)(nil),           // 22: augur.v1.PingRequest
-	(*PingResponse)(nil),          // 23: augur.v1.PingResponse
-	(*FetchRequest)(nil),          // 24: augur.v1.FetchRequest
-	(*FetchResponse)(nil),         // 25: augur.v1.FetchResponse
-	(*CatchUpProgress)(nil),       // 26: augur.v1.CatchUpProgress
-	(*LostRange)(nil),             // 27: augur.v1.LostRange
-	(*ShardLength)(nil),           // 28: augur.v1.ShardLength
-	(*HeartbeatRequest)(nil),      // 29: augur.v1.HeartbeatRequest
-	(*ReplicaRef)(nil),            // 30: augur.v1.ReplicaRef
-	(*HeartbeatResponse)(nil),     // 31: augur.v1.HeartbeatResponse
-	(*Cut)(nil),                   // 32: augur.v1.Cut
-	(*ReplicaAddr)(nil),           // 33: augur.v1.ReplicaAddr
-	(*ShardInfo)(nil),             // 34: augur.v1.ShardInfo
-	(*Event)(nil),                 // 35: augur.v1.Event
-	(*Quota)(nil),                 // 36: augur.v1.Quota
-	(*Window)(nil),                // 37: augur.v1.Window
-	(*SpecState)(nil),             // 38: augur.v1.SpecState
-	(*WatchRequest)(nil),          // 39: augur.v1.WatchRequest
-	(*WatchResponse)(nil),         // 40: augur.v1.WatchResponse
-	(*RegisterShardRequest)(nil),  // 41: augur.v1.RegisterShardRequest
-	(*RegisterShardResponse)(nil), // 42: augur.v1.RegisterShardResponse
-	(*FinalizeShardRequest)(nil),  // 43: augur.v1.FinalizeShardRequest
-	(*FinalizeShardResponse)(nil), // 44: augur.v1.FinalizeShardResponse
-	(*TrimRequest)(nil),           // 45: augur.v1.TrimRequest
-	(*TrimResponse)(nil),          // 46: augur.v1.TrimResponse
-	(*StatusRequest)(nil),         // 47: augur.v1.StatusRequest
-	(*OrderingMember)(nil),        // 48: augur.v1.OrderingMember
-	(*StatusResponse)(nil),        // 49: augur.v1.StatusResponse
-	(*RaftBatch)(nil),             // 50: augur.v1.RaftBatch
-	(*RaftAck)(nil),               // 51: augur.v1.RaftAck
-	(*TargetEntry)(nil),           // 52: augur.v1.TargetEntry
-	(*ApplyBatch)(nil),            // 53: augur.v1.ApplyBatch
-	(*ApplyAck)(nil),              // 54: augur.v1.ApplyAck
-	(*LastAppliedRequest)(nil),    // 55: augur.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),   // 56: augur.v1.LastAppliedResponse
-	(*ReplicaHealth)(nil),         // 57: augur.v1.ReplicaHealth
-	(*LocalRange)(nil),            // 58: augur.v1.LocalRange
+	(Code)(0),                        // 0: augur.v1.Code
+	(ShardState)(0),                  // 1: augur.v1.ShardState
+	(*Record)(nil),                   // 2: augur.v1.Record
+	(*Filter)(nil),                   // 3: augur.v1.Filter
+	(*AppendEntry)(nil),              // 4: augur.v1.AppendEntry
+	(*AppendRequest)(nil),            // 5: augur.v1.AppendRequest
+	(*AppendAck)(nil),                // 6: augur.v1.AppendAck
+	(*AppendResponse)(nil),           // 7: augur.v1.AppendResponse
+	(*SubscribeRequest)(nil),         // 8: augur.v1.SubscribeRequest
+	(*LogEntry)(nil),                 // 9: augur.v1.LogEntry
+	(*CutBatch)(nil),                 // 10: augur.v1.CutBatch
+	(*SubscribeResponse)(nil),        // 11: augur.v1.SubscribeResponse
+	(*SpecEntry)(nil),                // 12: augur.v1.SpecEntry
+	(*ViewChange)(nil),               // 13: augur.v1.ViewChange
+	(*Range)(nil),                    // 14: augur.v1.Range
+	(*ResolveRequest)(nil),           // 15: augur.v1.ResolveRequest
+	(*ResolveResponse)(nil),          // 16: augur.v1.ResolveResponse
+	(*AddShardRequest)(nil),          // 17: augur.v1.AddShardRequest
+	(*AddShardResponse)(nil),         // 18: augur.v1.AddShardResponse
+	(*StoredRecord)(nil),             // 19: augur.v1.StoredRecord
+	(*ReplicateRequest)(nil),         // 20: augur.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),        // 21: augur.v1.ReplicateResponse
+	(*PingRequest)(nil),              // 22: augur.v1.PingRequest
+	(*PingResponse)(nil),             // 23: augur.v1.PingResponse
+	(*FetchRequest)(nil),             // 24: augur.v1.FetchRequest
+	(*FetchResponse)(nil),            // 25: augur.v1.FetchResponse
+	(*CatchUpProgress)(nil),          // 26: augur.v1.CatchUpProgress
+	(*LostRange)(nil),                // 27: augur.v1.LostRange
+	(*ShardLength)(nil),              // 28: augur.v1.ShardLength
+	(*HeartbeatRequest)(nil),         // 29: augur.v1.HeartbeatRequest
+	(*ReplicaRef)(nil),               // 30: augur.v1.ReplicaRef
+	(*HeartbeatResponse)(nil),        // 31: augur.v1.HeartbeatResponse
+	(*Cut)(nil),                      // 32: augur.v1.Cut
+	(*ReplicaAddr)(nil),              // 33: augur.v1.ReplicaAddr
+	(*ShardInfo)(nil),                // 34: augur.v1.ShardInfo
+	(*Event)(nil),                    // 35: augur.v1.Event
+	(*Quota)(nil),                    // 36: augur.v1.Quota
+	(*Window)(nil),                   // 37: augur.v1.Window
+	(*SpecState)(nil),                // 38: augur.v1.SpecState
+	(*WatchRequest)(nil),             // 39: augur.v1.WatchRequest
+	(*WatchResponse)(nil),            // 40: augur.v1.WatchResponse
+	(*RegisterShardRequest)(nil),     // 41: augur.v1.RegisterShardRequest
+	(*RegisterShardResponse)(nil),    // 42: augur.v1.RegisterShardResponse
+	(*FinalizeShardRequest)(nil),     // 43: augur.v1.FinalizeShardRequest
+	(*FinalizeShardResponse)(nil),    // 44: augur.v1.FinalizeShardResponse
+	(*TrimRequest)(nil),              // 45: augur.v1.TrimRequest
+	(*TrimResponse)(nil),             // 46: augur.v1.TrimResponse
+	(*StatusRequest)(nil),            // 47: augur.v1.StatusRequest
+	(*OrderingMember)(nil),           // 48: augur.v1.OrderingMember
+	(*StatusResponse)(nil),           // 49: augur.v1.StatusResponse
+	(*RecordMeta)(nil),               // 50: augur.v1.RecordMeta
+	(*SeqAppendRequest)(nil),         // 51: augur.v1.SeqAppendRequest
+	(*SeqAck)(nil),                   // 52: augur.v1.SeqAck
+	(*SeqAppendResponse)(nil),        // 53: augur.v1.SeqAppendResponse
+	(*CheckTailRequest)(nil),         // 54: augur.v1.CheckTailRequest
+	(*CheckTailResponse)(nil),        // 55: augur.v1.CheckTailResponse
+	(*CollectRequest)(nil),           // 56: augur.v1.CollectRequest
+	(*CollectResponse)(nil),          // 57: augur.v1.CollectResponse
+	(*SealRequest)(nil),              // 58: augur.v1.SealRequest
+	(*SealResponse)(nil),             // 59: augur.v1.SealResponse
+	(*FlushRequest)(nil),             // 60: augur.v1.FlushRequest
+	(*FlushResponse)(nil),            // 61: augur.v1.FlushResponse
+	(*StartViewRequest)(nil),         // 62: augur.v1.StartViewRequest
+	(*StartViewResponse)(nil),        // 63: augur.v1.StartViewResponse
+	(*SequencingStatusRequest)(nil),  // 64: augur.v1.SequencingStatusRequest
+	(*SequencingStatusResponse)(nil), // 65: augur.v1.SequencingStatusResponse
+	(*SequencingReplica)(nil),        // 66: augur.v1.SequencingReplica
+	(*LazyState)(nil),                // 67: augur.v1.LazyState
+	(*SequencingBeat)(nil),           // 68: augur.v1.SequencingBeat
+	(*LazyStoreRequest)(nil),         // 69: augur.v1.LazyStoreRequest
+	(*LazyStoreResponse)(nil),        // 70: augur.v1.LazyStoreResponse
+	(*OrderRequest)(nil),             // 71: augur.v1.OrderRequest
+	(*OrderResponse)(nil),            // 72: augur.v1.OrderResponse
+	(*PositionRun)(nil),              // 73: augur.v1.PositionRun
+	(*Slot)(nil),                     // 74: augur.v1.Slot
+	(*Placement)(nil),                // 75: augur.v1.Placement
+	(*PlaceResponse)(nil),            // 76: augur.v1.PlaceResponse
+	(*LazyFetchRequest)(nil),         // 77: augur.v1.LazyFetchRequest
+	(*LazyFetchResponse)(nil),        // 78: augur.v1.LazyFetchResponse
+	(*StableRequest)(nil),            // 79: augur.v1.StableRequest
+	(*StableResponse)(nil),           // 80: augur.v1.StableResponse
+	(*MappingRequest)(nil),           // 81: augur.v1.MappingRequest
+	(*MappingResponse)(nil),          // 82: augur.v1.MappingResponse
+	(*LazyReadRequest)(nil),          // 83: augur.v1.LazyReadRequest
+	(*LazyReadResponse)(nil),         // 84: augur.v1.LazyReadResponse
+	(*RaftBatch)(nil),                // 85: augur.v1.RaftBatch
+	(*RaftAck)(nil),                  // 86: augur.v1.RaftAck
+	(*TargetEntry)(nil),              // 87: augur.v1.TargetEntry
+	(*ApplyBatch)(nil),               // 88: augur.v1.ApplyBatch
+	(*ApplyAck)(nil),                 // 89: augur.v1.ApplyAck
+	(*LastAppliedRequest)(nil),       // 90: augur.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),      // 91: augur.v1.LastAppliedResponse
+	(*ReplicaHealth)(nil),            // 92: augur.v1.ReplicaHealth
+	(*LocalRange)(nil),               // 93: augur.v1.LocalRange
 }
 var file_augur_proto_depIdxs = []int32{
 	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -4482,70 +7031,124 @@ var file_augur_proto_depIdxs = []int32{
 	2,  // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
 	19, // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
 	19, // 15: augur.v1.ReplicateResponse.tail:type_name -> augur.v1.StoredRecord
-	57, // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
+	92, // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
 	19, // 17: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
 	27, // 18: augur.v1.CatchUpProgress.lost:type_name -> augur.v1.LostRange
 	28, // 19: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
 	30, // 20: augur.v1.HeartbeatRequest.unreachable:type_name -> augur.v1.ReplicaRef
-	28, // 21: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
-	28, // 22: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
-	33, // 23: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
-	1,  // 24: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	33, // 25: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
-	32, // 26: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	34, // 27: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	38, // 28: augur.v1.Event.spec:type_name -> augur.v1.SpecState
-	32, // 29: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
-	36, // 30: augur.v1.Window.quotas:type_name -> augur.v1.Quota
-	37, // 31: augur.v1.SpecState.windows:type_name -> augur.v1.Window
-	13, // 32: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
-	35, // 33: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	49, // 34: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	33, // 35: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	48, // 36: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	34, // 37: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	32, // 38: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	38, // 39: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	52, // 40: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	58, // 41: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	26, // 42: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
-	5,  // 43: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 44: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 45: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 46: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 47: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 48: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	24, // 49: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
-	29, // 50: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	39, // 51: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	41, // 52: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	43, // 53: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	45, // 54: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	47, // 55: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	50, // 56: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	53, // 57: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	55, // 58: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 59: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 60: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 61: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 62: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 63: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 64: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	25, // 65: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
-	31, // 66: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	40, // 67: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	42, // 68: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	44, // 69: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	46, // 70: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	49, // 71: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	51, // 72: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	54, // 73: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	56, // 74: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	59, // [59:75] is the sub-list for method output_type
-	43, // [43:59] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	68, // 21: augur.v1.HeartbeatRequest.sequencing:type_name -> augur.v1.SequencingBeat
+	28, // 22: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
+	28, // 23: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
+	33, // 24: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
+	1,  // 25: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
+	33, // 26: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
+	32, // 27: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	34, // 28: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	38, // 29: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	32, // 30: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
+	67, // 31: augur.v1.Event.lazy:type_name -> augur.v1.LazyState
+	36, // 32: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	37, // 33: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13, // 34: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	35, // 35: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	49, // 36: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	33, // 37: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	48, // 38: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	34, // 39: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	32, // 40: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	38, // 41: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	67, // 42: augur.v1.StatusResponse.lazy:type_name -> augur.v1.LazyState
+	50, // 43: augur.v1.SeqAppendRequest.metas:type_name -> augur.v1.RecordMeta
+	0,  // 44: augur.v1.SeqAck.code:type_name -> augur.v1.Code
+	52, // 45: augur.v1.SeqAppendResponse.acks:type_name -> augur.v1.SeqAck
+	50, // 46: augur.v1.CollectRequest.ids:type_name -> augur.v1.RecordMeta
+	0,  // 47: augur.v1.CollectResponse.code:type_name -> augur.v1.Code
+	0,  // 48: augur.v1.SealResponse.code:type_name -> augur.v1.Code
+	50, // 49: augur.v1.SealResponse.entries:type_name -> augur.v1.RecordMeta
+	0,  // 50: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
+	67, // 51: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
+	50, // 52: augur.v1.StartViewRequest.flushed:type_name -> augur.v1.RecordMeta
+	0,  // 53: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
+	66, // 54: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
+	4,  // 55: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
+	6,  // 56: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
+	50, // 57: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
+	0,  // 58: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
+	73, // 59: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
+	74, // 60: augur.v1.Placement.slots:type_name -> augur.v1.Slot
+	0,  // 61: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
+	50, // 62: augur.v1.LazyFetchRequest.ids:type_name -> augur.v1.RecordMeta
+	19, // 63: augur.v1.LazyFetchResponse.records:type_name -> augur.v1.StoredRecord
+	73, // 64: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
+	12, // 65: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
+	87, // 66: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	93, // 67: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	26, // 68: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
+	5,  // 69: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,  // 70: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15, // 71: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20, // 72: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22, // 73: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17, // 74: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	24, // 75: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
+	29, // 76: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	39, // 77: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	41, // 78: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	43, // 79: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	45, // 80: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	47, // 81: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	51, // 82: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
+	54, // 83: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
+	56, // 84: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
+	58, // 85: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
+	60, // 86: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
+	62, // 87: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
+	64, // 88: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
+	69, // 89: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
+	71, // 90: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
+	75, // 91: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
+	77, // 92: augur.v1.LazyShard.Fetch:input_type -> augur.v1.LazyFetchRequest
+	79, // 93: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
+	81, // 94: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
+	83, // 95: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
+	85, // 96: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	88, // 97: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	90, // 98: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,  // 99: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11, // 100: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16, // 101: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21, // 102: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23, // 103: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18, // 104: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	25, // 105: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
+	31, // 106: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	40, // 107: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	42, // 108: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	44, // 109: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	46, // 110: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	49, // 111: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	53, // 112: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
+	55, // 113: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
+	57, // 114: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
+	59, // 115: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
+	61, // 116: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
+	63, // 117: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
+	65, // 118: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
+	70, // 119: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
+	72, // 120: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
+	76, // 121: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
+	78, // 122: augur.v1.LazyShard.Fetch:output_type -> augur.v1.LazyFetchResponse
+	80, // 123: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
+	82, // 124: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
+	84, // 125: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
+	86, // 126: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	89, // 127: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	91, // 128: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	99, // [99:129] is the sub-list for method output_type
+	69, // [69:99] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -4559,9 +7162,9 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   57,
+			NumMessages:   92,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   7,
 		},
 		GoTypes:           file_augur_proto_goTypes,
 		DependencyIndexes: file_augur_proto_depIdxs,

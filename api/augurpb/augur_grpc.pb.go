@@ -739,6 +739,712 @@ var Ordering_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	Sequencing_Append_FullMethodName           = "/augur.v1.Sequencing/Append"
+	Sequencing_CheckTail_FullMethodName        = "/augur.v1.Sequencing/CheckTail"
+	Sequencing_Collect_FullMethodName          = "/augur.v1.Sequencing/Collect"
+	Sequencing_Seal_FullMethodName             = "/augur.v1.Sequencing/Seal"
+	Sequencing_Flush_FullMethodName            = "/augur.v1.Sequencing/Flush"
+	Sequencing_StartView_FullMethodName        = "/augur.v1.Sequencing/StartView"
+	Sequencing_SequencingStatus_FullMethodName = "/augur.v1.Sequencing/SequencingStatus"
+)
+
+// SequencingClient is the client API for Sequencing service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Sequencing is the service of every sequencing replica. A client sends
+// each record's metadata to every replica of the current view; the leader
+// (replicas[0] of the view) orders them in the background.
+type SequencingClient interface {
+	// Append is a pipelined stream of one client's record metadata; each is
+	// acknowledged once it is in this replica's ring. On the leader, an
+	// entry with want_position is acknowledged a second time, with its
+	// position, once stable-gp covers it.
+	Append(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SeqAppendRequest, SeqAppendResponse], error)
+	// CheckTail returns the durable tail (leader only).
+	CheckTail(ctx context.Context, in *CheckTailRequest, opts ...grpc.CallOption) (*CheckTailResponse, error)
+	// Collect drops the ordered records from a follower's ring and sets its
+	// last-ordered-gp; the leader calls it before it advances stable-gp.
+	Collect(ctx context.Context, in *CollectRequest, opts ...grpc.CallOption) (*CollectResponse, error)
+	// Seal, Flush and StartView are the control plane's reconfiguration
+	// steps: seal the view, have the recovery replica order and push its
+	// whole ring, start the next view.
+	Seal(ctx context.Context, in *SealRequest, opts ...grpc.CallOption) (*SealResponse, error)
+	Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*FlushResponse, error)
+	StartView(ctx context.Context, in *StartViewRequest, opts ...grpc.CallOption) (*StartViewResponse, error)
+	SequencingStatus(ctx context.Context, in *SequencingStatusRequest, opts ...grpc.CallOption) (*SequencingStatusResponse, error)
+}
+
+type sequencingClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewSequencingClient(cc grpc.ClientConnInterface) SequencingClient {
+	return &sequencingClient{cc}
+}
+
+func (c *sequencingClient) Append(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SeqAppendRequest, SeqAppendResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Sequencing_ServiceDesc.Streams[0], Sequencing_Append_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SeqAppendRequest, SeqAppendResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sequencing_AppendClient = grpc.BidiStreamingClient[SeqAppendRequest, SeqAppendResponse]
+
+func (c *sequencingClient) CheckTail(ctx context.Context, in *CheckTailRequest, opts ...grpc.CallOption) (*CheckTailResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckTailResponse)
+	err := c.cc.Invoke(ctx, Sequencing_CheckTail_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sequencingClient) Collect(ctx context.Context, in *CollectRequest, opts ...grpc.CallOption) (*CollectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CollectResponse)
+	err := c.cc.Invoke(ctx, Sequencing_Collect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sequencingClient) Seal(ctx context.Context, in *SealRequest, opts ...grpc.CallOption) (*SealResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SealResponse)
+	err := c.cc.Invoke(ctx, Sequencing_Seal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sequencingClient) Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*FlushResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlushResponse)
+	err := c.cc.Invoke(ctx, Sequencing_Flush_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sequencingClient) StartView(ctx context.Context, in *StartViewRequest, opts ...grpc.CallOption) (*StartViewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartViewResponse)
+	err := c.cc.Invoke(ctx, Sequencing_StartView_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sequencingClient) SequencingStatus(ctx context.Context, in *SequencingStatusRequest, opts ...grpc.CallOption) (*SequencingStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SequencingStatusResponse)
+	err := c.cc.Invoke(ctx, Sequencing_SequencingStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SequencingServer is the server API for Sequencing service.
+// All implementations must embed UnimplementedSequencingServer
+// for forward compatibility.
+//
+// Sequencing is the service of every sequencing replica. A client sends
+// each record's metadata to every replica of the current view; the leader
+// (replicas[0] of the view) orders them in the background.
+type SequencingServer interface {
+	// Append is a pipelined stream of one client's record metadata; each is
+	// acknowledged once it is in this replica's ring. On the leader, an
+	// entry with want_position is acknowledged a second time, with its
+	// position, once stable-gp covers it.
+	Append(grpc.BidiStreamingServer[SeqAppendRequest, SeqAppendResponse]) error
+	// CheckTail returns the durable tail (leader only).
+	CheckTail(context.Context, *CheckTailRequest) (*CheckTailResponse, error)
+	// Collect drops the ordered records from a follower's ring and sets its
+	// last-ordered-gp; the leader calls it before it advances stable-gp.
+	Collect(context.Context, *CollectRequest) (*CollectResponse, error)
+	// Seal, Flush and StartView are the control plane's reconfiguration
+	// steps: seal the view, have the recovery replica order and push its
+	// whole ring, start the next view.
+	Seal(context.Context, *SealRequest) (*SealResponse, error)
+	Flush(context.Context, *FlushRequest) (*FlushResponse, error)
+	StartView(context.Context, *StartViewRequest) (*StartViewResponse, error)
+	SequencingStatus(context.Context, *SequencingStatusRequest) (*SequencingStatusResponse, error)
+	mustEmbedUnimplementedSequencingServer()
+}
+
+// UnimplementedSequencingServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedSequencingServer struct{}
+
+func (UnimplementedSequencingServer) Append(grpc.BidiStreamingServer[SeqAppendRequest, SeqAppendResponse]) error {
+	return status.Error(codes.Unimplemented, "method Append not implemented")
+}
+func (UnimplementedSequencingServer) CheckTail(context.Context, *CheckTailRequest) (*CheckTailResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckTail not implemented")
+}
+func (UnimplementedSequencingServer) Collect(context.Context, *CollectRequest) (*CollectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Collect not implemented")
+}
+func (UnimplementedSequencingServer) Seal(context.Context, *SealRequest) (*SealResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Seal not implemented")
+}
+func (UnimplementedSequencingServer) Flush(context.Context, *FlushRequest) (*FlushResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
+}
+func (UnimplementedSequencingServer) StartView(context.Context, *StartViewRequest) (*StartViewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartView not implemented")
+}
+func (UnimplementedSequencingServer) SequencingStatus(context.Context, *SequencingStatusRequest) (*SequencingStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SequencingStatus not implemented")
+}
+func (UnimplementedSequencingServer) mustEmbedUnimplementedSequencingServer() {}
+func (UnimplementedSequencingServer) testEmbeddedByValue()                    {}
+
+// UnsafeSequencingServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to SequencingServer will
+// result in compilation errors.
+type UnsafeSequencingServer interface {
+	mustEmbedUnimplementedSequencingServer()
+}
+
+func RegisterSequencingServer(s grpc.ServiceRegistrar, srv SequencingServer) {
+	// If the following call panics, it indicates UnimplementedSequencingServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Sequencing_ServiceDesc, srv)
+}
+
+func _Sequencing_Append_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SequencingServer).Append(&grpc.GenericServerStream[SeqAppendRequest, SeqAppendResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sequencing_AppendServer = grpc.BidiStreamingServer[SeqAppendRequest, SeqAppendResponse]
+
+func _Sequencing_CheckTail_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckTailRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SequencingServer).CheckTail(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sequencing_CheckTail_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SequencingServer).CheckTail(ctx, req.(*CheckTailRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sequencing_Collect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CollectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SequencingServer).Collect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sequencing_Collect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SequencingServer).Collect(ctx, req.(*CollectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sequencing_Seal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SealRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SequencingServer).Seal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sequencing_Seal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SequencingServer).Seal(ctx, req.(*SealRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sequencing_Flush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FlushRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SequencingServer).Flush(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sequencing_Flush_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SequencingServer).Flush(ctx, req.(*FlushRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sequencing_StartView_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartViewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SequencingServer).StartView(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sequencing_StartView_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SequencingServer).StartView(ctx, req.(*StartViewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sequencing_SequencingStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SequencingStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SequencingServer).SequencingStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sequencing_SequencingStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SequencingServer).SequencingStatus(ctx, req.(*SequencingStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Sequencing_ServiceDesc is the grpc.ServiceDesc for Sequencing service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Sequencing_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "augur.v1.Sequencing",
+	HandlerType: (*SequencingServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CheckTail",
+			Handler:    _Sequencing_CheckTail_Handler,
+		},
+		{
+			MethodName: "Collect",
+			Handler:    _Sequencing_Collect_Handler,
+		},
+		{
+			MethodName: "Seal",
+			Handler:    _Sequencing_Seal_Handler,
+		},
+		{
+			MethodName: "Flush",
+			Handler:    _Sequencing_Flush_Handler,
+		},
+		{
+			MethodName: "StartView",
+			Handler:    _Sequencing_StartView_Handler,
+		},
+		{
+			MethodName: "SequencingStatus",
+			Handler:    _Sequencing_SequencingStatus_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Append",
+			Handler:       _Sequencing_Append_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "augur.proto",
+}
+
+const (
+	LazyShard_Store_FullMethodName   = "/augur.v1.LazyShard/Store"
+	LazyShard_Order_FullMethodName   = "/augur.v1.LazyShard/Order"
+	LazyShard_Place_FullMethodName   = "/augur.v1.LazyShard/Place"
+	LazyShard_Fetch_FullMethodName   = "/augur.v1.LazyShard/Fetch"
+	LazyShard_Stable_FullMethodName  = "/augur.v1.LazyShard/Stable"
+	LazyShard_Mapping_FullMethodName = "/augur.v1.LazyShard/Mapping"
+	LazyShard_Read_FullMethodName    = "/augur.v1.LazyShard/Read"
+)
+
+// LazyShardClient is the client API for LazyShard service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// LazyShard is the lazy-order service of every storage server.
+type LazyShardClient interface {
+	// Store takes a client's records to one replica of a shard, unordered;
+	// each is acknowledged once durable per the fsync policy.
+	Store(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LazyStoreRequest, LazyStoreResponse], error)
+	// Order hands a shard's primary (and, from the primary, each backup) a
+	// batch of the position -> record mapping; it answers once every
+	// replica holds the batch.
+	Order(ctx context.Context, in *OrderRequest, opts ...grpc.CallOption) (*OrderResponse, error)
+	// Place hands a backup its primary's placement of a mapping; it
+	// answers once it holds the placement and the data of its records.
+	Place(ctx context.Context, in *Placement, opts ...grpc.CallOption) (*PlaceResponse, error)
+	// Fetch returns the data of records a backup lacks.
+	Fetch(ctx context.Context, in *LazyFetchRequest, opts ...grpc.CallOption) (*LazyFetchResponse, error)
+	// Stable tells a replica that positions below stable_gp are final.
+	Stable(ctx context.Context, in *StableRequest, opts ...grpc.CallOption) (*StableResponse, error)
+	// Mapping returns a chunk of the position -> shard mapping.
+	Mapping(ctx context.Context, in *MappingRequest, opts ...grpc.CallOption) (*MappingResponse, error)
+	// Read returns the records at positions from from on, once stable-gp
+	// covers them (waiting no longer than the caller's deadline).
+	Read(ctx context.Context, in *LazyReadRequest, opts ...grpc.CallOption) (*LazyReadResponse, error)
+}
+
+type lazyShardClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewLazyShardClient(cc grpc.ClientConnInterface) LazyShardClient {
+	return &lazyShardClient{cc}
+}
+
+func (c *lazyShardClient) Store(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LazyStoreRequest, LazyStoreResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LazyShard_ServiceDesc.Streams[0], LazyShard_Store_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LazyStoreRequest, LazyStoreResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LazyShard_StoreClient = grpc.BidiStreamingClient[LazyStoreRequest, LazyStoreResponse]
+
+func (c *lazyShardClient) Order(ctx context.Context, in *OrderRequest, opts ...grpc.CallOption) (*OrderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OrderResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Order_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lazyShardClient) Place(ctx context.Context, in *Placement, opts ...grpc.CallOption) (*PlaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlaceResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Place_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lazyShardClient) Fetch(ctx context.Context, in *LazyFetchRequest, opts ...grpc.CallOption) (*LazyFetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LazyFetchResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Fetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lazyShardClient) Stable(ctx context.Context, in *StableRequest, opts ...grpc.CallOption) (*StableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StableResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Stable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lazyShardClient) Mapping(ctx context.Context, in *MappingRequest, opts ...grpc.CallOption) (*MappingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MappingResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Mapping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lazyShardClient) Read(ctx context.Context, in *LazyReadRequest, opts ...grpc.CallOption) (*LazyReadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LazyReadResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Read_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LazyShardServer is the server API for LazyShard service.
+// All implementations must embed UnimplementedLazyShardServer
+// for forward compatibility.
+//
+// LazyShard is the lazy-order service of every storage server.
+type LazyShardServer interface {
+	// Store takes a client's records to one replica of a shard, unordered;
+	// each is acknowledged once durable per the fsync policy.
+	Store(grpc.BidiStreamingServer[LazyStoreRequest, LazyStoreResponse]) error
+	// Order hands a shard's primary (and, from the primary, each backup) a
+	// batch of the position -> record mapping; it answers once every
+	// replica holds the batch.
+	Order(context.Context, *OrderRequest) (*OrderResponse, error)
+	// Place hands a backup its primary's placement of a mapping; it
+	// answers once it holds the placement and the data of its records.
+	Place(context.Context, *Placement) (*PlaceResponse, error)
+	// Fetch returns the data of records a backup lacks.
+	Fetch(context.Context, *LazyFetchRequest) (*LazyFetchResponse, error)
+	// Stable tells a replica that positions below stable_gp are final.
+	Stable(context.Context, *StableRequest) (*StableResponse, error)
+	// Mapping returns a chunk of the position -> shard mapping.
+	Mapping(context.Context, *MappingRequest) (*MappingResponse, error)
+	// Read returns the records at positions from from on, once stable-gp
+	// covers them (waiting no longer than the caller's deadline).
+	Read(context.Context, *LazyReadRequest) (*LazyReadResponse, error)
+	mustEmbedUnimplementedLazyShardServer()
+}
+
+// UnimplementedLazyShardServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedLazyShardServer struct{}
+
+func (UnimplementedLazyShardServer) Store(grpc.BidiStreamingServer[LazyStoreRequest, LazyStoreResponse]) error {
+	return status.Error(codes.Unimplemented, "method Store not implemented")
+}
+func (UnimplementedLazyShardServer) Order(context.Context, *OrderRequest) (*OrderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Order not implemented")
+}
+func (UnimplementedLazyShardServer) Place(context.Context, *Placement) (*PlaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Place not implemented")
+}
+func (UnimplementedLazyShardServer) Fetch(context.Context, *LazyFetchRequest) (*LazyFetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedLazyShardServer) Stable(context.Context, *StableRequest) (*StableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stable not implemented")
+}
+func (UnimplementedLazyShardServer) Mapping(context.Context, *MappingRequest) (*MappingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Mapping not implemented")
+}
+func (UnimplementedLazyShardServer) Read(context.Context, *LazyReadRequest) (*LazyReadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
+}
+func (UnimplementedLazyShardServer) mustEmbedUnimplementedLazyShardServer() {}
+func (UnimplementedLazyShardServer) testEmbeddedByValue()                   {}
+
+// UnsafeLazyShardServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to LazyShardServer will
+// result in compilation errors.
+type UnsafeLazyShardServer interface {
+	mustEmbedUnimplementedLazyShardServer()
+}
+
+func RegisterLazyShardServer(s grpc.ServiceRegistrar, srv LazyShardServer) {
+	// If the following call panics, it indicates UnimplementedLazyShardServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&LazyShard_ServiceDesc, srv)
+}
+
+func _LazyShard_Store_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LazyShardServer).Store(&grpc.GenericServerStream[LazyStoreRequest, LazyStoreResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LazyShard_StoreServer = grpc.BidiStreamingServer[LazyStoreRequest, LazyStoreResponse]
+
+func _LazyShard_Order_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OrderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Order(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Order_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Order(ctx, req.(*OrderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LazyShard_Place_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Placement)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Place(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Place_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Place(ctx, req.(*Placement))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LazyShard_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LazyFetchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Fetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Fetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Fetch(ctx, req.(*LazyFetchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LazyShard_Stable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Stable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Stable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Stable(ctx, req.(*StableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LazyShard_Mapping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MappingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Mapping(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Mapping_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Mapping(ctx, req.(*MappingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LazyShard_Read_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LazyReadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Read(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Read_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Read(ctx, req.(*LazyReadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// LazyShard_ServiceDesc is the grpc.ServiceDesc for LazyShard service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var LazyShard_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "augur.v1.LazyShard",
+	HandlerType: (*LazyShardServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Order",
+			Handler:    _LazyShard_Order_Handler,
+		},
+		{
+			MethodName: "Place",
+			Handler:    _LazyShard_Place_Handler,
+		},
+		{
+			MethodName: "Fetch",
+			Handler:    _LazyShard_Fetch_Handler,
+		},
+		{
+			MethodName: "Stable",
+			Handler:    _LazyShard_Stable_Handler,
+		},
+		{
+			MethodName: "Mapping",
+			Handler:    _LazyShard_Mapping_Handler,
+		},
+		{
+			MethodName: "Read",
+			Handler:    _LazyShard_Read_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Store",
+			Handler:       _LazyShard_Store_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "augur.proto",
+}
+
+const (
 	RaftTransport_Send_FullMethodName = "/augur.v1.RaftTransport/Send"
 )
 

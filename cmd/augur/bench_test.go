@@ -37,8 +37,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench"}, "name a workload: one of append, e2e, burst"},
-		{[]string{"bench", "e2e", "--modes", "eager,lazy"}, "mode lazy is not available yet"},
+		{[]string{"bench"}, "name a workload: one of append, lazy-append, lazy-reads, lazy-reconfig, e2e, burst"},
+		{[]string{"bench", "e2e", "--modes", "eager,lazier"}, `unknown mode "lazier"`},
 		{[]string{"bench", "e2e", "--modes", "fast"}, `unknown mode "fast" (available: eager`},
 		{[]string{"bench", "append", "--duration", "0s"}, "duration must be positive"},
 		{[]string{"bench", "append", "--rate", "1000000000"}, "below the pacer's"},
@@ -65,7 +65,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"bench", "e2e", "--follow", "shard"}, `follow must be shards or log, got "shard"`},
 		{[]string{"bench", "elastic", "--follow", "shards"}, "elastic changes the shards during the run"},
 		{[]string{"bench", "all"}, "--out DIR is required"},
-		{[]string{"bench", "all", "--out", t.TempDir(), "--modes", "lazy"}, "mode lazy is not available yet"},
+		{[]string{"bench", "all", "--out", t.TempDir(), "--modes", "lazier"}, `unknown mode "lazier"`},
 		{[]string{"bench", "all", "--out", t.TempDir(), "--duration", "-1s"}, "duration must be positive"},
 	}
 	for _, tc := range cases {

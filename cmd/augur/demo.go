@@ -59,7 +59,9 @@ In --mode spec (the default) the cluster orders speculatively: every other
 subscriber takes records as soon as they are durable, at predicted
 positions, and the others take only confirmed records, as eager order
 delivers them; the demo prints both delivery latencies side by side.
---mode eager runs Scalog's eager order only.`,
+--mode eager runs Scalog's eager order only. --mode lazy runs LazyLog's
+lazy order: appends return after one round trip, before they are ordered,
+and subscribers see them once stable-gp covers them.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(); err != nil {
@@ -69,7 +71,7 @@ delivers them; the demo prints both delivery latencies side by side.
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.mode, "mode", mode.SpecName, "ordering mode of the cluster: spec or eager")
+	fs.StringVar(&f.mode, "mode", mode.SpecName, "ordering mode of the cluster: spec, eager or lazy")
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "how long to append")
 	fs.IntVar(&f.appenders, "appenders", 4, "appending clients")
 	fs.IntVar(&f.subscribers, "subscribers", 2, "subscribing clients, each from position 0")
@@ -329,12 +331,15 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 
 	appendLat := bench.NewLatency()
 	var (
-		acksMu   sync.Mutex
-		acks     = map[demoRecord]uint64{} // record -> position
-		failed   atomic.Int64
-		firstErr atomic.Pointer[error]
-		pending  sync.WaitGroup
-		gens     sync.WaitGroup
+		acksMu sync.Mutex
+		acks   = map[demoRecord]uint64{} // record -> position
+		// unordered: the cluster acknowledges appends before it orders
+		// them (lazy order), so acks carries no positions.
+		unordered atomic.Bool
+		failed    atomic.Int64
+		firstErr  atomic.Pointer[error]
+		pending   sync.WaitGroup
+		gens      sync.WaitGroup
 	)
 	start := time.Now()
 	end := start.Add(f.duration)
@@ -369,6 +374,9 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 					acksMu.Lock()
 					acks[rec] = a.Position
 					acksMu.Unlock()
+					if a.Unordered {
+						unordered.Store(true)
+					}
 				})
 			}
 		}()
@@ -389,6 +397,14 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	last := int64(-1)
 	for _, pos := range acks {
 		last = max(last, int64(pos))
+	}
+	if unordered.Load() {
+		// Every acknowledged append lies below the durable tail.
+		tail, err := appenders[0].CheckTail(ctx)
+		if err != nil {
+			return fmt.Errorf("check tail: %w", err)
+		}
+		last = int64(tail) - 1
 	}
 	for _, s := range subs {
 		s.setTarget(last)
@@ -437,7 +453,19 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 			fmtLatency(delivery.Quantile(0.5)), fmtLatency(delivery.Quantile(0.99)))
 	}
 
-	return checkDemoSequences(out, subs, acks, failed.Load())
+	if unordered.Load() {
+		cl := appenders[0]
+		if st, err := cl.Status(ctx); err == nil && st.GetLazy() != nil {
+			reps, _ := cl.SequencingStatus(ctx)
+			var stable uint64
+			for _, q := range reps {
+				stable = max(stable, q.GetStableGp())
+			}
+			fmt.Fprintf(out, "sequencing        view %d, %d replicas, stable-gp %d (appends are acknowledged before they are ordered)\n",
+				st.GetLazy().GetView(), len(st.GetLazy().GetReplicas()), stable)
+		}
+	}
+	return checkDemoSequences(out, subs, acks, unordered.Load(), failed.Load())
 }
 
 // demoEvents subscribes from position 0: speculatively, or to confirmed
@@ -467,7 +495,7 @@ func demoEvents(ctx context.Context, cl *client.Client, speculative bool) (func(
 
 // checkDemoSequences verifies that every subscriber received the same
 // sequence and that it holds every acknowledged record at its position.
-func checkDemoSequences(out io.Writer, subs []*demoSub, acks map[demoRecord]uint64, failed int64) error {
+func checkDemoSequences(out io.Writer, subs []*demoSub, acks map[demoRecord]uint64, unordered bool, failed int64) error {
 	for i, s := range subs {
 		if s.err != nil {
 			return s.err
@@ -485,6 +513,20 @@ func checkDemoSequences(out io.Writer, subs []*demoSub, acks map[demoRecord]uint
 			return fmt.Errorf("positions go backwards: %d after %d", e.pos, seq[i-1].pos)
 		}
 		at[e.pos] = e
+	}
+	if unordered {
+		held := make(map[demoRecord]int, len(seq))
+		for _, e := range seq {
+			if e.ok {
+				held[e.rec]++
+			}
+		}
+		for rec := range acks {
+			if held[rec] != 1 {
+				return fmt.Errorf("record %v was acknowledged but the subscribers received it %d times", rec, held[rec])
+			}
+		}
+		acks = nil
 	}
 	for rec, pos := range acks {
 		e, ok := at[pos]
@@ -505,7 +547,11 @@ func checkDemoSequences(out io.Writer, subs []*demoSub, acks map[demoRecord]uint
 	}
 	fmt.Fprintf(out, "subscribers       all %d received the identical sequence: %d records, positions %d..%d (%s), sha256 %x\n",
 		len(subs), len(seq), seq[0].pos, seq[len(seq)-1].pos, dense, digest.Sum(nil)[:8])
-	fmt.Fprintf(out, "                  every acknowledged record is at its acknowledged position\n")
+	if unordered {
+		fmt.Fprintf(out, "                  every acknowledged record is in it exactly once\n")
+	} else {
+		fmt.Fprintf(out, "                  every acknowledged record is at its acknowledged position\n")
+	}
 	fmt.Fprintf(out, "sequence          %s\n", showSequence(seq))
 	if failed > 0 {
 		return fmt.Errorf("%d appends failed", failed)

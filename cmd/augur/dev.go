@@ -85,6 +85,13 @@ Without --data the data lives in a temporary directory removed on exit.`,
 				}
 				fmt.Fprintf(out, "storage group %-4s %s\n", g, strings.Join(servers, " "))
 			}
+			if len(cfg.Sequencing) > 0 {
+				var seqs []string
+				for _, q := range cfg.Sequencing {
+					seqs = append(seqs, q.ID+"@"+q.Addr)
+				}
+				fmt.Fprintf(out, "sequencing         %s\n", strings.Join(seqs, " "))
+			}
 			scheme := "https"
 			if insecure {
 				scheme = "http"
@@ -108,7 +115,8 @@ Without --data the data lives in a temporary directory removed on exit.`,
 	fs.IntVar(&opts.OrderingReplicas, "ordering-replicas", devcluster.DefaultOrderingReplicas, "ordering replicas")
 	fs.DurationVar(&opts.OrderingInterval, "ordering-interval", 0, "cut interval (default 1ms)")
 	fs.StringVar(&opts.ClusterID, "cluster-id", devcluster.DefaultClusterID, "cluster id")
-	fs.StringVar(&opts.Mode, "mode", mode.EagerName, "ordering mode: eager or spec")
+	fs.StringVar(&opts.Mode, "mode", mode.EagerName, "ordering mode: eager, spec or lazy")
+	fs.IntVar(&opts.SequencingReplicas, "sequencing-replicas", 0, "lazy: sequencing replicas (default 2)")
 	fs.Uint64Var(&opts.WindowCuts, "window-cuts", 0, "spec: cuts per lease window (default 100)")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics here")
 	fs.BoolVar(&insecure, "insecure", false, "run plaintext, with no TLS and no authentication (default: TLS with certificates generated in the data dir)")

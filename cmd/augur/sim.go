@@ -105,7 +105,7 @@ violation.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&modes, "mode", "spec", "ordering modes to simulate, comma-separated: eager, spec")
+	fl.StringVar(&modes, "mode", "spec", "ordering modes to simulate, comma-separated: eager, spec, lazy")
 	fl.IntVar(&seeds, "seeds", 1000, "how many seeds to run per mode")
 	fl.Uint64Var(&first, "first", 0, "the first seed of --seeds")
 	fl.Int64Var(&seed, "seed", -1, "run only this seed")

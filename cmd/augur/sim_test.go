@@ -6,11 +6,11 @@ import (
 )
 
 func TestSimCommand(t *testing.T) {
-	out, err := runAugur(t, "sim", "--mode", "eager,spec", "--seeds", "4")
+	out, err := runAugur(t, "sim", "--mode", "eager,spec,lazy", "--seeds", "4")
 	if err != nil {
 		t.Fatalf("sim: %v\n%s", err, out)
 	}
-	for _, want := range []string{"eager (faults all): 4 seeds, 0 failing", "spec (faults all): 4 seeds, 0 failing"} {
+	for _, want := range []string{"eager (faults all): 4 seeds, 0 failing", "spec (faults all): 4 seeds, 0 failing", "lazy (faults all): 4 seeds, 0 failing"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sim output lacks %q:\n%s", want, out)
 		}
@@ -20,7 +20,7 @@ func TestSimCommand(t *testing.T) {
 		t.Errorf("sim --seed 3 --trace: %v\n%s", err, out[max(0, len(out)-500):])
 	}
 	for _, c := range []struct{ args, want string }{
-		{"sim --mode lazy", `unknown mode "lazy"`},
+		{"sim --mode lazier", `unknown mode "lazier"`},
 		{"sim --faults fire", `unknown fault "fire"`},
 		{"sim --seeds 0", "--seeds must be at least 1"},
 		{"sim --trace", "--trace needs --seed"},

@@ -52,6 +52,12 @@ func newStatusCmd() *cobra.Command {
 				if err := printStatus(cmd.OutOrStdout(), st); err != nil {
 					return err
 				}
+				if st.GetLazy() != nil {
+					reps, errs := cl.SequencingStatus(ctx)
+					if err := printSequencing(cmd.OutOrStdout(), st.GetLazy(), reps, errs); err != nil {
+						return err
+					}
+				}
 				return printHealth(cmd.OutOrStdout(), st, askHealth(ctx, cl, st))
 			})
 		},
@@ -336,4 +342,44 @@ func statusJSON(st *pb.StatusResponse, answers map[string]healthAnswer) ([]byte,
 		return nil, err
 	}
 	return json.MarshalIndent(out, "", "  ")
+}
+
+// printSequencing writes the sequencing layer of a lazy cluster: the view
+// the control plane records and what each replica says of itself.
+func printSequencing(w io.Writer, lz *pb.LazyState, reps []*pb.SequencingStatusResponse, errs []error) error {
+	fmt.Fprintln(w)
+	sealed := ""
+	if lz.GetSealed() {
+		sealed = " (sealed)"
+	}
+	fmt.Fprintf(w, "sequencing view %d%s\n", lz.GetView(), sealed)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQUENCING\tADDR\tROLE\tVIEW\tLAST-ORDERED\tSTABLE-GP\tUNORDERED")
+	var stable uint64
+	for i, r := range lz.GetReplicas() {
+		role := "follower"
+		if i == 0 {
+			role = "leader"
+		}
+		if i >= len(reps) || reps[i] == nil {
+			msg := "no answer"
+			if i < len(errs) && errs[i] != nil {
+				msg = errs[i].Error()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t(%s)\n", r.GetId(), r.GetAddr(), role, msg)
+			continue
+		}
+		q := reps[i]
+		if q.GetSealed() {
+			role += ", sealed"
+		}
+		stable = max(stable, q.GetStableGp())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", r.GetId(), r.GetAddr(), role, q.GetView(), q.GetLastOrderedGp(), q.GetStableGp(), q.GetUnordered())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Every position below stable-gp is final and readable.
+	fmt.Fprintf(w, "stable-gp  %d\n", stable)
+	return nil
 }

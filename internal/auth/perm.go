@@ -29,8 +29,13 @@ const (
 	// its shards).
 	Storage
 	// Ordering: what an ordering replica of the cluster file does to its
-	// peers (Raft messages).
+	// peers (Raft messages) and, as lazy order's control plane, to the
+	// sequencing replicas (seal, flush, start a view).
 	Ordering
+	// Sequencing: what a sequencing replica of the cluster file does to
+	// its peers and to the shards (garbage collection, mappings,
+	// stable-gp, heartbeats).
+	Sequencing
 )
 
 // permNames are the names of the permissions a client can be given.
@@ -41,7 +46,7 @@ func (p Permission) String() string {
 	for _, n := range []struct {
 		p    Permission
 		name string
-	}{{Data, "data"}, {Admin, "admin"}, {Storage, "storage server"}, {Ordering, "ordering replica"}} {
+	}{{Data, "data"}, {Admin, "admin"}, {Storage, "storage server"}, {Ordering, "ordering replica"}, {Sequencing, "sequencing replica"}} {
 		if p&n.p != 0 {
 			names = append(names, n.name)
 		}
@@ -84,14 +89,33 @@ var Methods = map[string]Permission{
 	// A replica repairing its copy fetches entries from a live replica.
 	pb.Replica_Fetch_FullMethodName: Storage,
 
-	pb.Ordering_Heartbeat_FullMethodName:     Storage,
-	pb.Ordering_Watch_FullMethodName:         Storage,
+	pb.Ordering_Heartbeat_FullMethodName:     Storage | Sequencing,
+	pb.Ordering_Watch_FullMethodName:         Storage | Sequencing,
 	pb.Ordering_RegisterShard_FullMethodName: Storage,
 	pb.Ordering_FinalizeShard_FullMethodName: Admin,
 	pb.Ordering_Trim_FullMethodName:          Admin,
-	pb.Ordering_Status_FullMethodName:        Data | Storage | Ordering,
+	pb.Ordering_Status_FullMethodName:        Data | Storage | Ordering | Sequencing,
 
 	pb.RaftTransport_Send_FullMethodName: Ordering,
+
+	// Lazy order. Clients send metadata to the sequencing replicas and
+	// data to the shards, and read; the sequencing leader collects,
+	// orders and advances stable-gp; the control plane reconfigures; a
+	// shard's primary places and backups fetch.
+	pb.Sequencing_Append_FullMethodName:           Data,
+	pb.Sequencing_CheckTail_FullMethodName:        Data,
+	pb.Sequencing_Collect_FullMethodName:          Sequencing,
+	pb.Sequencing_Seal_FullMethodName:             Ordering,
+	pb.Sequencing_Flush_FullMethodName:            Ordering,
+	pb.Sequencing_StartView_FullMethodName:        Ordering,
+	pb.Sequencing_SequencingStatus_FullMethodName: Data | Ordering | Sequencing,
+	pb.LazyShard_Store_FullMethodName:             Data,
+	pb.LazyShard_Order_FullMethodName:             Sequencing | Ordering | Storage,
+	pb.LazyShard_Place_FullMethodName:             Storage,
+	pb.LazyShard_Fetch_FullMethodName:             Storage,
+	pb.LazyShard_Stable_FullMethodName:            Sequencing | Ordering,
+	pb.LazyShard_Mapping_FullMethodName:           Data | Storage | Sequencing,
+	pb.LazyShard_Read_FullMethodName:              Data,
 
 	// Targets are applied to by players, which are clients of the log.
 	pb.Target_Apply_FullMethodName:       Data,

@@ -122,7 +122,6 @@ var (
 	// same name makes it available.
 	plannedModes = map[string]string{
 		"spec": "speculative order, SpecLog/Belfast",
-		"lazy": "lazy order, LazyLog/Erwin",
 	}
 )
 

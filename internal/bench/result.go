@@ -120,6 +120,8 @@ type Result struct {
 	// equal.
 	RecordsArrived *int64 `json:"records_arrived,omitempty"`
 	RecordsOrdered *int64 `json:"records_ordered,omitempty"`
+	// LazyReads are the lazy-reads workload's readers, one per lag.
+	LazyReads []LazyReads `json:"lazy_reads,omitempty"`
 	// Errors counts appends started in the measured window that failed.
 	Errors int64 `json:"errors,omitempty"`
 	// CPUSeconds is this process's user+system CPU time over the measured
@@ -441,3 +443,15 @@ func writeLine(w io.Writer, v any) error {
 
 // Ptr returns a pointer to v, for Result's optional fields.
 func Ptr[T any](v T) *T { return &v }
+
+// LazyReads is one reader of the lazy-reads workload: it read the last
+// durable position LagMS after learning it; Fast reads were below
+// stable-gp when they arrived, Slow ones waited for it.
+type LazyReads struct {
+	LagMS       float64         `json:"lag_ms"`
+	LatencyUS   *LatencySummary `json:"read_latency_us,omitempty"`
+	Fast        int64           `json:"fast"`
+	Slow        int64           `json:"slow"`
+	FastPercent float64         `json:"fast_percent"`
+	Errors      int64           `json:"errors,omitempty"`
+}

@@ -39,7 +39,7 @@ func TestCheckRejectsBadParams(t *testing.T) {
 	}{
 		{"unknown workload", "scan", func(*Params) {}, `unknown workload "scan" (known: append, burst, e2e, elastic, failure, idle,`},
 		{"unknown mode", "e2e", func(p *Params) { p.Modes = []string{"eager", "fast"} }, `unknown mode "fast" (available: eager`},
-		{"lazy not available", "e2e", func(p *Params) { p.Modes = []string{"eager", "lazy"} }, "mode lazy is not available yet"},
+		{"unknown mode", "e2e", func(p *Params) { p.Modes = []string{"eager", "lazier"} }, `unknown mode "lazier"`},
 		{"no mode", "e2e", func(p *Params) { p.Modes = nil }, "name at least one mode"},
 		{"mode twice", "e2e", func(p *Params) { p.Modes = []string{"eager", "eager"} }, "mode eager is named twice"},
 		{"zero duration", "append", func(p *Params) { p.Duration = 0 }, "duration must be positive"},

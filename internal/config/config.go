@@ -8,6 +8,13 @@
 //	storage:
 //	  - {id: a1, group: a, addr: 127.0.0.1:7201}
 //
+// A cluster in lazy mode also lists its sequencing replicas:
+//
+//	mode: lazy
+//	sequencing:
+//	  - {id: q1, addr: 127.0.0.1:7301}
+//	  - {id: q2, addr: 127.0.0.1:7302}
+//
 // Decoding is strict: an unknown field is an error, and every duration is a
 // Go duration string ("10ms"). Fields left out take the defaults of Default.
 // Validate is the one place that checks every bound.
@@ -28,6 +35,7 @@ import (
 	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/sequencing"
 	"github.com/augur-log/augur/internal/storage"
 )
 
@@ -42,6 +50,10 @@ const (
 	// reportDelayMax bounds injected report delays.
 	reportDelayMax = time.Minute
 	RoleStorage    = "storage"
+	// RoleSequencing is a sequencing replica of a cluster in lazy mode.
+	RoleSequencing = "sequencing"
+	// ModeLazy is LazyLog's lazy order.
+	ModeLazy = "lazy"
 )
 
 // Defaults of the fields a cluster file may leave out.
@@ -56,6 +68,11 @@ const (
 	DefaultRecordBytesMax   = 1 << 20
 	DefaultSegmentBytes     = segment.DefaultSegmentBytes
 	DefaultDataDir          = "./augur-data"
+	// DefaultSequencingReplicas is f+1 for f = 1: how many sequencing
+	// replicas a generated lazy cluster gets.
+	DefaultSequencingReplicas = 2
+	DefaultLazyBatchInterval  = 500 * time.Microsecond
+	DefaultLazyRingEntries    = 1 << 16
 )
 
 // DefaultStaggerAbove is the default stagger_above: in speculative mode, the
@@ -81,6 +98,14 @@ const (
 	// request or name a directory.
 	clusterIDBytesMax = 128
 	idBytesMax        = 64
+	// sequencingReplicasMax bounds the sequencing layer: every lazy
+	// append waits for each replica.
+	sequencingReplicasMax = 7
+	// lazyBatchIntervalMax bounds how long records may wait for order.
+	lazyBatchIntervalMax = time.Second
+	// lazyRingEntriesMin and lazyRingEntriesMax bound a sequencing ring.
+	lazyRingEntriesMin = 64
+	lazyRingEntriesMax = 1 << 24
 )
 
 // Cluster is the content of a cluster file.
@@ -138,6 +163,16 @@ type Cluster struct {
 	// one replica group, and the first of a group in this list is its
 	// primary.
 	Storage []StorageNode `yaml:"storage"`
+	// Sequencing lists the sequencing replicas of a cluster in lazy mode
+	// (f+1 of them tolerate f failures); the first leads the first view.
+	// Other modes list none.
+	Sequencing []SequencingNode `yaml:"sequencing,omitempty"`
+	// LazyBatchInterval is how often the sequencing leader orders a batch
+	// (lazy mode).
+	LazyBatchInterval Duration `yaml:"lazy_batch_interval,omitempty"`
+	// LazyRingEntries bounds each sequencing replica's ring of unordered
+	// record metadata (lazy mode); a full ring pushes back on appenders.
+	LazyRingEntries int `yaml:"lazy_ring_entries,omitempty"`
 	// MetricsAddr, when set, is where each process serves Prometheus
 	// metrics; a node's own metrics_addr overrides it (needed when several
 	// processes share a host).
@@ -164,6 +199,13 @@ type StorageNode struct {
 	// ReportDelay makes the server a straggler: every report to the
 	// ordering layer is held back this long. Fault injection for tests.
 	ReportDelay Duration `yaml:"report_delay,omitempty"`
+}
+
+// SequencingNode is one sequencing replica (lazy mode).
+type SequencingNode struct {
+	ID          string `yaml:"id"`
+	Addr        string `yaml:"addr"`
+	MetricsAddr string `yaml:"metrics_addr,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string.
@@ -210,6 +252,19 @@ func Default() *Cluster {
 	}
 }
 
+// SetLazyDefaults fills the lazy-mode knobs a lazy cluster file left out.
+func (c *Cluster) SetLazyDefaults() {
+	if c.Mode != ModeLazy {
+		return
+	}
+	if c.LazyBatchInterval == 0 {
+		c.LazyBatchInterval = Duration(DefaultLazyBatchInterval)
+	}
+	if c.LazyRingEntries == 0 {
+		c.LazyRingEntries = DefaultLazyRingEntries
+	}
+}
+
 // Load reads, decodes and validates the cluster file at path.
 func Load(path string) (*Cluster, error) {
 	data, err := os.ReadFile(path)
@@ -252,6 +307,7 @@ func Parse(data []byte) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	c.SetLazyDefaults()
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		problems = append(problems, errors.New("more than one YAML document; a cluster file holds exactly one"))
@@ -299,6 +355,9 @@ func (c *Cluster) Role(id string) (string, error) {
 	if c.storageIndex(id) >= 0 {
 		return RoleStorage, nil
 	}
+	if c.sequencingIndex(id) >= 0 {
+		return RoleSequencing, nil
+	}
 	return "", fmt.Errorf("no server %q in the cluster file (known: %v)", id, c.ids())
 }
 
@@ -343,6 +402,9 @@ func (c *Cluster) Addr(id string) (string, error) {
 	if i := c.storageIndex(id); i >= 0 {
 		return c.Storage[i].Addr, nil
 	}
+	if i := c.sequencingIndex(id); i >= 0 {
+		return c.Sequencing[i].Addr, nil
+	}
 	return "", fmt.Errorf("no server %q in the cluster file (known: %v)", id, c.ids())
 }
 
@@ -353,6 +415,9 @@ func (c *Cluster) MetricsAddrOf(id string) string {
 	}
 	if i := c.storageIndex(id); i >= 0 && c.Storage[i].MetricsAddr != "" {
 		return c.Storage[i].MetricsAddr
+	}
+	if i := c.sequencingIndex(id); i >= 0 && c.Sequencing[i].MetricsAddr != "" {
+		return c.Sequencing[i].MetricsAddr
 	}
 	return c.MetricsAddr
 }
@@ -392,8 +457,13 @@ func (c *Cluster) OrderingConfig(id string, logger *slog.Logger) (ordering.Confi
 	if err != nil {
 		return ordering.Config{}, err
 	}
+	var seqMembers []ordering.Member
+	for _, q := range c.Sequencing {
+		seqMembers = append(seqMembers, ordering.Member{ID: q.ID, Addr: q.Addr})
+	}
 	return ordering.Config{
 		Mode:             md,
+		Sequencing:       seqMembers,
 		ClusterID:        c.ClusterID,
 		ID:               id,
 		Members:          members,
@@ -447,6 +517,26 @@ func (c *Cluster) StorageConfig(id string, logger *slog.Logger) (storage.Config,
 	}, nil
 }
 
+// SequencingConfig returns the configuration of sequencing replica id.
+func (c *Cluster) SequencingConfig(id string, logger *slog.Logger) (sequencing.Config, error) {
+	if c.sequencingIndex(id) < 0 {
+		return sequencing.Config{}, fmt.Errorf("%q is not a sequencing replica of the cluster file (sequencing: %v)", id, c.sequencingIDs())
+	}
+	var peers []sequencing.Peer
+	for _, q := range c.Sequencing {
+		peers = append(peers, sequencing.Peer{ID: q.ID, Addr: q.Addr})
+	}
+	return sequencing.Config{
+		ClusterID:     c.ClusterID,
+		ID:            id,
+		Replicas:      peers,
+		Ordering:      c.OrderingAddrs(),
+		BatchInterval: c.LazyBatchInterval.D(),
+		RingMax:       c.LazyRingEntries,
+		Logger:        logger,
+	}, nil
+}
+
 func (c *Cluster) orderingIndex(id string) int {
 	for i, o := range c.Ordering {
 		if o.ID == id {
@@ -481,4 +571,32 @@ func (c *Cluster) storageIDs() []string {
 	return ids
 }
 
-func (c *Cluster) ids() []string { return append(c.orderingIDs(), c.storageIDs()...) }
+func (c *Cluster) sequencingIndex(id string) int {
+	for i, q := range c.Sequencing {
+		if q.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *Cluster) sequencingIDs() []string {
+	ids := make([]string, len(c.Sequencing))
+	for i, q := range c.Sequencing {
+		ids[i] = q.ID
+	}
+	return ids
+}
+
+// SequencingAddrs lists the sequencing replicas' addresses in file order.
+func (c *Cluster) SequencingAddrs() []string {
+	addrs := make([]string, len(c.Sequencing))
+	for i, q := range c.Sequencing {
+		addrs[i] = q.Addr
+	}
+	return addrs
+}
+
+func (c *Cluster) ids() []string {
+	return append(append(c.orderingIDs(), c.storageIDs()...), c.sequencingIDs()...)
+}

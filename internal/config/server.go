@@ -9,10 +9,11 @@ import (
 
 	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/ordering"
+	"github.com/augur-log/augur/internal/sequencing"
 	"github.com/augur-log/augur/internal/storage"
 )
 
-// Server is one server of a cluster, of either role.
+// Server is one server of a cluster, of any role.
 type Server interface {
 	// Register adds the server's gRPC services.
 	Register(*grpc.Server)
@@ -20,9 +21,9 @@ type Server interface {
 	Stop()
 }
 
-// NewServer opens server id of the cluster, an ordering replica or a
-// storage server, with its data in its own directory. It dials its peers
-// with sec (see ServerSecurity).
+// NewServer opens server id of the cluster, an ordering replica, a
+// storage server or a sequencing replica, with its data in its own
+// directory. It dials its peers with sec (see ServerSecurity).
 func (c *Cluster) NewServer(id string, lg *slog.Logger, sec *auth.Security) (Server, error) {
 	role, err := c.Role(id)
 	if err != nil {
@@ -46,6 +47,13 @@ func (c *Cluster) NewServer(id string, lg *slog.Logger, sec *auth.Security) (Ser
 		}
 		sc.Creds = sec.TransportCredentials()
 		return storage.New(sc)
+	case RoleSequencing:
+		qc, err := c.SequencingConfig(id, lg)
+		if err != nil {
+			return nil, err
+		}
+		qc.Creds = sec.TransportCredentials()
+		return sequencing.New(qc)
 	}
 	return nil, fmt.Errorf("server %s: unknown role %q", id, role)
 }

@@ -97,6 +97,9 @@ func (c *Cluster) Members() map[string]auth.Member {
 	for _, s := range c.Storage {
 		members[s.ID] = auth.Member{Perm: auth.Storage, Host: host(s.Addr)}
 	}
+	for _, q := range c.Sequencing {
+		members[q.ID] = auth.Member{Perm: auth.Sequencing, Host: host(q.Addr)}
+	}
 	return members
 }
 

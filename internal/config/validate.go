@@ -126,6 +126,28 @@ func (c *Cluster) validate(needStorage bool) error {
 	for i, o := range c.Ordering {
 		checkNode("ordering", i, o.ID, o.Addr, o.MetricsAddr)
 	}
+	switch {
+	case c.Mode == ModeLazy && len(c.Sequencing) == 0:
+		bad("sequencing lists no replicas; lazy mode needs at least one (%d tolerate one failure)", DefaultSequencingReplicas)
+	case c.Mode != ModeLazy && len(c.Sequencing) > 0:
+		bad("sequencing lists %d replicas, but only mode lazy has sequencing replicas (mode is %q)", len(c.Sequencing), c.Mode)
+	}
+	if len(c.Sequencing) > sequencingReplicasMax {
+		bad("sequencing lists %d replicas, at most %d allowed (every append waits for all of them)", len(c.Sequencing), sequencingReplicasMax)
+	}
+	if c.Mode == ModeLazy {
+		if c.LazyBatchInterval <= 0 || c.LazyBatchInterval.D() > lazyBatchIntervalMax {
+			bad("lazy_batch_interval must be in (0, %v], got %v", lazyBatchIntervalMax, c.LazyBatchInterval)
+		}
+		if c.LazyRingEntries < lazyRingEntriesMin || c.LazyRingEntries > lazyRingEntriesMax {
+			bad("lazy_ring_entries must be in [%d, %d], got %d", lazyRingEntriesMin, lazyRingEntriesMax, c.LazyRingEntries)
+		}
+	} else if c.LazyBatchInterval != 0 || c.LazyRingEntries != 0 {
+		bad("lazy_batch_interval and lazy_ring_entries apply only to mode lazy (mode is %q)", c.Mode)
+	}
+	for i, q := range c.Sequencing {
+		checkNode("sequencing", i, q.ID, q.Addr, q.MetricsAddr)
+	}
 	for i, s := range c.Storage {
 		checkNode("storage", i, s.ID, s.Addr, s.MetricsAddr)
 		if s.ReportDelay < 0 || s.ReportDelay.D() > reportDelayMax {

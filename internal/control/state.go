@@ -11,6 +11,7 @@ import (
 
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
+	"github.com/augur-log/augur/internal/lazy"
 )
 
 // ShardState is a shard's place in its lifecycle.
@@ -90,6 +91,10 @@ type State struct {
 	// Spec is set in speculative mode, where lease windows predetermine
 	// every cut; nil in eager mode.
 	Spec *Spec `json:"spec,omitempty"`
+	// Lazy is the sequencing configuration of a cluster in lazy order
+	// (its view, replicas, leader and the stable end the view started
+	// at); nil until the first view is recorded, and in other modes.
+	Lazy *lazy.SeqConfig `json:"lazy,omitempty"`
 }
 
 // New returns the state of a fresh cluster.
@@ -107,6 +112,9 @@ type Command struct {
 	Trim     *TrimCommand     `json:"trim,omitempty"`
 	Window   *WindowCommand   `json:"win,omitempty"`
 	Reconfig *ReconfigCommand `json:"cfg,omitempty"`
+	// SeqConfig records a sequencing configuration (lazy order): the
+	// control plane's view change, or the first view.
+	SeqConfig *lazy.SeqConfig `json:"seqcfg,omitempty"`
 }
 
 // CutCommand proposes the next cut from reported lengths. Force asks for a
@@ -200,6 +208,8 @@ type Event struct {
 	View *ViewChange
 	// Cuts holds every cut a multi-cut release committed, Cut the last.
 	Cuts []cut.Cut
+	// LazyChanged says a new sequencing configuration was recorded.
+	LazyChanged bool
 }
 
 // Apply applies one committed command. It returns the event and whether the
@@ -227,8 +237,10 @@ func (s *State) Apply(c Command) (Event, bool) {
 			s.Trim = c.Trim.Position
 			ev.Trim = s.Trim
 		}
+	case c.SeqConfig != nil:
+		ev.LazyChanged = s.applySeqConfig(*c.SeqConfig)
 	}
-	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 && ev.Window == nil {
+	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 && ev.Window == nil && !ev.LazyChanged {
 		return Event{}, false
 	}
 	if ev.MembershipChanged {
@@ -238,6 +250,21 @@ func (s *State) Apply(c Command) (Event, bool) {
 	ev.Seq = s.EventSeq
 	ev.Trim = s.Trim
 	return ev, true
+}
+
+// applySeqConfig records a sequencing configuration of a newer view; a
+// configuration of the recorded view or an older one (a stale proposal of
+// an old leader) changes nothing, and stable-gp never moves back.
+func (s *State) applySeqConfig(c lazy.SeqConfig) bool {
+	if s.Lazy != nil && (c.View <= s.Lazy.View || c.Stable < s.Lazy.Stable) {
+		return false
+	}
+	if len(c.Replicas) == 0 || !slices.Contains(c.Replicas, c.Leader) {
+		return false
+	}
+	c.Replicas = slices.Clone(c.Replicas)
+	s.Lazy = &c
+	return true
 }
 
 func (s *State) applyCut(c CutCommand) Event {
@@ -484,6 +511,11 @@ func (s *State) Clone() *State {
 			sp.Void[i] = v
 		}
 		n.Spec = &sp
+	}
+	if s.Lazy != nil {
+		lz := *s.Lazy
+		lz.Replicas = slices.Clone(s.Lazy.Replicas)
+		n.Lazy = &lz
 	}
 	return &n
 }

@@ -90,6 +90,13 @@ type Options struct {
 	// empty token file beside them. Without it the cluster is insecure:
 	// true.
 	TLS bool
+	// SequencingReplicas is the number of sequencing replicas of a lazy
+	// cluster (default config.DefaultSequencingReplicas); other modes
+	// have none.
+	SequencingReplicas int
+	// LazyBatchInterval is how often a lazy cluster's sequencing leader
+	// orders a batch (0: the cluster file's default).
+	LazyBatchInterval time.Duration
 	// Logger receives the servers' logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -189,6 +196,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.FsyncInterval != 0 {
 		cfg.FsyncInterval = config.Duration(opts.FsyncInterval)
 	}
+	if opts.LazyBatchInterval != 0 {
+		cfg.LazyBatchInterval = config.Duration(opts.LazyBatchInterval)
+	}
+	cfg.SetLazyDefaults()
 	if opts.RaftTick != 0 {
 		cfg.RaftTick = config.Duration(opts.RaftTick)
 	}
@@ -242,6 +253,22 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			cfg.Storage = append(cfg.Storage, config.StorageNode{ID: id, Group: group, Addr: addr})
 		}
 	}
+	if cfg.Mode == config.ModeLazy {
+		n := opts.SequencingReplicas
+		if n == 0 {
+			n = config.DefaultSequencingReplicas
+		}
+		for i := range n {
+			id := "q" + strconv.Itoa(i+1)
+			addr, err := listen(id)
+			if err != nil {
+				closeListeners()
+				c.removeTemp()
+				return nil, err
+			}
+			cfg.Sequencing = append(cfg.Sequencing, config.SequencingNode{ID: id, Addr: addr})
+		}
+	}
 	validate := cfg.Validate
 	if opts.NoStorage {
 		validate = cfg.ValidateWithoutStorage
@@ -282,6 +309,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		delete(listeners, s.ID)
 	}
+	for _, q := range cfg.Sequencing {
+		if err := c.startServer(q.ID, listeners[q.ID]); err != nil {
+			delete(listeners, q.ID)
+			closeListeners()
+			c.Close()
+			return nil, err
+		}
+		delete(listeners, q.ID)
+	}
 	return c, nil
 }
 
@@ -308,6 +344,8 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("devcluster: shards must be in [1, %d], got %d", shardsMax, o.Shards)
 	case o.Replicas < 0 || o.Replicas > replicasMax:
 		return fmt.Errorf("devcluster: replicas must be in [1, %d], got %d", replicasMax, o.Replicas)
+	case o.SequencingReplicas < 0 || o.SequencingReplicas > replicasMax:
+		return fmt.Errorf("devcluster: sequencing replicas must be in [1, %d], got %d", replicasMax, o.SequencingReplicas)
 	case o.OrderingReplicas < 0 || o.OrderingReplicas > replicasMax:
 		return fmt.Errorf("devcluster: ordering replicas must be in [1, %d], got %d", replicasMax, o.OrderingReplicas)
 	}
@@ -455,6 +493,24 @@ func (c *Cluster) SetReportDelay(id string, d time.Duration) error {
 	return nil
 }
 
+// StopSequencing stops sequencing replica id (its ring is lost, as in a
+// crash), keeping its address.
+func (c *Cluster) StopSequencing(id string) error { return c.stopServer(id, config.RoleSequencing, true) }
+
+// StartSequencing restarts a stopped sequencing replica on its old address.
+func (c *Cluster) StartSequencing(id string) error { return c.restart(id, config.RoleSequencing) }
+
+// SequencingIDs lists the sequencing replicas' ids (lazy order), the first
+// view's leader first.
+func (c *Cluster) SequencingIDs() []string {
+	cfg := c.Config()
+	ids := make([]string, len(cfg.Sequencing))
+	for i, q := range cfg.Sequencing {
+		ids[i] = q.ID
+	}
+	return ids
+}
+
 // StopStorage stops storage server id, keeping its data and address.
 func (c *Cluster) StopStorage(id string) error { return c.stopServer(id, config.RoleStorage, false) }
 
@@ -565,6 +621,9 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 			if !hasLiveShard(st, g) {
 				return fmt.Sprintf("no live shard of group %q yet", g)
 			}
+		}
+		if lz := st.GetLazy(); len(c.Config().Sequencing) > 0 && (lz.GetView() == 0 || lz.GetSealed()) {
+			return "no open sequencing view yet"
 		}
 		return ""
 	})
@@ -729,6 +788,7 @@ func (c *Cluster) Config() *config.Cluster {
 	cp := *c.cfg
 	cp.Ordering = slices.Clone(c.cfg.Ordering)
 	cp.Storage = slices.Clone(c.cfg.Storage)
+	cp.Sequencing = slices.Clone(c.cfg.Sequencing)
 	return &cp
 }
 
@@ -751,6 +811,9 @@ func (c *Cluster) Close() error {
 	cl := c.client
 	c.client = nil
 	var storageIDs, orderingIDs []string
+	for _, q := range c.cfg.Sequencing {
+		storageIDs = append(storageIDs, q.ID)
+	}
 	for _, s := range c.cfg.Storage {
 		storageIDs = append(storageIDs, s.ID)
 	}

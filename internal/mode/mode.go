@@ -87,6 +87,7 @@ type kind struct {
 var kinds = []kind{
 	{name: EagerName, reader: Eager{}, build: newEager},
 	{name: SpecName, reader: Spec{}, build: newSpec, inStatus: specInStatus},
+	{name: LazyName, reader: Lazy{}, build: newLazy, inStatus: lazyInStatus},
 }
 
 // Names lists the known modes' names, the default first.

@@ -75,8 +75,11 @@ type Config struct {
 	KeepaliveInterval time.Duration
 	// Mode is the cluster's ordering mode: it supplies the initial control
 	// state and the leader's policy.
-	Mode   mode.Mode
-	Logger *slog.Logger
+	Mode mode.Mode
+	// Sequencing lists the sequencing replicas of a cluster in lazy
+	// order, the first leading the first view; empty in other modes.
+	Sequencing []Member
+	Logger     *slog.Logger
 	// Creds secure the Raft transport to the other replicas; nil is
 	// plaintext.
 	Creds credentials.TransportCredentials
@@ -121,6 +124,12 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	node *raftnode.Node
+
+	// lazyCancel stops the lazy control plane (lazy.go) this replica runs
+	// while it leads a lazy cluster; lazyConns are its connections.
+	lazyCancel  context.CancelFunc
+	lazyConnsMu sync.Mutex
+	lazyConns   map[string]*grpc.ClientConn
 
 	mu    sync.Mutex
 	state *control.State
@@ -209,8 +218,14 @@ func (s *Server) Stop() {
 	default:
 	}
 	close(s.stop)
+	s.mu.Lock()
+	if s.lazyCancel != nil {
+		s.lazyCancel()
+	}
+	s.mu.Unlock()
 	s.node.Stop()
 	s.stopped.Wait()
+	s.closeLazyConns()
 }
 
 // fsm adapts Server to raftnode.FSM.
@@ -297,6 +312,9 @@ func (s *Server) appendEventLocked(ev control.Event) {
 	}
 	if s.state.Spec != nil && (ev.Window != nil || ev.View != nil || len(ev.Cuts) > 0 || ev.MembershipChanged) {
 		pe.Spec = wire.SpecToProto(s.state.Spec)
+	}
+	if ev.LazyChanged {
+		pe.Lazy = s.lazyStateLocked()
 	}
 	if len(s.events) == eventHistoryMax {
 		s.events[0] = nil
@@ -424,8 +442,23 @@ func (s *Server) resetLeaderState(leader bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leader = nil
+	if s.lazyCancel != nil {
+		s.lazyCancel()
+		s.lazyCancel = nil
+	}
 	if !leader {
 		return
+	}
+	if len(s.cfg.Sequencing) > 0 {
+		// The control plane's work lasts as long as this leadership:
+		// the next reset or Stop cancels it.
+		ctx, cancel := context.WithCancel(context.Background())
+		s.lazyCancel = cancel
+		s.stopped.Add(1)
+		go func() {
+			defer s.stopped.Done()
+			s.lazyControl(ctx)
+		}()
 	}
 	// A fresh id of this replica as the prefix: the leader's commands are
 	// its own (ownsLocked), and no other command bears their ids.
@@ -848,5 +881,6 @@ func (s *Server) statusLocked() *pb.StatusResponse {
 		resp.Members = append(resp.Members, &pb.OrderingMember{Id: m.ID, Addr: m.Addr, Leader: m.ID == lid,
 			Unreachable: s.node.Unreachable(uint64(i + 1))})
 	}
+	resp.Lazy = s.lazyStateLocked()
 	return resp
 }

@@ -40,7 +40,7 @@ const (
 )
 
 // Modes lists every mode the simulator runs.
-func Modes() []Mode { return []Mode{Eager, Spec} }
+func Modes() []Mode { return []Mode{Eager, Spec, Lazy} }
 
 // ParseMode returns the mode named s.
 func ParseMode(s string) (Mode, error) {
@@ -49,7 +49,7 @@ func ParseMode(s string) (Mode, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("sim: unknown mode %q (want eager or spec)", s)
+	return "", fmt.Errorf("sim: unknown mode %q (want eager, spec or lazy)", s)
 }
 
 // Faults selects the network faults the scenario generator may inject;
@@ -189,6 +189,16 @@ const (
 	// without checking its frame (altered, with a checksum that matches
 	// the altered bytes), and the repaired copy stores it.
 	bugCopyUnchecked
+	// bugLazyAckEarly: a lazy client returns once one sequencing replica
+	// (not every one) holds the metadata.
+	bugLazyAckEarly
+	// bugLazyEarlyStable: the lazy orderer advances stable-gp once the
+	// shards hold a batch, before every sequencing replica collected it
+	// (the incorrect protocol of the paper's §4.5).
+	bugLazyEarlyStable
+	// bugLazyReadAhead: a lazy shard replica answers a read above
+	// stable-gp from the placement it holds, rather than holding it.
+	bugLazyReadAhead
 )
 
 // Result is the outcome of one seed.
@@ -224,6 +234,10 @@ type Result struct {
 	// PlayerRestarts count its faults.
 	Player                        bool
 	TargetCrashes, PlayerRestarts uint64
+	// SeqCrashes, LeaderCrashes and ClientCrashes count a lazy run's
+	// crashes of sequencing replicas (leaders among them) and clients;
+	// Views its view changes, Noops the no-ops its shards bound.
+	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops uint64
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -240,6 +254,9 @@ func (r Result) Replay() string {
 func Run(seed uint64, o Options) Result {
 	if o.Mode == "" {
 		o.Mode = Spec
+	}
+	if o.Mode == Lazy {
+		return runLazy(seed, o)
 	}
 	s := newCluster(seed, o.Mode, o.Faults, o.Trace, o.plant)
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
@@ -307,6 +324,9 @@ type Tally struct {
 	// PlayerRestarts sum their faults.
 	Player                        int
 	TargetCrashes, PlayerRestarts uint64
+	// SeqCrashes, LeaderCrashes, ClientCrashes, Views and Noops sum a
+	// lazy run's.
+	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops uint64
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -325,6 +345,11 @@ func Count(rs []Result) Tally {
 		t.Damaged += r.Damaged
 		t.Repairs += r.Repairs
 		t.SourceDeaths += r.SourceDeaths
+		t.SeqCrashes += r.SeqCrashes
+		t.LeaderCrashes += r.LeaderCrashes
+		t.ClientCrashes += r.ClientCrashes
+		t.Views += r.Views
+		t.Noops += r.Noops
 		if r.ShardFailed {
 			t.ShardFailed++
 		}
@@ -349,6 +374,10 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
+	if t.Views > 0 || t.SeqCrashes > 0 {
+		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes, %d client crashes, %d no-ops",
+			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.ClientCrashes, t.Noops)
+	}
 	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers, %d restarted with a damaged file: %d ranges repaired, %d repairs lost their source mid-copy), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
 		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.Damaged, t.Repairs, t.SourceDeaths, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }

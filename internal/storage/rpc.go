@@ -15,6 +15,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
 )
@@ -170,6 +171,10 @@ func (f filter) match(e segment.Entry) bool {
 func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServer) error {
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return err
+	}
+	if s.cfg.Mode.Name() == mode.LazyName {
+		// Lazy records live in the shard's lazy log, ordered by stable-gp.
+		return s.subscribeLazy(req, stream)
 	}
 	r := s.awaitReplica(stream.Context(), req.Shard)
 	if r == nil {

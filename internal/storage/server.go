@@ -85,7 +85,10 @@ type Server struct {
 	mu       sync.Mutex
 	replicas map[cut.ShardID]*replica
 	links    map[cut.ShardID][]*backupLink
-	view     view
+	// lazy holds the shards' lazy-order replicas (lazy mode only),
+	// opened on first use.
+	lazy map[cut.ShardID]*lazyShard
+	view view
 	// viewChanged is closed and replaced whenever the view changes.
 	viewChanged chan struct{}
 	// caughtUp is closed once the view has reached the ordering state seen
@@ -142,6 +145,7 @@ func New(cfg Config) (*Server, error) {
 		log:         lg.With("storage", cfg.ID),
 		incarnation: uint64(time.Now().UnixNano()),
 		replicas:    map[cut.ShardID]*replica{},
+		lazy:        map[cut.ShardID]*lazyShard{},
 		links:       map[cut.ShardID][]*backupLink{},
 		view:        view{shards: map[cut.ShardID]*pb.ShardInfo{}},
 		viewChanged: make(chan struct{}),
@@ -214,6 +218,7 @@ func (s *Server) closeStores() {
 func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLogServer(g, s)
 	pb.RegisterReplicaServer(g, s)
+	pb.RegisterLazyShardServer(g, &lazyServer{s: s})
 }
 
 // Start connects to the ordering layer and, on a primary, forms a shard.
@@ -295,7 +300,12 @@ func (s *Server) stop() {
 			s.log.Warn("close store", "shard", r.id, "err", err)
 		}
 	}
+	lazyShards := s.lazy
+	s.lazy = map[cut.ShardID]*lazyShard{}
 	s.mu.Unlock()
+	for _, ls := range lazyShards {
+		ls.close()
+	}
 	s.connMu.Lock()
 	for _, c := range s.conns {
 		c.Close()

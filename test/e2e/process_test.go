@@ -240,6 +240,9 @@ func (pc *procCluster) ids() []string {
 	for _, s := range pc.cfg.Storage {
 		ids = append(ids, s.ID)
 	}
+	for _, q := range pc.cfg.Sequencing {
+		ids = append(ids, q.ID)
+	}
 	return ids
 }
 

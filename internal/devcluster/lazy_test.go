@@ -1,0 +1,197 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/config"
+)
+
+// TestLazyClusterAppendsAndReads runs a lazy cluster: appends are
+// acknowledged before they are ordered, AppendSync learns a position, and
+// every acknowledged append is read back exactly once, at one position,
+// through reads and through a subscription.
+func TestLazyClusterAppendsAndReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.SequencingIDs(); len(got) != config.DefaultSequencingReplicas {
+		t.Fatalf("sequencing replicas %v, want %d", got, config.DefaultSequencingReplicas)
+	}
+	cfg := c.Config()
+	if _, err := config.Parse(mustMarshal(t, cfg)); err != nil {
+		t.Fatalf("Config() of a lazy cluster does not survive a round trip: %v", err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	const n = 200
+	sent := map[string]bool{}
+	for i := range n {
+		p := fmt.Sprintf("r%03d", i)
+		a, err := cl.Append(ctx, client.Record{Payload: []byte(p)})
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		if !a.Unordered {
+			t.Fatalf("lazy append %d came back ordered: %+v", i, a)
+		}
+		sent[p] = true
+	}
+	synced, err := cl.AppendSync(ctx, client.Record{Payload: []byte("sync")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if synced.Unordered || synced.Position < n {
+		t.Fatalf("AppendSync after %d appends answered %+v", n, synced)
+	}
+	tail, err := cl.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tail < n+1 {
+		t.Fatalf("tail %d after %d acknowledged appends", tail, n+1)
+	}
+	got, err := cl.ReadRange(ctx, 0, int(tail))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]uint64{}
+	for _, e := range got {
+		p := string(e.Record.Payload)
+		if prev, dup := seen[p]; dup {
+			t.Fatalf("record %s read at %d and %d", p, prev, e.Position)
+		}
+		seen[p] = e.Position
+	}
+	for p := range sent {
+		if _, ok := seen[p]; !ok {
+			t.Fatalf("acknowledged record %s not read back (read %d records)", p, len(got))
+		}
+	}
+	if seen["sync"] != synced.Position {
+		t.Fatalf("AppendSync said %d, the log holds it at %d", synced.Position, seen["sync"])
+	}
+	// Appends one after another are ordered in that order (real time).
+	for i := 1; i < n; i++ {
+		a, b := fmt.Sprintf("r%03d", i-1), fmt.Sprintf("r%03d", i)
+		if seen[a] >= seen[b] {
+			t.Fatalf("%s at %d, %s (appended after it returned) at %d", a, seen[a], b, seen[b])
+		}
+	}
+
+	t.Logf("tail %d, read %d records, sync at %d", tail, len(got), synced.Position)
+	sub, err := cl.Subscribe(ctx, 0, client.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for range len(got) {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pos, ok := seen[string(e.Record.Payload)]; !ok || pos != e.Position {
+			t.Fatalf("subscription delivered %s at %d; reads put it at %d", e.Record.Payload, e.Position, pos)
+		}
+	}
+}
+
+// TestLazySequencingLeaderCrash stops the sequencing leader while appends
+// run: the ordering layer seals its view, flushes the survivor's ring and
+// starts a view without it; appends go on in the new view, the restarted
+// replica comes back in a later one, and every acknowledged append is read
+// back exactly once.
+func TestLazySequencingLeaderCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	acked := map[string]bool{}
+	appendSome := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			p := fmt.Sprintf("r%04d", i)
+			if _, err := cl.Append(ctx, client.Record{Payload: []byte(p)}); err != nil {
+				t.Fatalf("append %s: %v", p, err)
+			}
+			acked[p] = true
+		}
+	}
+	appendSome(0, 50)
+	leader := c.SequencingIDs()[0]
+	if err := c.StopSequencing(leader); err != nil {
+		t.Fatal(err)
+	}
+	// These appends wait until a view without the stopped leader starts.
+	appendSome(50, 50)
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetLazy().GetView() < 2 || st.GetLazy().GetReplicas()[0].GetId() == leader {
+		t.Fatalf("after the leader %s stopped the view is %v", leader, st.GetLazy())
+	}
+	if err := c.StartSequencing(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitFor(ctx, func(st *pb.StatusResponse) string {
+		for _, r := range st.GetLazy().GetReplicas() {
+			if r.GetId() == leader {
+				return ""
+			}
+		}
+		return "the restarted replica is not back in a view yet"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	appendSome(100, 50)
+	tail, err := cl.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cl.ReadRange(ctx, 0, int(tail))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range got {
+		seen[string(e.Record.Payload)]++
+	}
+	for p := range acked {
+		if seen[p] != 1 {
+			t.Fatalf("acknowledged record %s read %d times", p, seen[p])
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package lazy
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/augur-log/augur/internal/cut"
+)
+
+// SeqConfig is a sequencing configuration as the control state (Raft)
+// records it: the view, its replicas and leader, and the stable end it
+// started at. Positions below Stable never change; a view change moves it
+// only forward.
+type SeqConfig struct {
+	View     uint64
+	Replicas []ReplicaID
+	Leader   ReplicaID
+	Stable   uint64
+}
+
+// Seal asks every replica of View to seal it and answer with a
+// SealReply.
+type Seal struct{ View uint64 }
+
+// ReconfigOutput is what one step of a view change asks its shell (the
+// ordering leader) to do.
+type ReconfigOutput struct {
+	// Seal goes to every replica of the old view that has not answered.
+	Seal *Seal
+	// Map goes to every shard's primary: the flush of the recovery
+	// replica's unordered entries. Shards answer with MappingAck.
+	Map *Mapping
+	// Record is the new configuration: propose it to the control state,
+	// and call Recorded once it is committed.
+	Record *SeqConfig
+	// Stable goes to every replica of every shard.
+	Stable *StableGP
+	// Start goes to every replica of the new view, who answer Started.
+	Start *StartView
+	// Done says the view change is complete: the new leader runs
+	// NewOrderer(view, Start.Ordered, ...).
+	Done bool
+}
+
+// Reconfig is one view change of the sequencing layer, run by the
+// control plane (the ordering layer's Raft leader), in the paper's steps:
+// seal the old view on its replicas; take the first surviving replica that
+// answers as the recovery replica; flush its unordered entries to the
+// shards from its ordered end; record the new configuration; advance
+// stable-gp and tell the shards; start the new view on its replicas.
+// Recording the configuration before stable-gp advances keeps a
+// partitioned old replica from rebinding positions a reader may see.
+type Reconfig struct {
+	old     SeqConfig
+	next    SeqConfig
+	failed  []ReplicaID
+	shards  []cut.ShardID
+	step    reconfigStep
+	flush   *Mapping
+	ids     []RecordID
+	acked   map[cut.ShardID]bool
+	started map[ReplicaID]bool
+	// from and end bound the flush: the recovery replica's ordered end,
+	// and the new view's stable end.
+	from, end uint64
+}
+
+type reconfigStep int
+
+const (
+	stepSeal reconfigStep = iota
+	stepFlush
+	stepRecord
+	stepStart
+	stepDone
+)
+
+// NewReconfig starts the view change of cur that drops the failed
+// replicas and adds the added ones (with empty rings), over the cluster's
+// shards. Its first output seals cur's view.
+func NewReconfig(cur SeqConfig, failed, added []ReplicaID, shards []cut.ShardID) (*Reconfig, ReconfigOutput, error) {
+	var members []ReplicaID
+	for _, r := range cur.Replicas {
+		if !slices.Contains(failed, r) {
+			members = append(members, r)
+		}
+	}
+	for _, r := range added {
+		if !slices.Contains(members, r) {
+			members = append(members, r)
+		}
+	}
+	if len(members) == 0 {
+		return nil, ReconfigOutput{}, fmt.Errorf("view %d: no sequencing replica left: %w", cur.View, ErrBadInput)
+	}
+	rc := &Reconfig{
+		old: cur, failed: slices.Clone(failed), shards: slices.Clone(shards),
+		next: SeqConfig{View: cur.View + 1, Replicas: members},
+	}
+	return rc, ReconfigOutput{Seal: &Seal{View: cur.View}}, nil
+}
+
+// View returns the view being started.
+func (rc *Reconfig) View() uint64 { return rc.next.View }
+
+// Sealed takes a replica's SealReply. The first one from a replica of the
+// old view that did not fail, ran the view (not amnesiac) and is part of
+// the new configuration makes it the recovery replica and the new leader.
+func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
+	if rc.step != stepSeal || rep.View != rc.old.View || rep.Amnesiac ||
+		!slices.Contains(rc.old.Replicas, from) || !slices.Contains(rc.next.Replicas, from) {
+		return ReconfigOutput{}
+	}
+	if rep.Ordered < rc.old.Stable {
+		panic(fmt.Sprintf("lazy: replica %d ordered to %d below the view's stable %d", from, rep.Ordered, rc.old.Stable))
+	}
+	rc.next.Leader = from
+	rc.from, rc.end = rep.Ordered, rep.Ordered+uint64(len(rep.Entries))
+	if len(rep.Entries) == 0 {
+		rc.step = stepRecord
+		return rc.record()
+	}
+	rc.flush = &Mapping{View: rc.next.View, From: rep.Ordered, Records: slices.Clone(rep.Entries)}
+	rc.ids = make([]RecordID, len(rep.Entries))
+	for i, e := range rep.Entries {
+		rc.ids[i] = e.ID
+	}
+	rc.acked = map[cut.ShardID]bool{}
+	rc.step = stepFlush
+	return ReconfigOutput{Map: rc.flush}
+}
+
+func (rc *Reconfig) record() ReconfigOutput {
+	rc.next.Stable = rc.end
+	c := rc.next
+	c.Replicas = slices.Clone(c.Replicas)
+	return ReconfigOutput{Record: &c}
+}
+
+// MapAcked takes a shard's answer to the flush.
+func (rc *Reconfig) MapAcked(a MappingAck) ReconfigOutput {
+	if rc.step != stepFlush || a.View != rc.next.View || a.End < rc.flush.End() || !slices.Contains(rc.shards, a.Shard) {
+		return ReconfigOutput{}
+	}
+	rc.acked[a.Shard] = true
+	if len(rc.acked) < len(rc.shards) {
+		return ReconfigOutput{}
+	}
+	rc.step = stepRecord
+	return rc.record()
+}
+
+// Recorded says the control state committed the new configuration:
+// stable-gp advances to the flush's end and the new view starts.
+func (rc *Reconfig) Recorded() ReconfigOutput {
+	if rc.step != stepRecord {
+		return ReconfigOutput{}
+	}
+	rc.step = stepStart
+	rc.started = map[ReplicaID]bool{}
+	return rc.starting()
+}
+
+func (rc *Reconfig) starting() ReconfigOutput {
+	return ReconfigOutput{
+		Stable: &StableGP{View: rc.next.View, Stable: rc.end},
+		Start: &StartView{View: rc.next.View, Ordered: rc.end, From: rc.from, Flushed: rc.ids,
+			Leader: rc.next.Leader, Replicas: slices.Clone(rc.next.Replicas)},
+	}
+}
+
+// Started takes a replica's answer to StartView.
+func (rc *Reconfig) Started(from ReplicaID) ReconfigOutput {
+	if rc.step != stepStart || !slices.Contains(rc.next.Replicas, from) {
+		return ReconfigOutput{}
+	}
+	rc.started[from] = true
+	if len(rc.started) < len(rc.next.Replicas) {
+		return ReconfigOutput{}
+	}
+	rc.step = stepDone
+	return ReconfigOutput{Done: true}
+}
+
+// Config returns the new configuration (complete once recorded).
+func (rc *Reconfig) Config() SeqConfig { return rc.next }
+
+// Flushed returns the flush's mapping, if any.
+func (rc *Reconfig) Flushed() *Mapping { return rc.flush }
+
+// Pending returns what to send again after a timeout: the current step's
+// messages.
+func (rc *Reconfig) Pending() ReconfigOutput {
+	switch rc.step {
+	case stepSeal:
+		return ReconfigOutput{Seal: &Seal{View: rc.old.View}}
+	case stepFlush:
+		return ReconfigOutput{Map: rc.flush}
+	case stepRecord:
+		return rc.record()
+	case stepStart:
+		return rc.starting()
+	}
+	return ReconfigOutput{}
+}

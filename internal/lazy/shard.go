@@ -1,0 +1,753 @@
+package lazy
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/augur-log/augur/internal/cut"
+)
+
+// How lazy order maps onto a shard's log: records are appended to the
+// shard's log (shard.Log, segment.Store) in arrival order and are durable
+// at once, as in every mode; nothing is rewritten when they are ordered.
+// The order lives beside the log, in placements: each says which global
+// positions of a mapping belong to this shard and which record (or no-op)
+// each holds. A replica persists its placements in the order it applied
+// them (a later one of a newer view may rebind positions at or above
+// stable-gp, which a replay follows), and finds a record's local index
+// through its record id.
+
+// Run says that positions [From, End) all live on Shard.
+type Run struct {
+	From, End uint64
+	Shard     cut.ShardID
+}
+
+// Slot is one of a shard's positions as its primary placed it: the record
+// bound there, or a no-op (the record's data never came, or it was bound
+// twice).
+type Slot struct {
+	Pos  uint64
+	ID   RecordID
+	Noop bool
+}
+
+// Placement is a shard primary's decision on one mapping, which it
+// persists and replicates to its backups, who apply it verbatim: the
+// position table of [From, End) and this shard's slots in it, ascending.
+type Placement struct {
+	// Seq numbers the primary's placements from 1: a backup applies them
+	// in this order, each once, so that its history of rebinds is the
+	// primary's (a late copy of an old placement changes nothing).
+	Seq             uint64
+	View, From, End uint64
+	Runs            []Run
+	Slots           []Slot
+}
+
+// Gone is the local index Accept returns for a record stored before and
+// trimmed since: it is as durable as it will ever be.
+const Gone = ^uint64(0)
+
+// StoredRecord is a record a restarted replica finds in its log.
+type StoredRecord struct {
+	ID    RecordID
+	Local uint64
+	// View is the view the record was appended in, if the log keeps it
+	// (0 if not: the replica then keeps it as of its stable view).
+	View uint64
+}
+
+// ShardState is what a replica restarts from, as its shell persisted it.
+type ShardState struct {
+	// Len is the length of the local log; Records are its records.
+	Len     uint64
+	Records []StoredRecord
+	// Placements are the placements applied, in order.
+	Placements []Placement
+	// Stable and StableView are the last stable-gp heard, if persisted
+	// (a replica that forgot hears it again from the leader).
+	Stable, StableView uint64
+	// Trimmed is the trim point; Marks the dedup state of the records
+	// trimmed, as Marks returned it when the shell trimmed.
+	Trimmed uint64
+	Marks   []ClientMark
+}
+
+// ShardConfig says what a shard replica is.
+type ShardConfig struct {
+	ID      cut.ShardID
+	Primary bool
+	// Backups is how many backups a primary's placements go to.
+	Backups int
+	// NoopAfter bounds how long a primary waits for a mapped record's data
+	// before it binds a no-op in its place.
+	NoopAfter time.Duration
+	// HeldReadsMax bounds the reads held above stable-gp; 0 means
+	// HeldReadsMaxDefault.
+	HeldReadsMax int
+}
+
+// ReadAnswer answers a read of Pos. Shard is the shard that holds the
+// position: if it is another one, the reader goes there. Otherwise Noop
+// says the position holds no record (readers skip it), or Local is the
+// record's index in this replica's log.
+type ReadAnswer[W comparable] struct {
+	Waiter W
+	Pos    uint64
+	Shard  cut.ShardID
+	Noop   bool
+	Local  uint64
+}
+
+// ShardOutput is what one call asks the shell to do, in field order.
+type ShardOutput[W comparable] struct {
+	// Place is a placement to persist; then, on a primary, to send to
+	// every backup (persist before send).
+	Place *Placement
+	// Fetch, on a backup, names placed records whose data it lacks: fetch
+	// them from the primary and hand them to Copy.
+	Fetch []RecordID
+	// Applied, on a backup, says it holds (persisted, with the data)
+	// every placement up to number AppliedSeq, which place up to
+	// AppliedEnd: tell the primary AppliedSeq.
+	Applied    bool
+	AppliedSeq uint64
+	AppliedEnd uint64
+	// Ack, on a primary, goes to the sequencing leader: every replica
+	// holds the placement of the mapping.
+	Ack *MappingAck
+	// Reads are read answers to send.
+	Reads []ReadAnswer[W]
+	// Voided lists the records bound to no-ops (for metrics and logs).
+	Voided []RecordID
+	// WakeAt is when to call Tick next (a no-op deadline); zero for none.
+	WakeAt time.Time
+}
+
+type storedRec struct {
+	local, view uint64
+	// placed says a slot binds the record (maybe above stable-gp).
+	placed bool
+}
+
+type placedSlot struct {
+	Slot
+	local uint64
+}
+
+type heldRead[W comparable] struct {
+	w   W
+	pos uint64
+}
+
+// Shard is one replica of one shard in lazy order. Its primary turns the
+// orderer's mappings into placements (waiting a bounded time for data that
+// has not come, then binding no-ops), replicates them to the backups, and
+// acknowledges the mapping once every replica holds it; every replica
+// serves reads below stable-gp at once and holds reads above it.
+type Shard[W comparable] struct {
+	cfg ShardConfig
+
+	len  uint64
+	byID map[RecordID]*storedRec
+	// voided maps the records bound to no-ops to their positions: their
+	// late data is refused.
+	voided map[RecordID]uint64
+	seen   *Dedup
+
+	// runs and slots cover [trimmed, placedEnd): the position table and
+	// this shard's own positions, ascending.
+	runs      []Run
+	slots     []placedSlot
+	trimmed   uint64
+	placedEnd uint64
+	// view is the newest view of a mapping or placement applied.
+	view uint64
+	// stable and stableView: the last stable-gp heard. markedEnd is how
+	// far the dedup marks the records of slots below stable.
+	stable, stableView uint64
+	markedEnd          int
+
+	// On a primary: the mapping waiting for data, the last placement and
+	// what each backup applied.
+	pending *pendingMap
+	// sent holds the placements some backup may still lack (numbered
+	// past the least backupAt), in order, for Resend; backupAt[i] is the
+	// number of the last placement backup i applied.
+	sent     []*Placement
+	backupAt []uint64
+	// placeSeq numbers the last placement applied.
+	placeSeq uint64
+
+	// On a backup: a placement waiting for fetched data.
+	waiting *Placement
+	missing map[RecordID]bool
+
+	held []heldRead[W]
+}
+
+type pendingMap struct {
+	m        Mapping
+	deadline time.Time
+	missing  map[RecordID]bool
+}
+
+// NewShard returns a replica restarted from st (the zero state for a new
+// one).
+func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
+	if cfg.HeldReadsMax <= 0 {
+		cfg.HeldReadsMax = HeldReadsMaxDefault
+	}
+	s := &Shard[W]{
+		cfg: cfg, len: st.Len,
+		byID: map[RecordID]*storedRec{}, voided: map[RecordID]uint64{},
+		seen:    NewDedup(st.Marks),
+		trimmed: st.Trimmed, placedEnd: st.Trimmed,
+		backupAt: make([]uint64, cfg.Backups),
+	}
+	for _, r := range st.Records {
+		s.byID[r.ID] = &storedRec{local: r.Local, view: max(r.View, st.StableView)}
+	}
+	for i := range st.Placements {
+		p := &st.Placements[i]
+		if p.Seq == 0 {
+			p.Seq = s.placeSeq + 1
+		}
+		s.apply(p)
+		if cfg.Primary {
+			// The backups will say what they hold; until then, they may
+			// lack any of it.
+			s.retain(p)
+		}
+	}
+	var out ShardOutput[W]
+	s.Stable(StableGP{View: st.StableView, Stable: st.Stable}, &out)
+	return s
+}
+
+// StableEnd returns the stable end heard; Readable the end below which
+// this replica serves reads (it may lag the stable end until it applied
+// the placements).
+func (s *Shard[W]) StableEnd() uint64 { return s.stable }
+func (s *Shard[W]) Readable() uint64  { return min(s.stable, s.placedEnd) }
+
+// PlacedEnd is the end of the positions placed (final or not).
+func (s *Shard[W]) PlacedEnd() uint64 { return s.placedEnd }
+
+// Unordered returns how many stored records no slot binds.
+func (s *Shard[W]) Unordered() int {
+	n := 0
+	for _, r := range s.byID {
+		if !r.placed {
+			n++
+		}
+	}
+	return n
+}
+
+// Accept takes a record's data from a client, appended in view. fresh
+// says the shell must append the record to its log at local index local
+// (the next one), then acknowledge once that is durable; otherwise the
+// record is there already (a retry) at local, or Gone, and the shell
+// acknowledges once local is durable. An error changes nothing: a view the
+// sequencing layer left behind (ErrWrongView: it can no longer be
+// acknowledged), a record whose position became a no-op (ErrLate), bad
+// input.
+func (s *Shard[W]) Accept(id RecordID, view uint64, out *ShardOutput[W]) (local uint64, fresh bool, err error) {
+	if err := s.seen.Check(id); err != nil {
+		return 0, false, err
+	}
+	if r, ok := s.byID[id]; ok {
+		// A retry in a newer view keeps the record from the scrub of
+		// the views before it: its metadata may be ordered in this one.
+		r.view = max(r.view, view)
+		return r.local, false, nil
+	}
+	if s.seen.Done(id) {
+		return Gone, false, nil
+	}
+	switch {
+	case s.isVoided(id):
+		return 0, false, fmt.Errorf("record %v on shard %d: %w", id, s.cfg.ID, ErrLate)
+	case view < s.stableView:
+		return 0, false, fmt.Errorf("record %v in view %d, shard %d in view %d: %w", id, view, s.cfg.ID, s.stableView, ErrWrongView)
+	}
+	return s.store(id, view, out), true, nil
+}
+
+// Copy takes a placed record's data fetched from the primary (a backup's
+// Fetch): as Accept, but the record is bound already, so neither its view
+// nor a no-op stands in its way.
+func (s *Shard[W]) Copy(id RecordID, out *ShardOutput[W]) (local uint64, fresh bool, err error) {
+	if !id.Valid() {
+		return 0, false, fmt.Errorf("record id %v: %w", id, ErrBadInput)
+	}
+	if r, ok := s.byID[id]; ok {
+		return r.local, false, nil
+	}
+	return s.store(id, s.stableView, out), true, nil
+}
+
+func (s *Shard[W]) isVoided(id RecordID) bool {
+	_, ok := s.voided[id]
+	return ok
+}
+
+func (s *Shard[W]) store(id RecordID, view uint64, out *ShardOutput[W]) uint64 {
+	local := s.len
+	s.len++
+	s.byID[id] = &storedRec{local: local, view: view}
+	if p := s.pending; p != nil && p.missing[id] {
+		delete(p.missing, id)
+		if len(p.missing) == 0 {
+			s.finish(out)
+		}
+	}
+	if s.waiting != nil && s.missing[id] {
+		delete(s.missing, id)
+		if len(s.missing) == 0 {
+			// Checked again: a newer placement may have overtaken it
+			// while its data was fetched.
+			p := s.waiting
+			s.waiting, s.missing = nil, nil
+			_ = s.Place(*p, out)
+		}
+	}
+	return local
+}
+
+// Map takes a mapping from the sequencing leader (primary only) at now.
+// A mapping this replica placed already is acknowledged again (if every
+// replica holds it) or ignored; one of an older view, one that leaves a
+// gap, or one that would rebind a stable position is refused.
+func (s *Shard[W]) Map(m Mapping, now time.Time, out *ShardOutput[W]) error {
+	if s.cfg.Primary {
+		s.joinAt(m.From)
+	}
+	switch {
+	case !s.cfg.Primary:
+		return fmt.Errorf("mapping [%d, %d) sent to a backup of shard %d: %w", m.From, m.End(), s.cfg.ID, ErrBadInput)
+	case m.View < s.view:
+		return fmt.Errorf("mapping [%d, %d) of view %d, shard %d in view %d: %w", m.From, m.End(), m.View, s.cfg.ID, s.view, ErrWrongView)
+	case m.View == s.view && m.End() <= s.placedEnd:
+		s.maybeAck(out)
+		return nil
+	case m.From > s.placedEnd:
+		return fmt.Errorf("mapping [%d, %d) after placing up to %d: %w", m.From, m.End(), s.placedEnd, ErrBadInput)
+	case m.View == s.view && m.From < s.placedEnd:
+		return fmt.Errorf("mapping [%d, %d) of view %d overlaps its own view's placements up to %d: %w", m.From, m.End(), m.View, s.placedEnd, ErrBadInput)
+	case m.From < s.Readable():
+		return fmt.Errorf("mapping [%d, %d) of view %d rebinds stable positions below %d: %w", m.From, m.End(), m.View, s.Readable(), ErrBadInput)
+	}
+	if p := s.pending; p != nil && p.m.View == m.View && p.m.From == m.From && p.m.End() == m.End() {
+		return nil
+	}
+	for _, r := range m.Records {
+		if !r.ID.Valid() {
+			return fmt.Errorf("mapping [%d, %d): record id %v: %w", m.From, m.End(), r.ID, ErrBadInput)
+		}
+	}
+	p := &pendingMap{m: m, deadline: now.Add(s.cfg.NoopAfter), missing: map[RecordID]bool{}}
+	for _, r := range m.Records {
+		if r.Shard != s.cfg.ID {
+			continue
+		}
+		_, here := s.byID[r.ID]
+		vpos, void := s.voided[r.ID]
+		if !here && !s.seen.Done(r.ID) && !(void && vpos < m.From) {
+			p.missing[r.ID] = true
+		}
+	}
+	s.pending = p
+	if len(p.missing) == 0 {
+		s.finish(out)
+		return nil
+	}
+	out.WakeAt = p.deadline
+	return nil
+}
+
+// Tick binds no-ops for the records whose data did not come in time.
+func (s *Shard[W]) Tick(now time.Time, out *ShardOutput[W]) {
+	p := s.pending
+	if p == nil {
+		return
+	}
+	if now.Before(p.deadline) {
+		out.WakeAt = p.deadline
+		return
+	}
+	s.finish(out)
+}
+
+// finish turns the pending mapping into a placement: a record that is
+// here is bound; one bound at an earlier position (or twice in the
+// mapping) becomes a no-op, as does one whose data never came (whose late
+// data is refused from now on).
+func (s *Shard[W]) finish(out *ShardOutput[W]) {
+	m := s.pending.m
+	s.pending = nil
+	if m.From < s.placedEnd {
+		s.truncate(m.From)
+	}
+	p := &Placement{Seq: s.placeSeq + 1, View: m.View, From: m.From, End: m.End()}
+	bound := map[RecordID]bool{}
+	for i, r := range m.Records {
+		pos := m.From + uint64(i)
+		if n := len(p.Runs); n > 0 && p.Runs[n-1].Shard == r.Shard {
+			p.Runs[n-1].End = pos + 1
+		} else {
+			p.Runs = append(p.Runs, Run{From: pos, End: pos + 1, Shard: r.Shard})
+		}
+		if r.Shard != s.cfg.ID {
+			continue
+		}
+		st, here := s.byID[r.ID]
+		switch {
+		case here && !st.placed && !bound[r.ID]:
+			bound[r.ID] = true
+			p.Slots = append(p.Slots, Slot{Pos: pos, ID: r.ID})
+		case here, s.seen.Done(r.ID), bound[r.ID]:
+			p.Slots = append(p.Slots, Slot{Pos: pos, ID: r.ID, Noop: true})
+		default:
+			p.Slots = append(p.Slots, Slot{Pos: pos, ID: r.ID, Noop: true})
+			out.Voided = append(out.Voided, r.ID)
+		}
+	}
+	s.apply(p)
+	s.retain(p)
+	out.Place = p
+	s.maybeAck(out)
+}
+
+// retain keeps p for the backups.
+func (s *Shard[W]) retain(p *Placement) { s.sent = append(s.sent, p) }
+
+// maybeAck acknowledges the mapping once every backup applied every
+// placement, and forgets the placements every backup holds.
+func (s *Shard[W]) maybeAck(out *ShardOutput[W]) {
+	least := s.placeSeq
+	for _, b := range s.backupAt {
+		least = min(least, b)
+	}
+	i := 0
+	for i < len(s.sent) && s.sent[i].Seq <= least {
+		i++
+	}
+	s.sent = slices.Delete(s.sent, 0, i)
+	if least == s.placeSeq && s.placeSeq > 0 {
+		out.Ack = &MappingAck{Shard: s.cfg.ID, View: s.view, End: s.placedEnd}
+	}
+}
+
+// BackupApplied takes backup i's Applied: it applied every placement up
+// to number seq (primary only).
+func (s *Shard[W]) BackupApplied(i int, seq uint64, out *ShardOutput[W]) {
+	if i < 0 || i >= len(s.backupAt) || seq > s.placeSeq || seq <= s.backupAt[i] {
+		return
+	}
+	s.backupAt[i] = seq
+	s.maybeAck(out)
+}
+
+// Resend returns what a primary sends backup i again after a timeout:
+// the placements it has not acknowledged, in order (one message: a backup
+// applies them in turn).
+func (s *Shard[W]) Resend(i int) []Placement {
+	if i < 0 || i >= len(s.backupAt) {
+		return nil
+	}
+	var out []Placement
+	for _, p := range s.sent {
+		if p.Seq > s.backupAt[i] {
+			out = append(out, *p)
+		}
+	}
+	return out
+}
+
+// Place takes the primary's placement (backup only). The backup fetches
+// the data of bound records it lacks, then applies and persists it.
+func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
+	if !s.cfg.Primary && s.placeSeq == 0 && p.Seq == 1 {
+		s.joinAt(p.From)
+	}
+	switch {
+	case s.cfg.Primary:
+		return fmt.Errorf("placement [%d, %d) sent to the primary of shard %d: %w", p.From, p.End, s.cfg.ID, ErrBadInput)
+	case p.Seq <= s.placeSeq:
+		// Applied already (a resend, or a late copy).
+		out.Applied, out.AppliedSeq, out.AppliedEnd = true, s.placeSeq, s.placedEnd
+		return nil
+	case p.Seq > s.placeSeq+1:
+		return fmt.Errorf("placement %d after applying %d: %w", p.Seq, s.placeSeq, ErrBadInput)
+	case p.View < s.view:
+		return fmt.Errorf("placement [%d, %d) of view %d, shard %d in view %d: %w", p.From, p.End, p.View, s.cfg.ID, s.view, ErrWrongView)
+	case p.From > s.placedEnd:
+		return fmt.Errorf("placement [%d, %d) after placing up to %d: %w", p.From, p.End, s.placedEnd, ErrBadInput)
+	case p.From < s.Readable():
+		return fmt.Errorf("placement [%d, %d) rebinds stable positions below %d: %w", p.From, p.End, s.Readable(), ErrBadInput)
+	}
+	s.waiting, s.missing = nil, nil
+	missing := map[RecordID]bool{}
+	for _, sl := range p.Slots {
+		if _, ok := s.byID[sl.ID]; !ok && !sl.Noop {
+			missing[sl.ID] = true
+		}
+	}
+	if len(missing) > 0 {
+		s.waiting, s.missing = &p, missing
+		for id := range missing {
+			out.Fetch = append(out.Fetch, id)
+		}
+		slices.SortFunc(out.Fetch, cmpID)
+		return nil
+	}
+	s.applyBackup(&p, out)
+	return nil
+}
+
+func cmpID(a, b RecordID) int {
+	if a.Client != b.Client {
+		return cmpU(a.Client, b.Client)
+	}
+	return cmpU(a.Seq, b.Seq)
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (s *Shard[W]) applyBackup(p *Placement, out *ShardOutput[W]) {
+	s.apply(p)
+	out.Place = p
+	out.Applied, out.AppliedSeq, out.AppliedEnd = true, s.placeSeq, s.placedEnd
+	s.release(out)
+}
+
+// apply binds p's slots (after unbinding what a newer view rebinds).
+func (s *Shard[W]) apply(p *Placement) {
+	if p.From < s.placedEnd {
+		s.truncate(p.From)
+	}
+	s.view = max(s.view, p.View)
+	s.runs = append(s.runs, p.Runs...)
+	for _, sl := range p.Slots {
+		ps := placedSlot{Slot: sl}
+		if sl.Noop {
+			if _, here := s.byID[sl.ID]; !here && !s.seen.Done(sl.ID) {
+				s.voided[sl.ID] = sl.Pos
+			}
+		} else if r, ok := s.byID[sl.ID]; ok {
+			r.placed = true
+			ps.local = r.local
+		}
+		s.slots = append(s.slots, ps)
+	}
+	s.placedEnd = p.End
+	s.placeSeq = p.Seq
+}
+
+// truncate unbinds every position from from on (above stable-gp only: a
+// newer view's flush rebinds them).
+func (s *Shard[W]) truncate(from uint64) {
+	if from < s.Readable() {
+		panic(fmt.Sprintf("lazy: shard %d truncates placements at %d below the readable end %d", s.cfg.ID, from, s.Readable()))
+	}
+	i := sort.Search(len(s.slots), func(i int) bool { return s.slots[i].Pos >= from })
+	for _, sl := range s.slots[i:] {
+		if vpos, ok := s.voided[sl.ID]; ok && sl.Noop && vpos == sl.Pos {
+			delete(s.voided, sl.ID)
+			continue
+		}
+		if r, ok := s.byID[sl.ID]; ok && !sl.Noop {
+			r.placed = false
+		}
+	}
+	s.slots = s.slots[:i]
+	j := sort.Search(len(s.runs), func(j int) bool { return s.runs[j].End > from })
+	if j < len(s.runs) && s.runs[j].From < from {
+		s.runs[j].End = from
+		j++
+	}
+	s.runs = s.runs[:j]
+	s.placedEnd = from
+}
+
+// Stable takes stable-gp. Positions below it are final: the dedup
+// remembers their records for good, and held reads below it are answered.
+func (s *Shard[W]) Stable(st StableGP, out *ShardOutput[W]) {
+	if st.Stable > s.stable {
+		s.stable = st.Stable
+	}
+	s.stableView = max(s.stableView, st.View)
+	s.release(out)
+}
+
+// release marks the final records and answers the held reads that became
+// readable.
+func (s *Shard[W]) release(out *ShardOutput[W]) {
+	end := s.Readable()
+	for s.markedEnd < len(s.slots) && s.slots[s.markedEnd].Pos < end {
+		if sl := s.slots[s.markedEnd]; !sl.Noop {
+			s.seen.Mark(sl.ID)
+		}
+		s.markedEnd++
+	}
+	kept := s.held[:0]
+	for _, h := range s.held {
+		if h.pos < end {
+			out.Reads = append(out.Reads, s.answer(h.w, h.pos))
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	clear(s.held[len(kept):])
+	s.held = kept
+}
+
+// ErrTrimmed: the position lies below the trim point.
+var ErrTrimmed = fmt.Errorf("lazy: position trimmed")
+
+// ErrBusy: the replica holds HeldReadsMax reads already.
+var ErrBusy = fmt.Errorf("lazy: too many reads waiting for stable-gp")
+
+// Read reads pos for w: below the readable end it is answered at once
+// (the fast path, into out.Reads); above it, held until stable-gp passes
+// it (the slow path) or the shell cancels it at its caller's deadline.
+func (s *Shard[W]) Read(w W, pos uint64, out *ShardOutput[W]) error {
+	switch {
+	case pos < s.trimmed:
+		return fmt.Errorf("read %d below trim point %d: %w", pos, s.trimmed, ErrTrimmed)
+	case pos < s.Readable():
+		out.Reads = append(out.Reads, s.answer(w, pos))
+		return nil
+	case len(s.held) >= s.cfg.HeldReadsMax:
+		return fmt.Errorf("read %d above stable %d: %w", pos, s.stable, ErrBusy)
+	}
+	s.held = append(s.held, heldRead[W]{w: w, pos: pos})
+	return nil
+}
+
+// Cancel forgets w's held read (its deadline passed).
+func (s *Shard[W]) Cancel(w W) {
+	s.held = slices.DeleteFunc(s.held, func(h heldRead[W]) bool { return h.w == w })
+}
+
+// Held returns how many reads wait.
+func (s *Shard[W]) Held() int { return len(s.held) }
+
+func (s *Shard[W]) answer(w W, pos uint64) ReadAnswer[W] {
+	a := ReadAnswer[W]{Waiter: w, Pos: pos, Shard: s.owner(pos)}
+	if a.Shard != s.cfg.ID {
+		return a
+	}
+	i := sort.Search(len(s.slots), func(i int) bool { return s.slots[i].Pos >= pos })
+	sl := s.slots[i]
+	a.Noop, a.Local = sl.Noop, sl.local
+	return a
+}
+
+func (s *Shard[W]) owner(pos uint64) cut.ShardID {
+	j := sort.Search(len(s.runs), func(j int) bool { return s.runs[j].End > pos })
+	return s.runs[j].Shard
+}
+
+// Locate returns the position table from from up to the readable end,
+// at most max runs: what a client fetches and caches to find the shard of
+// a position.
+func (s *Shard[W]) Locate(from uint64, max int) []Run {
+	end := s.Readable()
+	var out []Run
+	j := sort.Search(len(s.runs), func(j int) bool { return s.runs[j].End > from })
+	for ; j < len(s.runs) && len(out) < max && s.runs[j].From < end; j++ {
+		r := s.runs[j]
+		r.From, r.End = maxU(r.From, from), min(r.End, end)
+		out = append(out, r)
+	}
+	return out
+}
+
+func maxU(a, b uint64) uint64 { return max(a, b) }
+
+// Scrub forgets the orphans: records stored unbound in a view before the
+// stable view, whose metadata no flush bound (their appends were never
+// acknowledged), once this replica applied every placement up to
+// stable-gp. Later copies of them are refused (ErrWrongView). It returns
+// their local indexes, for the shell to reclaim with the log's trim.
+func (s *Shard[W]) Scrub() []uint64 {
+	if s.placedEnd < s.stable {
+		return nil
+	}
+	var out []uint64
+	for id, r := range s.byID {
+		if !r.placed && r.view < s.stableView && !(s.pending != nil && s.pending.missing[id]) {
+			out = append(out, r.local)
+			delete(s.byID, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Trim drops positions below pos (at most stable-gp): their records are
+// remembered by the dedup alone. It returns the trim point.
+func (s *Shard[W]) Trim(pos uint64) uint64 {
+	pos = min(pos, s.Readable())
+	if pos <= s.trimmed {
+		return s.trimmed
+	}
+	i := sort.Search(len(s.slots), func(i int) bool { return s.slots[i].Pos >= pos })
+	for _, sl := range s.slots[:i] {
+		if !sl.Noop {
+			s.seen.Mark(sl.ID)
+			delete(s.byID, sl.ID)
+		}
+		delete(s.voided, sl.ID)
+	}
+	s.slots = slices.Delete(s.slots, 0, i)
+	s.markedEnd = max(0, s.markedEnd-i)
+	j := sort.Search(len(s.runs), func(j int) bool { return s.runs[j].End > pos })
+	s.runs = slices.Delete(s.runs, 0, j)
+	if len(s.runs) > 0 && s.runs[0].From < pos {
+		s.runs[0].From = pos
+	}
+	s.trimmed = pos
+	return pos
+}
+
+// Marks returns the dedup state to persist with a trim.
+func (s *Shard[W]) Marks() []ClientMark { return s.seen.Marks() }
+
+// LocalOf returns the local index of a record this replica stores: a
+// primary serves a backup's Fetch from it.
+func (s *Shard[W]) LocalOf(id RecordID) (local uint64, ok bool) {
+	r, ok := s.byID[id]
+	if !ok {
+		return 0, false
+	}
+	return r.local, true
+}
+
+// joinAt starts the position table of a replica that has placed nothing
+// at from, its first mapping's (or, on a backup, its primary's first
+// placement's) start: a shard added to a running cluster joins the order
+// with the first batch the orderer sends it, and the positions before it
+// belong to the shards that existed then. The orderer waits for every
+// shard it maps to, so a shard that placed nothing missed no batch of its
+// own.
+func (s *Shard[W]) joinAt(from uint64) {
+	if from <= s.placedEnd || len(s.runs) > 0 || len(s.slots) > 0 || s.pending != nil {
+		return
+	}
+	s.trimmed, s.placedEnd = from, from
+}

@@ -1,0 +1,306 @@
+package lazy
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1000, 0)
+
+type out = ShardOutput[int]
+
+func accept(t *testing.T, s *Shard[int], id RecordID, view uint64) uint64 {
+	t.Helper()
+	var o out
+	local, fresh, err := s.Accept(id, view, &o)
+	if err != nil || !fresh {
+		t.Fatalf("accept %v: local %d, fresh %v, %v", id, local, fresh, err)
+	}
+	return local
+}
+
+func mapping(view, from uint64, recs ...Meta) Mapping {
+	return Mapping{View: view, From: from, Records: recs}
+}
+
+func TestShardOrdersItsRecordsByTheMappingNotByArrival(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, NoopAfter: time.Millisecond}, ShardState{})
+	a, b, x := meta(1, 1, 0, 1), meta(2, 1, 0, 1), meta(3, 1, 1, 1)
+	lb := accept(t, p, b.ID, 1)
+	la := accept(t, p, a.ID, 1)
+	var o out
+	if err := p.Map(mapping(1, 0, a, x, b), t0, &o); err != nil {
+		t.Fatal(err)
+	}
+	pl := o.Place
+	if pl == nil || pl.From != 0 || pl.End != 3 || len(pl.Slots) != 2 || pl.Slots[0] != (Slot{Pos: 0, ID: a.ID}) || pl.Slots[1] != (Slot{Pos: 2, ID: b.ID}) {
+		t.Fatalf("placement %+v", pl)
+	}
+	if want := []Run{{0, 1, 0}, {1, 2, 1}, {2, 3, 0}}; !slices.Equal(pl.Runs, want) {
+		t.Errorf("runs %v, want %v", pl.Runs, want)
+	}
+	if o.Ack == nil || o.Ack.End != 3 {
+		t.Fatalf("a primary without backups did not ack: %+v", o.Ack)
+	}
+	// Nothing is readable before stable-gp passes it.
+	o = out{}
+	for pos := range uint64(3) {
+		if err := p.Read(int(pos), pos, &o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(o.Reads) != 0 || p.Held() != 3 {
+		t.Fatalf("reads above stable answered: %+v", o.Reads)
+	}
+	p.Stable(StableGP{View: 1, Stable: 2}, &o)
+	want := []ReadAnswer[int]{{Waiter: 0, Pos: 0, Shard: 0, Local: la}, {Waiter: 1, Pos: 1, Shard: 1}}
+	if !slices.Equal(o.Reads, want) || p.Held() != 1 {
+		t.Fatalf("after stable 2: %+v, held %d; want %+v", o.Reads, p.Held(), want)
+	}
+	o = out{}
+	p.Stable(StableGP{View: 1, Stable: 3}, &o)
+	if len(o.Reads) != 1 || o.Reads[0].Local != lb || o.Reads[0].Pos != 2 {
+		t.Fatalf("after stable 3: %+v", o.Reads)
+	}
+	// Fast path: below stable, answered at once.
+	o = out{}
+	if err := p.Read(9, 0, &o); err != nil || len(o.Reads) != 1 || o.Reads[0].Local != la {
+		t.Fatalf("fast read: %+v, %v", o.Reads, err)
+	}
+	if got := p.Locate(1, 10); !slices.Equal(got, []Run{{1, 2, 1}, {2, 3, 0}}) {
+		t.Errorf("locate from 1: %v", got)
+	}
+}
+
+func TestShardHeldReadsAreBoundedAndCancellable(t *testing.T) {
+	s := NewShard[int](ShardConfig{ID: 0, Primary: true, HeldReadsMax: 2}, ShardState{})
+	var o out
+	s.Read(1, 5, &o)
+	s.Read(2, 6, &o)
+	if err := s.Read(3, 7, &o); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third held read: %v", err)
+	}
+	s.Cancel(1)
+	if err := s.Read(3, 7, &o); err != nil || s.Held() != 2 {
+		t.Fatalf("after a cancel: %v, held %d", err, s.Held())
+	}
+}
+
+func TestShardBindsANoopWhenDataDoesNotComeAndRefusesItLate(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Backups: 1, NoopAfter: 5 * time.Millisecond}, ShardState{})
+	bk := NewShard[int](ShardConfig{ID: 0}, ShardState{})
+	a, c := meta(1, 1, 0, 1), meta(2, 1, 0, 1)
+	accept(t, p, a.ID, 1)
+	accept(t, bk, a.ID, 1)
+	var o out
+	p.Map(mapping(1, 0, a, c), t0, &o)
+	if o.Place != nil || !o.WakeAt.Equal(t0.Add(5*time.Millisecond)) {
+		t.Fatalf("placed before c's data or its deadline: %+v", o)
+	}
+	o = out{}
+	p.Tick(t0.Add(4*time.Millisecond), &o)
+	if o.Place != nil {
+		t.Fatal("no-op bound before the deadline")
+	}
+	p.Tick(t0.Add(5*time.Millisecond), &o)
+	pl := o.Place
+	if pl == nil || len(pl.Slots) != 2 || pl.Slots[0].Noop || !pl.Slots[1].Noop || len(o.Voided) != 1 || o.Voided[0] != c.ID {
+		t.Fatalf("placement after the deadline %+v, voided %v", pl, o.Voided)
+	}
+	if o.Ack != nil {
+		t.Fatal("acked before the backup applied the placement")
+	}
+	if _, _, err := p.Accept(c.ID, 1, &out{}); !errors.Is(err, ErrLate) {
+		t.Fatalf("late data on the primary: %v", err)
+	}
+	var bo out
+	if err := bk.Place(*pl, &bo); err != nil || !bo.Applied || bo.AppliedEnd != 2 {
+		t.Fatalf("backup place: %+v, %v", bo, err)
+	}
+	if _, _, err := bk.Accept(c.ID, 1, &out{}); !errors.Is(err, ErrLate) {
+		t.Fatalf("late data on the backup: %v", err)
+	}
+	o = out{}
+	p.BackupApplied(0, bo.AppliedSeq, &o)
+	if o.Ack == nil || o.Ack.End != 2 {
+		t.Fatalf("ack after the backup applied: %+v", o.Ack)
+	}
+	// Data that comes in time stops the wait at once.
+	d := meta(3, 1, 0, 1)
+	o = out{}
+	p.Map(mapping(1, 2, d), t0, &o)
+	if o.Place != nil {
+		t.Fatal("placed without d's data")
+	}
+	p.Accept(d.ID, 1, &o)
+	if o.Place == nil || o.Place.Slots[0].Noop {
+		t.Fatalf("d's arrival did not place it: %+v", o.Place)
+	}
+}
+
+func TestShardBackupFetchesPlacedDataItLacks(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Backups: 1}, ShardState{})
+	bk := NewShard[int](ShardConfig{ID: 0}, ShardState{})
+	a := meta(1, 1, 0, 1)
+	accept(t, p, a.ID, 1)
+	var o out
+	p.Map(mapping(1, 0, a), t0, &o)
+	var bo out
+	bk.Place(*o.Place, &bo)
+	if bo.Applied || len(bo.Fetch) != 1 || bo.Fetch[0] != a.ID {
+		t.Fatalf("backup without a's data: %+v", bo)
+	}
+	bk.Stable(StableGP{View: 1, Stable: 1}, &bo)
+	bo = out{}
+	if bk.Read(1, 0, &bo); len(bo.Reads) != 0 {
+		t.Fatal("a backup served a position it has not applied")
+	}
+	if _, fresh, err := bk.Copy(a.ID, &bo); err != nil || !fresh {
+		t.Fatal(err)
+	}
+	if !bo.Applied || bo.AppliedEnd != 1 || len(bo.Reads) != 1 || bo.Reads[0].Noop {
+		t.Fatalf("after the copy: %+v", bo)
+	}
+}
+
+func TestShardNewViewRebindsOnlyAboveStable(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true}, ShardState{})
+	a, b, c := meta(1, 1, 0, 1), meta(2, 1, 0, 1), meta(3, 1, 0, 1)
+	for _, m := range []Meta{a, b, c} {
+		accept(t, p, m.ID, 1)
+	}
+	var o out
+	p.Map(mapping(1, 0, a, c, b), t0, &o)
+	p.Stable(StableGP{View: 1, Stable: 1}, &o)
+	o = out{}
+	if err := p.Map(mapping(2, 0, a, b, c), t0, &o); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("a flush rebinding stable position 0: %v", err)
+	}
+	if err := p.Map(mapping(0, 1, b), t0, &o); !errors.Is(err, ErrWrongView) {
+		t.Fatalf("a mapping of an older view: %v", err)
+	}
+	if err := p.Map(mapping(2, 1, b, c), t0, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Place == nil || o.Place.Slots[0].ID != b.ID || o.Place.Slots[1].ID != c.ID || o.Ack == nil || o.Ack.View != 2 {
+		t.Fatalf("flush of view 2: %+v", o)
+	}
+	p.Stable(StableGP{View: 2, Stable: 3}, &o)
+	o = out{}
+	for pos := range uint64(3) {
+		p.Read(int(pos), pos, &o)
+	}
+	var got []RecordID
+	for _, r := range o.Reads {
+		got = append(got, p.slots[r.Pos].ID)
+	}
+	if !slices.Equal(got, []RecordID{a.ID, b.ID, c.ID}) {
+		t.Errorf("order after the flush %v", got)
+	}
+	// A mapping that binds a record already placed makes a no-op of the
+	// second binding: a record is stored once.
+	o = out{}
+	p.Map(mapping(2, 3, a), t0, &o)
+	if o.Place == nil || !o.Place.Slots[0].Noop || len(o.Voided) != 0 {
+		t.Fatalf("rebinding a placed record: %+v", o.Place)
+	}
+}
+
+func TestShardDedupsDataAcrossTrimAndRestart(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true}, ShardState{})
+	a, b := meta(1, 1, 0, 1), meta(1, 2, 0, 1)
+	la := accept(t, p, a.ID, 1)
+	accept(t, p, b.ID, 1)
+	var o out
+	if local, fresh, err := p.Accept(a.ID, 1, &o); err != nil || fresh || local != la {
+		t.Fatalf("retry: %d %v %v", local, fresh, err)
+	}
+	p.Map(mapping(1, 0, a), t0, &o)
+	pl := *o.Place
+	p.Stable(StableGP{View: 1, Stable: 1}, &o)
+	if p.Trim(5) != 1 {
+		t.Fatal("trimmed past stable")
+	}
+	if local, fresh, err := p.Accept(a.ID, 1, &o); err != nil || fresh || local != Gone {
+		t.Fatalf("retry after trim: %d %v %v", local, fresh, err)
+	}
+	if err := p.Read(0, 0, &o); !errors.Is(err, ErrTrimmed) {
+		t.Errorf("read of a trimmed position: %v", err)
+	}
+	// A restart replays the log's records and the placements.
+	r := NewShard[int](ShardConfig{ID: 0, Primary: true}, ShardState{
+		Len: 2, Records: []StoredRecord{{ID: a.ID, Local: 0}, {ID: b.ID, Local: 1}},
+		Placements: []Placement{pl}, Stable: 1, StableView: 1,
+	})
+	o = out{}
+	if local, fresh, err := r.Accept(b.ID, 1, &o); err != nil || fresh || local != 1 {
+		t.Fatalf("retry after restart: %d %v %v", local, fresh, err)
+	}
+	if err := r.Read(0, 0, &o); err != nil || len(o.Reads) != 1 || o.Reads[0].Local != 0 {
+		t.Fatalf("read after restart: %+v %v", o.Reads, err)
+	}
+	if r.PlacedEnd() != 1 || r.Unordered() != 1 {
+		t.Errorf("restart: placed to %d, %d unordered", r.PlacedEnd(), r.Unordered())
+	}
+}
+
+func TestShardScrubsOrphansOnlyAfterAViewChangeCompleted(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true}, ShardState{})
+	orphan, kept := meta(1, 1, 0, 1), meta(2, 1, 0, 2)
+	lo := accept(t, p, orphan.ID, 1)
+	accept(t, p, kept.ID, 2)
+	if got := p.Scrub(); len(got) != 0 {
+		t.Fatalf("scrubbed %v before any view change", got)
+	}
+	var o out
+	p.Map(mapping(2, 0, meta(3, 1, 1, 2)), t0, &o)
+	p.Stable(StableGP{View: 2, Stable: 1}, &o)
+	if got := p.Scrub(); !slices.Equal(got, []uint64{lo}) {
+		t.Fatalf("scrubbed %v, want the orphan at %d", got, lo)
+	}
+	if _, _, err := p.Accept(orphan.ID, 1, &o); !errors.Is(err, ErrWrongView) {
+		t.Errorf("a late copy of the orphan: %v", err)
+	}
+	if p.Unordered() != 1 {
+		t.Errorf("the record of the current view was scrubbed")
+	}
+}
+
+// A backup applies its primary's placements in their order, each once:
+// a late copy of an older one cannot undo a newer view's rebinding.
+func TestShardBackupFollowsThePrimarysPlacementsInOrder(t *testing.T) {
+	bk := NewShard[int](ShardConfig{ID: 0}, ShardState{})
+	a, b := meta(1, 1, 0, 1), meta(2, 1, 1, 1)
+	accept(t, bk, b.ID, 1)
+	old := Placement{Seq: 1, View: 1, From: 0, End: 1, Runs: []Run{{0, 1, 0}}, Slots: []Slot{{Pos: 0, ID: a.ID}}}
+	newer := Placement{Seq: 2, View: 2, From: 0, End: 1, Runs: []Run{{0, 1, 1}}}
+	var o out
+	bk.Place(old, &o)
+	if len(o.Fetch) != 1 || o.Applied {
+		t.Fatalf("placement without a's data: %+v", o)
+	}
+	o = out{}
+	if err := bk.Place(newer, &o); !errors.Is(err, ErrBadInput) || o.Applied {
+		t.Fatalf("placement 2 before 1 was applied: %+v, %v", o, err)
+	}
+	bk.Copy(a.ID, &o)
+	if !o.Applied || o.AppliedSeq != 1 {
+		t.Fatalf("after the copy: %+v", o)
+	}
+	o = out{}
+	if err := bk.Place(newer, &o); err != nil || o.AppliedSeq != 2 {
+		t.Fatalf("placement 2: %+v, %v", o, err)
+	}
+	o = out{}
+	if err := bk.Place(old, &o); err != nil || o.AppliedSeq != 2 || o.Place != nil {
+		t.Fatalf("a late copy of placement 1: %+v, %v", o, err)
+	}
+	bk.Stable(StableGP{View: 2, Stable: 1}, &o)
+	o = out{}
+	bk.Read(0, 0, &o)
+	if len(o.Reads) != 1 || o.Reads[0].Shard != 1 {
+		t.Fatalf("position 0: %+v, want it on shard 1 as view 2 bound it", o.Reads)
+	}
+}

@@ -1,0 +1,103 @@
+package sequencing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+)
+
+func newTestServer(t *testing.T, id string) *Server {
+	t.Helper()
+	s, err := New(Config{ClusterID: "c", ID: id, Replicas: []Peer{{"q1", "127.0.0.1:1"}, {"q2", "127.0.0.1:2"}},
+		Ordering: []string{"127.0.0.1:3"}, BatchInterval: time.Millisecond, RingMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func startView(t *testing.T, s *Server, view, ordered uint64, replicas ...string) {
+	t.Helper()
+	st := &pb.LazyState{View: view}
+	for _, r := range replicas {
+		st.Replicas = append(st.Replicas, &pb.SequencingReplica{Id: r})
+	}
+	resp, err := s.StartView(context.Background(), &pb.StartViewRequest{ClusterId: "c", State: st, Ordered: ordered})
+	if err != nil || resp.GetCode() != pb.Code_OK {
+		t.Fatalf("start view %d: %v %v", view, resp, err)
+	}
+}
+
+func meta(view uint64, seqs ...uint64) *pb.SeqAppendRequest {
+	req := &pb.SeqAppendRequest{ClusterId: "c", View: view}
+	for _, s := range seqs {
+		req.Metas = append(req.Metas, &pb.RecordMeta{ClientId: 7, Seq: s, Shard: 1, Floor: 1})
+	}
+	return req
+}
+
+func ackCodes(resp *pb.SeqAppendResponse) []pb.Code {
+	var out []pb.Code
+	for _, a := range resp.Acks {
+		out = append(out, a.Code)
+	}
+	return out
+}
+
+// A replica takes appends only in the view the control plane started, and
+// answers each refusal with its code; the leader's CheckTail counts what
+// it holds; a sealed replica refuses and hands over its ring.
+func TestReplicaTakesAppendsInItsOpenViewOnly(t *testing.T) {
+	s := newTestServer(t, "q1")
+	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, 8), done: make(chan struct{})}
+	if got := ackCodes(s.take(meta(1, 1), acks)); got[0] != pb.Code_WRONG_VIEW {
+		t.Fatalf("before any view started here: %v, want WRONG_VIEW", got)
+	}
+	startView(t, s, 1, 0, "q1", "q2")
+	got := ackCodes(s.take(meta(1, 1, 2, 2), acks))
+	if got[0] != pb.Code_OK || got[1] != pb.Code_OK || got[2] != pb.Code_OK {
+		t.Fatalf("in view 1: %v, want OK (a repeat is a duplicate, acknowledged)", got)
+	}
+	if got := ackCodes(s.take(meta(2, 3), acks)); got[0] != pb.Code_WRONG_VIEW {
+		t.Fatalf("view 2 on a view-1 replica: %v, want WRONG_VIEW", got)
+	}
+	if got := ackCodes(s.take(&pb.SeqAppendRequest{ClusterId: "c", View: 1, Metas: []*pb.RecordMeta{{ClientId: 0, Seq: 1}}}, acks)); got[0] != pb.Code_INVALID {
+		t.Fatalf("client id 0: %v, want INVALID", got)
+	}
+	tail, err := s.CheckTail(context.Background(), &pb.CheckTailRequest{ClusterId: "c"})
+	if err != nil || tail.GetNotLeader() || tail.GetTail() != 2 {
+		t.Fatalf("check tail %v %v, want 2 from the leader", tail, err)
+	}
+	if _, err := s.CheckTail(context.Background(), &pb.CheckTailRequest{ClusterId: "other"}); err == nil {
+		t.Fatal("another cluster's check tail was answered")
+	}
+	seal, err := s.Seal(context.Background(), &pb.SealRequest{ClusterId: "c", View: 1})
+	if err != nil || seal.GetCode() != pb.Code_OK || len(seal.GetEntries()) != 2 || seal.GetView() != 1 {
+		t.Fatalf("seal %v %v, want both records of view 1", seal, err)
+	}
+	if got := ackCodes(s.take(meta(1, 3), acks)); got[0] != pb.Code_SEALED {
+		t.Fatalf("after the seal: %v, want SEALED", got)
+	}
+	startView(t, s, 2, 2, "q2", "q1")
+	tail, _ = s.CheckTail(context.Background(), &pb.CheckTailRequest{ClusterId: "c"})
+	if !tail.GetNotLeader() || tail.GetStableGp() != 2 {
+		t.Fatalf("a follower of view 2 answered %v", tail)
+	}
+}
+
+// The ring is bounded: a full ring answers FULL and holds nothing more.
+func TestFullRingPushesBack(t *testing.T) {
+	s := newTestServer(t, "q1")
+	startView(t, s, 1, 0, "q1", "q2")
+	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, 8), done: make(chan struct{})}
+	var seqs []uint64
+	for i := range 65 {
+		seqs = append(seqs, uint64(i+1))
+	}
+	got := ackCodes(s.take(meta(1, seqs...), acks))
+	if got[63] != pb.Code_OK || got[64] != pb.Code_FULL {
+		t.Fatalf("64th and 65th of a 64-entry ring: %v, %v", got[63], got[64])
+	}
+}

@@ -1,0 +1,896 @@
+package sim
+
+// Lazy order in the simulator: the cores of package lazy — sequencing
+// replicas (one of them leading the background orderer), shard replicas
+// (primary and backup), the control plane's view change — driven over a
+// simulated network with delay, reorder and loss, through crashes of
+// sequencing replicas (the leader included), shard replicas and clients,
+// then healed. The control plane is what the ordering layer's Raft runs:
+// here it is one always-available actor whose recorded configuration
+// stands for a committed Raft entry (Raft itself is exercised by the other
+// modes' runs).
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/augur-log/augur/internal/check"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/lazy"
+)
+
+// Lazy is LazyLog's lazy order (Erwin-st): one-round-trip appends, ordered
+// in the background, read below stable-gp.
+const Lazy Mode = "lazy"
+
+// Bounds and timings of a lazy run.
+const (
+	lazyBatchMax     = 8
+	lazyRingMax      = 64
+	lazyInflightMax  = 2
+	lazyNoopAfter    = 2 * time.Millisecond
+	lazyDetectAfter  = 3 * time.Millisecond
+	lazyResendEvery  = 2 * time.Millisecond
+	lazyRetryEvery   = 2 * time.Millisecond
+	lazyReadDeadline = 8 * time.Millisecond
+	lazyScrubEvery   = 5 * time.Millisecond
+)
+
+// lazyScenario is what a seed chose.
+type lazyScenario struct {
+	shards, seqs, clients, readers int
+	// faultyFor is the safety phase; appends stop at stopAppends; the run
+	// ends at runFor.
+	faultyFor, stopAppends, runFor time.Duration
+	appendEvery                    time.Duration
+	orderEvery                     time.Duration
+	delayLo, delayHi               time.Duration
+	spikeOneIn                     int
+	lossOneIn                      int
+	reorder                        bool
+	crashes                        []lazyCrash
+}
+
+type lazyCrashKind int
+
+const (
+	crashSeqLeader lazyCrashKind = iota
+	crashSeqFollower
+	crashShardPrimary
+	crashShardBackup
+	crashClient
+)
+
+func (k lazyCrashKind) String() string {
+	return [...]string{"sequencing leader", "sequencing follower", "shard primary", "shard backup", "client"}[k]
+}
+
+type lazyCrash struct {
+	kind     lazyCrashKind
+	at, down time.Duration
+}
+
+func newLazyScenario(r *rand.Rand, f Faults) lazyScenario {
+	sc := lazyScenario{
+		shards: 1 + r.IntN(3), seqs: 2 + r.IntN(2), clients: 3, readers: 2,
+		faultyFor: 60 * time.Millisecond,
+		delayLo:   50 * time.Microsecond, delayHi: 250 * time.Microsecond,
+		appendEvery: time.Duration(150+r.IntN(450)) * time.Microsecond,
+		orderEvery:  time.Duration(300+r.IntN(700)) * time.Microsecond,
+	}
+	sc.stopAppends = sc.faultyFor + 10*time.Millisecond
+	sc.runFor = sc.stopAppends + 60*time.Millisecond
+	if f.Delay {
+		sc.spikeOneIn = 20
+	}
+	if f.Reorder {
+		sc.reorder = true
+		sc.delayHi = 600 * time.Microsecond
+	}
+	if f.Loss {
+		sc.lossOneIn = 30
+	}
+	if f.Crash {
+		for range 2 + r.IntN(4) {
+			sc.crashes = append(sc.crashes, lazyCrash{
+				kind: lazyCrashKind(r.IntN(5)),
+				at:   time.Duration(3+r.IntN(int(sc.faultyFor/time.Millisecond)-13)) * time.Millisecond,
+				down: time.Duration(2+r.IntN(12)) * time.Millisecond,
+			})
+		}
+	}
+	return sc
+}
+
+func (sc lazyScenario) String() string {
+	s := fmt.Sprintf("%d shards, %d sequencing replicas, %d clients (an append every %v), order every %v, delay %v–%v",
+		sc.shards, sc.seqs, sc.clients, sc.appendEvery, sc.orderEvery, sc.delayLo, sc.delayHi)
+	if sc.spikeOneIn > 0 {
+		s += fmt.Sprintf(", spikes 1/%d", sc.spikeOneIn)
+	}
+	if sc.reorder {
+		s += ", reordered"
+	}
+	if sc.lossOneIn > 0 {
+		s += fmt.Sprintf(", loss 1/%d", sc.lossOneIn)
+	}
+	for _, c := range sc.crashes {
+		s += fmt.Sprintf("; crash %v at %v for %v", c.kind, c.at, c.down)
+	}
+	return s
+}
+
+// lazyStats counts what a run did.
+type lazyStats struct {
+	acked, unknown, batches, views, noops, scrubbed   uint64
+	seqCrashes, leaderCrashes, shardCrashes, clientCr uint64
+	fastReads, slowReads, readTimeouts, lost, dups    uint64
+}
+
+// node is a process of the run: it receives a message only in the
+// incarnation it was sent to.
+type node struct {
+	name string
+	up   bool
+	inc  int
+}
+
+// lazyRun is one seeded run of lazy order.
+type lazyRun struct {
+	world
+	f       Faults
+	sc      lazyScenario
+	plant   bug
+	planted bool
+
+	ctl     *lazyControl
+	seqs    []*seqNode
+	shards  [][]*shardNode
+	clients []*lazyClient
+	readers []*lazyReader
+	links   map[[2]string]*link
+
+	recs   []lazyRec
+	byID   map[lazy.RecordID]int
+	reads  []check.Read
+	noopRd []check.Read
+	stats  lazyStats
+}
+
+// lazyRec is one append as its client saw it.
+type lazyRec struct {
+	id           lazy.RecordID
+	name         string
+	shard        cut.ShardID
+	call, ret    time.Duration
+	acked, known bool
+}
+
+func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
+	r := rand.New(rand.NewPCG(seed, 0x1a2e))
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := &lazyRun{
+		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
+		f:     f, sc: newLazyScenario(r, f), plant: plant,
+		links: map[[2]string]*link{}, byID: map[lazy.RecordID]int{},
+	}
+	var members []lazy.ReplicaID
+	for i := range w.sc.seqs {
+		q := &seqNode{node: node{name: fmt.Sprintf("q%d", i), up: true}, w: w, id: lazy.ReplicaID(i + 1)}
+		q.core = lazy.NewSequencer(lazy.SequencerConfig{RingMax: lazyRingMax}, lazy.SequencerState{})
+		w.seqs = append(w.seqs, q)
+		members = append(members, q.id)
+	}
+	for s := range w.sc.shards {
+		var reps []*shardNode
+		for j := range 2 {
+			n := &shardNode{node: node{name: fmt.Sprintf("s%d.%d", s, j), up: true}, w: w, shard: cut.ShardID(s), idx: j}
+			n.boot()
+			reps = append(reps, n)
+		}
+		w.shards = append(w.shards, reps)
+	}
+	// The cluster starts in view 1, led by the first replica.
+	w.ctl = &lazyControl{node: node{name: "ctl", up: true}, w: w, cfg: lazy.SeqConfig{View: 1, Replicas: members, Leader: 1}}
+	sv := lazy.StartView{View: 1, Leader: 1, Replicas: members}
+	for _, q := range w.seqs {
+		q.start(sv)
+	}
+	for range w.sc.clients {
+		w.addClient()
+	}
+	for i := range w.sc.readers {
+		rd := &lazyReader{node: node{name: fmt.Sprintf("r%d", i), up: true}, w: w}
+		w.readers = append(w.readers, rd)
+		w.after(w.uniform(0, time.Millisecond), rd.step)
+	}
+	for _, c := range w.sc.crashes {
+		w.at(w.start.Add(c.at), func() { w.crash(c) })
+	}
+	w.ctl.tick()
+	return w
+}
+
+func (w *lazyRun) faulty() bool { return w.now.Before(w.start.Add(w.sc.faultyFor)) }
+
+func (w *lazyRun) elapsed() time.Duration { return w.now.Sub(w.start) }
+
+// send delivers fn at to after the network's delay, unless it is lost or
+// to restarted (or is down) by then.
+func (w *lazyRun) send(from string, to *node, fn func()) {
+	if w.faulty() && w.sc.lossOneIn > 0 && w.r.IntN(w.sc.lossOneIn) == 0 {
+		w.stats.lost++
+		return
+	}
+	d := w.uniform(w.sc.delayLo, w.sc.delayHi)
+	if w.faulty() && w.sc.spikeOneIn > 0 && w.r.IntN(w.sc.spikeOneIn) == 0 {
+		d += w.uniform(0, 3*time.Millisecond)
+	}
+	at := w.now.Add(d)
+	if !w.sc.reorder {
+		k := [2]string{from, to.name}
+		l := w.links[k]
+		if l == nil {
+			l = &link{}
+			w.links[k] = l
+		}
+		at = l.arrival(w.now, d)
+	}
+	inc := to.inc
+	w.at(at, func() {
+		if to.up && to.inc == inc {
+			fn()
+		}
+	})
+}
+
+// every runs fn every d while n lives in the incarnation it has now.
+func (w *lazyRun) every(n *node, d time.Duration, fn func()) {
+	inc := n.inc
+	var loop func()
+	loop = func() {
+		if !n.up || n.inc != inc {
+			return
+		}
+		fn()
+		w.after(d, loop)
+	}
+	w.after(d, loop)
+}
+
+func (w *lazyRun) shardIDs() []cut.ShardID {
+	ids := make([]cut.ShardID, len(w.shards))
+	for i := range ids {
+		ids[i] = cut.ShardID(i)
+	}
+	return ids
+}
+
+func (w *lazyRun) seq(id lazy.ReplicaID) *seqNode { return w.seqs[id-1] }
+
+// crash carries out one crash of the scenario, if the cluster can take it
+// now (one sequencing replica down at a time, none during a view change,
+// a survivor left); otherwise it tries again a little later.
+func (w *lazyRun) crash(c lazyCrash) {
+	if !w.faulty() {
+		return
+	}
+	retry := func() { w.after(2*time.Millisecond, func() { w.crash(c) }) }
+	switch c.kind {
+	case crashSeqLeader, crashSeqFollower:
+		ctl := w.ctl
+		if !w.canCrashSeq() {
+			retry()
+			return
+		}
+		victim := w.seq(ctl.cfg.Leader)
+		if c.kind == crashSeqFollower {
+			for _, id := range ctl.cfg.Replicas {
+				if id != ctl.cfg.Leader {
+					victim = w.seq(id)
+					break
+				}
+			}
+		} else {
+			w.stats.leaderCrashes++
+		}
+		w.stats.seqCrashes++
+		victim.crash(c.down)
+	case crashShardPrimary, crashShardBackup:
+		sh := w.shards[w.r.IntN(len(w.shards))]
+		n := sh[0]
+		if c.kind == crashShardBackup {
+			n = sh[1]
+		}
+		if !sh[0].up || !sh[1].up {
+			retry()
+			return
+		}
+		w.stats.shardCrashes++
+		n.crash(c.down)
+	case crashClient:
+		for _, cl := range w.clients {
+			if cl.up {
+				w.stats.clientCr++
+				cl.crash()
+				w.addClient()
+				return
+			}
+		}
+	}
+}
+
+// canCrashSeq says a sequencing replica may crash within the fault
+// budget: no view change under way, every replica up and running the
+// view (a restarted one is sealed until a view takes it back).
+func (w *lazyRun) canCrashSeq() bool {
+	ctl := w.ctl
+	if ctl.rc != nil || len(ctl.failed) > 0 || len(ctl.cfg.Replicas) < 2 {
+		return false
+	}
+	for _, q := range w.seqs {
+		if !q.up || !slices.Contains(ctl.cfg.Replicas, q.id) {
+			return false
+		}
+		if v, sealed := q.core.View(); sealed || v != ctl.cfg.View {
+			return false
+		}
+	}
+	return true
+}
+
+// lazyControl is the control plane: it detects failed sequencing
+// replicas, runs view changes (lazy.Reconfig) one at a time, and records
+// configurations (what the ordering layer's Raft commits).
+type lazyControl struct {
+	node
+	w   *lazyRun
+	cfg lazy.SeqConfig
+	rc  *lazy.Reconfig
+	// failed lists replicas whose crash was detected and that the next
+	// view change drops; recording says a configuration is being
+	// committed.
+	failed    []lazy.ReplicaID
+	recording bool
+}
+
+func (c *lazyControl) tick() {
+	c.w.after(time.Millisecond, c.tick)
+	if c.rc != nil {
+		return
+	}
+	var failed, added []lazy.ReplicaID
+	for _, id := range c.failed {
+		if slices.Contains(c.cfg.Replicas, id) {
+			failed = append(failed, id)
+		}
+	}
+	for _, q := range c.w.seqs {
+		if q.up && !slices.Contains(c.cfg.Replicas, q.id) && !slices.Contains(c.failed, q.id) {
+			added = append(added, q.id)
+		}
+	}
+	c.failed = nil
+	if len(failed) == 0 && len(added) == 0 {
+		return
+	}
+	rc, out, err := lazy.NewReconfig(c.cfg, failed, added, c.w.shardIDs())
+	if err != nil {
+		c.w.errorf("control: %v", err)
+		return
+	}
+	c.w.tracef("control: view %d → %d, dropping %v, adding %v", c.cfg.View, rc.View(), failed, added)
+	c.rc = rc
+	c.handle(out)
+	c.resend(rc)
+}
+
+func (c *lazyControl) resend(rc *lazy.Reconfig) {
+	c.w.after(lazyResendEvery, func() {
+		if c.rc != rc {
+			return
+		}
+		c.handle(rc.Pending())
+		c.resend(rc)
+	})
+}
+
+// suspect is the failure detector's verdict on a crashed replica (its
+// session broke), after lazyDetectAfter.
+func (c *lazyControl) suspect(id lazy.ReplicaID) {
+	if !slices.Contains(c.failed, id) {
+		c.failed = append(c.failed, id)
+	}
+}
+
+func (c *lazyControl) handle(out lazy.ReconfigOutput) {
+	w, rc := c.w, c.rc
+	w.tracef("control: %s", describeReconfig(out))
+	if out.Seal != nil {
+		for _, id := range c.cfg.Replicas {
+			q := w.seq(id)
+			view := out.Seal.View
+			w.send("ctl", &q.node, func() {
+				rep, err := q.core.Seal(view)
+				q.orderer = nil
+				if err != nil {
+					return
+				}
+				w.send(q.name, &c.node, func() {
+					if c.rc == rc {
+						c.handle(rc.Sealed(q.id, rep))
+					}
+				})
+			})
+		}
+	}
+	if m := out.Map; m != nil {
+		for _, sh := range w.shards {
+			sh[0].sendMap(&c.node, *m, func(a lazy.MappingAck) {
+				if c.rc == rc {
+					c.handle(rc.MapAcked(a))
+				}
+			})
+		}
+	}
+	if rec := out.Record; rec != nil && !c.recording {
+		c.recording = true
+		// A Raft round commits the configuration.
+		w.after(w.uniform(500*time.Microsecond, 2*time.Millisecond), func() {
+			c.recording = false
+			if c.rc != rc {
+				return
+			}
+			if rec.Stable < c.cfg.Stable {
+				w.errorf("control: view %d records stable %d below view %d's %d", rec.View, rec.Stable, c.cfg.View, c.cfg.Stable)
+			}
+			c.cfg = *rec
+			w.stats.views++
+			w.tracef("control: recorded view %d %v led by %d, stable %d", rec.View, rec.Replicas, rec.Leader, rec.Stable)
+			c.handle(rc.Recorded())
+		})
+	}
+	if st := out.Stable; st != nil {
+		w.broadcastStable(&c.node, *st)
+	}
+	if sv := out.Start; sv != nil {
+		for _, id := range sv.Replicas {
+			q := w.seq(id)
+			w.send("ctl", &q.node, func() {
+				if q.start(*sv) {
+					w.send(q.name, &c.node, func() {
+						if c.rc == rc {
+							c.handle(rc.Started(q.id))
+						}
+					})
+				}
+			})
+		}
+	}
+	if out.Done {
+		c.rc = nil
+	}
+}
+
+func (w *lazyRun) broadcastStable(from *node, st lazy.StableGP) {
+	for _, sh := range w.shards {
+		for _, n := range sh {
+			w.send(from.name, &n.node, func() { n.stable(st) })
+		}
+	}
+}
+
+// seqNode is a sequencing replica; the leader of its view runs the
+// orderer.
+type seqNode struct {
+	node
+	w       *lazyRun
+	id      lazy.ReplicaID
+	core    *lazy.Sequencer
+	saved   lazy.SequencerState
+	orderer *lazy.Orderer
+}
+
+// start applies a StartView; it says whether the replica runs the view.
+func (q *seqNode) start(sv lazy.StartView) bool {
+	if err := q.core.Start(sv); err != nil {
+		return false
+	}
+	q.saved = q.core.State()
+	if v, _ := q.core.View(); v != sv.View {
+		return false
+	}
+	if sv.Leader == q.id && (q.orderer == nil) {
+		q.orderer = lazy.NewOrderer(lazy.OrdererConfig{BatchMax: lazyBatchMax}, sv.View, sv.Ordered, q.w.shardIDs(), sv.Replicas)
+		o := q.orderer
+		q.w.every(&q.node, q.w.sc.orderEvery, func() { q.order(o) })
+		q.w.every(&q.node, lazyResendEvery, func() { q.resend(o) })
+	}
+	return true
+}
+
+func (q *seqNode) order(o *lazy.Orderer) {
+	if q.orderer != o || o.Busy() {
+		return
+	}
+	out, err := o.Order(q.core.Unordered(o.BatchMax()))
+	if err != nil {
+		q.w.errorf("%s: %v", q.name, err)
+		return
+	}
+	if out.Map != nil {
+		q.w.stats.batches++
+		q.w.tracef("%s: orders [%d, %d) in view %d", q.name, out.Map.From, out.Map.End(), out.Map.View)
+	}
+	q.carry(o, out)
+}
+
+func (q *seqNode) resend(o *lazy.Orderer) {
+	if q.orderer != o {
+		return
+	}
+	p := o.Pending()
+	if p.Map != nil {
+		for _, s := range o.MissingShards() {
+			q.w.shards[s][0].sendMap(&q.node, *p.Map, q.mapAcked(o))
+		}
+	}
+	if p.GC != nil {
+		q.sendGC(o, *p.GC, o.MissingReplicas())
+	}
+	q.w.broadcastStable(&q.node, *p.Stable)
+}
+
+func (q *seqNode) mapAcked(o *lazy.Orderer) func(lazy.MappingAck) {
+	return func(a lazy.MappingAck) {
+		if q.orderer == o {
+			q.carry(o, o.MapAcked(a))
+		}
+	}
+}
+
+func (q *seqNode) carry(o *lazy.Orderer, out lazy.OrdererOutput) {
+	w := q.w
+	if out.Map != nil {
+		for _, sh := range w.shards {
+			sh[0].sendMap(&q.node, *out.Map, q.mapAcked(o))
+		}
+	}
+	if out.GC != nil {
+		if w.plant == bugLazyEarlyStable {
+			// The paper's incorrect protocol: stable-gp before the
+			// followers collected. The fault it brings: once, the leader
+			// crashes right after, before its GC goes out.
+			w.broadcastStable(&q.node, lazy.StableGP{View: out.GC.View, Stable: out.GC.End})
+			if !w.planted && w.elapsed() > 10*time.Millisecond && w.canCrashSeq() {
+				w.planted = true
+				w.stats.seqCrashes++
+				w.stats.leaderCrashes++
+				q.crash(5 * time.Millisecond)
+				return
+			}
+		}
+		q.sendGC(o, *out.GC, o.MissingReplicas())
+	}
+	if out.Stable != nil {
+		w.tracef("%s: stable %d", q.name, out.Stable.Stable)
+		w.broadcastStable(&q.node, *out.Stable)
+	}
+}
+
+func (q *seqNode) sendGC(o *lazy.Orderer, gc lazy.GC, to []lazy.ReplicaID) {
+	w := q.w
+	for _, id := range to {
+		r := w.seq(id)
+		collect := func() {
+			if err := r.core.Collect(gc); err != nil {
+				return
+			}
+			r.saved = r.core.State()
+			c := lazy.Collected{Replica: r.id, View: gc.View, End: r.core.Ordered()}
+			reply := func() {
+				if q.orderer == o {
+					q.carry(o, o.Collected(c))
+				}
+			}
+			if r == q {
+				reply()
+				return
+			}
+			w.send(r.name, &q.node, reply)
+		}
+		if r == q {
+			collect()
+			continue
+		}
+		w.send(q.name, &r.node, collect)
+	}
+}
+
+func (q *seqNode) crash(down time.Duration) {
+	w := q.w
+	w.tracef("%s: crashes for %v", q.name, down)
+	q.up, q.inc, q.orderer = false, q.inc+1, nil
+	q.core = nil
+	w.after(lazyDetectAfter, func() { w.ctl.suspect(q.id) })
+	w.after(down, func() {
+		q.up = true
+		q.core = lazy.NewSequencer(lazy.SequencerConfig{RingMax: lazyRingMax}, q.saved)
+		w.tracef("%s: restarts", q.name)
+	})
+}
+
+// logRec is one record in a shard replica's log.
+type logRec struct {
+	rec  int
+	view uint64
+}
+
+// shardNode is one replica of one shard; replica 0 is the primary.
+type shardNode struct {
+	node
+	w     *lazyRun
+	shard cut.ShardID
+	idx   int
+	core  *lazy.Shard[int]
+	// What survives a crash: the log (records in arrival order), the
+	// placements in the order applied, the last stable-gp.
+	log    []logRec
+	places []lazy.Placement
+	st     lazy.StableGP
+	// reads are the held reads' answers by waiter.
+	reads   map[int]func(lazy.ReadAnswer[int], error)
+	nextRd  int
+	wakeGen int
+	// ackTo answers the sender of the last mapping.
+	ackTo func(lazy.MappingAck)
+}
+
+func (n *shardNode) boot() {
+	st := lazy.ShardState{Len: uint64(len(n.log)), Placements: slices.Clone(n.places), Stable: n.st.Stable, StableView: n.st.View}
+	for i, r := range n.log {
+		st.Records = append(st.Records, lazy.StoredRecord{ID: n.w.recs[r.rec].id, Local: uint64(i), View: r.view})
+	}
+	n.core = lazy.NewShard[int](lazy.ShardConfig{ID: n.shard, Primary: n.idx == 0, Backups: 1 - n.idx, NoopAfter: lazyNoopAfter}, st)
+	n.reads = map[int]func(lazy.ReadAnswer[int], error){}
+	if n.idx == 0 {
+		n.w.every(&n.node, lazyResendEvery, func() {
+			b := n.w.shards[n.shard][1]
+			if ps := n.core.Resend(0); len(ps) > 0 {
+				n.w.send(n.name, &b.node, func() { b.place(ps) })
+			}
+		})
+	}
+	n.w.every(&n.node, lazyScrubEvery, func() { n.w.stats.scrubbed += uint64(len(n.core.Scrub())) })
+}
+
+func (n *shardNode) crash(down time.Duration) {
+	w := n.w
+	w.tracef("%s: crashes for %v", n.name, down)
+	n.up, n.inc, n.core = false, n.inc+1, nil
+	w.after(down, func() {
+		n.up = true
+		n.boot()
+		w.tracef("%s: restarts", n.name)
+	})
+}
+
+func (n *shardNode) accept(rec int, view uint64) error {
+	var out lazy.ShardOutput[int]
+	_, fresh, err := n.core.Accept(n.w.recs[rec].id, view, &out)
+	if err != nil {
+		return err
+	}
+	if fresh {
+		n.log = append(n.log, logRec{rec: rec, view: view})
+	} else {
+		n.w.stats.dups++
+	}
+	n.carry(out)
+	return nil
+}
+
+// sendMap sends a mapping to this primary; ack carries its answer back to
+// from.
+func (n *shardNode) sendMap(from *node, m lazy.Mapping, ack func(lazy.MappingAck)) {
+	w := n.w
+	w.send(from.name, &n.node, func() {
+		var out lazy.ShardOutput[int]
+		if err := n.core.Map(m, w.now, &out); err != nil {
+			w.tracef("%s: mapping [%d, %d) of view %d: %v", n.name, m.From, m.End(), m.View, err)
+		}
+		n.ackTo = func(a lazy.MappingAck) { w.send(n.name, from, func() { ack(a) }) }
+		n.carry(out)
+	})
+}
+
+func (n *shardNode) carry(out lazy.ShardOutput[int]) {
+	w := n.w
+	if p := out.Place; p != nil {
+		n.places = append(n.places, *p)
+		if n.idx == 0 {
+			b := w.shards[n.shard][1]
+			ps := []lazy.Placement{*p}
+			w.send(n.name, &b.node, func() { b.place(ps) })
+		}
+	}
+	w.stats.noops += uint64(len(out.Voided))
+	if len(out.Fetch) > 0 {
+		p := w.shards[n.shard][0]
+		ids := out.Fetch
+		w.send(n.name, &p.node, func() {
+			var found []lazy.RecordID
+			for _, id := range ids {
+				if _, ok := p.core.LocalOf(id); ok {
+					found = append(found, id)
+				}
+			}
+			w.send(p.name, &n.node, func() {
+				for _, id := range found {
+					var o lazy.ShardOutput[int]
+					_, fresh, err := n.core.Copy(id, &o)
+					if err != nil {
+						w.errorf("%s: copy %v: %v", n.name, id, err)
+						continue
+					}
+					if fresh {
+						n.log = append(n.log, logRec{rec: w.byID[id], view: 0})
+					}
+					n.carry(o)
+				}
+			})
+		})
+	}
+	if out.Applied {
+		p := w.shards[n.shard][0]
+		seq := out.AppliedSeq
+		w.send(n.name, &p.node, func() {
+			var o lazy.ShardOutput[int]
+			p.core.BackupApplied(0, seq, &o)
+			p.carry(o)
+		})
+	}
+	if out.Ack != nil && n.ackTo != nil {
+		n.ackTo(*out.Ack)
+	}
+	for _, a := range out.Reads {
+		if reply := n.reads[a.Waiter]; reply != nil {
+			delete(n.reads, a.Waiter)
+			reply(a, nil)
+		}
+	}
+	if !out.WakeAt.IsZero() {
+		n.wakeGen++
+		gen, inc := n.wakeGen, n.inc
+		w.at(out.WakeAt, func() {
+			if n.up && n.inc == inc && n.wakeGen == gen {
+				var o lazy.ShardOutput[int]
+				n.core.Tick(w.now, &o)
+				n.carry(o)
+			}
+		})
+	}
+}
+
+func (n *shardNode) place(ps []lazy.Placement) {
+	for _, p := range ps {
+		var out lazy.ShardOutput[int]
+		if err := n.core.Place(p, &out); err != nil {
+			n.w.tracef("%s: placement [%d, %d): %v", n.name, p.From, p.End, err)
+			return
+		}
+		n.carry(out)
+	}
+}
+
+func (n *shardNode) stable(st lazy.StableGP) {
+	var out lazy.ShardOutput[int]
+	n.core.Stable(st, &out)
+	if st.Stable > n.st.Stable {
+		n.st = st
+	}
+	n.carry(out)
+}
+
+// read reads pos; reply gets the answer, or an error at the deadline.
+func (n *shardNode) read(pos uint64, reply func(lazy.ReadAnswer[int], error)) {
+	w := n.w
+	n.nextRd++
+	id := n.nextRd
+	n.reads[id] = reply
+	var out lazy.ShardOutput[int]
+	if err := n.core.Read(id, pos, &out); err != nil {
+		delete(n.reads, id)
+		reply(lazy.ReadAnswer[int]{}, err)
+		return
+	}
+	if len(out.Reads) == 0 && w.plant == bugLazyReadAhead {
+		if a, ok := n.readAhead(id, pos); ok {
+			n.core.Cancel(id)
+			out.Reads = append(out.Reads, a)
+			w.planted = true
+		}
+	}
+	if len(out.Reads) > 0 {
+		w.stats.fastReads++
+	} else {
+		w.stats.slowReads++
+		inc := n.inc
+		w.after(lazyReadDeadline, func() {
+			if r := n.reads[id]; r != nil && n.up && n.inc == inc {
+				n.core.Cancel(id)
+				delete(n.reads, id)
+				w.stats.readTimeouts++
+				r(lazy.ReadAnswer[int]{}, errors.New("deadline exceeded"))
+			}
+		})
+	}
+	n.carry(out)
+}
+
+// name of the record at local index local.
+func (n *shardNode) recordAt(local uint64) (int, bool) {
+	if local >= uint64(len(n.log)) {
+		return 0, false
+	}
+	return n.log[local].rec, true
+}
+
+func describeReconfig(out lazy.ReconfigOutput) string {
+	s := ""
+	if out.Seal != nil {
+		s += fmt.Sprintf(" seal view %d;", out.Seal.View)
+	}
+	if out.Map != nil {
+		s += fmt.Sprintf(" flush [%d, %d) in view %d;", out.Map.From, out.Map.End(), out.Map.View)
+	}
+	if out.Record != nil {
+		s += fmt.Sprintf(" record view %d;", out.Record.View)
+	}
+	if out.Stable != nil {
+		s += fmt.Sprintf(" stable %d;", out.Stable.Stable)
+	}
+	if out.Start != nil {
+		s += fmt.Sprintf(" start view %d at %d;", out.Start.View, out.Start.Ordered)
+	}
+	if out.Done {
+		s += " done"
+	}
+	return s
+}
+
+// readAhead answers a read of pos from the newest placement that binds
+// it, stable or not: the bug bugLazyReadAhead plants.
+func (n *shardNode) readAhead(w int, pos uint64) (lazy.ReadAnswer[int], bool) {
+	for i := len(n.places) - 1; i >= 0; i-- {
+		p := n.places[i]
+		if pos < p.From || pos >= p.End {
+			continue
+		}
+		a := lazy.ReadAnswer[int]{Waiter: w, Pos: pos}
+		for _, r := range p.Runs {
+			if pos >= r.From && pos < r.End {
+				a.Shard = r.Shard
+			}
+		}
+		if a.Shard != n.shard {
+			return a, true
+		}
+		for _, sl := range p.Slots {
+			if sl.Pos != pos {
+				continue
+			}
+			if sl.Noop {
+				a.Noop = true
+				return a, true
+			}
+			local, ok := n.core.LocalOf(sl.ID)
+			a.Local = local
+			return a, ok
+		}
+	}
+	return lazy.ReadAnswer[int]{}, false
+}

@@ -1,0 +1,187 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/augur-log/augur/internal/check"
+	"github.com/augur-log/augur/internal/lazy"
+)
+
+// verify checks a finished lazy run: the final log every shard replica
+// holds below the stable end agrees across replicas and readers, holds
+// every acknowledged append exactly once, in real-time order, and every
+// read returned what it holds.
+func (w *lazyRun) verify() {
+	if len(w.errs) > 0 {
+		return
+	}
+	report := func(err error) {
+		if vs, ok := err.(check.Violations); ok {
+			for _, v := range vs {
+				w.errorf("%v", v)
+			}
+		} else if err != nil {
+			w.errorf("%v", err)
+		}
+	}
+	// The stable end every replica serves.
+	end := ^uint64(0)
+	for _, sh := range w.shards {
+		for _, n := range sh {
+			end = min(end, n.core.Readable())
+		}
+	}
+	var logs []check.Log
+	final := check.Log{Reader: "final", End: end}
+	where := map[string]uint64{}
+	for s, sh := range w.shards {
+		for _, n := range sh {
+			l := check.Log{Reader: n.name, End: end, Shards: []uint32{uint32(s)}}
+			for pos := range end {
+				var out lazy.ShardOutput[int]
+				if err := n.core.Read(-1, pos, &out); err != nil || len(out.Reads) != 1 {
+					w.errorf("%s: position %d below the stable end %d unreadable: %v", n.name, pos, end, err)
+					return
+				}
+				a := out.Reads[0]
+				if a.Shard != n.shard || a.Noop {
+					continue
+				}
+				rec, ok := n.recordAt(a.Local)
+				if !ok {
+					w.errorf("%s: position %d at local %d beyond its log", n.name, pos, a.Local)
+					return
+				}
+				r := w.recs[rec]
+				e := check.Entry{Pos: pos, Shard: r.shard, Record: r.name}
+				l.Entries = append(l.Entries, e)
+				if n.idx == 0 {
+					final.Entries = append(final.Entries, e)
+					if _, dup := where[r.name]; !dup {
+						where[r.name] = pos
+					}
+				}
+			}
+			logs = append(logs, l)
+		}
+	}
+	// Every replica names the same shard for every position.
+	for pos := range end {
+		var owner uint32
+		for i, n := range w.allShardNodes() {
+			var out lazy.ShardOutput[int]
+			n.core.Read(-1, pos, &out)
+			if i == 0 {
+				owner = out.Reads[0].Shard
+			} else if out.Reads[0].Shard != owner {
+				w.errorf("invariant 2: position %d: %s says shard %d, another replica shard %d", pos, n.name, out.Reads[0].Shard, owner)
+				return
+			}
+		}
+	}
+	sortEntries(final.Entries)
+	var appends []check.Append
+	for _, r := range w.recs {
+		a := check.Append{Client: r.id.Client, Seq: r.id.Seq, Record: r.name, Call: r.call, Return: r.ret, Shard: r.shard}
+		if r.acked {
+			a.Outcome = check.Acked
+			pos, ok := where[r.name]
+			if !ok {
+				w.errorf("invariant 1: acknowledged %v is not in the log below the stable end %d", a, end)
+				continue
+			}
+			a.Position = pos
+		} else {
+			w.stats.unknown++
+		}
+		appends = append(appends, a)
+	}
+	for _, rd := range w.readers {
+		logs = append(logs, check.LogOf(rd.name, 0, false, rd.entries))
+	}
+	logs = append(logs, final)
+	report(check.Order(appends, logs...))
+	report(check.StoredOnce(appends, logs...))
+	report(check.Acknowledged(appends, final))
+	report(check.RealTime(appends))
+	// Positions below stable-gp never change: every read of one, at any
+	// time in the run, returned what the final log holds.
+	var readable []check.Read
+	for _, r := range w.reads {
+		if r.Pos < end {
+			readable = append(readable, r)
+		}
+	}
+	report(check.Reads(readable, final))
+	fi := map[uint64]string{}
+	for _, e := range final.Entries {
+		fi[e.Pos] = e.Record
+	}
+	for _, r := range w.noopRd {
+		if rec, ok := fi[r.Pos]; ok && r.Pos < end {
+			w.errorf("invariant 2: a read of position %d returned a no-op, but the log has %q there", r.Pos, rec)
+		}
+	}
+}
+
+func (w *lazyRun) allShardNodes() []*shardNode {
+	var ns []*shardNode
+	for _, sh := range w.shards {
+		ns = append(ns, sh...)
+	}
+	return ns
+}
+
+func sortEntries(es []check.Entry) {
+	for i := 1; i < len(es); i++ {
+		for j := i; j > 0 && es[j].Pos < es[j-1].Pos; j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
+	}
+}
+
+func (w *lazyRun) summary() string {
+	st := w.stats
+	return fmt.Sprintf("%d steps, %d appends (%d acknowledged, %d unknown, %d duplicates stored once), %d batches, %d views, %d no-ops, %d orphans scrubbed; "+
+		"%d sequencing crashes (%d leaders), %d shard replica crashes, %d client crashes; %d fast reads, %d slow (%d timed out); %d messages lost",
+		w.steps, len(w.recs), st.acked, st.unknown, st.dups, st.batches, st.views, st.noops, st.scrubbed,
+		st.seqCrashes, st.leaderCrashes, st.shardCrashes, st.clientCr, st.fastReads, st.slowReads, st.readTimeouts, st.lost)
+}
+
+// runLazy runs one seed of lazy order.
+func runLazy(seed uint64, o Options) Result {
+	w := newLazyRun(seed, o.Faults, o.Trace, o.plant)
+	w.run(w.start.Add(w.sc.runFor))
+	if w.heal() {
+		w.verify()
+		if w.ctl.rc != nil {
+			w.errorf("heal: the view change to view %d never completed", w.ctl.rc.View())
+		}
+	}
+	return Result{
+		Seed: seed, Mode: Lazy, Faults: o.Faults, Scenario: w.sc.String(), Summary: w.summary(), Errs: w.errs, Steps: w.steps,
+		Crashes: w.stats.shardCrashes, SeqCrashes: w.stats.seqCrashes, LeaderCrashes: w.stats.leaderCrashes,
+		ClientCrashes: w.stats.clientCr, Views: w.stats.views, Noops: w.stats.noops, planted: w.planted,
+	}
+}
+
+// heal checks the run healed: once the faults stopped, every process is
+// up again, so that its state can be checked.
+func (w *lazyRun) heal() bool {
+	if len(w.errs) > 0 {
+		return false
+	}
+	for _, q := range w.seqs {
+		if !q.up {
+			w.errorf("heal: %s never came back", q.name)
+			return false
+		}
+	}
+	for _, n := range w.allShardNodes() {
+		if !n.up {
+			w.errorf("heal: %s never came back", n.name)
+			return false
+		}
+	}
+	return true
+}

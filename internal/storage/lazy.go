@@ -1,0 +1,470 @@
+package storage
+
+// The lazy-order shell of a storage server: the LazyShard service around
+// one lazy.Shard core per shard. Records arrive from clients unordered and
+// go to the shard's lazy log (a segment.Store of its own, in arrival
+// order), durable per the fsync policy before they are acknowledged; the
+// sequencing leader's mappings reach the primary, whose placements go to
+// a placements file and then to the backups; stable-gp gates reads.
+//
+// Lock order: Server.mu, then lazyShard.mu. lazyShard.mu is held across
+// appends to the log and the placements file (writes, never fsyncs), so
+// the core's local indexes and the log's stay one.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/lazy"
+	"github.com/augur-log/augur/internal/segment"
+)
+
+// Lazy-shell bounds.
+const (
+	// lazyNoopAfter bounds how long a primary waits for a mapped record's
+	// data before it binds a no-op in its place.
+	lazyNoopAfter = time.Second
+	// lazyReadMax bounds the positions one Read answers.
+	lazyReadMax = 1024
+	// lazyMappingRunsMax bounds the runs one Mapping answer carries.
+	lazyMappingRunsMax = 4096
+	// lazyPlaceTimeout bounds one placement's trip to a backup.
+	lazyPlaceTimeout = 2 * time.Second
+	// lazySubscribeBatchMax bounds the entries of one subscription message.
+	lazySubscribeBatchMax = 1024
+)
+
+// lazyRead is one read waiting for stable-gp (the core holds it; no
+// goroutine serves it but its caller's).
+type lazyRead struct {
+	answer chan lazy.ReadAnswer[*lazyRead]
+}
+
+// lazyShard is this server's replica of one shard in lazy order.
+type lazyShard struct {
+	s       *Server
+	id      cut.ShardID
+	primary bool
+	// backups are the backups' addresses (primary only), in the order the
+	// core numbers them.
+	backups     []string
+	primaryAddr string
+
+	mu     sync.Mutex
+	core   *lazy.Shard[*lazyRead]
+	store  *segment.Store
+	places *placementLog
+	// acked is the end below which every replica holds the placements
+	// (primary), once this replica synced them too; ackedCh is closed and
+	// replaced when it grows. ackedPending is the core's word, not synced
+	// here yet; unsent are the placements written, not sent to the
+	// backups yet.
+	acked, ackedPending uint64
+	ackedCh             chan struct{}
+	unsent              bool
+	// backupWake wakes the loop that brings each backup its placements.
+	backupWake []chan struct{}
+	// readable is the core's readable end as the subscriptions know it;
+	// readableCh is closed and replaced when it moves.
+	readable   uint64
+	readableCh chan struct{}
+	wake       *time.Timer
+	// syncWant and synced drive the group commit: appenders wait until
+	// the log synced their records.
+	syncCond  *sync.Cond
+	syncedLen uint64
+	syncWake  chan struct{}
+	closed    bool
+}
+
+// lazyShard returns this server's replica of shard id, opening it on first
+// use; an error says the server does not hold the shard.
+func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ls, ok := s.lazy[id]; ok {
+		return ls, nil
+	}
+	info := s.view.shards[id]
+	if info == nil {
+		return nil, status.Errorf(codes.NotFound, "shard %d is unknown here", id)
+	}
+	self := -1
+	for i, r := range info.GetReplicas() {
+		if r.GetId() == s.cfg.ID {
+			self = i
+		}
+	}
+	if self < 0 {
+		return nil, status.Errorf(codes.NotFound, "shard %d is not stored on %s", id, s.cfg.ID)
+	}
+	ls := &lazyShard{s: s, id: id, primary: self == 0, ackedCh: make(chan struct{}), readableCh: make(chan struct{}), syncWake: make(chan struct{}, 1)}
+	ls.syncCond = sync.NewCond(&ls.mu)
+	ls.primaryAddr = info.GetReplicas()[0].GetAddr()
+	for _, r := range info.GetReplicas()[1:] {
+		ls.backups = append(ls.backups, r.GetAddr())
+	}
+	if err := ls.open(); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "shard %d: %v", id, err)
+	}
+	s.lazy[id] = ls
+	s.wg.Go(ls.syncLoop)
+	if ls.primary {
+		for i, addr := range ls.backups {
+			w := make(chan struct{}, 1)
+			ls.backupWake = append(ls.backupWake, w)
+			s.wg.Go(func() { ls.backupLoop(i, addr, w) })
+		}
+	}
+	return ls, nil
+}
+
+// open opens the shard's lazy log and placements and restarts the core
+// from them.
+func (ls *lazyShard) open() error {
+	s := ls.s
+	dir := filepath.Join(s.cfg.Dir, fmt.Sprintf("lazy-%d", ls.id))
+	st, err := segment.Open(segment.Options{Dir: dir, SegmentBytesMax: s.cfg.SegmentBytes, Sync: s.cfg.Sync, Logger: s.log.With("lazy-shard", ls.id)})
+	if err != nil {
+		return err
+	}
+	state := lazy.ShardState{Len: st.Len()}
+	if err := st.Scan(st.Start(), func(local uint64, e segment.Entry) bool {
+		if e.Noops == 0 {
+			state.Records = append(state.Records, lazy.StoredRecord{ID: lazy.RecordID{Client: e.ClientID, Seq: e.Seq}, Local: local})
+		}
+		return true
+	}); err != nil {
+		st.Close()
+		return fmt.Errorf("scan lazy log: %w", err)
+	}
+	places, applied, err := openPlacementLog(filepath.Join(dir, "placements"))
+	if err != nil {
+		st.Close()
+		return err
+	}
+	state.Placements = applied
+	ls.store, ls.places, ls.syncedLen = st, places, st.SyncedLen()
+	ls.core = lazy.NewShard[*lazyRead](lazy.ShardConfig{ID: ls.id, Primary: ls.primary, Backups: len(ls.backups), NoopAfter: lazyNoopAfter}, state)
+	ls.acked = ls.core.PlacedEnd()
+	return nil
+}
+
+func (ls *lazyShard) close() {
+	ls.mu.Lock()
+	ls.closed = true
+	if ls.wake != nil {
+		ls.wake.Stop()
+	}
+	ls.syncCond.Broadcast()
+	ls.mu.Unlock()
+	ls.store.Close()
+	ls.places.close()
+}
+
+// handleLocked carries out what the core asked, in the output's order:
+// write a placement (whose sync and sending to the backups wait for
+// flush, outside the lock), answer reads, arm the no-op timer, note the
+// mapping's acknowledgement. Fetches and Applied are the Place handler's,
+// which asks for them.
+func (ls *lazyShard) handleLocked(out *lazy.ShardOutput[*lazyRead]) error {
+	if out.Place != nil {
+		if err := ls.places.append(out.Place); err != nil {
+			return fmt.Errorf("persist placement [%d, %d): %w", out.Place.From, out.Place.End, err)
+		}
+		ls.unsent = true
+	}
+	for _, a := range out.Reads {
+		a.Waiter.answer <- a
+	}
+	if r := ls.core.Readable(); r != ls.readable {
+		ls.readable = r
+		close(ls.readableCh)
+		ls.readableCh = make(chan struct{})
+	}
+	if !out.WakeAt.IsZero() {
+		ls.armLocked(out.WakeAt)
+	}
+	if out.Ack != nil && out.Ack.End > ls.ackedPending {
+		ls.ackedPending = out.Ack.End
+	}
+	return nil
+}
+
+// flush syncs the placements written (persist before send), then sends
+// them to the backups and publishes the acknowledged end. Every caller of
+// handleLocked calls it after unlocking.
+func (ls *lazyShard) flush() error {
+	ls.mu.Lock()
+	unsent, dirty, acked := ls.unsent, ls.places.dirty, ls.ackedPending
+	ls.unsent, ls.places.dirty = false, false
+	ls.mu.Unlock()
+	if dirty && syncs(ls.s.cfg.Sync) {
+		if err := ls.places.f.Sync(); err != nil {
+			return fmt.Errorf("sync placements: %w", err)
+		}
+	}
+	if unsent {
+		for _, w := range ls.backupWake {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+	}
+	ls.mu.Lock()
+	if acked > ls.acked {
+		ls.acked = acked
+		close(ls.ackedCh)
+		ls.ackedCh = make(chan struct{})
+	}
+	ls.mu.Unlock()
+	return nil
+}
+
+func (ls *lazyShard) armLocked(at time.Time) {
+	d := time.Until(at)
+	if ls.wake != nil {
+		ls.wake.Stop()
+	}
+	ls.wake = time.AfterFunc(d, func() {
+		ls.mu.Lock()
+		if ls.closed {
+			ls.mu.Unlock()
+			return
+		}
+		var out lazy.ShardOutput[*lazyRead]
+		ls.core.Tick(time.Now(), &out)
+		err := ls.handleLocked(&out)
+		ls.mu.Unlock()
+		if err == nil {
+			err = ls.flush()
+		}
+		if err != nil {
+			ls.s.log.Error("lazy shard: tick", "shard", ls.id, "err", err)
+		}
+	})
+}
+
+// backupLoop brings backup i (at addr) every placement it has not
+// applied, in order, whenever flush wakes it and again after a pause
+// while some are left; it ends with the server.
+func (ls *lazyShard) backupLoop(i int, addr string, wake <-chan struct{}) {
+	for {
+		ls.mu.Lock()
+		todo := ls.core.Resend(i)
+		ls.mu.Unlock()
+		var err error
+		for _, p := range todo {
+			if err = ls.placeOn(i, addr, placementToProto(ls.s.cfg.ClusterID, ls.id, &p)); err != nil {
+				ls.s.log.Debug("lazy shard: place on backup", "shard", ls.id, "backup", addr, "err", err)
+				break
+			}
+		}
+		pause := make(<-chan time.Time)
+		if err != nil {
+			pause = time.After(retryInterval)
+		}
+		select {
+		case <-wake:
+		case <-pause:
+		case <-ls.s.ctx.Done():
+			return
+		}
+	}
+}
+
+func (ls *lazyShard) placeOn(i int, addr string, p *pb.Placement) error {
+	cc, err := ls.s.conn(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ls.s.ctx, lazyPlaceTimeout)
+	defer cancel()
+	resp, err := pb.NewLazyShardClient(cc).Place(ctx, p)
+	if err != nil {
+		return err
+	}
+	if resp.GetCode() != pb.Code_OK {
+		return fmt.Errorf("%s: %s", resp.GetCode(), resp.GetMessage())
+	}
+	ls.mu.Lock()
+	var out lazy.ShardOutput[*lazyRead]
+	ls.core.BackupApplied(i, resp.GetAppliedSeq(), &out)
+	err = ls.handleLocked(&out)
+	ls.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return ls.flush()
+}
+
+// syncLoop is the shard's group commit: one fsync covers every record
+// appended meanwhile; appenders wait for it under SyncGroup. Under
+// SyncInterval it syncs every interval and nobody waits.
+func (ls *lazyShard) syncLoop() {
+	s := ls.s
+	for {
+		switch s.cfg.Sync {
+		case segment.SyncGroup:
+			select {
+			case <-ls.syncWake:
+			case <-s.ctx.Done():
+				return
+			}
+		case segment.SyncInterval:
+			if !s.sleep(s.cfg.SyncInterval) {
+				return
+			}
+		default:
+			return
+		}
+		if err := ls.store.SyncRecords(); err != nil {
+			s.log.Error("lazy shard: sync", "shard", ls.id, "err", err)
+			continue
+		}
+		ls.mu.Lock()
+		ls.syncedLen = ls.store.SyncedLen()
+		ls.syncCond.Broadcast()
+		ls.mu.Unlock()
+	}
+}
+
+// accept stores a batch of a client's records (or finds them stored) and
+// returns one answer per entry, to send once the log holds need entries
+// durably (awaitDurable).
+func (ls *lazyShard) accept(req *pb.LazyStoreRequest) (acks []*pb.AppendAck, need uint64) {
+	acks, need, flush := ls.acceptLocking(req)
+	if flush {
+		if err := ls.flush(); err != nil {
+			ls.s.log.Error("lazy shard: flush", "shard", ls.id, "err", err)
+		}
+	}
+	return acks, need
+}
+
+func (ls *lazyShard) acceptLocking(req *pb.LazyStoreRequest) (acks []*pb.AppendAck, need uint64, flush bool) {
+	acks = make([]*pb.AppendAck, len(req.GetEntries()))
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var fresh []segment.Entry
+	var out lazy.ShardOutput[*lazyRead]
+	for i, e := range req.GetEntries() {
+		ack := &pb.AppendAck{Seq: e.GetSeq(), Shard: uint32(ls.id)}
+		acks[i] = ack
+		if msg := checkRecord(e.GetRecord(), ls.s.cfg.RecordBytesMax); msg != "" {
+			ack.Code, ack.Message = pb.Code_INVALID, msg
+			continue
+		}
+		id := lazy.RecordID{Client: req.GetClientId(), Seq: e.GetSeq()}
+		local, isNew, err := ls.core.Accept(id, req.GetView(), &out)
+		if err != nil {
+			ack.Code, ack.Message = lazyCode(err), err.Error()
+			continue
+		}
+		if isNew {
+			if local != ls.store.Len()+uint64(len(fresh)) {
+				panic(fmt.Sprintf("storage: lazy shard %d: core placed a record at %d, log ends at %d", ls.id, local, ls.store.Len()+uint64(len(fresh))))
+			}
+			rec := e.GetRecord()
+			fresh = append(fresh, segment.Entry{ClientID: id.Client, Seq: id.Seq, Key: rec.GetKey(), Tags: rec.GetTags(), Payload: rec.GetPayload()})
+		}
+		if local != lazy.Gone {
+			need = max(need, local+1)
+		}
+	}
+	if len(fresh) > 0 {
+		if _, err := ls.store.Append(fresh); err != nil {
+			// The core counted records the log refused: this replica
+			// can no longer be trusted to hold what it acknowledges.
+			panic(fmt.Sprintf("storage: lazy shard %d: append: %v", ls.id, err))
+		}
+		ls.s.stored.Add(float64(len(fresh)))
+	}
+	if err := ls.handleLocked(&out); err != nil {
+		for _, a := range acks {
+			if a.Code == pb.Code_OK {
+				a.Code, a.Message = pb.Code_UNAVAILABLE, err.Error()
+			}
+		}
+		return acks, 0, false
+	}
+	return acks, need, out.Place != nil || out.Ack != nil
+}
+
+// awaitDurable waits until the log holds need entries durably, per the
+// fsync policy: under SyncGroup until a group fsync covered them; the
+// others acknowledge once written (SyncAlways synced in the write).
+func (ls *lazyShard) awaitDurable(ctx context.Context, need uint64) error {
+	if ls.s.cfg.Sync != segment.SyncGroup {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for ls.syncedLen < need {
+		if ls.closed {
+			return errors.New("shard closed")
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case ls.syncWake <- struct{}{}:
+		default:
+		}
+		stop := context.AfterFunc(ctx, func() {
+			ls.mu.Lock()
+			ls.syncCond.Broadcast()
+			ls.mu.Unlock()
+		})
+		ls.syncCond.Wait()
+		stop()
+	}
+	return nil
+}
+
+// lazyCode maps a core error to its wire code.
+func lazyCode(err error) pb.Code {
+	switch {
+	case errors.Is(err, lazy.ErrLate):
+		return pb.Code_LATE
+	case errors.Is(err, lazy.ErrWrongView):
+		return pb.Code_WRONG_VIEW
+	case errors.Is(err, lazy.ErrTooFarAhead), errors.Is(err, lazy.ErrBusy):
+		return pb.Code_FULL
+	case errors.Is(err, lazy.ErrTrimmed):
+		return pb.Code_TRIMMED
+	}
+	return pb.Code_INVALID
+}
+
+func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *pb.Placement {
+	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq}
+	for _, r := range p.Runs {
+		out.Runs = append(out.Runs, &pb.PositionRun{From: r.From, End: r.End, Shard: uint32(r.Shard)})
+	}
+	for _, sl := range p.Slots {
+		out.Slots = append(out.Slots, &pb.Slot{Position: sl.Pos, ClientId: sl.ID.Client, Seq: sl.ID.Seq, Noop: sl.Noop})
+	}
+	return out
+}
+
+func placementFromProto(p *pb.Placement) lazy.Placement {
+	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq()}
+	for _, r := range p.GetRuns() {
+		out.Runs = append(out.Runs, lazy.Run{From: r.GetFrom(), End: r.GetEnd(), Shard: cut.ShardID(r.GetShard())})
+	}
+	for _, sl := range p.GetSlots() {
+		out.Slots = append(out.Slots, lazy.Slot{Pos: sl.GetPosition(), ID: lazy.RecordID{Client: sl.GetClientId(), Seq: sl.GetSeq()}, Noop: sl.GetNoop()})
+	}
+	return out
+}

@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/check"
+	"github.com/augur-log/augur/internal/config"
+)
+
+// newLazyProcCluster writes a lazy cluster file: 3 ordering replicas, two
+// groups of two storage servers, two sequencing replicas.
+func newLazyProcCluster(t *testing.T, bin string) *procCluster {
+	t.Helper()
+	dir := t.TempDir()
+	a := freeAddrs(t, 9)
+	yaml := fmt.Sprintf(`cluster_id: e2e
+mode: lazy
+fsync: interval
+failure_timeout: %v
+data_dir: %s
+ordering:
+  - {id: o1, addr: %s}
+  - {id: o2, addr: %s}
+  - {id: o3, addr: %s}
+storage:
+  - {id: a1, group: a, addr: %s}
+  - {id: a2, group: a, addr: %s}
+  - {id: b1, group: b, addr: %s}
+  - {id: b2, group: b, addr: %s}
+sequencing:
+  - {id: q1, addr: %s}
+  - {id: q2, addr: %s}
+`, procFailureTimeout, filepath.Join(dir, "data"), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
+	cfgPath := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatalf("the test's cluster file is invalid: %v\n%s", err, yaml)
+	}
+	logDir := filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &procCluster{t: t, bin: bin, cfgPath: cfgPath, cfg: cfg, logDir: logDir, procs: map[string]*proc{}}
+}
+
+// lazyReady says what a lazy cluster still lacks to take appends.
+func lazyReady(st *pb.StatusResponse) string {
+	if why := clusterReady(st, "a", "b"); why != "" {
+		return why
+	}
+	if lz := st.GetLazy(); lz.GetView() == 0 || lz.GetSealed() {
+		return fmt.Sprintf("no open sequencing view (%v)", lz)
+	}
+	return ""
+}
+
+// readLazyPaced reads a random position below the durable tail every
+// procReadPace: it waits, bounded by procReadTimeout, for stable-gp to
+// cover it. A read that runs out of time is not an error of the log (the
+// wait is bounded by design); it is counted and left out of the history.
+func readLazyPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, seed uint64, timedOut *int) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	tick := time.NewTicker(procReadPace)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		tctx, cancel := context.WithTimeout(ctx, procStatusTimeout)
+		tail, err := cl.CheckTail(tctx)
+		cancel()
+		if err != nil || tail == 0 {
+			continue
+		}
+		pos := rng.Uint64N(tail)
+		call := clk.now()
+		rctx, cancel := context.WithTimeout(ctx, procReadTimeout)
+		e, err := cl.Read(rctx, pos)
+		cancel()
+		ret := clk.now()
+		switch {
+		case err != nil && rctx.Err() != nil:
+			*timedOut++
+			continue
+		case err == nil && e.Position != pos:
+			err = fmt.Errorf("read of position %d returned the entry at position %d", pos, e.Position)
+		}
+		h.addRead(readOp{worker: worker, pos: pos, call: call, ret: ret, payload: string(e.Record.Payload), err: err})
+	}
+}
+
+// TestLazyProcessFaults runs a lazy cluster as separate processes, with
+// appenders, a reader and two subscribers, kill -9s the sequencing leader
+// mid-run and restarts it, then kill -9s a shard replica and restarts it,
+// and checks the history:
+// every append returns, every acknowledged append is in each subscriber's
+// log exactly once, the logs agree, real-time order holds, and porcupine
+// finds the appends and reads linearizable. A lazy append's position is
+// not in its acknowledgement; the checks take it from the log.
+func TestLazyProcessFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 9 server processes; skipped under -short")
+	}
+	testStart := time.Now()
+	bin := augurBinary(t)
+	ctx := t.Context()
+	pc := newLazyProcCluster(t, bin)
+	pc.startAll()
+	admin := pc.dial(ctx)
+	st := waitStatus(t, ctx, admin, procReadyTimeout, "lazy cluster ready", lazyReady)
+	pc.checkAlive()
+	t.Logf("cluster ready after %v: sequencing view %v", time.Since(testStart).Round(time.Millisecond), st.GetLazy())
+
+	clk := newClock()
+	h := &history{}
+	subs := []*collector{
+		collect(ctx, "s1", subscribe(t, ctx, pc.dial(ctx))),
+		collect(ctx, "s2", subscribe(t, ctx, pc.dial(ctx))),
+	}
+	opCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range procAppenders {
+		cl := pc.dial(ctx)
+		wg.Go(func() { appendPaced(opCtx, stop, cl, h, clk, i, procAppendPace) })
+	}
+	seed := testSeed(t)
+	readCl := pc.dial(ctx)
+	timedOut := 0
+	wg.Go(func() { readLazyPaced(opCtx, stop, readCl, h, clk, procAppenders, seed, &timedOut) })
+
+	// Phase 1: healthy.
+	waitAcks(t, h, clk, procPhaseAcksMin, "before the faults")
+
+	// Phase 2: kill -9 the sequencing leader. The control plane seals its
+	// view, flushes the survivor's ring and starts a view without it;
+	// appends go on in that view.
+	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the faults", lazyReady)
+	seqLeader := st.GetLazy().GetReplicas()[0].GetId()
+	ackedBefore, _ := h.counts()
+	t.Logf("at %v (%d acked): kill -9 sequencing leader %s", clk.now().Round(time.Millisecond), ackedBefore, seqLeader)
+	pc.kill9(seqLeader)
+	pc.checkAlive()
+	waitStatus(t, ctx, admin, procPhaseTimeout, "a sequencing view without "+seqLeader, func(st *pb.StatusResponse) string {
+		lz := st.GetLazy()
+		if lz.GetView() <= 1 || lz.GetSealed() {
+			return fmt.Sprintf("view %v", lz)
+		}
+		for _, r := range lz.GetReplicas() {
+			if r.GetId() == seqLeader {
+				return fmt.Sprintf("view %d still lists %s", lz.GetView(), seqLeader)
+			}
+		}
+		return ""
+	})
+	waitAcks(t, h, clk, procPhaseAcksMin, "while "+seqLeader+" is down")
+
+	// Phase 3: restart it (its ring is gone); it rejoins in a later view.
+	t.Logf("at %v: restart %s", clk.now().Round(time.Millisecond), seqLeader)
+	pc.start(seqLeader)
+	waitStatus(t, ctx, admin, procPhaseTimeout, seqLeader+" back in a view", func(st *pb.StatusResponse) string {
+		if why := lazyReady(st); why != "" {
+			return why
+		}
+		for _, r := range st.GetLazy().GetReplicas() {
+			if r.GetId() == seqLeader {
+				return ""
+			}
+		}
+		return fmt.Sprintf("view %v lacks %s", st.GetLazy(), seqLeader)
+	})
+	waitAcks(t, h, clk, procPhaseAcksMin, "after "+seqLeader+" rejoined")
+
+	// Phase 4: kill -9 a shard's backup and restart it. A lazy append
+	// needs every replica of its shard, so appends to that shard (and the
+	// order, which needs its placements) wait for the restart; the
+	// restarted backup recovers its log and placements from disk and the
+	// appends waiting on it complete.
+	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the shard fault", lazyReady)
+	victimShard := liveShard(st, []string{"a", "b"}[seed%2])
+	if len(victimShard.Replicas) < 2 {
+		t.Fatalf("live shard %d lists no backup: %v", victimShard.Id, victimShard)
+	}
+	backup := victimShard.Replicas[1].Id
+	ackedDown, _ := h.counts()
+	t.Logf("at %v (%d acked): kill -9 %s, backup of shard %d", clk.now().Round(time.Millisecond), ackedDown, backup, victimShard.Id)
+	pc.kill9(backup)
+	pc.checkAlive()
+	time.Sleep(procFailureTimeout) // the outage lasts a failure timeout: not a synchronization
+	t.Logf("at %v: restart %s", clk.now().Round(time.Millisecond), backup)
+	pc.start(backup)
+	waitStatus(t, ctx, admin, procPhaseTimeout, "cluster ready after the backup's restart", lazyReady)
+	waitAcks(t, h, clk, procPhaseAcksMin, "after "+backup+" restarted")
+	pc.checkAlive()
+
+	close(stop)
+	drainAppends(t, h, &wg, giveUp, procDrainTimeout)
+	appends, reads := h.snapshot()
+	acked, _ := h.counts()
+	t.Logf("at %v: %d appends (%d acked), %d reads (%d more ran out of time waiting for stable-gp)", clk.now().Round(time.Millisecond), len(appends), acked, len(reads), timedOut)
+	checkAppendsReturned(t, appends)
+	if acked == 0 {
+		t.Fatal("no append was acknowledged")
+	}
+	waitCollectors(t, procCatchUpTimeout, acked, subs...)
+	// Each acknowledged append takes the position the log gave it.
+	at := map[string]uint64{}
+	for _, e := range subs[0].entries() {
+		at[string(e.Record.Payload)] = e.Position
+	}
+	for i, op := range appends {
+		if op.err == nil {
+			appends[i].ack.Position = at[op.payload]
+		}
+	}
+	var logs []check.Log
+	for _, s := range subs {
+		logs = append(logs, checkLog(t, s.name, s.entries(), appends, false))
+	}
+	failOn(t, check.Order(checkAppends(appends), logs...))
+	failOn(t, check.RealTime(checkAppends(appends)))
+	failOn(t, check.Returned(nil, checkReadOps(reads)))
+	failOn(t, check.Reads(checkReadOps(reads), logs[0]))
+	checkLinearizable(t, appends, reads)
+	pc.checkAlive()
+	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
+}
