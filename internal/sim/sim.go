@@ -288,6 +288,8 @@ type Tally struct {
 	// SeqCrashes, LeaderCrashes, ClientCrashes, Views and Noops sum a
 	// lazy run's.
 	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops uint64
+	// Lazy counts the seeds of lazy order, whose tally reads differently.
+	Lazy int
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -307,6 +309,9 @@ func Count(rs []Result) Tally {
 		t.ClientCrashes += r.ClientCrashes
 		t.Views += r.Views
 		t.Noops += r.Noops
+		if r.Mode == Lazy {
+			t.Lazy++
+		}
 		if r.ShardFailed {
 			t.ShardFailed++
 		}
@@ -331,7 +336,7 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	if t.Views > 0 || t.SeqCrashes > 0 {
+	if t.Lazy > 0 {
 		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes, %d client crashes, %d no-ops",
 			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.ClientCrashes, t.Noops)
 	}
