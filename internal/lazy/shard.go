@@ -260,7 +260,7 @@ func (s *Shard[W]) Accept(id RecordID, view uint64, out *ShardOutput[W]) (local 
 	if err := s.seen.Check(id); err != nil {
 		return 0, false, err
 	}
-	if r, ok := s.byID[id]; ok {
+	if r, ok := s.byID[id]; ok && !s.isVoided(id) {
 		// A retry in a newer view keeps the record from the scrub of
 		// the views before it: its metadata may be ordered in this one.
 		r.view = max(r.view, view)
@@ -544,7 +544,11 @@ func (s *Shard[W]) apply(p *Placement) {
 	for _, sl := range p.Slots {
 		ps := placedSlot{Slot: sl}
 		if sl.Noop {
-			if _, here := s.byID[sl.ID]; !here && !s.seen.Done(sl.ID) {
+			// A no-op stands for a record whose data did not come in
+			// time, unless the record is bound elsewhere (bound twice).
+			// Its data may be in the log all the same (a copy the scrub
+			// dropped, found again in a restart): it is refused.
+			if r, here := s.byID[sl.ID]; (!here || !r.placed) && !s.seen.Done(sl.ID) {
 				s.voided[sl.ID] = sl.Pos
 			}
 		} else if r, ok := s.byID[sl.ID]; ok {

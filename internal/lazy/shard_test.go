@@ -304,3 +304,32 @@ func TestShardBackupFollowsThePrimarysPlacementsInOrder(t *testing.T) {
 		t.Fatalf("position 0: %+v, want it on shard 1 as view 2 bound it", o.Reads)
 	}
 }
+
+// A record whose position became a no-op stays refused after a restart,
+// even when the replica's log holds a copy of its data from before (one
+// the orphan scrub dropped, which a restart finds again): otherwise its
+// client would count the acknowledgement of a record no position holds.
+func TestShardKeepsRefusingLateDataAfterARestart(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, NoopAfter: time.Millisecond}, ShardState{})
+	x := meta(3, 20, 0, 2)
+	accept(t, p, x.ID, 2)
+	var o out
+	p.Map(mapping(3, 0, meta(9, 1, 1, 3)), t0, &o)
+	p.Stable(StableGP{View: 3, Stable: 1}, &o)
+	if got := p.Scrub(); len(got) != 1 {
+		t.Fatalf("scrubbed %v", got)
+	}
+	o = out{}
+	p.Map(mapping(3, 1, x), t0, &o)
+	p.Tick(t0.Add(time.Millisecond), &o)
+	if o.Place == nil || !o.Place.Slots[0].Noop {
+		t.Fatalf("placement %+v", o.Place)
+	}
+	places := []Placement{{Seq: 1, View: 3, From: 0, End: 1, Runs: []Run{{0, 1, 1}}}, *o.Place}
+	r := NewShard[int](ShardConfig{ID: 0, Primary: true}, ShardState{
+		Len: 1, Records: []StoredRecord{{ID: x.ID, Local: 0, View: 2}}, Placements: places, Stable: 1, StableView: 3,
+	})
+	if _, _, err := r.Accept(x.ID, 3, &out{}); !errors.Is(err, ErrLate) {
+		t.Fatalf("late data after a restart: %v", err)
+	}
+}

@@ -128,6 +128,8 @@ type lazyStats struct {
 	acked, unknown, batches, views, noops, scrubbed   uint64
 	seqCrashes, leaderCrashes, shardCrashes, clientCr uint64
 	fastReads, slowReads, readTimeouts, lost, dups    uint64
+	// ringFull counts the appends a full sequencing ring pushed back.
+	ringFull uint64
 }
 
 // node is a process of the run: it receives a message only in the

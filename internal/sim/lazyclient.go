@@ -124,8 +124,12 @@ func (c *lazyClient) answered(op *lazyOp, view uint64, ok func(), err error) {
 		return
 	}
 	if err != nil {
-		if errors.Is(err, lazy.ErrWrongView) || errors.Is(err, lazy.ErrSealed) {
+		switch {
+		case errors.Is(err, lazy.ErrWrongView) || errors.Is(err, lazy.ErrSealed):
 			c.learn()
+		case errors.Is(err, lazy.ErrRingFull):
+			// Pushed back: the retry timer tries again.
+			w.stats.ringFull++
 		}
 		return
 	}

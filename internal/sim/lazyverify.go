@@ -143,9 +143,9 @@ func sortEntries(es []check.Entry) {
 func (w *lazyRun) summary() string {
 	st := w.stats
 	return fmt.Sprintf("%d steps, %d appends (%d acknowledged, %d unknown, %d duplicates stored once), %d batches, %d views, %d no-ops, %d orphans scrubbed; "+
-		"%d sequencing crashes (%d leaders), %d shard replica crashes, %d client crashes; %d fast reads, %d slow (%d timed out); %d messages lost",
+		"%d sequencing crashes (%d leaders), %d shard replica crashes, %d client crashes; %d fast reads, %d slow (%d timed out); %d appends pushed back by a full ring; %d messages lost",
 		w.steps, len(w.recs), st.acked, st.unknown, st.dups, st.batches, st.views, st.noops, st.scrubbed,
-		st.seqCrashes, st.leaderCrashes, st.shardCrashes, st.clientCr, st.fastReads, st.slowReads, st.readTimeouts, st.lost)
+		st.seqCrashes, st.leaderCrashes, st.shardCrashes, st.clientCr, st.fastReads, st.slowReads, st.readTimeouts, st.ringFull, st.lost)
 }
 
 // runLazy runs one seed of lazy order.
@@ -161,7 +161,7 @@ func runLazy(seed uint64, o Options) Result {
 	return Result{
 		Seed: seed, Mode: Lazy, Faults: o.Faults, Scenario: w.sc.String(), Summary: w.summary(), Errs: w.errs, Steps: w.steps,
 		Crashes: w.stats.shardCrashes, SeqCrashes: w.stats.seqCrashes, LeaderCrashes: w.stats.leaderCrashes,
-		ClientCrashes: w.stats.clientCr, Views: w.stats.views, Noops: w.stats.noops, planted: w.planted,
+		ClientCrashes: w.stats.clientCr, Views: w.stats.views, Noops: w.stats.noops, RingFull: w.stats.ringFull, planted: w.planted,
 	}
 }
 

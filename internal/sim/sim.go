@@ -236,8 +236,9 @@ type Result struct {
 	TargetCrashes, PlayerRestarts uint64
 	// SeqCrashes, LeaderCrashes and ClientCrashes count a lazy run's
 	// crashes of sequencing replicas (leaders among them) and clients;
-	// Views its view changes, Noops the no-ops its shards bound.
-	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops uint64
+	// Views its view changes, Noops the no-ops its shards bound, RingFull
+	// the appends a full sequencing ring pushed back.
+	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops, RingFull uint64
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -325,8 +326,10 @@ type Tally struct {
 	Player                        int
 	TargetCrashes, PlayerRestarts uint64
 	// SeqCrashes, LeaderCrashes, ClientCrashes, Views and Noops sum a
-	// lazy run's.
-	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops uint64
+	// lazy run's, and RingFull.
+	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops, RingFull uint64
+	// Lazy counts the seeds of lazy order, whose tally reads differently.
+	Lazy int
 	// FailingSeeds lists the failing seeds, lowest first.
 	FailingSeeds []uint64
 }
@@ -350,6 +353,10 @@ func Count(rs []Result) Tally {
 		t.ClientCrashes += r.ClientCrashes
 		t.Views += r.Views
 		t.Noops += r.Noops
+		t.RingFull += r.RingFull
+		if r.Mode == Lazy {
+			t.Lazy++
+		}
 		if r.ShardFailed {
 			t.ShardFailed++
 		}
@@ -374,9 +381,9 @@ func Count(rs []Result) Tally {
 }
 
 func (t Tally) String() string {
-	if t.Views > 0 || t.SeqCrashes > 0 {
-		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes, %d client crashes, %d no-ops",
-			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.ClientCrashes, t.Noops)
+	if t.Lazy > 0 {
+		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes, %d client crashes, %d no-ops, %d appends pushed back by a full ring",
+			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.ClientCrashes, t.Noops, t.RingFull)
 	}
 	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers, %d restarted with a damaged file: %d ranges repaired, %d repairs lost their source mid-copy), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
 		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.Damaged, t.Repairs, t.SourceDeaths, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
