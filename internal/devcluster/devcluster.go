@@ -495,7 +495,9 @@ func (c *Cluster) SetReportDelay(id string, d time.Duration) error {
 
 // StopSequencing stops sequencing replica id (its ring is lost, as in a
 // crash), keeping its address.
-func (c *Cluster) StopSequencing(id string) error { return c.stopServer(id, config.RoleSequencing, true) }
+func (c *Cluster) StopSequencing(id string) error {
+	return c.stopServer(id, config.RoleSequencing, true)
+}
 
 // StartSequencing restarts a stopped sequencing replica on its old address.
 func (c *Cluster) StartSequencing(id string) error { return c.restart(id, config.RoleSequencing) }
