@@ -8,6 +8,7 @@ import (
 
 const lazyCluster = `
 cluster_id: test
+insecure: true
 mode: lazy
 ordering:
   - {id: o1, addr: 127.0.0.1:7101}
