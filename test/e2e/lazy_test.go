@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -22,7 +23,9 @@ func newLazyProcCluster(t *testing.T, bin string) *procCluster {
 	t.Helper()
 	dir := t.TempDir()
 	a := freeAddrs(t, 9)
+	// TLS on every connection, as in the other process tests.
 	yaml := fmt.Sprintf(`cluster_id: e2e
+tls: {dir: %s, client: admin}
 mode: lazy
 fsync: interval
 failure_timeout: %v
@@ -39,7 +42,7 @@ storage:
 sequencing:
   - {id: q1, addr: %s}
   - {id: q2, addr: %s}
-`, procFailureTimeout, filepath.Join(dir, "data"), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
+`, filepath.Join(dir, "certs"), procFailureTimeout, filepath.Join(dir, "data"), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
 	cfgPath := filepath.Join(dir, "cluster.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -47,6 +50,9 @@ sequencing:
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatalf("the test's cluster file is invalid: %v\n%s", err, yaml)
+	}
+	if out, err := exec.Command(bin, "certs", "init", "--config", cfgPath).CombinedOutput(); err != nil {
+		t.Fatalf("augur certs init: %v\n%s", err, out)
 	}
 	logDir := filepath.Join(dir, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
