@@ -68,8 +68,8 @@ func newCertsIssueCmd() *cobra.Command {
 	var perms, hosts []string
 	var validFor time.Duration
 	cmd := &cobra.Command{
-		Use:   "issue --config FILE (server ID | client NAME --perm data[,admin] | target NAME --host HOST)",
-		Short: "Issue (or reissue, to rotate) a server's or a client's certificate with the cluster CA",
+		Use:   "issue --config FILE (server ID | client NAME --perm data[,admin] | target NAME --host HOST | player NAME --host HOST)",
+		Short: "Issue (or reissue, to rotate) a server's, client's, target's or player's certificate with the cluster CA",
 		Long: `Issue a certificate with the CA in the cluster file's tls.dir:
 
   server ID     the certificate of server ID of the cluster file, naming its id
@@ -78,6 +78,8 @@ func newCertsIssueCmd() *cobra.Command {
   client NAME   a client certificate with --perm data, admin or both
   target NAME   the serving certificate of a player target (augur target),
                 reached at --host HOST (repeatable)
+  player NAME   the certificate a player's status_addr serves HTTPS with
+                (status_cert: NAME in the player file), reached at --host HOST
 
 Certificates go to tls.dir as ID.crt and ID.key.`,
 		Args: cobra.ExactArgs(2),
@@ -90,8 +92,8 @@ Certificates go to tls.dir as ID.crt and ID.key.`,
 			if kind != "client" && len(perms) > 0 {
 				return errors.New("--perm is for client certificates; a server's permissions follow from its role")
 			}
-			if kind != "target" && len(hosts) > 0 {
-				return errors.New("--host is for target certificates; a server's host is its address in the cluster file")
+			if kind != "target" && kind != "player" && len(hosts) > 0 {
+				return errors.New("--host is for target and player certificates; a server's host is its address in the cluster file")
 			}
 			ca, err := auth.LoadCA(c.CertDir())
 			if err != nil {
@@ -102,13 +104,15 @@ Certificates go to tls.dir as ID.crt and ID.key.`,
 				err = c.IssueServerCert(ca, name, validFor)
 			case "target":
 				err = c.IssueTargetCert(ca, name, hosts, validFor)
+			case "player":
+				err = c.IssuePlayerCert(ca, name, hosts, validFor)
 			case "client":
 				var perm auth.Permission
 				if perm, err = auth.ParsePermissions(perms); err == nil {
 					err = c.IssueClientCert(ca, name, perm, validFor)
 				}
 			default:
-				return fmt.Errorf("issue a server, client or target certificate, not %q", kind)
+				return fmt.Errorf("issue a server, client, target or player certificate, not %q", kind)
 			}
 			if err != nil {
 				return err
@@ -119,7 +123,7 @@ Certificates go to tls.dir as ID.crt and ID.key.`,
 	}
 	cmd.Flags().StringVar(&path, "config", "", "cluster file with a tls: block")
 	cmd.Flags().StringSliceVar(&perms, "perm", nil, "client permissions: data, admin")
-	cmd.Flags().StringSliceVar(&hosts, "host", nil, "target: host name or IP address it is reached at")
+	cmd.Flags().StringSliceVar(&hosts, "host", nil, "target or player: host name or IP address it is reached at (repeatable)")
 	cmd.Flags().DurationVar(&validFor, "valid-for", auth.DefaultCertValidity, "validity of the certificate")
 	return cmd
 }

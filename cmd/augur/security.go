@@ -27,20 +27,26 @@ func warnInsecure(w io.Writer, lg *slog.Logger) {
 // change or on SIGHUP, which also rereads the members of the cluster file
 // at path; the returned stop ends it.
 func reloadOnSignal(ctx context.Context, sec *auth.Security, path string, lg *slog.Logger) (stop func()) {
+	return watchMaterial(ctx, sec.Material(), func() {
+		c, err := config.Load(path)
+		if err != nil {
+			lg.Error("reload: cluster file; keeping the previous members", "err", err)
+			return
+		}
+		sec.SetMembers(c.Members())
+	}, lg)
+}
+
+// watchMaterial reloads m when its files change or on SIGHUP, which also
+// calls onHUP (nil for nothing); the returned stop ends it.
+func watchMaterial(ctx context.Context, m *auth.Material, onHUP func(), lg *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sec.Material().Watch(ctx, hup, func() {
-			c, err := config.Load(path)
-			if err != nil {
-				lg.Error("reload: cluster file; keeping the previous members", "err", err)
-				return
-			}
-			sec.SetMembers(c.Members())
-		}, lg)
+		m.Watch(ctx, hup, onHUP, lg)
 	}()
 	return func() {
 		signal.Stop(hup)

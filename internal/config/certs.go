@@ -74,14 +74,25 @@ func (c *Cluster) IssueClientCert(ca *auth.CA, name string, perm auth.Permission
 // reachable at hosts, into the certificate directory. A target is no
 // member of the cluster: its certificate gives it no right on the cluster.
 func (c *Cluster) IssueTargetCert(ca *auth.CA, name string, hosts []string, validFor time.Duration) error {
+	return c.issueServingCert(ca, "target", name, hosts, validFor)
+}
+
+// IssuePlayerCert issues the certificate a player's status endpoint
+// (status_addr) serves with, reachable at hosts. Like a target's, it gives
+// no right on the cluster; the player dials the cluster as a client.
+func (c *Cluster) IssuePlayerCert(ca *auth.CA, name string, hosts []string, validFor time.Duration) error {
+	return c.issueServingCert(ca, "player", name, hosts, validFor)
+}
+
+func (c *Cluster) issueServingCert(ca *auth.CA, kind, name string, hosts []string, validFor time.Duration) error {
 	if _, err := c.Role(name); err == nil {
-		return fmt.Errorf("%q is a server of the cluster file; a target needs a name of its own", name)
+		return fmt.Errorf("%q is a server of the cluster file; a %s needs a name of its own", name, kind)
 	}
 	if !validName(name) {
-		return fmt.Errorf("target name %q may hold only letters, digits, '-', '_' and '.'", name)
+		return fmt.Errorf("%s name %q may hold only letters, digits, '-', '_' and '.'", kind, name)
 	}
 	if len(hosts) == 0 {
-		return errors.New("a target certificate needs the hosts it is reached at (--host)")
+		return fmt.Errorf("a %s certificate needs the hosts it is reached at (--host)", kind)
 	}
 	cert, key, err := ca.IssueNode(name, hosts, validFor)
 	if err != nil {

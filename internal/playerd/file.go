@@ -10,6 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/augur-log/augur/internal/auth"
+	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/player"
 )
 
@@ -17,7 +19,8 @@ import (
 //
 //	cluster: cluster.yaml        # the cluster file, relative to this file
 //	# or: cluster_id: dev + ordering: [127.0.0.1:7101]
-//	status_addr: 127.0.0.1:7301  # /status and /metrics
+//	status_addr: 127.0.0.1:7301  # /status and /metrics, HTTPS on a secured cluster
+//	status_cert: player1         # its certificate in the cluster's tls.dir
 //	route: key-hash              # key-hash, tags or all
 //	batch_entries_max: 256
 //	empty_every: 1024
@@ -27,10 +30,13 @@ import (
 //
 // Every bound left out takes its default.
 type File struct {
-	Cluster            string       `yaml:"cluster"`
-	ClusterID          string       `yaml:"cluster_id"`
-	Ordering           []string     `yaml:"ordering"`
-	StatusAddr         string       `yaml:"status_addr"`
+	Cluster    string   `yaml:"cluster"`
+	ClusterID  string   `yaml:"cluster_id"`
+	Ordering   []string `yaml:"ordering"`
+	StatusAddr string   `yaml:"status_addr"`
+	// StatusCert names the certificate (NAME.crt, NAME.key in the
+	// cluster file's tls.dir) status_addr serves HTTPS with.
+	StatusCert         string       `yaml:"status_cert"`
 	Route              string       `yaml:"route"`
 	BatchEntriesMax    int          `yaml:"batch_entries_max"`
 	BatchBytesMax      int          `yaml:"batch_bytes_max"`
@@ -119,6 +125,12 @@ func (f *File) Config() (Config, error) {
 	case f.Cluster == "" && (f.ClusterID == "" || len(f.Ordering) == 0):
 		errs = append(errs, errors.New("name the cluster: cluster (a cluster file), or cluster_id with ordering"))
 	}
+	switch {
+	case f.StatusCert != "" && f.StatusAddr == "":
+		errs = append(errs, errors.New("status_cert goes with status_addr, which it secures"))
+	case f.StatusCert != "" && f.Cluster == "":
+		errs = append(errs, errors.New("status_cert names a certificate in the cluster file's tls.dir: it needs cluster (a cluster file)"))
+	}
 	for i, t := range f.Targets {
 		if t.Addr == "" {
 			errs = append(errs, fmt.Errorf("target %d (%q) has no addr", i, t.Name))
@@ -128,4 +140,27 @@ func (f *File) Config() (Config, error) {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)
+}
+
+// StatusFiles are the TLS files status_addr serves with when c, the
+// cluster file (nil when the file names the cluster by cluster_id), is
+// secured: the cluster CA and the certificate status_cert names. They are
+// zero when the player runs plaintext, which only an insecure cluster
+// allows.
+func (f *File) StatusFiles(c *config.Cluster) (auth.Files, error) {
+	if c == nil || c.Insecure {
+		if f.StatusCert != "" {
+			return auth.Files{}, errors.New("status_cert does not go with a plaintext cluster (insecure: true)")
+		}
+		return auth.Files{}, nil
+	}
+	if f.StatusAddr == "" {
+		return auth.Files{}, nil
+	}
+	if f.StatusCert == "" {
+		return auth.Files{}, errors.New("status_addr serves HTTPS on a secured cluster: name its certificate with status_cert " +
+			"(issue it with: augur certs issue --config CLUSTER_FILE player NAME --host HOST)")
+	}
+	dir := c.CertDir()
+	return auth.Files{CA: c.ClientFiles().CA, Cert: auth.CertPath(dir, f.StatusCert), Key: auth.KeyPath(dir, f.StatusCert)}, nil
 }
