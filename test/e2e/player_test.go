@@ -12,6 +12,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -101,7 +102,16 @@ func TestPlayerProcess(t *testing.T) {
 	addrs := freeAddrs(t, playerTargets+1)
 	statusAddr := addrs[playerTargets]
 	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "cluster: %s\nstatus_addr: %s\nroute: key-hash\nempty_every: %d\nack_timeout: 2s\nreconnect_max: 300ms\ntargets:\n",
+	// The player's status endpoint serves HTTPS with a certificate of the
+	// cluster's CA.
+	if out, err := exec.Command(bin, "certs", "issue", "--config", clusterFile, "player", "player", "--host", "127.0.0.1").CombinedOutput(); err != nil {
+		t.Fatalf("augur certs issue player: %v\n%s", err, out)
+	}
+	statusTLS, err := cfg.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&yaml, "cluster: %s\nstatus_addr: %s\nstatus_cert: player\nroute: key-hash\nempty_every: %d\nack_timeout: 2s\nreconnect_max: 300ms\ntargets:\n",
 		clusterFile, statusAddr, playerEmptyEvery)
 	// Targets 0..playerKVTargets-1 are kv targets, the rest PostgreSQL
 	// targets, each on its own table.
@@ -245,7 +255,7 @@ func TestPlayerProcess(t *testing.T) {
 	// Wait until the player reports every target past its last entry.
 	var st playerd.Status
 	if !eventually(t, playerCatchUp, func() bool {
-		if playerStatus(statusAddr, &st) != nil {
+		if playerStatus(statusAddr, statusTLS, &st) != nil {
 			return false
 		}
 		for i, ts := range st.Targets {
@@ -320,8 +330,10 @@ func openApplied(t *testing.T, i int, dir, dsn, table string) ([]kv.Applied, fun
 	return h, func(k string) ([]byte, bool, error) { return s.Get(ctx, k) }, s.Close
 }
 
-func playerStatus(addr string, st *playerd.Status) error {
-	resp, err := http.Get("http://" + addr + "/status")
+func playerStatus(addr string, tlsCfg *tls.Config, st *playerd.Status) error {
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("https://" + addr + "/status")
 	if err != nil {
 		return err
 	}
