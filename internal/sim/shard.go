@@ -85,6 +85,12 @@ type copyOf struct {
 	// primary's timer (zero: none).
 	syncArmed bool
 	wakeAt    time.Time
+	// leftOutAfter is the last cut committed before the configuration
+	// that left the copy out (valid once leftOut): a copy that restarts
+	// replays the cuts up to it, then that configuration, then the rest,
+	// in the order the events came.
+	leftOut      bool
+	leftOutAfter uint64
 }
 
 func (c *copyOf) name() string {
@@ -544,6 +550,9 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 	old := sh.prim
 	for i, c := range sh.copies {
 		sh.member[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server })
+		if !sh.member[i] && !c.leftOut {
+			c.leftOut, c.leftOutAfter = true, sh.knownCut.Index
+		}
 		if row.Replicas[0].ID == c.server {
 			sh.prim = i
 		}
@@ -569,6 +578,10 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 			}
 		case sh.member[i]:
 			m.Role = core.RoleBackup
+		}
+		if c.r.Role() == core.RoleRecovered && m.Role == core.RoleFenced && s.plant == bugTrustReplacedTail {
+			s.planted = true
+			continue
 		}
 		var out core.Output[int64]
 		c.r.Reconfigure(m, s.now, &out)
@@ -925,11 +938,25 @@ func (sh *shard) restart(c *copyOf) {
 	c.up = true
 	s.tracef("shard %d: %s restarts read-only (%d entries, %d ordered, last cut %d)", sh.id, c.name(), c.log.Len(), c.log.Ordered(), last)
 	var out core.Output[int64]
+	// As a storage server replays the events: the configuration that left
+	// this copy out comes between the cuts before it and those after.
+	hearLeftOut := func() {
+		if s.plant == bugTrustReplacedTail {
+			s.planted = true
+			return
+		}
+		c.r.Reconfigure(core.Membership{Epoch: sh.epoch, Role: core.RoleFenced}, s.now, &out)
+	}
+	heard := false
 	var replayed []shardCut
 	prev := s.initialCut
 	for _, cc := range s.cutHist {
 		if cc.Index > sh.knownCut.Index {
 			break
+		}
+		if c.leftOut && !heard && cc.Index > c.leftOutAfter {
+			heard = true
+			hearLeftOut()
 		}
 		if cc.Index > last {
 			sl := sliceOf(prev, cc, sh.id)
@@ -937,6 +964,9 @@ func (sh *shard) restart(c *copyOf) {
 			replayed = append(replayed, shardCut{c: cc, slice: sl})
 		}
 		prev = cc
+	}
+	if c.leftOut && !heard {
+		hearLeftOut()
 	}
 	if sh.finalized {
 		c.r.Finalize(sh.finalLen, &out)

@@ -189,6 +189,11 @@ const (
 	// without checking its frame (altered, with a checksum that matches
 	// the altered bytes), and the repaired copy stores it.
 	bugCopyUnchecked
+	// bugTrustReplacedTail: a storage server does not tell a copy it
+	// restarted with that a configuration left it out, so the copy
+	// orders a tail its shard never made durable, which the new primary
+	// replaced.
+	bugTrustReplacedTail
 )
 
 // Result is the outcome of one seed.
