@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -677,12 +678,21 @@ func (sh *shard) resolveIDs(ids []int64) {
 		}
 		readAll[i] = len(c.log.Damaged()) == 0
 		m := map[resolveKey]uint64{}
-		c.log.Scan(0, func(local uint64, e segment.Entry) bool {
-			if e.Noops == 0 {
-				m[resolveKey{e.ClientID, e.Seq}] = local
-			}
-			return true
-		})
+		// As a storage server does: damaged records cannot be read, so
+		// the scan goes around them.
+		from := uint64(0)
+		for _, d := range append(c.log.Damaged(), segment.DamagedRange{First: math.MaxUint64}) {
+			c.log.Scan(from, func(local uint64, e segment.Entry) bool {
+				if local >= d.First {
+					return false
+				}
+				if e.Noops == 0 {
+					m[resolveKey{e.ClientID, e.Seq}] = local
+				}
+				return true
+			})
+			from = d.End
+		}
 		held[i] = m
 	}
 	var pending []int64
