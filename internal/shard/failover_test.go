@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/augur-log/augur/internal/cut"
@@ -183,5 +184,78 @@ func TestFailoverLastReplicaStandsAlone(t *testing.T) {
 	np.Reconfigure(Membership{Epoch: 1, Role: RoleFenced}, t0, &Output[string]{})
 	if np.Role() != RolePrimary {
 		t.Fatal("a repeated epoch changed the role")
+	}
+}
+
+// TestFailoverCopyLeftOutOrdersNoReplacedTail: a primary stores (7,3) and
+// (7,4) at local [2, 4) that its backup never gets, and is taken out; the
+// backup, primary of configuration 1, stores the client's retry of (7,4)
+// at local 2, a cut orders it, and the shard ends at 3. Neither the old
+// primary, fenced, nor its copy after its server restarts (recovered, told
+// of configuration 1) may take cut 2 for its own local 2, which holds
+// (7,3): the recovered copy is lost instead. Nor may they deny (7,4),
+// which they hold past the final length. A recovered copy that no
+// configuration left out (a whole shard failed) follows cuts past what
+// it ordered before its restart.
+func TestFailoverCopyLeftOutOrdersNoReplacedTail(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	pr.append("c", 7, 1, 2)
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
+	pr.cutAt(1, 0, 2, 100)
+	pr.append("c", 7, 3, 4) // never reaches the backup
+	if err := pr.plog.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	old, np := pr.p, pr.backups[0]
+	old.Reconfigure(Membership{Epoch: 1, Role: RoleFenced}, t0, &Output[string]{})
+	np.Reconfigure(Membership{Epoch: 1, Role: RolePrimary}, t0, &Output[string]{})
+	out := &Output[string]{}
+	np.Propose([]Append[string]{{Waiter: "c", Entry: rec(7, 4)}}, out)
+	np.Store(out)
+	c2 := Cut{Index: 2, Start: 102, End: 103, Slice: cut.Slice{Shard: 1, LocalStart: 2, GlobalStart: 102, Count: 1}}
+	out = &Output[string]{}
+	np.ApplyCut(c2, out)
+	np.Finalize(3, out)
+	if len(out.Answers) != 1 || out.Answers[0].Verdict != Ordered || out.Answers[0].Position != 102 {
+		t.Fatalf("the new primary answered %+v, want (7,4) ordered at 102", out.Answers)
+	}
+
+	old.ApplyCut(c2, &Output[string]{})
+	old.Finalize(3, &Output[string]{})
+	if res, _ := old.Resolve(3, true, true); res != ResolvePending {
+		t.Fatalf("the fenced primary, holding (7,4) past the final length: %v, want pending", res)
+	}
+
+	pr.plog.Crash()
+	rec := NewReplica[string](Config{ID: 1, Role: RoleRecovered, LastCut: 1}, pr.plog)
+	if rec.Reconfigure(Membership{Epoch: 1, Role: RoleFenced}, t0, &Output[string]{}) || rec.Role() != RoleRecovered {
+		t.Fatalf("a recovered copy took a configuration: %v", rec.Role())
+	}
+	out = &Output[string]{}
+	rec.ApplyCut(c2, out)
+	if o := pr.plog.Ordered(); o != 2 || !rec.Lost() || len(out.Problems) != 1 || !strings.Contains(out.Problems[0].Error(), "left out") {
+		t.Fatalf("recovered copy after cut 2: ordered %d, lost %v, problems %v; want 2, lost: left out", o, rec.Lost(), out.Problems)
+	}
+	rec.Finalize(3, &Output[string]{})
+	if res, _ := rec.Resolve(3, true, true); res != ResolvePending {
+		t.Fatalf("the recovered copy, holding (7,4) past the final length: %v, want pending", res)
+	}
+	if res, pos := rec.Resolve(1, true, true); res != ResolveOrdered || pos != 101 {
+		t.Fatalf("an entry ordered before the failover: %v at %d, want ordered at 101", res, pos)
+	}
+
+	// A whole shard fails: both copies hold (7,1..3), a cut ordered two
+	// of them, and the cut that orders the third commits after the
+	// crash. The shard's configuration still names the copies.
+	whole := newPair(t, 1, nil)
+	whole.append("c", 7, 1, 2, 3)
+	whole.p.BackupAcked(bk(0), 0, whole.deliver(0))
+	whole.cutAt(1, 0, 2, 100)
+	rec = NewReplica[string](Config{ID: 1, Role: RoleRecovered, LastCut: 1}, whole.plog)
+	rec.Reconfigure(Membership{Epoch: 1, Role: RolePrimary}, t0, &Output[string]{})
+	out = &Output[string]{}
+	rec.ApplyCut(c2, out)
+	if o := whole.plog.Ordered(); o != 3 || rec.Lost() || len(out.Problems) != 0 {
+		t.Fatalf("recovered copy of a whole-shard failure after cut 2: ordered %d, lost %v, problems %v; want 3, not lost", o, rec.Lost(), out.Problems)
 	}
 }

@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,9 @@ const (
 	// RoleRecovered is a copy found on disk at start-up: its server
 	// restarted, so it is out of the shard's configuration (or the shard
 	// is finalized); it takes neither appends nor replication, and only
-	// applies cuts for readers.
+	// applies cuts for readers. Once it hears of a configuration that
+	// leaves it out, it orders nothing past what it ordered by then (see
+	// Replica.replacedFrom).
 	RoleRecovered
 	// RoleFenced is a copy its server still runs but that a newer
 	// configuration left out: it takes neither appends nor replication,
@@ -258,6 +261,15 @@ type Replica[W comparable] struct {
 	// back; it then serves neither subscriptions nor resolutions.
 	lost    atomic.Bool
 	lastCut uint64
+	// replacedFrom is the first local index at which the shard may hold
+	// other entries than this copy: the copy's ordered end when it heard
+	// of a configuration that leaves it out (math.MaxUint64 until then).
+	// A report covers only what every replica of its configuration holds,
+	// so a cut committed while the copy was a member orders only entries
+	// it holds as the shard does; past its ordered end it may hold a tail
+	// no report covered, where a newer primary stored other entries. It
+	// never assigns positions, nor denies appends, from there on.
+	replacedFrom atomic.Uint64
 
 	// staged is the batch Propose admitted and Store writes; stagedWaiters
 	// are its appends' waiters. Both are reused from batch to batch.
@@ -292,6 +304,7 @@ func NewReplica[W comparable](cfg Config, log Log) *Replica[W] {
 		heldWhenSynced: cfg.HeldWhenSynced, cfgEpoch: cfg.Epoch}
 	r.role.Store(int32(cfg.Role))
 	r.epoch.Store(cfg.Epoch)
+	r.replacedFrom.Store(math.MaxUint64)
 	if r.ord == nil {
 		r.ord = Eager{}
 	}
@@ -740,7 +753,11 @@ func (r *Replica[W]) Replicated(epoch, first uint64, entries []segment.Entry) (h
 
 // Reconfigure takes a committed configuration of the shard (m.Epoch). A
 // configuration no newer than the last one its owner gave is ignored, and
-// so is any for a recovered or fenced copy, which never rejoins in place.
+// so is any for a recovered or fenced copy, which never rejoins in place:
+// except that a recovered copy that m leaves out stops ordering past what
+// it ordered (see replacedFrom). The owner must hand it every
+// configuration, in order with the cuts (one that leaves it out at once,
+// if it knows of no earlier one).
 //
 // A copy left out is fenced: a primary answers its waiting appends
 // Unavailable (their clients retry at the new primary, which stores each
@@ -751,10 +768,16 @@ func (r *Replica[W]) Replicated(epoch, first uint64, entries []segment.Entry) (h
 // each joined, it admits, fills and reports nothing. It reports whether it applied m.
 func (r *Replica[W]) Reconfigure(m Membership, now time.Time, out *Output[W]) (applied bool) {
 	cur := r.Role()
-	if m.Epoch <= r.cfgEpoch || cur == RoleRecovered || cur == RoleFenced {
+	if m.Epoch <= r.cfgEpoch || cur == RoleFenced {
 		return false
 	}
 	r.cfgEpoch = m.Epoch
+	if cur == RoleRecovered {
+		if m.Role != RolePrimary && m.Role != RoleBackup {
+			r.distrustTail()
+		}
+		return false
+	}
 	for {
 		e := r.epoch.Load()
 		if m.Epoch <= e || r.epoch.CompareAndSwap(e, m.Epoch) {
@@ -778,12 +801,19 @@ func (r *Replica[W]) Reconfigure(m Membership, now time.Time, out *Output[W]) (a
 	return true
 }
 
+// distrustTail records that the shard may replace what this copy holds
+// past its ordered end (see replacedFrom).
+func (r *Replica[W]) distrustTail() {
+	r.replacedFrom.Store(min(r.replacedFrom.Load(), r.log.Ordered()))
+}
+
 // fence takes this copy out of service (see RoleFenced).
 func (r *Replica[W]) fence(out *Output[W]) {
 	r.replMu.Lock()
 	r.role.Store(int32(RoleFenced))
 	r.replMu.Unlock()
 	r.lost.Store(true)
+	r.distrustTail()
 	r.syncing.Store(false)
 	if r.primary == nil {
 		return
@@ -959,8 +989,10 @@ func (r *Replica[W]) Trim(global uint64) error { return r.log.Trim(global) }
 
 // ApplyCut gives this copy's entries the positions a committed cut
 // assigns and answers the appends it orders. A copy that cannot follow
-// the cut (it lacks entries the cut orders, or a snapshot says it missed
-// cuts) is marked lost: the other replicas serve those entries.
+// the cut (it lacks entries the cut orders, it was left out of the
+// configuration before the cut reached past what it ordered, or a
+// snapshot says it missed cuts) is marked lost: the other replicas serve
+// those entries.
 func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 	out.Changed = true
 	defer func() { r.lastCut = max(r.lastCut, c.Index) }()
@@ -970,6 +1002,10 @@ func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 		switch {
 		case sl.LocalStart < ordered:
 			// Already assigned before a restart.
+		case sl.LocalStart+sl.Count > r.replacedFrom.Load():
+			out.Problems = append(out.Problems, fmt.Errorf("shard %d: copy left out of the configuration cannot follow cut %d: it orders local [%d, %d), where the shard may hold other entries than this copy from %d on",
+				r.id, c.Index, sl.LocalStart, sl.LocalStart+sl.Count, r.replacedFrom.Load()))
+			r.lost.Store(true)
 		case sl.LocalStart != ordered || sl.LocalStart+sl.Count > length:
 			out.Problems = append(out.Problems, fmt.Errorf("shard %d: copy cannot follow cut %d: it orders local [%d, %d), this copy ordered %d of %d",
 				r.id, c.Index, sl.LocalStart, sl.LocalStart+sl.Count, ordered, length))
@@ -1057,9 +1093,13 @@ const (
 // even where this copy applied cuts that place it: in speculative order
 // the cuts after a view change still give a failed shard's void slots to
 // its entries past the void point, and those slots are no-ops to readers.
+// That holds only where this copy holds every entry the shard ordered as
+// the shard does (finalLen <= replacedFrom): otherwise a newer primary
+// may have stored the append again (a client's retry) at an index the
+// copy holds otherwise, and ordered it there.
 func (r *Replica[W]) Resolve(local uint64, found, readAll bool) (Resolution, uint64) {
 	finalLen, final := r.Final()
-	if final && found && local >= finalLen {
+	if final && found && local >= finalLen && finalLen <= r.replacedFrom.Load() {
 		return ResolveNotOrdered, 0
 	}
 	ordered := r.log.Ordered()

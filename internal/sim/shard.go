@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -85,6 +86,12 @@ type copyOf struct {
 	// primary's timer (zero: none).
 	syncArmed bool
 	wakeAt    time.Time
+	// leftOutAfter is the last cut committed before the configuration
+	// that left the copy out (valid once leftOut): a copy that restarts
+	// replays the cuts up to it, then that configuration, then the rest,
+	// in the order the events came.
+	leftOut      bool
+	leftOutAfter uint64
 }
 
 func (c *copyOf) name() string {
@@ -544,6 +551,9 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 	old := sh.prim
 	for i, c := range sh.copies {
 		sh.member[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server })
+		if !sh.member[i] && !c.leftOut {
+			c.leftOut, c.leftOutAfter = true, sh.knownCut.Index
+		}
 		if row.Replicas[0].ID == c.server {
 			sh.prim = i
 		}
@@ -569,6 +579,10 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 			}
 		case sh.member[i]:
 			m.Role = core.RoleBackup
+		}
+		if c.r.Role() == core.RoleRecovered && m.Role == core.RoleFenced && s.plant == bugTrustReplacedTail {
+			s.planted = true
+			continue
 		}
 		var out core.Output[int64]
 		c.r.Reconfigure(m, s.now, &out)
@@ -664,12 +678,21 @@ func (sh *shard) resolveIDs(ids []int64) {
 		}
 		readAll[i] = len(c.log.Damaged()) == 0
 		m := map[resolveKey]uint64{}
-		c.log.Scan(0, func(local uint64, e segment.Entry) bool {
-			if e.Noops == 0 {
-				m[resolveKey{e.ClientID, e.Seq}] = local
-			}
-			return true
-		})
+		// As a storage server does: damaged records cannot be read, so
+		// the scan goes around them.
+		from := uint64(0)
+		for _, d := range append(c.log.Damaged(), segment.DamagedRange{First: math.MaxUint64}) {
+			c.log.Scan(from, func(local uint64, e segment.Entry) bool {
+				if local >= d.First {
+					return false
+				}
+				if e.Noops == 0 {
+					m[resolveKey{e.ClientID, e.Seq}] = local
+				}
+				return true
+			})
+			from = d.End
+		}
 		held[i] = m
 	}
 	var pending []int64
@@ -925,11 +948,25 @@ func (sh *shard) restart(c *copyOf) {
 	c.up = true
 	s.tracef("shard %d: %s restarts read-only (%d entries, %d ordered, last cut %d)", sh.id, c.name(), c.log.Len(), c.log.Ordered(), last)
 	var out core.Output[int64]
+	// As a storage server replays the events: the configuration that left
+	// this copy out comes between the cuts before it and those after.
+	hearLeftOut := func() {
+		if s.plant == bugTrustReplacedTail {
+			s.planted = true
+			return
+		}
+		c.r.Reconfigure(core.Membership{Epoch: sh.epoch, Role: core.RoleFenced}, s.now, &out)
+	}
+	heard := false
 	var replayed []shardCut
 	prev := s.initialCut
 	for _, cc := range s.cutHist {
 		if cc.Index > sh.knownCut.Index {
 			break
+		}
+		if c.leftOut && !heard && cc.Index > c.leftOutAfter {
+			heard = true
+			hearLeftOut()
 		}
 		if cc.Index > last {
 			sl := sliceOf(prev, cc, sh.id)
@@ -937,6 +974,9 @@ func (sh *shard) restart(c *copyOf) {
 			replayed = append(replayed, shardCut{c: cc, slice: sl})
 		}
 		prev = cc
+	}
+	if c.leftOut && !heard {
+		hearLeftOut()
 	}
 	if sh.finalized {
 		c.r.Finalize(sh.finalLen, &out)

@@ -199,6 +199,11 @@ const (
 	// bugLazyReadAhead: a lazy shard replica answers a read above
 	// stable-gp from the placement it holds, rather than holding it.
 	bugLazyReadAhead
+	// bugTrustReplacedTail: a storage server does not tell a copy it
+	// restarted with that a configuration left it out, so the copy
+	// orders a tail its shard never made durable, which the new primary
+	// replaced.
+	bugTrustReplacedTail
 )
 
 // Result is the outcome of one seed.

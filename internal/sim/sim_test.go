@@ -368,3 +368,32 @@ func TestLazySeedReplays(t *testing.T) {
 		t.Fatalf("seed 7 did nothing: %s", r1.Summary)
 	}
 }
+
+// TestPlantedTrustedReplacedTail: in seeds 3 and 17 (speculative, all
+// faults) a primary crashes holding a tail its shard never made durable,
+// the shard fails over and stores other entries at those indexes, and the
+// old primary's server restarts. Told of the configuration that left its
+// copy out, the copy orders nothing past what it ordered by then, and the
+// seeds pass; planted, the server does not tell it, the copy orders its
+// stale tail, and the copies' check must say so.
+func TestPlantedTrustedReplacedTail(t *testing.T) {
+	for _, seed := range []uint64{3, 17} {
+		o := Options{Mode: Spec, Faults: AllFaults()}
+		if r := Run(seed, o); r.Failed() {
+			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+		}
+		o.plant = bugTrustReplacedTail
+		r := Run(seed, o)
+		caught := false
+		for _, e := range r.Errs {
+			if strings.Contains(e, "invariant 2") && strings.Contains(e, "(recovered)") {
+				caught = true
+				t.Logf("seed %d: %s", seed, e)
+				break
+			}
+		}
+		if !r.planted || !caught {
+			t.Errorf("seed %d: planted %v, and no check caught the stale tail: %v", seed, r.planted, r.Errs)
+		}
+	}
+}
