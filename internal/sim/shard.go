@@ -664,7 +664,8 @@ func (sh *shard) resolveIDs(ids []int64) {
 		}
 		readAll[i] = len(c.log.Damaged()) == 0
 		m := map[resolveKey]uint64{}
-		c.log.Scan(0, func(local uint64, e segment.Entry) bool {
+		// As a storage server answers Resolve: around damaged ranges.
+		_ = core.ScanReadable(c.log, func(local uint64, e segment.Entry) bool {
 			if e.Noops == 0 {
 				m[resolveKey{e.ClientID, e.Seq}] = local
 			}

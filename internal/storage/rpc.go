@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -306,28 +305,14 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 	found := map[uint64]uint64{}
 	// Damaged records cannot be read: scan around them.
 	damaged := r.store.Damaged()
-	from := uint64(0)
-	for i := 0; ; i++ {
-		end := uint64(math.MaxUint64)
-		if i < len(damaged) {
-			end = damaged[i].First
+	err := shard.ScanReadable(r.store, func(local uint64, e segment.Entry) bool {
+		if e.ClientID == req.ClientId && want[e.Seq] {
+			found[e.Seq] = local
 		}
-		err := r.store.Scan(from, func(local uint64, e segment.Entry) bool {
-			if local >= end {
-				return false
-			}
-			if e.ClientID == req.ClientId && want[e.Seq] {
-				found[e.Seq] = local
-			}
-			return true
-		})
-		if err != nil && (i == len(damaged) || !errors.Is(err, segment.ErrDamaged)) {
-			return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
-		}
-		if i == len(damaged) {
-			break
-		}
-		from = damaged[i].End
+		return true
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
 	}
 	resp := &pb.ResolveResponse{}
 	for _, q := range req.Seqs {
