@@ -655,14 +655,10 @@ type resolveKey struct{ client, seq uint64 }
 func (sh *shard) resolveIDs(ids []int64) {
 	s := sh.s
 	var held [copiesN]map[resolveKey]uint64
-	// readAll[i]: copy i could read every entry it holds; a damaged range
-	// may hide the append, so a damaged copy may not deny it.
-	var readAll [copiesN]bool
 	for i, c := range sh.copies {
 		if !c.up {
 			continue
 		}
-		readAll[i] = len(c.log.Damaged()) == 0
 		m := map[resolveKey]uint64{}
 		// As a storage server answers Resolve: around damaged ranges.
 		_ = core.ScanReadable(c.log, func(local uint64, e segment.Entry) bool {
@@ -686,7 +682,7 @@ func (sh *shard) resolveIDs(ids []int64) {
 				continue
 			}
 			local, found := held[i][k]
-			if res, pos = c.r.Resolve(local, found, readAll[i]); res != core.ResolvePending {
+			if res, pos = c.r.Resolve(local, found); res != core.ResolvePending {
 				break
 			}
 		}

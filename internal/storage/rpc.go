@@ -304,7 +304,6 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 	}
 	found := map[uint64]uint64{}
 	// Damaged records cannot be read: scan around them.
-	damaged := r.store.Damaged()
 	err := shard.ScanReadable(r.store, func(local uint64, e segment.Entry) bool {
 		if e.ClientID == req.ClientId && want[e.Seq] {
 			found[e.Seq] = local
@@ -319,8 +318,8 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 		ack := &pb.AppendAck{Seq: q, Shard: r.id}
 		local, ok := found[q]
 		// A copy that cannot read some of its records may hold the append
-		// among them.
-		switch res, pos := r.core.Resolve(local, ok, len(damaged) == 0); res {
+		// among them: the core says when that forbids a denial.
+		switch res, pos := r.core.Resolve(local, ok); res {
 		case shard.ResolveOrdered:
 			ack.Code, ack.Position = pb.Code_OK, pos
 		case shard.ResolveNotOrdered:
