@@ -851,6 +851,13 @@ func (sh *shard) fail() {
 // restarts after down with the copy read-only (RoleRecovered).
 func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	s := sh.s
+	if !c.up {
+		// Already down (a power loss takes a shard's servers, some may
+		// have crashed before): crashing it again would schedule a second
+		// restart, which would restart the copy over itself once it is
+		// back and run a second catch-up beside the first.
+		return
+	}
 	if c == sh.primary() && len(sh.queue) > 0 && s.sc.sync == syncAlways {
 		// The turn that was writing the queued batch: its frames reach
 		// the log unsynced, so the crash may keep or tear them.
