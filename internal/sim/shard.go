@@ -879,9 +879,13 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	c.inc++
 	s.stats.crashes++
 	s.tracef("shard %d: %s crashes (stored %d, synced %d, kept %d after the crash; durable %d)", sh.id, c.name(), before, synced, c.log.Len(), sh.durable)
+	// A survivor serves in the configuration: a copy back from a crash is
+	// read-only (RoleRecovered never rejoins in place), so it takes no
+	// failover, and the shard has failed.
 	survivor := false
 	for i, o := range sh.copies {
-		survivor = survivor || (o != c && o.up && sh.member[i])
+		role := o.r.Role()
+		survivor = survivor || (o != c && o.up && sh.member[i] && (role == core.RolePrimary || role == core.RoleBackup))
 	}
 	switch {
 	case sh.alive && survivor && s.plant != bugFinalizeOnReplicaFailure:
