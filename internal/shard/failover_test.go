@@ -222,7 +222,7 @@ func TestFailoverCopyLeftOutOrdersNoReplacedTail(t *testing.T) {
 
 	old.ApplyCut(c2, &Output[string]{})
 	old.Finalize(3, &Output[string]{})
-	if res, _ := old.Resolve(3, true, true); res != ResolvePending {
+	if res, _ := old.Resolve(3, true); res != ResolvePending {
 		t.Fatalf("the fenced primary, holding (7,4) past the final length: %v, want pending", res)
 	}
 
@@ -237,10 +237,10 @@ func TestFailoverCopyLeftOutOrdersNoReplacedTail(t *testing.T) {
 		t.Fatalf("recovered copy after cut 2: ordered %d, lost %v, problems %v; want 2, lost: left out", o, rec.Lost(), out.Problems)
 	}
 	rec.Finalize(3, &Output[string]{})
-	if res, _ := rec.Resolve(3, true, true); res != ResolvePending {
+	if res, _ := rec.Resolve(3, true); res != ResolvePending {
 		t.Fatalf("the recovered copy, holding (7,4) past the final length: %v, want pending", res)
 	}
-	if res, pos := rec.Resolve(1, true, true); res != ResolveOrdered || pos != 101 {
+	if res, pos := rec.Resolve(1, true); res != ResolveOrdered || pos != 101 {
 		t.Fatalf("an entry ordered before the failover: %v at %d, want ordered at 101", res, pos)
 	}
 

@@ -1,6 +1,10 @@
 package shard
 
-import "github.com/augur-log/augur/internal/segment"
+import (
+	"errors"
+
+	"github.com/augur-log/augur/internal/segment"
+)
 
 // Log is a replica's local log of one shard, as the Replica core stores
 // through it: entries (records and no-op runs) at dense local indexes from
@@ -57,3 +61,33 @@ var (
 	_ Log = (*segment.Store)(nil)
 	_ Log = (*MemLog)(nil)
 )
+
+// ScanReadable calls fn with each entry of l it can read, from local index
+// 0 on, stepping over the damaged ranges (Scan stops at one) until fn
+// returns false. A copy answers from it which appends it holds: a record
+// past a damaged range is as much there as one before it.
+func ScanReadable(l Log, fn func(local uint64, e segment.Entry) bool) error {
+	damaged := l.Damaged()
+	from := uint64(0)
+	for i := 0; ; i++ {
+		end := ^uint64(0)
+		if i < len(damaged) {
+			end = damaged[i].First
+		}
+		more := true
+		err := l.Scan(from, func(local uint64, e segment.Entry) bool {
+			if local >= end {
+				return false
+			}
+			more = fn(local, e)
+			return more
+		})
+		if err != nil && (i == len(damaged) || !errors.Is(err, segment.ErrDamaged)) {
+			return err
+		}
+		if !more || i == len(damaged) {
+			return nil
+		}
+		from = damaged[i].End
+	}
+}

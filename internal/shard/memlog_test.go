@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/augur-log/augur/internal/segment"
@@ -181,5 +182,42 @@ func TestMemLogDamageAndRepair(t *testing.T) {
 	locals, es := scanAll(m)
 	if len(locals) != 5 || locals[2] != 2 || es[2].Noops != 3 || es[3].Seq != 3 || locals[4] != 6 {
 		t.Fatalf("after the repair Scan gives %v %+v", locals, es)
+	}
+}
+
+// TestScanReadableStepsOverDamage checks that ScanReadable visits every
+// entry a damaged log can read, past each damaged range, skips the
+// damaged ones, and stops when fn says so.
+func TestScanReadableStepsOverDamage(t *testing.T) {
+	m := NewMemLog()
+	for seq := uint64(1); seq <= 8; seq++ {
+		mustAppend(t, m, rec(1, seq))
+	}
+	if _, ok := m.Damage(2, 4); !ok {
+		t.Fatal("Damage(2, 4) failed")
+	}
+	if _, ok := m.Damage(5, 6); !ok {
+		t.Fatal("Damage(5, 6) failed")
+	}
+	var locals []uint64
+	if err := ScanReadable(m, func(local uint64, e segment.Entry) bool {
+		if e.Seq != local+1 {
+			t.Errorf("local %d holds seq %d", local, e.Seq)
+		}
+		locals = append(locals, local)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{0, 1, 4, 6, 7}; !slices.Equal(locals, want) {
+		t.Fatalf("ScanReadable visited %v, want %v", locals, want)
+	}
+	locals = nil
+	_ = ScanReadable(m, func(local uint64, _ segment.Entry) bool {
+		locals = append(locals, local)
+		return local < 4
+	})
+	if want := []uint64{0, 1, 4}; !slices.Equal(locals, want) {
+		t.Fatalf("ScanReadable stopped after %v, want %v", locals, want)
 	}
 }

@@ -1085,19 +1085,20 @@ const (
 )
 
 // Resolve says what this copy knows of an append: found says its log
-// holds it at local index local, and readAll that the copy could read
-// every entry it holds while looking. Only a copy that holds, and could
-// read, every entry the shard ordered may deny an append it did not find:
-// one that lost its tail in a crash, missed cuts, or has damaged records
-// would deny records the other replicas serve. An entry at or past a final shard's length was never ordered,
-// even where this copy applied cuts that place it: in speculative order
-// the cuts after a view change still give a failed shard's void slots to
-// its entries past the void point, and those slots are no-ops to readers.
-// That holds only where this copy holds every entry the shard ordered as
-// the shard does (finalLen <= replacedFrom): otherwise a newer primary
-// may have stored the append again (a client's retry) at an index the
-// copy holds otherwise, and ordered it there.
-func (r *Replica[W]) Resolve(local uint64, found, readAll bool) (Resolution, uint64) {
+// holds it at local index local (among the entries it can read). Only a
+// copy that holds, and can read, every entry the shard ordered may deny an
+// append it did not find: one that lost its tail in a crash, missed cuts,
+// or has damaged records below the final length would deny records the
+// other replicas serve. Damage at or past the final length hides only
+// entries that were never ordered. An entry at or past a final shard's
+// length was never ordered, even where this copy applied cuts that place
+// it: in speculative order the cuts after a view change still give a
+// failed shard's void slots to its entries past the void point, and those
+// slots are no-ops to readers. That holds only where this copy holds every
+// entry the shard ordered as the shard does (finalLen <= replacedFrom):
+// otherwise a newer primary may have stored the append again (a client's
+// retry) at an index the copy holds otherwise, and ordered it there.
+func (r *Replica[W]) Resolve(local uint64, found bool) (Resolution, uint64) {
 	finalLen, final := r.Final()
 	if final && found && local >= finalLen && finalLen <= r.replacedFrom.Load() {
 		return ResolveNotOrdered, 0
@@ -1109,8 +1110,18 @@ func (r *Replica[W]) Resolve(local uint64, found, readAll bool) (Resolution, uin
 		}
 		return ResolvePending, 0 // trimmed: another copy may still tell
 	}
-	if final && !found && readAll && ordered >= finalLen {
+	if final && !found && ordered >= finalLen && !r.damagedBelow(finalLen) {
 		return ResolveNotOrdered, 0
 	}
 	return ResolvePending, 0
+}
+
+// damagedBelow says some entry below local index end cannot be read.
+func (r *Replica[W]) damagedBelow(end uint64) bool {
+	for _, d := range r.log.Damaged() {
+		if d.First < end {
+			return true
+		}
+	}
+	return false
 }

@@ -564,21 +564,32 @@ func TestReplicaResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	pr.cutAt(1, 0, 2, 40)
-	if res, pos := pr.p.Resolve(1, true, true); res != ResolveOrdered || pos != 41 {
+	if res, pos := pr.p.Resolve(1, true); res != ResolveOrdered || pos != 41 {
 		t.Fatalf("ordered append: %v at %d, want ordered at 41", res, pos)
 	}
-	if res, _ := pr.p.Resolve(2, true, true); res != ResolvePending {
+	if res, _ := pr.p.Resolve(2, true); res != ResolvePending {
 		t.Fatalf("stored, unordered append of a live shard: %v, want pending", res)
 	}
 	pr.p.Finalize(2, &Output[string]{})
-	if res, _ := pr.p.Resolve(2, true, true); res != ResolveNotOrdered {
+	if res, _ := pr.p.Resolve(2, true); res != ResolveNotOrdered {
 		t.Fatalf("append past the final length: %v, want not ordered", res)
 	}
-	if res, _ := pr.p.Resolve(0, false, true); res != ResolveNotOrdered {
+	if res, _ := pr.p.Resolve(0, false); res != ResolveNotOrdered {
 		t.Fatalf("append the final copy never stored: %v, want not ordered", res)
 	}
-	if res, _ := pr.p.Resolve(0, false, false); res != ResolvePending {
-		t.Fatalf("append not found by a final copy that could not read all it holds: %v, want pending", res)
+	// Damage past the final length hides only entries never ordered;
+	// damage below it may hide the append.
+	if _, ok := pr.plog.Damage(2, 3); !ok {
+		t.Fatal("Damage(2, 3) failed")
+	}
+	if res, _ := pr.p.Resolve(0, false); res != ResolveNotOrdered {
+		t.Fatalf("append not found by a final copy damaged only past the final length: %v, want not ordered", res)
+	}
+	if _, ok := pr.plog.Damage(1, 2); !ok {
+		t.Fatal("Damage(1, 2) failed")
+	}
+	if res, _ := pr.p.Resolve(0, false); res != ResolvePending {
+		t.Fatalf("append not found by a final copy that could not read all it ordered: %v, want pending", res)
 	}
 	// The backup's server crashes before syncing the cut's positions: its
 	// recovered copy holds the records but not their order, so it may
@@ -589,10 +600,10 @@ func TestReplicaResolve(t *testing.T) {
 	if n, o := pr.blogs[0].Len(), pr.blogs[0].Ordered(); n != 3 || o != 0 {
 		t.Fatalf("the recovered log holds %d entries, %d ordered; want 3, 0", n, o)
 	}
-	if res, _ := rec.Resolve(0, true, true); res != ResolvePending {
+	if res, _ := rec.Resolve(0, true); res != ResolvePending {
 		t.Fatalf("a copy that lost the cut's positions: %v, want pending", res)
 	}
-	if res, _ := rec.Resolve(0, false, true); res != ResolvePending {
+	if res, _ := rec.Resolve(0, false); res != ResolvePending {
 		t.Fatalf("a copy that lost the cut's positions denies an append: %v, want pending", res)
 	}
 }
@@ -607,10 +618,10 @@ func TestReplicaResolveVoidedEntry(t *testing.T) {
 	b := pr.backups[0]
 	b.ApplyCut(Cut{Index: 1, Start: 40, End: 43, Slice: cut.Slice{Shard: 1, LocalStart: 0, GlobalStart: 40, Count: 3}}, &Output[string]{})
 	b.Finalize(2, &Output[string]{})
-	if res, pos := b.Resolve(1, true, true); res != ResolveOrdered || pos != 41 {
+	if res, pos := b.Resolve(1, true); res != ResolveOrdered || pos != 41 {
 		t.Fatalf("entry below the final length: %v at %d, want ordered at 41", res, pos)
 	}
-	if res, _ := b.Resolve(2, true, true); res != ResolveNotOrdered {
+	if res, _ := b.Resolve(2, true); res != ResolveNotOrdered {
 		t.Fatalf("entry past the final length, placed in a void slot: %v, want not ordered", res)
 	}
 }

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -669,30 +668,18 @@ type resolveKey struct{ client, seq uint64 }
 func (sh *shard) resolveIDs(ids []int64) {
 	s := sh.s
 	var held [copiesN]map[resolveKey]uint64
-	// readAll[i]: copy i could read every entry it holds; a damaged range
-	// may hide the append, so a damaged copy may not deny it.
-	var readAll [copiesN]bool
 	for i, c := range sh.copies {
 		if !c.up {
 			continue
 		}
-		readAll[i] = len(c.log.Damaged()) == 0
 		m := map[resolveKey]uint64{}
-		// As a storage server does: damaged records cannot be read, so
-		// the scan goes around them.
-		from := uint64(0)
-		for _, d := range append(c.log.Damaged(), segment.DamagedRange{First: math.MaxUint64}) {
-			c.log.Scan(from, func(local uint64, e segment.Entry) bool {
-				if local >= d.First {
-					return false
-				}
-				if e.Noops == 0 {
-					m[resolveKey{e.ClientID, e.Seq}] = local
-				}
-				return true
-			})
-			from = d.End
-		}
+		// As a storage server answers Resolve: around damaged ranges.
+		_ = core.ScanReadable(c.log, func(local uint64, e segment.Entry) bool {
+			if e.Noops == 0 {
+				m[resolveKey{e.ClientID, e.Seq}] = local
+			}
+			return true
+		})
 		held[i] = m
 	}
 	var pending []int64
@@ -708,7 +695,7 @@ func (sh *shard) resolveIDs(ids []int64) {
 				continue
 			}
 			local, found := held[i][k]
-			if res, pos = c.r.Resolve(local, found, readAll[i]); res != core.ResolvePending {
+			if res, pos = c.r.Resolve(local, found); res != core.ResolvePending {
 				break
 			}
 		}
@@ -877,6 +864,13 @@ func (sh *shard) fail() {
 // restarts after down with the copy read-only (RoleRecovered).
 func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	s := sh.s
+	if !c.up {
+		// Already down (a power loss takes a shard's servers, some may
+		// have crashed before): crashing it again would schedule a second
+		// restart, which would restart the copy over itself once it is
+		// back and run a second catch-up beside the first.
+		return
+	}
 	if c == sh.primary() && len(sh.queue) > 0 && s.sc.sync == syncAlways {
 		// The turn that was writing the queued batch: its frames reach
 		// the log unsynced, so the crash may keep or tear them.
@@ -898,9 +892,13 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	c.inc++
 	s.stats.crashes++
 	s.tracef("shard %d: %s crashes (stored %d, synced %d, kept %d after the crash; durable %d)", sh.id, c.name(), before, synced, c.log.Len(), sh.durable)
+	// A survivor serves in the configuration: a copy back from a crash is
+	// read-only (RoleRecovered never rejoins in place), so it takes no
+	// failover, and the shard has failed.
 	survivor := false
 	for i, o := range sh.copies {
-		survivor = survivor || (o != c && o.up && sh.member[i])
+		role := o.r.Role()
+		survivor = survivor || (o != c && o.up && sh.member[i] && (role == core.RolePrimary || role == core.RoleBackup))
 	}
 	switch {
 	case sh.alive && survivor && s.plant != bugFinalizeOnReplicaFailure:

@@ -146,7 +146,8 @@ type Options struct {
 	// appends, as the README says the opt-out risks.
 	syncOptOut bool
 	// raftPowerLoss fails the power of every ordering replica at once as
-	// the first cut after 50 ms commits; raftSyncOptOut runs them under
+	// the first cut after 50 ms commits halfway or later between two of
+	// the opt-out's writebacks; raftSyncOptOut runs them under
 	// the raft_fsync opt-out (the WAL reaches the disk only by the
 	// kernel's writeback, every raftWritebackEvery), under which that can
 	// lose committed cuts.

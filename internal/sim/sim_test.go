@@ -153,9 +153,11 @@ func TestPlantedBugs(t *testing.T) {
 // seed the plant strikes must fail the check that a shard keeps its id
 // and stays live while one server survives, and in speculative mode the
 // check that no view change comes without a whole-shard failure. The same
-// seeds pass without the plant.
+// seeds pass without the plant. Lazy order's shards never finalized on a
+// crash (a sequencing view change replaces a lost replica), so the plant
+// has nothing to undo there: the test runs the modes that fail over.
 func TestPlantedFinalizeOnReplicaFailure(t *testing.T) {
-	for _, m := range Modes() {
+	for _, m := range []Mode{Eager, Spec} {
 		t.Run(string(m), func(t *testing.T) {
 			const seeds = 16
 			opts := Options{Mode: m, Faults: Faults{Crash: true}}

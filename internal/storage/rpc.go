@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -305,37 +304,22 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 	}
 	found := map[uint64]uint64{}
 	// Damaged records cannot be read: scan around them.
-	damaged := r.store.Damaged()
-	from := uint64(0)
-	for i := 0; ; i++ {
-		end := uint64(math.MaxUint64)
-		if i < len(damaged) {
-			end = damaged[i].First
+	err := shard.ScanReadable(r.store, func(local uint64, e segment.Entry) bool {
+		if e.ClientID == req.ClientId && want[e.Seq] {
+			found[e.Seq] = local
 		}
-		err := r.store.Scan(from, func(local uint64, e segment.Entry) bool {
-			if local >= end {
-				return false
-			}
-			if e.ClientID == req.ClientId && want[e.Seq] {
-				found[e.Seq] = local
-			}
-			return true
-		})
-		if err != nil && (i == len(damaged) || !errors.Is(err, segment.ErrDamaged)) {
-			return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
-		}
-		if i == len(damaged) {
-			break
-		}
-		from = damaged[i].End
+		return true
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
 	}
 	resp := &pb.ResolveResponse{}
 	for _, q := range req.Seqs {
 		ack := &pb.AppendAck{Seq: q, Shard: r.id}
 		local, ok := found[q]
 		// A copy that cannot read some of its records may hold the append
-		// among them.
-		switch res, pos := r.core.Resolve(local, ok, len(damaged) == 0); res {
+		// among them: the core says when that forbids a denial.
+		switch res, pos := r.core.Resolve(local, ok); res {
 		case shard.ResolveOrdered:
 			ack.Code, ack.Position = pb.Code_OK, pos
 		case shard.ResolveNotOrdered:
