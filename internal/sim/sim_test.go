@@ -371,31 +371,34 @@ func TestLazySeedReplays(t *testing.T) {
 	}
 }
 
-// TestPlantedTrustedReplacedTail: in seeds 3 and 17 (speculative, all
-// faults) a primary crashes holding a tail its shard never made durable,
+// TestPlantedTrustedReplacedTail: in some speculative seeds with all
+// faults a primary crashes holding a tail its shard never made durable,
 // the shard fails over and stores other entries at those indexes, and the
 // old primary's server restarts. Told of the configuration that left its
 // copy out, the copy orders nothing past what it ordered by then, and the
-// seeds pass; planted, the server does not tell it, the copy orders its
-// stale tail, and the copies' check must say so.
+// seeds pass; planted, the server does not tell it, the copy may order
+// its stale tail (where the new primary stored other entries there), and
+// the copies' check must say so. The plant strikes only where the stale
+// tail differs, so the test runs seeds until it has caught it twice.
 func TestPlantedTrustedReplacedTail(t *testing.T) {
-	for _, seed := range []uint64{3, 17} {
+	const want, seeds = 2, 100
+	caught := 0
+	for seed := uint64(0); seed < seeds && caught < want; seed++ {
 		o := Options{Mode: Spec, Faults: AllFaults()}
 		if r := Run(seed, o); r.Failed() {
 			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
 		}
 		o.plant = bugTrustReplacedTail
 		r := Run(seed, o)
-		caught := false
 		for _, e := range r.Errs {
 			if strings.Contains(e, "invariant 2") && strings.Contains(e, "(recovered)") {
-				caught = true
+				caught++
 				t.Logf("seed %d: %s", seed, e)
 				break
 			}
 		}
-		if !r.planted || !caught {
-			t.Errorf("seed %d: planted %v, and no check caught the stale tail: %v", seed, r.planted, r.Errs)
-		}
+	}
+	if caught < want {
+		t.Errorf("the planted stale tail was caught in %d of the first %d seeds, want %d", caught, seeds, want)
 	}
 }
