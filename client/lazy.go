@@ -227,6 +227,11 @@ type lazyConn struct {
 	// sender goroutine, and appends that queue meanwhile go out together.
 	send    func([]*lazyOp) error
 	sending bool
+	// sentViews are the views of the data batches sent and not answered
+	// yet, in order: a shard answers a stream's batches in order, and a
+	// refusal for a view older than the one its append moved to since is
+	// stale.
+	sentViews []uint64
 	// broken is closed when a send fails, ending the stream.
 	broken     chan struct{}
 	brokenOnce sync.Once
@@ -410,6 +415,9 @@ func (lc *lazyConn) serve() error {
 			for i, o := range batch {
 				req.Entries[i] = &pb.AppendEntry{Seq: o.seq, Record: o.rec}
 			}
+			lc.mu.Lock()
+			lc.sentViews = append(lc.sentViews, req.View)
+			lc.mu.Unlock()
 			return stream.Send(req)
 		}
 		recv = func() error {
@@ -417,8 +425,14 @@ func (lc *lazyConn) serve() error {
 			if err != nil {
 				return err
 			}
+			lc.mu.Lock()
+			var view uint64
+			if len(lc.sentViews) > 0 {
+				view, lc.sentViews = lc.sentViews[0], lc.sentViews[1:]
+			}
+			lc.mu.Unlock()
 			for _, a := range resp.Acks {
-				lc.dataAck(a)
+				lc.dataAck(a, view)
 			}
 			return nil
 		}
@@ -482,7 +496,17 @@ func (lc *lazyConn) take(seq uint64) *lazyOp {
 	return o
 }
 
-func (lc *lazyConn) dataAck(a *pb.AppendAck) {
+func (lc *lazyConn) dataAck(a *pb.AppendAck, view uint64) {
+	if a.Code == pb.Code_WRONG_VIEW {
+		lc.mu.Lock()
+		o := lc.ops[a.Seq]
+		lc.mu.Unlock()
+		if o != nil && view < o.metaViewOf() {
+			// A refusal of a send in a view the append has left since:
+			// its send in the newer view is behind it on this stream.
+			return
+		}
+	}
 	o := lc.take(a.Seq)
 	if o == nil {
 		return
