@@ -33,9 +33,13 @@ type lazyOp struct {
 	// dataLeft and metaLeft are the destinations that have not
 	// acknowledged yet, by address; metaView is the view the metadata is
 	// in. A refusal for the view restarts the metadata in the next one.
-	dataLeft map[string]bool
-	metaLeft map[string]bool
-	metaView uint64
+	// dataAcked are the shard replicas that acknowledged the data: when
+	// the shard's configuration changes, dataLeft becomes its replicas
+	// that are not among them.
+	dataLeft  map[string]bool
+	dataAcked map[string]bool
+	metaLeft  map[string]bool
+	metaView  uint64
 	// leader is the address of the view's leader, which answers the
 	// position; position is set once it did.
 	leader   string
@@ -56,13 +60,43 @@ func (o *lazyOp) acked(addr string, meta bool, view uint64) {
 		delete(o.metaLeft, addr)
 	} else {
 		delete(o.dataLeft, addr)
+		if o.dataAcked == nil {
+			o.dataAcked = map[string]bool{}
+		}
+		o.dataAcked[addr] = true
 	}
+	o.finishIfCompleteLocked()
+}
+
+// finishIfCompleteLocked finishes o once nothing is left; it unlocks o.mu.
+func (o *lazyOp) finishIfCompleteLocked() {
 	complete := len(o.dataLeft) == 0 && len(o.metaLeft) == 0 && (!o.wantPos || o.ordered)
 	a := Ack{Shard: o.shard, Position: o.position, Unordered: !o.ordered}
 	o.mu.Unlock()
 	if complete {
 		o.finish(a, nil)
 	}
+}
+
+// followShard makes o's data wait for the replicas of info, the shard's
+// current configuration, that have not acknowledged it: a replica taken
+// out is no longer waited for. It returns the replicas to send the data
+// to, those not asked yet and still owing it.
+func (o *lazyOp) followShard(info *pb.ShardInfo, askedAgain string) (send []string) {
+	o.mu.Lock()
+	left := map[string]bool{}
+	for _, r := range info.GetReplicas() {
+		if o.dataAcked[r.Addr] {
+			continue
+		}
+		left[r.Addr] = true
+		if !o.dataLeft[r.Addr] || r.Addr == askedAgain {
+			send = append(send, r.Addr)
+		}
+	}
+	o.dataLeft = left
+	o.finishIfCompleteLocked()
+	return send
 }
 
 func (o *lazyOp) placed(pos uint64) {
@@ -87,7 +121,7 @@ func (c *Client) appendLazy(o *lazyOp) {
 	}
 	st := c.lazyState()
 	o.mu.Lock()
-	o.dataLeft = map[string]bool{}
+	o.dataLeft, o.dataAcked = map[string]bool{}, nil
 	for _, r := range info.Replicas {
 		o.dataLeft[r.Addr] = true
 	}
@@ -136,7 +170,7 @@ func (c *Client) redoInView(o *lazyOp, st *pb.LazyState) {
 		return
 	}
 	o.mu.Lock()
-	o.dataLeft = map[string]bool{}
+	o.dataLeft, o.dataAcked = map[string]bool{}, nil
 	for _, r := range info.Replicas {
 		o.dataLeft[r.Addr] = true
 	}
@@ -193,6 +227,11 @@ type lazyConn struct {
 	// sender goroutine, and appends that queue meanwhile go out together.
 	send    func([]*lazyOp) error
 	sending bool
+	// sentViews are the views of the data batches sent and not answered
+	// yet, in order: a shard answers a stream's batches in order, and a
+	// refusal for a view older than the one its append moved to since is
+	// stale.
+	sentViews []uint64
 	// broken is closed when a send fails, ending the stream.
 	broken     chan struct{}
 	brokenOnce sync.Once
@@ -283,17 +322,48 @@ func (lc *lazyConn) run() {
 		}
 		return
 	}
-	for _, o := range ops {
+	for seq, o := range ops {
 		if o.ctx.Err() != nil {
 			o.finish(Ack{}, fmt.Errorf("augur: lazy append to %s unanswered: %w", lc.addr, o.ctx.Err()))
+			delete(ops, seq)
 			continue
 		}
 		if lc.meta {
 			// Ask the replica again, or, if the cluster moved to a newer
 			// view meanwhile, append again in that view.
 			lc.c.wg.Go(func() { lc.c.resendAfterPause(o, lc.addr, true) })
-		} else {
-			lc.c.lazyStream(lc.addr, false).enqueue(o)
+		}
+	}
+	if !lc.meta {
+		// Ask the replica again if it is still one of the shard's; the
+		// control plane may have taken it out meanwhile.
+		lc.c.followShards(ops, lc.addr)
+	}
+}
+
+// followShards sends the data of ops again to the replicas of their
+// shards' current configurations that owe it (addr among them if it is
+// still one), after asking the cluster for its configuration once; ops
+// whose data every replica left holds are done.
+func (c *Client) followShards(ops map[uint64]*lazyOp, addr string) {
+	ctx, cancel := context.WithTimeout(c.ctx, rpcTimeout)
+	_, err := c.refresh(ctx)
+	cancel()
+	if err != nil {
+		// Nothing newer known: ask the same replicas again.
+		for _, o := range ops {
+			c.lazyStream(addr, false).enqueue(o)
+		}
+		return
+	}
+	for _, o := range ops {
+		info := c.shardInfo(o.shard)
+		if info == nil || len(info.Replicas) == 0 {
+			o.finish(Ack{}, fmt.Errorf("%w: %d", ErrUnknownShard, o.shard))
+			continue
+		}
+		for _, to := range o.followShard(info, addr) {
+			c.lazyStream(to, false).enqueue(o)
 		}
 	}
 }
@@ -345,6 +415,9 @@ func (lc *lazyConn) serve() error {
 			for i, o := range batch {
 				req.Entries[i] = &pb.AppendEntry{Seq: o.seq, Record: o.rec}
 			}
+			lc.mu.Lock()
+			lc.sentViews = append(lc.sentViews, req.View)
+			lc.mu.Unlock()
 			return stream.Send(req)
 		}
 		recv = func() error {
@@ -352,8 +425,14 @@ func (lc *lazyConn) serve() error {
 			if err != nil {
 				return err
 			}
+			lc.mu.Lock()
+			var view uint64
+			if len(lc.sentViews) > 0 {
+				view, lc.sentViews = lc.sentViews[0], lc.sentViews[1:]
+			}
+			lc.mu.Unlock()
 			for _, a := range resp.Acks {
-				lc.dataAck(a)
+				lc.dataAck(a, view)
 			}
 			return nil
 		}
@@ -417,7 +496,17 @@ func (lc *lazyConn) take(seq uint64) *lazyOp {
 	return o
 }
 
-func (lc *lazyConn) dataAck(a *pb.AppendAck) {
+func (lc *lazyConn) dataAck(a *pb.AppendAck, view uint64) {
+	if a.Code == pb.Code_WRONG_VIEW {
+		lc.mu.Lock()
+		o := lc.ops[a.Seq]
+		lc.mu.Unlock()
+		if o != nil && view < o.metaViewOf() {
+			// A refusal of a send in a view the append has left since:
+			// its send in the newer view is behind it on this stream.
+			return
+		}
+	}
 	o := lc.take(a.Seq)
 	if o == nil {
 		return
@@ -430,7 +519,22 @@ func (lc *lazyConn) dataAck(a *pb.AppendAck) {
 	case pb.Code_WRONG_CLUSTER:
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrWrongCluster, a.Message))
 	case pb.Code_UNKNOWN_SHARD:
-		o.finish(Ack{}, fmt.Errorf("%w: shard %d: %s", ErrUnknownShard, o.shard, a.Message))
+		// The server is not (or no longer) a replica of the shard: follow
+		// the shard's current configuration (which fails o if the shard
+		// is gone), after a pause in case the server has not heard of it
+		// yet.
+		lc.c.wg.Go(func() {
+			t := time.NewTimer(lc.c.cfg.RetryInterval)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				lc.c.followShards(map[uint64]*lazyOp{o.seq: o}, lc.addr)
+			case <-o.ctx.Done():
+				o.finish(Ack{}, fmt.Errorf("augur: lazy append to %s: %s: %w", lc.addr, a.Message, o.ctx.Err()))
+			case <-lc.c.closedCh:
+				o.finish(Ack{}, ErrClosed)
+			}
+		})
 	case pb.Code_WRONG_VIEW:
 		// The shard moved to a newer sequencing view than o's: append
 		// again in it.

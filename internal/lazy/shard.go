@@ -80,8 +80,12 @@ type ShardState struct {
 type ShardConfig struct {
 	ID      cut.ShardID
 	Primary bool
-	// Backups is how many backups a primary's placements go to.
-	Backups int
+	// Epoch and Backups are the shard's configuration as the replica
+	// starts: a primary's placements go to these backups (by server id),
+	// and a mapping is acknowledged once each of them applied it.
+	// Reconfigure follows later configurations.
+	Epoch   uint64
+	Backups []string
 	// NoopAfter bounds how long a primary waits for a mapped record's data
 	// before it binds a no-op in its place.
 	NoopAfter time.Duration
@@ -172,13 +176,15 @@ type Shard[W comparable] struct {
 	markedEnd          int
 
 	// On a primary: the mapping waiting for data, the last placement and
-	// what each backup applied.
+	// what each backup of the current configuration applied.
 	pending *pendingMap
 	// sent holds the placements some backup may still lack (numbered
-	// past the least backupAt), in order, for Resend; backupAt[i] is the
-	// number of the last placement backup i applied.
+	// past the least backupAt), in order, for Resend; backupAt[b] is the
+	// number of the last placement backup b applied. epoch is the
+	// configuration whose backups backupAt lists.
 	sent     []*Placement
-	backupAt []uint64
+	backupAt map[string]uint64
+	epoch    uint64
 	// placeSeq numbers the last placement applied.
 	placeSeq uint64
 
@@ -206,7 +212,10 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 		byID: map[RecordID]*storedRec{}, voided: map[RecordID]uint64{},
 		seen:    NewDedup(st.Marks),
 		trimmed: st.Trimmed, placedEnd: st.Trimmed,
-		backupAt: make([]uint64, cfg.Backups),
+		backupAt: map[string]uint64{}, epoch: cfg.Epoch,
+	}
+	for _, b := range cfg.Backups {
+		s.backupAt[b] = 0
 	}
 	for _, r := range st.Records {
 		s.byID[r.ID] = &storedRec{local: r.Local, view: max(r.View, st.StableView)}
@@ -443,26 +452,51 @@ func (s *Shard[W]) maybeAck(out *ShardOutput[W]) {
 	}
 }
 
-// BackupApplied takes backup i's Applied: it applied every placement up
-// to number seq (primary only).
-func (s *Shard[W]) BackupApplied(i int, seq uint64, out *ShardOutput[W]) {
-	if i < 0 || i >= len(s.backupAt) || seq > s.placeSeq || seq <= s.backupAt[i] {
+// BackupApplied takes backup b's Applied: it applied every placement up
+// to number seq (primary only). A server that is no backup of the current
+// configuration counts for nothing.
+func (s *Shard[W]) BackupApplied(b string, seq uint64, out *ShardOutput[W]) {
+	at, ok := s.backupAt[b]
+	if !ok || seq > s.placeSeq || seq <= at {
 		return
 	}
-	s.backupAt[i] = seq
+	s.backupAt[b] = seq
 	s.maybeAck(out)
 }
 
-// Resend returns what a primary sends backup i again after a timeout:
+// Reconfigure follows the shard's configuration of epoch, whose backups
+// are backups (primary only; an epoch not newer than the current one
+// changes nothing). A lazy mapping needs every replica of the current
+// configuration: a backup taken out is no longer waited for, so a
+// mapping it held up is acknowledged now. A backup that stays keeps what
+// it applied; one that joins starts from nothing (bringing it the
+// placements already forgotten is not built: its primary then waits).
+func (s *Shard[W]) Reconfigure(epoch uint64, backups []string, out *ShardOutput[W]) {
+	if !s.cfg.Primary || epoch <= s.epoch {
+		return
+	}
+	next := make(map[string]uint64, len(backups))
+	for _, b := range backups {
+		next[b] = s.backupAt[b]
+	}
+	s.backupAt, s.epoch = next, epoch
+	s.maybeAck(out)
+}
+
+// Epoch is the configuration the replica follows.
+func (s *Shard[W]) Epoch() uint64 { return s.epoch }
+
+// Resend returns what a primary sends backup b again after a timeout:
 // the placements it has not acknowledged, in order (one message: a backup
-// applies them in turn).
-func (s *Shard[W]) Resend(i int) []Placement {
-	if i < 0 || i >= len(s.backupAt) {
+// applies them in turn); nothing for a server that is no backup.
+func (s *Shard[W]) Resend(b string) []Placement {
+	at, ok := s.backupAt[b]
+	if !ok {
 		return nil
 	}
 	var out []Placement
 	for _, p := range s.sent {
-		if p.Seq > s.backupAt[i] {
+		if p.Seq > at {
 			out = append(out, *p)
 		}
 	}

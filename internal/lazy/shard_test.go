@@ -89,7 +89,7 @@ func TestShardHeldReadsAreBoundedAndCancellable(t *testing.T) {
 }
 
 func TestShardBindsANoopWhenDataDoesNotComeAndRefusesItLate(t *testing.T) {
-	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Backups: 1, NoopAfter: 5 * time.Millisecond}, ShardState{})
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Epoch: 1, Backups: []string{"b"}, NoopAfter: 5 * time.Millisecond}, ShardState{})
 	bk := NewShard[int](ShardConfig{ID: 0}, ShardState{})
 	a, c := meta(1, 1, 0, 1), meta(2, 1, 0, 1)
 	accept(t, p, a.ID, 1)
@@ -123,7 +123,7 @@ func TestShardBindsANoopWhenDataDoesNotComeAndRefusesItLate(t *testing.T) {
 		t.Fatalf("late data on the backup: %v", err)
 	}
 	o = out{}
-	p.BackupApplied(0, bo.AppliedSeq, &o)
+	p.BackupApplied("b", bo.AppliedSeq, &o)
 	if o.Ack == nil || o.Ack.End != 2 {
 		t.Fatalf("ack after the backup applied: %+v", o.Ack)
 	}
@@ -141,7 +141,7 @@ func TestShardBindsANoopWhenDataDoesNotComeAndRefusesItLate(t *testing.T) {
 }
 
 func TestShardBackupFetchesPlacedDataItLacks(t *testing.T) {
-	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Backups: 1}, ShardState{})
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Epoch: 1, Backups: []string{"b"}}, ShardState{})
 	bk := NewShard[int](ShardConfig{ID: 0}, ShardState{})
 	a := meta(1, 1, 0, 1)
 	accept(t, p, a.ID, 1)
@@ -331,5 +331,54 @@ func TestShardKeepsRefusingLateDataAfterARestart(t *testing.T) {
 	})
 	if _, _, err := r.Accept(x.ID, 3, &out{}); !errors.Is(err, ErrLate) {
 		t.Fatalf("late data after a restart: %v", err)
+	}
+}
+
+func TestShardFollowsItsConfigurationBackupTakenOutIsNoLongerWaitedFor(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Epoch: 1, Backups: []string{"b", "c"}}, ShardState{})
+	a := meta(1, 1, 0, 1)
+	accept(t, p, a.ID, 1)
+	var o out
+	p.Map(mapping(1, 0, a), t0, &o)
+	if o.Place == nil || o.Ack != nil {
+		t.Fatalf("placement %+v, ack %+v: want a placement, no ack", o.Place, o.Ack)
+	}
+	o = out{}
+	p.BackupApplied("b", 1, &o)
+	if o.Ack != nil {
+		t.Fatal("acked while backup c of the configuration lacks the placement")
+	}
+	p.BackupApplied("x", 1, &o)
+	if o.Ack != nil {
+		t.Fatal("a server that is no backup counted for the ack")
+	}
+	// An older or equal epoch changes nothing.
+	p.Reconfigure(1, []string{"b"}, &o)
+	if o.Ack != nil || len(p.Resend("c")) != 1 {
+		t.Fatalf("epoch 1 again changed the configuration: ack %+v", o.Ack)
+	}
+	// Epoch 2 takes c out: the mapping it held up is acknowledged.
+	p.Reconfigure(2, []string{"b"}, &o)
+	if o.Ack == nil || o.Ack.End != 1 || p.Epoch() != 2 {
+		t.Fatalf("after c was taken out: ack %+v, epoch %d", o.Ack, p.Epoch())
+	}
+	if len(p.Resend("c")) != 0 {
+		t.Fatal("placements still resent to a backup taken out")
+	}
+	// The next mapping needs b alone.
+	d := meta(2, 1, 0, 1)
+	accept(t, p, d.ID, 1)
+	o = out{}
+	p.Map(mapping(1, 1, d), t0, &o)
+	if o.Ack != nil {
+		t.Fatal("acked before b applied the second placement")
+	}
+	p.BackupApplied("c", 2, &o)
+	if o.Ack != nil {
+		t.Fatal("the backup taken out counted for the ack")
+	}
+	p.BackupApplied("b", 2, &o)
+	if o.Ack == nil || o.Ack.End != 2 {
+		t.Fatalf("ack after b applied: %+v", o.Ack)
 	}
 }

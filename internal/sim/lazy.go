@@ -189,7 +189,7 @@ func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
 	for s := range w.sc.shards {
 		var reps []*shardNode
 		for j := range 2 {
-			n := &shardNode{node: node{name: fmt.Sprintf("s%d.%d", s, j), up: true}, w: w, shard: cut.ShardID(s), idx: j}
+			n := &shardNode{node: node{name: shardNodeName(cut.ShardID(s), j), up: true}, w: w, shard: cut.ShardID(s), idx: j}
 			n.boot()
 			reps = append(reps, n)
 		}
@@ -651,17 +651,23 @@ type shardNode struct {
 	ackTo func(lazy.MappingAck)
 }
 
+func shardNodeName(s cut.ShardID, j int) string { return fmt.Sprintf("s%d.%d", s, j) }
+
 func (n *shardNode) boot() {
 	st := lazy.ShardState{Len: uint64(len(n.log)), Placements: slices.Clone(n.places), Stable: n.st.Stable, StableView: n.st.View}
 	for i, r := range n.log {
 		st.Records = append(st.Records, lazy.StoredRecord{ID: n.w.recs[r.rec].id, Local: uint64(i), View: r.view})
 	}
-	n.core = lazy.NewShard[int](lazy.ShardConfig{ID: n.shard, Primary: n.idx == 0, Backups: 1 - n.idx, NoopAfter: lazyNoopAfter}, st)
+	cfg := lazy.ShardConfig{ID: n.shard, Primary: n.idx == 0, Epoch: 1, NoopAfter: lazyNoopAfter}
+	if n.idx == 0 {
+		cfg.Backups = []string{shardNodeName(n.shard, 1)}
+	}
+	n.core = lazy.NewShard[int](cfg, st)
 	n.reads = map[int]func(lazy.ReadAnswer[int], error){}
 	if n.idx == 0 {
 		n.w.every(&n.node, lazyResendEvery, func() {
 			b := n.w.shards[n.shard][1]
-			if ps := n.core.Resend(0); len(ps) > 0 {
+			if ps := n.core.Resend(b.name); len(ps) > 0 {
 				n.w.send(n.name, &b.node, func() { b.place(ps) })
 			}
 		})
@@ -748,10 +754,10 @@ func (n *shardNode) carry(out lazy.ShardOutput[int]) {
 	}
 	if out.Applied {
 		p := w.shards[n.shard][0]
-		seq := out.AppliedSeq
+		seq, name := out.AppliedSeq, n.name
 		w.send(n.name, &p.node, func() {
 			var o lazy.ShardOutput[int]
-			p.core.BackupApplied(0, seq, &o)
+			p.core.BackupApplied(name, seq, &o)
 			p.carry(o)
 		})
 	}

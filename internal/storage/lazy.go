@@ -54,9 +54,10 @@ type lazyShard struct {
 	s       *Server
 	id      cut.ShardID
 	primary bool
-	// backups are the backups' addresses (primary only), in the order the
-	// core numbers them.
-	backups     []string
+	// epoch and backups are the shard's configuration this replica
+	// started in (the core follows later ones; see followConfig).
+	epoch       uint64
+	backups     []Peer
 	primaryAddr string
 
 	mu     sync.Mutex
@@ -71,8 +72,9 @@ type lazyShard struct {
 	acked, ackedPending uint64
 	ackedCh             chan struct{}
 	unsent              bool
-	// backupWake wakes the loop that brings each backup its placements.
-	backupWake []chan struct{}
+	// backupLoops bring each backup of the current configuration its
+	// placements (primary only), by server id.
+	backupLoops map[string]*backupLoop
 	// readable is the core's readable end as the subscriptions know it;
 	// readableCh is closed and replaced when it moves.
 	readable   uint64
@@ -109,9 +111,9 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 	}
 	ls := &lazyShard{s: s, id: id, primary: self == 0, ackedCh: make(chan struct{}), readableCh: make(chan struct{}), syncWake: make(chan struct{}, 1)}
 	ls.syncCond = sync.NewCond(&ls.mu)
-	ls.primaryAddr = info.GetReplicas()[0].GetAddr()
+	ls.primaryAddr, ls.epoch = info.GetReplicas()[0].GetAddr(), info.GetEpoch()
 	for _, r := range info.GetReplicas()[1:] {
-		ls.backups = append(ls.backups, r.GetAddr())
+		ls.backups = append(ls.backups, Peer{ID: r.GetId(), Addr: r.GetAddr()})
 	}
 	if err := ls.open(); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: %v", id, err)
@@ -119,13 +121,102 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 	s.lazy[id] = ls
 	s.wg.Go(ls.syncLoop)
 	if ls.primary {
-		for i, addr := range ls.backups {
-			w := make(chan struct{}, 1)
-			ls.backupWake = append(ls.backupWake, w)
-			s.wg.Go(func() { ls.backupLoop(i, addr, w) })
-		}
+		ls.mu.Lock()
+		ls.startBackupLoopsLocked(ls.backups)
+		ls.mu.Unlock()
 	}
 	return ls, nil
+}
+
+// backupLoop is the goroutine that brings one backup its placements.
+type backupLoop struct {
+	wake chan struct{}
+	stop context.CancelFunc
+}
+
+// startBackupLoopsLocked runs a backup loop for each of backups that has
+// none, and stops those of servers no longer among them.
+func (ls *lazyShard) startBackupLoopsLocked(backups []Peer) {
+	if ls.backupLoops == nil {
+		ls.backupLoops = map[string]*backupLoop{}
+	}
+	keep := map[string]bool{}
+	for _, b := range backups {
+		keep[b.ID] = true
+		if ls.backupLoops[b.ID] != nil {
+			continue
+		}
+		ctx, stop := context.WithCancel(ls.s.ctx)
+		l := &backupLoop{wake: make(chan struct{}, 1), stop: stop}
+		ls.backupLoops[b.ID] = l
+		ls.s.wg.Go(func() { ls.backupLoop(ctx, b, l.wake) })
+	}
+	for id, l := range ls.backupLoops {
+		if !keep[id] {
+			l.stop()
+			delete(ls.backupLoops, id)
+		}
+	}
+}
+
+// followConfig follows the shard's configuration info, as the control
+// plane changed it: on the primary, the core stops waiting for a backup
+// taken out (the mappings it held up are acknowledged) and the backups'
+// loops follow.
+func (ls *lazyShard) followConfig(info *pb.ShardInfo) {
+	if !ls.primary || len(info.GetReplicas()) == 0 || info.GetReplicas()[0].GetId() != ls.s.cfg.ID {
+		// A primary that changed is failover's, which lazy order does
+		// not follow yet.
+		return
+	}
+	var backups []Peer
+	var ids []string
+	for _, r := range info.GetReplicas()[1:] {
+		backups = append(backups, Peer{ID: r.GetId(), Addr: r.GetAddr()})
+		ids = append(ids, r.GetId())
+	}
+	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		return
+	}
+	was := ls.core.Epoch()
+	var out lazy.ShardOutput[*lazyRead]
+	ls.core.Reconfigure(info.GetEpoch(), ids, &out)
+	if ls.core.Epoch() == was {
+		ls.mu.Unlock()
+		return
+	}
+	ls.startBackupLoopsLocked(backups)
+	err := ls.handleLocked(&out)
+	ls.mu.Unlock()
+	ls.s.log.Info("lazy shard reconfigured", "shard", ls.id, "epoch", info.GetEpoch(), "backups", ids)
+	if err == nil {
+		err = ls.flush()
+	}
+	if err != nil {
+		ls.s.log.Error("lazy shard: reconfigure", "shard", ls.id, "err", err)
+	}
+}
+
+// followLazyConfigs brings every lazy replica here the shard table the
+// server holds now.
+func (s *Server) followLazyConfigs() {
+	s.mu.Lock()
+	type follow struct {
+		ls   *lazyShard
+		info *pb.ShardInfo
+	}
+	var todo []follow
+	for id, ls := range s.lazy {
+		if info := s.view.shards[id]; info != nil {
+			todo = append(todo, follow{ls, info})
+		}
+	}
+	s.mu.Unlock()
+	for _, f := range todo {
+		f.ls.followConfig(f.info)
+	}
 }
 
 // open opens the shard's lazy log and placements and restarts the core
@@ -154,7 +245,11 @@ func (ls *lazyShard) open() error {
 	}
 	state.Placements = applied
 	ls.store, ls.places, ls.syncedLen = st, places, st.SyncedLen()
-	ls.core = lazy.NewShard[*lazyRead](lazy.ShardConfig{ID: ls.id, Primary: ls.primary, Backups: len(ls.backups), NoopAfter: lazyNoopAfter}, state)
+	cfg := lazy.ShardConfig{ID: ls.id, Primary: ls.primary, Epoch: ls.epoch, NoopAfter: lazyNoopAfter}
+	for _, b := range ls.backups {
+		cfg.Backups = append(cfg.Backups, b.ID)
+	}
+	ls.core = lazy.NewShard[*lazyRead](cfg, state)
 	ls.acked = ls.core.PlacedEnd()
 	return nil
 }
@@ -213,15 +308,15 @@ func (ls *lazyShard) flush() error {
 			return fmt.Errorf("sync placements: %w", err)
 		}
 	}
+	ls.mu.Lock()
 	if unsent {
-		for _, w := range ls.backupWake {
+		for _, l := range ls.backupLoops {
 			select {
-			case w <- struct{}{}:
+			case l.wake <- struct{}{}:
 			default:
 			}
 		}
 	}
-	ls.mu.Lock()
 	if acked > ls.acked {
 		ls.acked = acked
 		close(ls.ackedCh)
@@ -255,18 +350,18 @@ func (ls *lazyShard) armLocked(at time.Time) {
 	})
 }
 
-// backupLoop brings backup i (at addr) every placement it has not
-// applied, in order, whenever flush wakes it and again after a pause
-// while some are left; it ends with the server.
-func (ls *lazyShard) backupLoop(i int, addr string, wake <-chan struct{}) {
+// backupLoop brings backup b every placement it has not applied, in
+// order, whenever flush wakes it and again after a pause while some are
+// left; it ends with ctx (the server's, or b left the configuration).
+func (ls *lazyShard) backupLoop(ctx context.Context, b Peer, wake <-chan struct{}) {
 	for {
 		ls.mu.Lock()
-		todo := ls.core.Resend(i)
+		todo := ls.core.Resend(b.ID)
 		ls.mu.Unlock()
 		var err error
 		for _, p := range todo {
-			if err = ls.placeOn(i, addr, placementToProto(ls.s.cfg.ClusterID, ls.id, &p)); err != nil {
-				ls.s.log.Debug("lazy shard: place on backup", "shard", ls.id, "backup", addr, "err", err)
+			if err = ls.placeOn(ctx, b, placementToProto(ls.s.cfg.ClusterID, ls.id, &p)); err != nil {
+				ls.s.log.Debug("lazy shard: place on backup", "shard", ls.id, "backup", b.ID, "err", err)
 				break
 			}
 		}
@@ -277,18 +372,18 @@ func (ls *lazyShard) backupLoop(i int, addr string, wake <-chan struct{}) {
 		select {
 		case <-wake:
 		case <-pause:
-		case <-ls.s.ctx.Done():
+		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-func (ls *lazyShard) placeOn(i int, addr string, p *pb.Placement) error {
-	cc, err := ls.s.conn(addr)
+func (ls *lazyShard) placeOn(ctx context.Context, b Peer, p *pb.Placement) error {
+	cc, err := ls.s.conn(b.Addr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ls.s.ctx, lazyPlaceTimeout)
+	ctx, cancel := context.WithTimeout(ctx, lazyPlaceTimeout)
 	defer cancel()
 	resp, err := pb.NewLazyShardClient(cc).Place(ctx, p)
 	if err != nil {
@@ -299,7 +394,7 @@ func (ls *lazyShard) placeOn(i int, addr string, p *pb.Placement) error {
 	}
 	ls.mu.Lock()
 	var out lazy.ShardOutput[*lazyRead]
-	ls.core.BackupApplied(i, resp.GetAppliedSeq(), &out)
+	ls.core.BackupApplied(b.ID, resp.GetAppliedSeq(), &out)
 	err = ls.handleLocked(&out)
 	ls.mu.Unlock()
 	if err != nil {

@@ -753,6 +753,7 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 		case <-r.done:
 		}
 	}
+	s.followLazyConfigs()
 }
 
 func (s *Server) setShardsLocked(shards []*pb.ShardInfo) {
@@ -844,6 +845,9 @@ func (s *Server) applyEvent(ev *pb.Event) {
 		case r.cutCh <- msgs[i]:
 		case <-r.done:
 		}
+	}
+	if ev.Shards != nil {
+		s.followLazyConfigs()
 	}
 }
 

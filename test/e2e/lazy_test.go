@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -194,11 +195,12 @@ func TestLazyProcessFaults(t *testing.T) {
 	})
 	waitAcks(t, h, clk, procPhaseAcksMin, "after "+seqLeader+" rejoined")
 
-	// Phase 4: kill -9 a shard's backup and restart it. A lazy append
-	// needs every replica of its shard, so appends to that shard (and the
-	// order, which needs its placements) wait for the restart; the
-	// restarted backup recovers its log and placements from disk and the
-	// appends waiting on it complete.
+	// Phase 4: kill -9 a shard's backup and restart it. Failover takes it
+	// out of its shard at a newer epoch; a lazy append and a placement
+	// need every replica of the current configuration, so appends and the
+	// order go on without it (the primary stops waiting for its
+	// placements, clients stop sending it data). Restarted, it stays out
+	// (rejoin is not built).
 	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the shard fault", lazyReady)
 	victimShard := liveShard(st, []string{"a", "b"}[seed%2])
 	if len(victimShard.Replicas) < 2 {
@@ -209,11 +211,19 @@ func TestLazyProcessFaults(t *testing.T) {
 	t.Logf("at %v (%d acked): kill -9 %s, backup of shard %d", clk.now().Round(time.Millisecond), ackedDown, backup, victimShard.Id)
 	pc.kill9(backup)
 	pc.checkAlive()
-	time.Sleep(procFailureTimeout) // the outage lasts a failure timeout: not a synchronization
+	without := func(st *pb.StatusResponse) string {
+		now := shardByID(st, victimShard.Id)
+		if now == nil || now.State != pb.ShardState_SHARD_LIVE || now.Epoch <= victimShard.Epoch || slices.ContainsFunc(now.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == backup }) {
+			return fmt.Sprintf("shard %d is %v, want live at a newer epoch than %d without %s", victimShard.Id, now, victimShard.Epoch, backup)
+		}
+		return lazyReady(st)
+	}
+	waitStatus(t, ctx, admin, procPhaseTimeout, fmt.Sprintf("shard %d without %s", victimShard.Id, backup), without)
+	waitAcks(t, h, clk, procPhaseAcksMin, "while "+backup+" is out of its shard")
 	t.Logf("at %v: restart %s", clk.now().Round(time.Millisecond), backup)
 	pc.start(backup)
-	waitStatus(t, ctx, admin, procPhaseTimeout, "cluster ready after the backup's restart", lazyReady)
 	waitAcks(t, h, clk, procPhaseAcksMin, "after "+backup+" restarted")
+	waitStatus(t, ctx, admin, procStatusTimeout*2, "the restarted "+backup+" still out of its shard", without)
 	pc.checkAlive()
 
 	close(stop)
