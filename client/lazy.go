@@ -194,7 +194,7 @@ func (c *Client) lazyStream(addr string, meta bool) *lazyConn {
 	if lc, ok := c.lazyConns[key]; ok && !lc.isFailed() {
 		return lc
 	}
-	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, broken: make(chan struct{})}
+	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, sentViews: map[uint64][]uint64{}, broken: make(chan struct{})}
 	if c.lazyConns == nil {
 		c.lazyConns = map[lazyKey]*lazyConn{}
 	}
@@ -217,21 +217,21 @@ type lazyConn struct {
 	addr string
 	meta bool
 
-	mu     sync.Mutex
-	queue  []*lazyOp
-	ops    map[uint64]*lazyOp
-	failed bool
+	mu    sync.Mutex
+	queue []*lazyOp
+	ops   map[uint64]*lazyOp
+	// sentViews are the views of each op's unanswered sends, oldest
+	// first: answers of one stream come in order, so an answer about a
+	// view the op has left since (it was sent again in a newer one) is
+	// told apart from the answer the resend awaits.
+	sentViews map[uint64][]uint64
+	failed    bool
 	// send sends one batch on the open stream (nil until it is open);
 	// sending is set while a goroutine sends: whoever enqueues while
 	// nobody sends sends itself, so an append costs no wake-up of a
 	// sender goroutine, and appends that queue meanwhile go out together.
-	send    func([]*lazyOp) error
+	send    func(batch []*lazyOp, view uint64) error
 	sending bool
-	// sentViews are the views of the data batches sent and not answered
-	// yet, in order: a shard answers a stream's batches in order, and a
-	// refusal for a view older than the one its append moved to since is
-	// stale.
-	sentViews []uint64
 	// broken is closed when a send fails, ending the stream.
 	broken     chan struct{}
 	brokenOnce sync.Once
@@ -276,9 +276,13 @@ func (lc *lazyConn) flushLocked() {
 			lc.mu.Unlock()
 			return
 		}
+		view := batch[0].metaViewOf()
+		for _, o := range batch {
+			lc.sentViews[o.seq] = append(lc.sentViews[o.seq], view)
+		}
 		send := lc.send
 		lc.mu.Unlock()
-		err := send(batch)
+		err := send(batch, view)
 		lc.mu.Lock()
 		if err != nil {
 			lc.sending = false
@@ -376,18 +380,17 @@ func (lc *lazyConn) serve() error {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
-	var send func([]*lazyOp) error
+	var send func([]*lazyOp, uint64) error
 	var recv func() error
 	if lc.meta {
 		stream, err := pb.NewSequencingClient(cc).Append(ctx)
 		if err != nil {
 			return err
 		}
-		send = func(batch []*lazyOp) error {
-			req := &pb.SeqAppendRequest{ClusterId: c.cfg.ClusterID, Metas: make([]*pb.RecordMeta, len(batch))}
+		send = func(batch []*lazyOp, view uint64) error {
+			req := &pb.SeqAppendRequest{ClusterId: c.cfg.ClusterID, View: view, Metas: make([]*pb.RecordMeta, len(batch))}
 			for i, o := range batch {
 				o.mu.Lock()
-				req.View = o.metaView
 				req.WantPosition = req.WantPosition || (o.wantPos && o.leader == lc.addr)
 				o.mu.Unlock()
 				req.Metas[i] = &pb.RecordMeta{ClientId: c.clientID, Seq: o.seq, Shard: o.shard, Floor: c.lazyFloor()}
@@ -409,15 +412,12 @@ func (lc *lazyConn) serve() error {
 		if err != nil {
 			return err
 		}
-		send = func(batch []*lazyOp) error {
-			req := &pb.LazyStoreRequest{ClusterId: c.cfg.ClusterID, ClientId: c.clientID, Shard: batch[0].shard, View: batch[0].metaViewOf(),
+		send = func(batch []*lazyOp, view uint64) error {
+			req := &pb.LazyStoreRequest{ClusterId: c.cfg.ClusterID, ClientId: c.clientID, Shard: batch[0].shard, View: view,
 				Entries: make([]*pb.AppendEntry, len(batch))}
 			for i, o := range batch {
 				req.Entries[i] = &pb.AppendEntry{Seq: o.seq, Record: o.rec}
 			}
-			lc.mu.Lock()
-			lc.sentViews = append(lc.sentViews, req.View)
-			lc.mu.Unlock()
 			return stream.Send(req)
 		}
 		recv = func() error {
@@ -425,14 +425,8 @@ func (lc *lazyConn) serve() error {
 			if err != nil {
 				return err
 			}
-			lc.mu.Lock()
-			var view uint64
-			if len(lc.sentViews) > 0 {
-				view, lc.sentViews = lc.sentViews[0], lc.sentViews[1:]
-			}
-			lc.mu.Unlock()
 			for _, a := range resp.Acks {
-				lc.dataAck(a, view)
+				lc.dataAck(a)
 			}
 			return nil
 		}
@@ -487,28 +481,49 @@ func (o *lazyOp) metaViewOf() uint64 {
 	return o.metaView
 }
 
-// take removes and returns the op of seq, if this stream still owes it.
-func (lc *lazyConn) take(seq uint64) *lazyOp {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
+// answered notes the answer to the oldest unanswered send of seq and
+// returns its op and the view that send was in; the stream forgets the op
+// once nothing of it is left unanswered or queued, unless keep. Caller
+// holds lc.mu.
+func (lc *lazyConn) answeredLocked(seq uint64, keep bool) (*lazyOp, uint64) {
 	o := lc.ops[seq]
-	delete(lc.ops, seq)
-	return o
+	if o == nil {
+		return nil, 0
+	}
+	views := lc.sentViews[seq]
+	if len(views) == 0 {
+		return nil, 0
+	}
+	view := views[0]
+	if len(views) == 1 {
+		delete(lc.sentViews, seq)
+		if !keep && !lc.queuedLocked(o) {
+			delete(lc.ops, seq)
+		}
+	} else {
+		lc.sentViews[seq] = views[1:]
+	}
+	return o, view
 }
 
-func (lc *lazyConn) dataAck(a *pb.AppendAck, view uint64) {
-	if a.Code == pb.Code_WRONG_VIEW {
-		lc.mu.Lock()
-		o := lc.ops[a.Seq]
-		lc.mu.Unlock()
-		if o != nil && view < o.metaViewOf() {
-			// A refusal of a send in a view the append has left since:
-			// its send in the newer view is behind it on this stream.
-			return
+func (lc *lazyConn) queuedLocked(o *lazyOp) bool {
+	for _, q := range lc.queue {
+		if q == o {
+			return true
 		}
 	}
-	o := lc.take(a.Seq)
-	if o == nil {
+	return false
+}
+
+// stale says an answer about view is for a send o has since left: o went
+// to a newer view, whose sends' answers decide it.
+func (o *lazyOp) stale(view uint64) bool { return view != o.metaViewOf() }
+
+func (lc *lazyConn) dataAck(a *pb.AppendAck) {
+	lc.mu.Lock()
+	o, view := lc.answeredLocked(a.Seq, false)
+	lc.mu.Unlock()
+	if o == nil || o.stale(view) {
 		return
 	}
 	switch a.Code {
@@ -550,6 +565,7 @@ func (lc *lazyConn) metaAck(a *pb.SeqAck, view uint64) {
 		lc.mu.Lock()
 		o := lc.ops[a.Seq]
 		delete(lc.ops, a.Seq)
+		delete(lc.sentViews, a.Seq)
 		lc.mu.Unlock()
 		if o != nil {
 			// The position implies the leader holds the record, even if
@@ -561,17 +577,16 @@ func (lc *lazyConn) metaAck(a *pb.SeqAck, view uint64) {
 	}
 	lc.mu.Lock()
 	o := lc.ops[a.Seq]
-	if o != nil && !(a.Code == pb.Code_OK && o.wantPos && o.leader == lc.addr) {
-		// The leader keeps an op that waits for its position.
-		delete(lc.ops, a.Seq)
-	}
+	// The leader keeps an op that waits for its position.
+	keep := o != nil && a.Code == pb.Code_OK && o.wantPos && o.leader == lc.addr
+	o, sentView := lc.answeredLocked(a.Seq, keep)
 	lc.mu.Unlock()
-	if o == nil {
+	if o == nil || o.stale(sentView) {
 		return
 	}
 	switch a.Code {
 	case pb.Code_OK:
-		o.acked(lc.addr, true, o.metaViewOf())
+		o.acked(lc.addr, true, sentView)
 	case pb.Code_WRONG_VIEW, pb.Code_SEALED:
 		if view < o.metaViewOf() {
 			// The replica has not started o's view yet: ask it again.

@@ -38,3 +38,33 @@ func TestLazyDataWaitsForTheReplicasOfTheCurrentConfiguration(t *testing.T) {
 		t.Fatalf("b taken out: send %v, done %v", send, got)
 	}
 }
+
+// TestLazyStaleRefusalAfterResend: an append whose data went to a shard
+// replica in view 1 and again in view 2 (after the cluster moved on) must
+// not be decided by the replica's refusal of the view-1 send: that answer
+// would otherwise take the entry the view-2 send's answer needs and retry
+// from view 2, waiting for a view 3 that never comes.
+func TestLazyStaleRefusalAfterResend(t *testing.T) {
+	var got []error
+	o := &lazyOp{seq: 7, shard: 0, metaView: 2, dataLeft: map[string]bool{"r": true}, metaLeft: map[string]bool{},
+		done: func(_ Ack, err error) { got = append(got, err) }}
+	for _, meta := range []bool{false, true} {
+		lc := &lazyConn{addr: "r", meta: meta, ops: map[uint64]*lazyOp{7: o}, sentViews: map[uint64][]uint64{7: {1, 2}}}
+		if meta {
+			lc.metaAck(&pb.SeqAck{Seq: 7, Code: pb.Code_SEALED}, 2)
+		} else {
+			lc.dataAck(&pb.AppendAck{Seq: 7, Code: pb.Code_WRONG_VIEW})
+		}
+		if lc.ops[7] != o || len(lc.sentViews[7]) != 1 || len(got) != 0 {
+			t.Fatalf("meta=%v: the stale refusal of view 1 decided the op: ops %v, sent views %v, finished %v", meta, lc.ops, lc.sentViews, got)
+		}
+	}
+	lc := &lazyConn{addr: "r", ops: map[uint64]*lazyOp{7: o}, sentViews: map[uint64][]uint64{7: {2}}}
+	lc.dataAck(&pb.AppendAck{Seq: 7, Code: pb.Code_OK})
+	if len(got) != 1 || got[0] != nil {
+		t.Fatalf("the view-2 answer did not finish the op: %v", got)
+	}
+	if len(lc.ops) != 0 || len(lc.sentViews) != 0 {
+		t.Fatalf("the stream still owes the op: %v %v", lc.ops, lc.sentViews)
+	}
+}
