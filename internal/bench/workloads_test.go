@@ -315,7 +315,11 @@ func TestSmoke(t *testing.T) {
 		p.Modes = []string{"spec"}
 		p.Replicas = 3
 		p.KillReplica = true
-		p.Duration = 1500 * time.Millisecond
+		// Detection takes a failure timeout after the kill (at a third of
+		// the run): keep it short, so the shard has failed over and
+		// resumed well before the run ends.
+		p.Duration = 2 * time.Second
+		p.FailureTimeout = 250 * time.Millisecond
 		rep := runSmoke(t, "failure", p, false)
 		r := rep.Points[0].Results[0]
 		if f := r.Failover; f == nil || f.PauseS < 0 || f.Misspeculations == nil || *f.Misspeculations != 0 ||
