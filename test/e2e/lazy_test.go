@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -15,7 +13,6 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/check"
-	"github.com/augur-log/augur/internal/config"
 )
 
 // newLazyProcCluster writes a lazy cluster file: 3 ordering replicas, two
@@ -44,22 +41,7 @@ sequencing:
   - {id: q1, addr: %s}
   - {id: q2, addr: %s}
 `, filepath.Join(dir, "certs"), procFailureTimeout, filepath.Join(dir, "data"), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
-	cfgPath := filepath.Join(dir, "cluster.yaml")
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatalf("the test's cluster file is invalid: %v\n%s", err, yaml)
-	}
-	if out, err := exec.Command(bin, "certs", "init", "--config", cfgPath).CombinedOutput(); err != nil {
-		t.Fatalf("augur certs init: %v\n%s", err, out)
-	}
-	logDir := filepath.Join(dir, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return &procCluster{t: t, bin: bin, cfgPath: cfgPath, cfg: cfg, logDir: logDir, procs: map[string]*proc{}}
+	return writeProcCluster(t, bin, dir, yaml)
 }
 
 // lazyReady says what a lazy cluster still lacks to take appends.

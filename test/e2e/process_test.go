@@ -214,6 +214,14 @@ storage:
   - {id: b1, group: b, addr: %s}
   - {id: b2, group: b, addr: %s}
 `, filepath.Join(dir, "certs"), settings, interval, procFailureTimeout, filepath.Join(dir, "data"), addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6])
+	return writeProcCluster(t, bin, dir, yaml)
+}
+
+// writeProcCluster writes yaml as dir's cluster file, issues its
+// certificates with augur certs init, and returns the cluster of
+// processes it describes, none started yet.
+func writeProcCluster(t *testing.T, bin, dir, yaml string) *procCluster {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "cluster.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
