@@ -59,7 +59,12 @@ func TestReconfigFlushesTheRecoveryReplicaFromItsOrderedEnd(t *testing.T) {
 		t.Fatalf("after recording: %+v", out)
 	}
 	added := NewSequencer(SequencerConfig{}, SequencerState{})
-	for id, s := range map[ReplicaID]*Sequencer{2: follower, 3: added} {
+	// In order: the view starts once the last member (3) started.
+	for _, m := range []struct {
+		id ReplicaID
+		s  *Sequencer
+	}{{2, follower}, {3, added}} {
+		id, s := m.id, m.s
 		if err := s.Start(*out.Start); err != nil {
 			t.Fatal(err)
 		}
