@@ -754,10 +754,10 @@ func (n *shardNode) carry(out lazy.ShardOutput[int]) {
 	}
 	if out.Applied {
 		p := w.shards[n.shard][0]
-		seq, name := out.AppliedSeq, n.name
+		term, seq, name := out.AppliedTerm, out.AppliedSeq, n.name
 		w.send(n.name, &p.node, func() {
 			var o lazy.ShardOutput[int]
-			p.core.BackupApplied(name, seq, &o)
+			p.core.BackupApplied(name, term, seq, &o)
 			p.carry(o)
 		})
 	}

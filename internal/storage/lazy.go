@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,19 +52,21 @@ type lazyRead struct {
 
 // lazyShard is this server's replica of one shard in lazy order.
 type lazyShard struct {
-	s       *Server
-	id      cut.ShardID
+	s  *Server
+	id cut.ShardID
+	// primary, epoch and backups are the shard's configuration this
+	// replica started in (the core follows later ones; see followConfig).
 	primary bool
-	// epoch and backups are the shard's configuration this replica
-	// started in (the core follows later ones; see followConfig).
-	epoch       uint64
-	backups     []Peer
-	primaryAddr string
+	epoch   uint64
+	backups []Peer
 
-	mu     sync.Mutex
-	core   *lazy.Shard[*lazyRead]
-	store  *segment.Store
-	places *placementLog
+	mu sync.Mutex
+	// primaryAddr is the address of the shard's current primary, which a
+	// backup fetches placed records from.
+	primaryAddr string
+	core        *lazy.Shard[*lazyRead]
+	store       *segment.Store
+	places      *placementLog
 	// acked is the end below which every replica holds the placements
 	// (primary), once this replica synced them too; ackedCh is closed and
 	// replaced when it grows. ackedPending is the core's word, not synced
@@ -160,37 +163,53 @@ func (ls *lazyShard) startBackupLoopsLocked(backups []Peer) {
 }
 
 // followConfig follows the shard's configuration info, as the control
-// plane changed it: on the primary, the core stops waiting for a backup
-// taken out (the mappings it held up are acknowledged) and the backups'
-// loops follow.
+// plane changed it. The core decides what each change means; this picks
+// the call by this server's place in the configuration: a primary that
+// stays follows its backups (one taken out is no longer waited for), a
+// backup that became primary is promoted (its primary was taken out), a
+// replica taken out leaves; every replica learns who the primary is.
 func (ls *lazyShard) followConfig(info *pb.ShardInfo) {
-	if !ls.primary || len(info.GetReplicas()) == 0 || info.GetReplicas()[0].GetId() != ls.s.cfg.ID {
-		// A primary that changed is failover's, which lazy order does
-		// not follow yet.
-		return
-	}
+	reps := info.GetReplicas()
+	self := slices.IndexFunc(reps, func(r *pb.ReplicaAddr) bool { return r.GetId() == ls.s.cfg.ID })
 	var backups []Peer
 	var ids []string
-	for _, r := range info.GetReplicas()[1:] {
-		backups = append(backups, Peer{ID: r.GetId(), Addr: r.GetAddr()})
-		ids = append(ids, r.GetId())
+	if len(reps) > 0 {
+		for _, r := range reps[1:] {
+			backups = append(backups, Peer{ID: r.GetId(), Addr: r.GetAddr()})
+			ids = append(ids, r.GetId())
+		}
 	}
 	ls.mu.Lock()
 	if ls.closed {
 		ls.mu.Unlock()
 		return
 	}
-	was := ls.core.Epoch()
+	was, wasPrimary := ls.core.Epoch(), ls.core.Primary()
 	var out lazy.ShardOutput[*lazyRead]
-	ls.core.Reconfigure(info.GetEpoch(), ids, &out)
+	switch {
+	case self < 0:
+		ls.core.Leave(info.GetEpoch())
+	case self == 0 && !wasPrimary:
+		ls.core.Promote(info.GetEpoch(), ids, &out)
+	default:
+		ls.core.Reconfigure(info.GetEpoch(), ids, &out)
+	}
 	if ls.core.Epoch() == was {
 		ls.mu.Unlock()
 		return
 	}
-	ls.startBackupLoopsLocked(backups)
+	if len(reps) > 0 {
+		ls.primaryAddr = reps[0].GetAddr()
+	}
+	primary := ls.core.Primary()
+	if primary {
+		ls.startBackupLoopsLocked(backups)
+	} else {
+		ls.startBackupLoopsLocked(nil)
+	}
 	err := ls.handleLocked(&out)
 	ls.mu.Unlock()
-	ls.s.log.Info("lazy shard reconfigured", "shard", ls.id, "epoch", info.GetEpoch(), "backups", ids)
+	ls.s.log.Info("lazy shard reconfigured", "shard", ls.id, "epoch", info.GetEpoch(), "primary", primary, "promoted", primary && !wasPrimary, "out", self < 0, "backups", ids)
 	if err == nil {
 		err = ls.flush()
 	}
@@ -394,7 +413,7 @@ func (ls *lazyShard) placeOn(ctx context.Context, b Peer, p *pb.Placement) error
 	}
 	ls.mu.Lock()
 	var out lazy.ShardOutput[*lazyRead]
-	ls.core.BackupApplied(b.ID, resp.GetAppliedSeq(), &out)
+	ls.core.BackupApplied(b.ID, resp.GetAppliedTerm(), resp.GetAppliedSeq(), &out)
 	err = ls.handleLocked(&out)
 	ls.mu.Unlock()
 	if err != nil {
@@ -543,7 +562,7 @@ func lazyCode(err error) pb.Code {
 }
 
 func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *pb.Placement {
-	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq}
+	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq, Term: p.Term, Base: p.Base}
 	for _, r := range p.Runs {
 		out.Runs = append(out.Runs, &pb.PositionRun{From: r.From, End: r.End, Shard: uint32(r.Shard)})
 	}
@@ -554,7 +573,7 @@ func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *p
 }
 
 func placementFromProto(p *pb.Placement) lazy.Placement {
-	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq()}
+	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq(), Term: p.GetTerm(), Base: p.GetBase()}
 	for _, r := range p.GetRuns() {
 		out.Runs = append(out.Runs, lazy.Run{From: r.GetFrom(), End: r.GetEnd(), Shard: cut.ShardID(r.GetShard())})
 	}

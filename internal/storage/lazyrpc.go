@@ -217,7 +217,7 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 	if !out.Applied {
 		return &pb.PlaceResponse{Code: pb.Code_PENDING, Message: "placement not applied"}, nil
 	}
-	return &pb.PlaceResponse{AppliedEnd: out.AppliedEnd, AppliedSeq: out.AppliedSeq}, nil
+	return &pb.PlaceResponse{AppliedEnd: out.AppliedEnd, AppliedSeq: out.AppliedSeq, AppliedTerm: out.AppliedTerm}, nil
 }
 
 // fetchFromPrimary copies the records ids from the primary and hands them
@@ -225,7 +225,10 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 // placement once nothing is missing).
 func (ls *lazyShard) fetchFromPrimary(ctx context.Context, ids []lazy.RecordID) (lazy.ShardOutput[*lazyRead], error) {
 	var last lazy.ShardOutput[*lazyRead]
-	cc, err := ls.s.conn(ls.primaryAddr)
+	ls.mu.Lock()
+	addr := ls.primaryAddr
+	ls.mu.Unlock()
+	cc, err := ls.s.conn(addr)
 	if err != nil {
 		return last, err
 	}
