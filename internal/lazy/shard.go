@@ -546,7 +546,7 @@ func (s *Shard[W]) Promote(epoch uint64, backups []string, out *ShardOutput[W]) 
 // from a partition must not acknowledge a mapping). It still serves the
 // reads of final positions it holds.
 func (s *Shard[W]) Leave(epoch uint64) {
-	if epoch <= s.epoch {
+	if s.out || epoch < s.epoch {
 		return
 	}
 	s.out, s.epoch = true, epoch
@@ -758,7 +758,14 @@ func (s *Shard[W]) truncate(from uint64) {
 
 // Stable takes stable-gp. Positions below it are final: the dedup
 // remembers their records for good, and held reads below it are answered.
+//
+// A replica taken out of its configuration keeps the stable end it had:
+// its placements above it may be a replaced primary's, which a newer
+// primary's order overrode.
 func (s *Shard[W]) Stable(st StableGP, out *ShardOutput[W]) {
+	if s.out {
+		return
+	}
 	if st.Stable > s.stable {
 		s.stable = st.Stable
 	}

@@ -482,6 +482,12 @@ func TestShardPromotedBackupRestatesItsOrderAndBackupsDropTheOldPrimarysTail(t *
 	if err := p.Map(mapping(1, 2, meta(3, 1, 0, 1)), t0, &out{}); !errors.Is(err, ErrNotInConfig) || p.Primary() {
 		t.Fatalf("mapping to a primary taken out: %v", err)
 	}
+	// It holds its own placement of d at 1, which stable-gp 2 does not
+	// make readable there: stable-gp covers the new primary's order.
+	p.Stable(StableGP{View: 1, Stable: 2}, &out{})
+	if p.Readable() != 1 {
+		t.Fatalf("a primary taken out serves up to %d after stable-gp 2, want its old end 1", p.Readable())
+	}
 	// Position 0, stable before the failover, is a on every replica.
 	for name, s := range map[string]*Shard[int]{"b": b, "c": c} {
 		s.Stable(StableGP{View: 1, Stable: 2}, &out{})
