@@ -149,14 +149,15 @@ type lazyRun struct {
 	plant   bug
 	planted bool
 
-	ctl    *lazyControl
-	seqs   []*seqNode
-	shards [][]*shardNode
+	ctl     *lazyControl
+	seqs    []*seqNode
+	shards  [][]*shardNode
+	clients []*lazyClient
+	readers []*lazyReader
+	links   map[[2]string]*link
+
 	// shardConf is each shard's configuration (lazyfailover.go).
 	shardConf []lazyShardConf
-	clients   []*lazyClient
-	readers   []*lazyReader
-	links     map[[2]string]*link
 
 	recs   []lazyRec
 	byID   map[lazy.RecordID]int
