@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -193,5 +194,72 @@ func TestLazySequencingLeaderCrash(t *testing.T) {
 		if seen[p] != 1 {
 			t.Fatalf("acknowledged record %s read %d times", p, seen[p])
 		}
+	}
+}
+
+// TestLazyTrim trims a lazy cluster as the other modes: a trim past
+// stable-gp is refused; reads and subscriptions below the trim point get
+// ErrTrimmed, those at and above it go on; the shards reclaim.
+func TestLazyTrim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const n = 100
+	for i := range n {
+		if _, err := cl.Append(ctx, client.Record{Payload: fmt.Appendf(nil, "r%03d", i)}); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	last, err := cl.AppendSync(ctx, client.Record{Payload: []byte("last")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Trim(ctx, last.Position+1000); err == nil {
+		t.Fatalf("a trim past stable-gp (%d) was taken", last.Position+1)
+	}
+	const at = 40
+	if err := cl.Trim(ctx, at); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil || st.Trim != at {
+		t.Fatalf("status trim %d, %v; want %d", st.GetTrim(), err, at)
+	}
+	// Every replica trims when its event comes: wait for the reads.
+	for pos := range uint64(at) {
+		for {
+			_, err := cl.Read(ctx, pos)
+			if errors.Is(err, client.ErrTrimmed) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("read %d below the trim point %d: %v", pos, at, err)
+			}
+		}
+	}
+	got, err := cl.ReadRange(ctx, at, int(last.Position+1-at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0].Position < at || string(got[len(got)-1].Record.Payload) != "last" {
+		t.Fatalf("read from the trim point: %d entries", len(got))
+	}
+	if _, err := cl.Subscribe(ctx, at-1, client.Filter{}); !errors.Is(err, client.ErrTrimmed) {
+		t.Fatalf("subscribe below the trim point: %v", err)
 	}
 }

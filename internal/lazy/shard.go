@@ -905,6 +905,17 @@ func (s *Shard[W]) Trim(pos uint64) uint64 {
 	return pos
 }
 
+// Reclaimable returns the local index below which the log holds no
+// record this replica still needs (trimmed or scrubbed ones only): the
+// shell may delete what lies below it.
+func (s *Shard[W]) Reclaimable() uint64 {
+	floor := s.len
+	for _, r := range s.byID {
+		floor = min(floor, r.local)
+	}
+	return floor
+}
+
 // Marks returns the dedup state to persist with a trim.
 func (s *Shard[W]) Marks() []ClientMark { return s.seen.Marks() }
 

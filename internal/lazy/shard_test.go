@@ -576,3 +576,26 @@ func TestShardPromotedRestartReplaysTheBase(t *testing.T) {
 		t.Fatalf("restarted backup takes the new primary's next placement: %+v, %v", ro, err)
 	}
 }
+
+func TestShardReclaimsTheLogBelowItsFirstRecordStillNeeded(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true}, ShardState{})
+	a, b, c := meta(1, 1, 0, 1), meta(1, 2, 0, 1), meta(1, 3, 0, 1)
+	accept(t, p, a.ID, 1)
+	accept(t, p, c.ID, 1) // never mapped: it pins the log from local 1 on
+	accept(t, p, b.ID, 1)
+	var o out
+	p.Map(mapping(1, 0, a, b), t0, &o)
+	p.Stable(StableGP{View: 1, Stable: 2}, &o)
+	if got := p.Reclaimable(); got != 0 {
+		t.Fatalf("before a trim: reclaimable below %d, want 0", got)
+	}
+	if got := p.Trim(5); got != 2 {
+		t.Fatalf("trim at 5 with stable-gp 2 trimmed to %d", got)
+	}
+	if got := p.Reclaimable(); got != 1 {
+		t.Fatalf("after trimming a and b: reclaimable below %d, want 1 (c at local 1 is still needed)", got)
+	}
+	if err := p.Read(0, 1, &out{}); !errors.Is(err, ErrTrimmed) {
+		t.Fatalf("read below the trim point: %v", err)
+	}
+}

@@ -122,6 +122,7 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: %v", id, err)
 	}
 	s.lazy[id] = ls
+	ls.core.Trim(s.view.trim)
 	s.wg.Go(ls.syncLoop)
 	if ls.primary {
 		ls.mu.Lock()
@@ -236,6 +237,53 @@ func (s *Server) followLazyConfigs() {
 	for _, f := range todo {
 		f.ls.followConfig(f.info)
 	}
+}
+
+// trimLazy trims every lazy replica here at pos, the cluster's trim point.
+func (s *Server) trimLazy(pos uint64) {
+	if pos == 0 {
+		return
+	}
+	s.mu.Lock()
+	var todo []*lazyShard
+	for _, ls := range s.lazy {
+		todo = append(todo, ls)
+	}
+	s.mu.Unlock()
+	for _, ls := range todo {
+		if err := ls.trim(pos); err != nil {
+			s.log.Error("lazy shard: trim", "shard", ls.id, "trim", pos, "err", err)
+		}
+	}
+}
+
+// trim drops the positions below pos (the core keeps at most its
+// readable end; reads below get TRIMMED) and reclaims the log's segments
+// that hold only records nobody needs any more.
+func (ls *lazyShard) trim(pos uint64) error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return nil
+	}
+	ls.core.Trim(pos)
+	floor := ls.core.Reclaimable()
+	if floor <= ls.store.Start() {
+		return nil
+	}
+	// The lazy log's segments go by the local indexes below floor: they
+	// are given themselves as positions (the order lives in the
+	// placements), so the store's trim deletes the segments wholly below.
+	if o := ls.store.Ordered(); floor > o {
+		cut := uint64(1)
+		if runs := ls.store.Runs(0); len(runs) > 0 {
+			cut = runs[len(runs)-1].Cut + 1
+		}
+		if err := ls.store.Assign(segment.Run{Cut: cut, CutStart: o, CutEnd: floor, LocalStart: o, GlobalStart: o, Count: floor - o}); err != nil {
+			return err
+		}
+	}
+	return ls.store.Trim(floor)
 }
 
 // open opens the shard's lazy log and placements and restarts the core

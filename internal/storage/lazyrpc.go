@@ -324,6 +324,7 @@ func (l *lazyServer) Stable(ctx context.Context, req *pb.StableRequest) (*pb.Sta
 		return nil, err
 	}
 	s.mu.Lock()
+	trim := s.view.trim
 	var ids []cut.ShardID
 	for id, info := range s.view.shards {
 		for _, r := range info.GetReplicas() {
@@ -341,6 +342,9 @@ func (l *lazyServer) Stable(ctx context.Context, req *pb.StableRequest) (*pb.Sta
 		ls.mu.Lock()
 		var out lazy.ShardOutput[*lazyRead]
 		ls.core.Stable(lazy.StableGP{View: req.GetView(), Stable: req.GetStableGp()}, &out)
+		// A trim point above what the replica could read when it came
+		// takes effect as stable-gp reaches it.
+		ls.core.Trim(trim)
 		err = ls.handleLocked(&out)
 		ls.mu.Unlock()
 		if err == nil {
