@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/config"
@@ -261,5 +263,110 @@ func TestLazyTrim(t *testing.T) {
 	}
 	if _, err := cl.Subscribe(ctx, at-1, client.Filter{}); !errors.Is(err, client.ErrTrimmed) {
 		t.Fatalf("subscribe below the trim point: %v", err)
+	}
+}
+
+// TestLazyScrubsOrphans: data whose metadata never reached a sequencing
+// replica (a client that failed in between) is scrubbed from every shard
+// replica once a view change completed, by the storage server's periodic
+// scrub; an acknowledged record is not.
+func TestLazyScrubsOrphans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 1, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.AppendSync(ctx, client.Record{Payload: []byte("real")}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, view := c.Config().ClusterID, st.GetLazy().GetView()
+	orphan := &pb.RecordMeta{ClientId: 1 << 60, Seq: 1}
+	var replicas []pb.LazyShardClient
+	for _, r := range st.GetShards()[0].GetReplicas() {
+		cc, err := grpc.NewClient(r.GetAddr(), c.ClientDialOption())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		replicas = append(replicas, pb.NewLazyShardClient(cc))
+	}
+	holds := func(r pb.LazyShardClient) bool {
+		t.Helper()
+		resp, err := r.Fetch(ctx, &pb.LazyFetchRequest{ClusterId: cluster, Shard: 0, Ids: []*pb.RecordMeta{orphan}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.GetRecords()) == 1
+	}
+	// The orphan's data reaches every replica of the shard; its metadata
+	// goes nowhere.
+	for _, r := range replicas {
+		stream, err := r.Store(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&pb.LazyStoreRequest{ClusterId: cluster, ClientId: orphan.ClientId, Shard: 0, View: view,
+			Entries: []*pb.AppendEntry{{Seq: orphan.Seq, Record: &pb.Record{Payload: []byte("orphan")}}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil || resp.GetAcks()[0].GetCode() != pb.Code_OK {
+			t.Fatalf("store the orphan: %v, %v", resp, err)
+		}
+		stream.CloseSend()
+		if !holds(r) {
+			t.Fatal("the replica does not hold the orphan it acknowledged")
+		}
+	}
+	// A view change: the orphan's view is left behind without its
+	// metadata.
+	if err := c.StopSequencing(c.SequencingIDs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Append(ctx, client.Record{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i, r := range replicas {
+		for holds(r) {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				t.Fatalf("replica %d still holds the orphan after the view change", i)
+			}
+		}
+	}
+	tail, err := cl.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cl.ReadRange(ctx, 0, int(tail))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range got {
+		seen[string(e.Record.Payload)]++
+	}
+	if seen["real"] != 1 || seen["after"] != 1 || seen["orphan"] != 0 {
+		t.Fatalf("read back %v, want real and after once, no orphan", seen)
 	}
 }

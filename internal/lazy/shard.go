@@ -66,8 +66,10 @@ const Gone = ^uint64(0)
 type StoredRecord struct {
 	ID    RecordID
 	Local uint64
-	// View is the view the record was appended in, if the log keeps it
-	// (0 if not: the replica then keeps it as of its stable view).
+	// View is the newest view the record was appended in (a retry in a
+	// newer view counts), if the log keeps it; 0 if not: the replica then
+	// never takes the record for an orphan, since a retry may have come in
+	// a newer view than any it knows of.
 	View uint64
 }
 
@@ -142,6 +144,10 @@ type ShardOutput[W comparable] struct {
 	// WakeAt is when to call Tick next (a no-op deadline); zero for none.
 	WakeAt time.Time
 }
+
+// viewUnknown is the view of a record restored without one: newer than
+// every view, so that the scrub never drops it.
+const viewUnknown = ^uint64(0)
 
 type storedRec struct {
 	local, view uint64
@@ -235,7 +241,11 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 		s.backupAt[b] = 0
 	}
 	for _, r := range st.Records {
-		s.byID[r.ID] = &storedRec{local: r.Local, view: max(r.View, st.StableView)}
+		view := r.View
+		if view == 0 {
+			view = viewUnknown
+		}
+		s.byID[r.ID] = &storedRec{local: r.Local, view: view}
 	}
 	for i := range st.Placements {
 		p := &st.Placements[i]

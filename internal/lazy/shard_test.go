@@ -599,3 +599,18 @@ func TestShardReclaimsTheLogBelowItsFirstRecordStillNeeded(t *testing.T) {
 		t.Fatalf("read below the trim point: %v", err)
 	}
 }
+
+func TestShardNeverScrubsARecordRestoredWithoutItsView(t *testing.T) {
+	a, b := meta(1, 1, 0, 1), meta(2, 1, 0, 1)
+	// a's log kept no view (a retry in view 2 may have come before the
+	// restart, its metadata waiting in view 2's ring); b's kept view 1.
+	st := ShardState{Len: 2, Records: []StoredRecord{{ID: a.ID, Local: 0}, {ID: b.ID, Local: 1, View: 1}}, StableView: 1}
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true}, st)
+	p.Stable(StableGP{View: 2}, &out{})
+	if got := p.Scrub(); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("scrubbed %v, want b's local 1 alone", got)
+	}
+	if _, ok := p.LocalOf(a.ID); !ok {
+		t.Fatal("a, restored without its view, was scrubbed")
+	}
+}

@@ -42,6 +42,10 @@ const (
 	lazyPlaceTimeout = 2 * time.Second
 	// lazySubscribeBatchMax bounds the entries of one subscription message.
 	lazySubscribeBatchMax = 1024
+	// lazyScrubInterval is how often a replica forgets its orphans: data
+	// whose metadata no view will order (a client that failed between its
+	// data and its metadata). Their log space goes with the next trim.
+	lazyScrubInterval = time.Second
 )
 
 // lazyRead is one read waiting for stable-gp (the core holds it; no
@@ -124,6 +128,7 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 	s.lazy[id] = ls
 	ls.core.Trim(s.view.trim)
 	s.wg.Go(ls.syncLoop)
+	s.wg.Go(ls.scrubLoop)
 	if ls.primary {
 		ls.mu.Lock()
 		ls.startBackupLoopsLocked(ls.backups)
@@ -498,6 +503,22 @@ func (ls *lazyShard) syncLoop() {
 		ls.syncedLen = ls.store.SyncedLen()
 		ls.syncCond.Broadcast()
 		ls.mu.Unlock()
+	}
+}
+
+// scrubLoop runs the core's orphan scrub every lazyScrubInterval.
+func (ls *lazyShard) scrubLoop() {
+	for ls.s.sleep(lazyScrubInterval) {
+		ls.mu.Lock()
+		if ls.closed {
+			ls.mu.Unlock()
+			return
+		}
+		n := len(ls.core.Scrub())
+		ls.mu.Unlock()
+		if n > 0 {
+			ls.s.log.Info("lazy shard: scrubbed orphans", "shard", ls.id, "records", n)
+		}
 	}
 }
 
