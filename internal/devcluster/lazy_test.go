@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -201,14 +202,15 @@ func TestLazySequencingLeaderCrash(t *testing.T) {
 
 // TestLazyTrim trims a lazy cluster as the other modes: a trim past
 // stable-gp is refused; reads and subscriptions below the trim point get
-// ErrTrimmed, those at and above it go on; the shards reclaim.
+// ErrTrimmed, those at and above it go on; every replica deletes the
+// first segments of its lazy log, which hold trimmed records only.
 func TestLazyTrim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole cluster")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1})
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1, SegmentBytes: 4 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +225,10 @@ func TestLazyTrim(t *testing.T) {
 	defer cl.Close()
 	const n = 100
 	for i := range n {
-		if _, err := cl.Append(ctx, client.Record{Payload: fmt.Appendf(nil, "r%03d", i)}); err != nil {
+		// A kilobyte each: a few records fill a segment.
+		p := fmt.Appendf(nil, "r%03d-", i)
+		p = append(p, make([]byte, 1<<10)...)
+		if _, err := cl.Append(ctx, client.Record{Payload: p}); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
@@ -260,6 +265,28 @@ func TestLazyTrim(t *testing.T) {
 	}
 	if len(got) == 0 || got[0].Position < at || string(got[len(got)-1].Record.Payload) != "last" {
 		t.Fatalf("read from the trim point: %d entries", len(got))
+	}
+	// Every lazy log loses its first segment (local indexes from 0 on),
+	// as its replica hears of the trim.
+	logs, _ := filepath.Glob(filepath.Join(c.Dir(), "*", "lazy-*"))
+	if len(logs) != 4 {
+		t.Fatalf("lazy logs %v, want one per replica of two shards of two", logs)
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		firsts, err := filepath.Glob(filepath.Join(c.Dir(), "*", "lazy-*", fmt.Sprintf("%020d.*", 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(firsts) == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("first segments still there after the trim: %v", firsts)
+		}
 	}
 	if _, err := cl.Subscribe(ctx, at-1, client.Filter{}); !errors.Is(err, client.ErrTrimmed) {
 		t.Fatalf("subscribe below the trim point: %v", err)
