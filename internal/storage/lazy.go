@@ -321,8 +321,33 @@ func (ls *lazyShard) open() error {
 	for _, b := range ls.backups {
 		cfg.Backups = append(cfg.Backups, b.ID)
 	}
+	if !ls.primary || len(applied) == 0 {
+		ls.core = lazy.NewShard[*lazyRead](cfg, state)
+		return nil
+	}
+	// A primary with placements on disk restarted, or was promoted while
+	// it was down: the placements are another term's (its backups may
+	// hold a longer tail of them), so it takes over as a promoted backup
+	// does, restating its order in a base.
+	backups := cfg.Backups
+	cfg.Primary, cfg.Epoch, cfg.Backups = false, 0, nil
 	ls.core = lazy.NewShard[*lazyRead](cfg, state)
-	ls.acked = ls.core.PlacedEnd()
+	var out lazy.ShardOutput[*lazyRead]
+	ls.core.Promote(ls.epoch, backups, &out)
+	if out.Place != nil {
+		if err := ls.places.append(out.Place); err != nil {
+			return fmt.Errorf("persist base placement: %w", err)
+		}
+		if syncs(s.cfg.Sync) {
+			if err := ls.places.f.Sync(); err != nil {
+				return fmt.Errorf("sync placements: %w", err)
+			}
+		}
+		ls.places.dirty = false
+	}
+	if out.Ack != nil {
+		ls.acked, ls.ackedPending = out.Ack.End, out.Ack.End
+	}
 	return nil
 }
 
