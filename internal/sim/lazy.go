@@ -670,7 +670,7 @@ func (n *shardNode) boot() {
 		st.Records = append(st.Records, lazy.StoredRecord{ID: n.w.recs[r.rec].id, Local: uint64(i), View: r.view})
 	}
 	n.core = lazy.NewShard[int](n.shardConfig(), st)
-	if !n.w.isMember(n) {
+	if !n.w.isMember(n) && n.w.plant != bugLazyOutStaysIn {
 		n.core.Leave(n.w.shardConf[n.shard].epoch)
 	}
 	n.reads = map[int]func(lazy.ReadAnswer[int], error){}

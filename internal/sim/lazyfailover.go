@@ -68,6 +68,8 @@ func (n *shardNode) follow() {
 	}
 	var out lazy.ShardOutput[int]
 	switch {
+	case !w.isMember(n) && w.plant == bugLazyOutStaysIn:
+		w.planted = true
 	case !w.isMember(n):
 		n.core.Leave(conf.epoch)
 	case w.primary(n.shard) == n && !n.core.Primary():

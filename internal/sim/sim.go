@@ -200,6 +200,10 @@ const (
 	// bugLazyReadAhead: a lazy shard replica answers a read above
 	// stable-gp from the placement it holds, rather than holding it.
 	bugLazyReadAhead
+	// bugLazyOutStaysIn: a lazy shard primary taken out of its
+	// configuration does not leave it: it follows stable-gp over the
+	// placements the promoted backup's order replaced.
+	bugLazyOutStaysIn
 	// bugTrustReplacedTail: a storage server does not tell a copy it
 	// restarted with that a configuration left it out, so the copy
 	// orders a tail its shard never made durable, which the new primary

@@ -323,6 +323,11 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// placement it holds exposes bindings a view change then
 		// rebinds: a later reader sees another record there.
 		{"a shard serves reads above stable-gp", bugLazyReadAhead, "invariant 2"},
+		// A primary taken out that goes on following stable-gp serves, as
+		// final, its own placement of the mapping in flight, which the
+		// promoted backup placed anew (with a no-op where the data had
+		// not come, or in another view's order).
+		{"a shard primary taken out stays in", bugLazyOutStaysIn, "invariant 2"},
 	}
 	const seeds = 200
 	for _, c := range cases {
