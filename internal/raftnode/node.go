@@ -28,6 +28,7 @@ import (
 
 	"github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/rpcopt"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // FSM is the replicated state machine. Apply is called for committed normal
@@ -68,6 +69,9 @@ type Node struct {
 	snapshotIndex uint64 // newest snapshot, taken or installed
 	snapshotRetry uint64 // no FSM snapshot before this index after one failed
 	reports       []peerReport
+	// appended times this leader's entries from its Ready to its apply,
+	// when the bench asks (internal/stagetime).
+	appended stagetime.Indexes
 
 	// Published by the driver for other goroutines.
 	lead         atomic.Uint64
@@ -425,6 +429,9 @@ func (n *Node) handleReady() error {
 	leader := n.isLeader.Load()
 	if leader {
 		n.send(rd.Messages, sendReplication)
+		for _, e := range rd.Entries {
+			n.appended.Mark(e.GetIndex())
+		}
 	}
 	// A leader applies before it persists the Ready's new entries. What it
 	// applies is committed, so it is on a quorum's disks already, its own
@@ -442,8 +449,16 @@ func (n *Node) handleReady() error {
 	if beforeSaveHook != nil {
 		beforeSaveHook(n, &rd)
 	}
+	began := time.Now()
 	if err := n.storage.saveReady(&rd); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
+	}
+	if len(rd.Entries) > 0 && stagetime.On() {
+		stage := stagetime.RaftSaveFollower
+		if leader {
+			stage = stagetime.RaftSaveLeader
+		}
+		stagetime.Observe(stage, time.Since(began))
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.restore(rd.Snapshot); err != nil {
@@ -593,6 +608,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			n.confState = n.rn.ApplyConfChange(cc)
 		}
 		n.applied = i
+		n.appended.Reached(stagetime.RaftCommit, i)
 	}
 	n.appliedIndex.Store(n.applied)
 	return nil
