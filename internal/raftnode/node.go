@@ -84,7 +84,7 @@ type Node struct {
 	heardAt map[uint64]*atomic.Int64
 
 	recvc   chan *pb.Message
-	propc   chan []byte // proposals not yet handed to raft
+	propc   chan proposal // proposals not yet handed to raft
 	reportc chan peerReport
 
 	mu      sync.Mutex // guards started and stopped
@@ -126,7 +126,7 @@ func New(cfg Config, fsm FSM) (*Node, error) {
 		confState: &pb.ConfState{Voters: members},
 		leaderc:   make(chan uint64, 1),
 		recvc:     make(chan *pb.Message, recvQueueMsgsMax),
-		propc:     make(chan []byte, proposalQueueMax),
+		propc:     make(chan proposal, proposalQueueMax),
 		reportc:   make(chan peerReport, reportQueueMax),
 		stopc:     make(chan struct{}),
 		done:      make(chan struct{}),
@@ -264,7 +264,7 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 	}
 	// raft keeps the slice in its log; the caller may reuse its buffer.
 	select {
-	case n.propc <- bytes.Clone(data):
+	case n.propc <- proposal{data: bytes.Clone(data), at: stagetime.Now()}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -360,8 +360,8 @@ func (n *Node) awaitInput(tick <-chan time.Time) bool {
 		n.rn.Tick()
 	case m := <-n.recvc:
 		n.step(m)
-	case data := <-n.propc:
-		n.propose(data)
+	case p := <-n.propc:
+		n.propose(p)
 	case r := <-n.reportc:
 		n.report(r)
 	}
@@ -377,8 +377,8 @@ func (n *Node) pollInput(tick <-chan time.Time) (running, handled bool) {
 		n.rn.Tick()
 	case m := <-n.recvc:
 		n.step(m)
-	case data := <-n.propc:
-		n.propose(data)
+	case p := <-n.propc:
+		n.propose(p)
 	case r := <-n.reportc:
 		n.report(r)
 	default:
@@ -399,10 +399,20 @@ func (n *Node) step(m *pb.Message) {
 // propose hands one queued proposal to raft. raft drops it when no leader is
 // known or leadership is moving; like a proposal lost in a leader change,
 // that is for the proposer to notice.
-func (n *Node) propose(data []byte) {
-	if err := n.rn.Propose(data); err != nil {
-		n.log.Debug("raft dropped proposal", "bytes", len(data), "err", err)
+func (n *Node) propose(p proposal) {
+	if !p.at.IsZero() {
+		stagetime.Observe(stagetime.RaftProposeWait, time.Since(p.at))
 	}
+	if err := n.rn.Propose(p.data); err != nil {
+		n.log.Debug("raft dropped proposal", "bytes", len(p.data), "err", err)
+	}
+}
+
+// proposal is one queued proposal; at is when it was queued, when the
+// bench times stages.
+type proposal struct {
+	data []byte
+	at   time.Time
 }
 
 func (n *Node) report(r peerReport) {

@@ -42,6 +42,9 @@ const (
 	BackupFsync
 	// SegmentSync: one fsync of a shard's records (group commit).
 	SegmentSync
+	// RaftProposeWait: a proposal was queued until the leader's Raft
+	// driver took it (it waits while the driver writes and fsyncs).
+	RaftProposeWait
 	// RaftCommit: an entry appeared in the ordering leader's Ready until
 	// the leader applied it (its fsync and a follower's, the round trip).
 	RaftCommit
@@ -67,6 +70,7 @@ var stageNames = [stageCount]string{
 	Ordered:          "durable_to_ordered",
 	BackupFsync:      "backup_fsync",
 	SegmentSync:      "segment_fsync_call",
+	RaftProposeWait:  "raft_propose_wait",
 	RaftCommit:       "raft_append_to_apply",
 	RaftSaveLeader:   "raft_save_leader",
 	RaftSaveFollower: "raft_save_follower",
