@@ -144,16 +144,16 @@ func (s *Store) failLocked(g *segment, err error) error {
 
 // rollLocked fsyncs the active segment and starts a new one. The fsync is
 // done whatever the SyncPolicy: Open treats damage in a non-final segment as
-// corruption, which is only sound if no crash can tear one.
+// corruption, which is only sound if no crash can tear one. It is done
+// even when nothing is dirty: a Sync that took the dirty segment may still
+// be fsyncing it, and noteSynced below must not count those records first.
 func (s *Store) rollLocked() (*segment, error) {
 	old := s.active()
-	if s.activeDirty {
-		if err := synctrace.Sync(old.f); err != nil {
-			s.failed = err
-			return nil, fmt.Errorf("sync %s before rollover: %w", s.segmentPath(old.base), err)
-		}
-		s.activeDirty = false
+	if err := synctrace.Sync(old.f); err != nil {
+		s.failed = err
+		return nil, fmt.Errorf("sync %s before rollover: %w", s.segmentPath(old.base), err)
 	}
+	s.activeDirty = false
 	s.noteSynced(s.length)
 	g, err := s.createSegment(s.length)
 	if err != nil {

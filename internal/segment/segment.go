@@ -432,14 +432,16 @@ func (s *Store) sync(positions bool) error {
 	return nil
 }
 
+// syncLocked fsyncs the active segment and the positions file. It fsyncs
+// the segment even when nothing is dirty: a Sync that took the dirty
+// segment may still be fsyncing it, and noteSynced must not count those
+// records first.
 func (s *Store) syncLocked() error {
-	if s.activeDirty {
-		if err := synctrace.Sync(s.active().f); err != nil {
-			s.failed = err
-			return fmt.Errorf("segment: sync %s: %w", s.segmentPath(s.active().base), err)
-		}
-		s.activeDirty = false
+	if err := synctrace.Sync(s.active().f); err != nil {
+		s.failed = err
+		return fmt.Errorf("segment: sync %s: %w", s.segmentPath(s.active().base), err)
 	}
+	s.activeDirty = false
 	s.noteSynced(s.length)
 	if s.posDirty {
 		if err := synctrace.Sync(s.pos); err != nil {
