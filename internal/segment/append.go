@@ -1,10 +1,6 @@
 package segment
 
-import (
-	"fmt"
-
-	"github.com/augur-log/augur/internal/synctrace"
-)
+import "fmt"
 
 // Append stores entries as consecutive local indexes and returns the local
 // index of entries[0]. A record takes one index. An entry with Noops > 0 is
@@ -106,7 +102,7 @@ func (s *Store) Append(entries []Entry) (first uint64, err error) {
 		return 0, fmt.Errorf("append: write %s: %w", s.segmentPath(g.base), s.failLocked(g, err))
 	}
 	if s.opts.Sync == SyncAlways {
-		if err := synctrace.Sync(g.f); err != nil {
+		if err := fsync(g.f); err != nil {
 			// After a failed fsync the page cache may already have dropped
 			// the dirty pages, so what is on disk is unknown.
 			s.failed = err
@@ -149,7 +145,7 @@ func (s *Store) failLocked(g *segment, err error) error {
 // be fsyncing it, and noteSynced below must not count those records first.
 func (s *Store) rollLocked() (*segment, error) {
 	old := s.active()
-	if err := synctrace.Sync(old.f); err != nil {
+	if err := fsync(old.f); err != nil {
 		s.failed = err
 		return nil, fmt.Errorf("sync %s before rollover: %w", s.segmentPath(old.base), err)
 	}
