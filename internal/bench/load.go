@@ -336,7 +336,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		if measureErr == nil {
 			cpu0, measureErr = SampleCPU()
 		}
-		if e.Target.Embedded != nil {
+		if p.Stages && e.Target.Embedded != nil {
 			stagetime.Start()
 		}
 		if counting && measureErr == nil {
@@ -421,7 +421,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	}
 	if e.Target.Embedded != nil {
 		res.CutsPerS = Ptr(round(float64(cuts1-cuts0)/secs, 1))
-		res.StagesUS = stagetime.Summaries()
+		if p.Stages {
+			res.StagesUS = stagetime.Summaries()
+		}
 	}
 	if floor.lat.Count() > 0 {
 		res.GRPCFloorUS = floor.lat.Summary()

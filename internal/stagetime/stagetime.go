@@ -81,17 +81,21 @@ var stageNames = [stageCount]string{
 func (s Stage) String() string { return stageNames[s] }
 
 var (
-	on    atomic.Bool
-	mu    sync.Mutex
-	hists [stageCount]*hdrhistogram.Histogram
+	on atomic.Bool
+	// hists has one histogram per stage, each with its own lock, so that
+	// servers timing different stages do not wait for each other.
+	hists [stageCount]struct {
+		mu sync.Mutex
+		h  *hdrhistogram.Histogram
+	}
 )
 
 // Start empties every histogram and starts timing.
 func Start() {
-	mu.Lock()
-	defer mu.Unlock()
 	for i := range hists {
-		hists[i] = hdrhistogram.New(1, int64(time.Minute), 2)
+		hists[i].mu.Lock()
+		hists[i].h = hdrhistogram.New(1, int64(time.Minute), 2)
+		hists[i].mu.Unlock()
 	}
 	on.Store(true)
 }
@@ -115,10 +119,11 @@ func Observe(s Stage, d time.Duration) {
 	if !on.Load() {
 		return
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if h := hists[s]; h != nil {
-		_ = h.RecordValue(min(max(int64(d), 1), int64(time.Minute)))
+	x := &hists[s]
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.h != nil {
+		_ = x.h.RecordValue(min(max(int64(d), 1), int64(time.Minute)))
 	}
 }
 
@@ -133,21 +138,21 @@ type Summary struct {
 
 // Summaries returns every stage that was timed since Start, by name.
 func Summaries() map[string]Summary {
-	mu.Lock()
-	defer mu.Unlock()
 	out := map[string]Summary{}
 	us := func(ns float64) float64 { return float64(int64(ns/10)) / 100 }
-	for s, h := range hists {
-		if h == nil || h.TotalCount() == 0 {
-			continue
+	for i := range hists {
+		x := &hists[i]
+		x.mu.Lock()
+		if h := x.h; h != nil && h.TotalCount() > 0 {
+			out[Stage(i).String()] = Summary{
+				Count: h.TotalCount(),
+				Mean:  us(h.Mean()),
+				P50:   us(float64(h.ValueAtQuantile(50))),
+				P90:   us(float64(h.ValueAtQuantile(90))),
+				P99:   us(float64(h.ValueAtQuantile(99))),
+			}
 		}
-		out[Stage(s).String()] = Summary{
-			Count: h.TotalCount(),
-			Mean:  us(h.Mean()),
-			P50:   us(float64(h.ValueAtQuantile(50))),
-			P90:   us(float64(h.ValueAtQuantile(90))),
-			P99:   us(float64(h.ValueAtQuantile(99))),
-		}
+		x.mu.Unlock()
 	}
 	return out
 }
