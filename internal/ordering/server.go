@@ -31,6 +31,7 @@ import (
 	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/stagetime"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -250,6 +251,9 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	}
 	if ok {
 		s.appendEventLocked(ev)
+		if ev.Cut != nil && s.leader != nil {
+			stagetime.Cuts.Mark(ev.Cut.Index)
+		}
 		if ev.Cut != nil {
 			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Add(float64(max(len(ev.Cuts), 1)))
 		}

@@ -209,6 +209,10 @@ const (
 	// orders a tail its shard never made durable, which the new primary
 	// replaced.
 	bugTrustReplacedTail
+	// bugBackupSkipsSync: a backup acknowledges what it wrote without
+	// the fsync the durable default demands first (the primary fsyncs as
+	// it should).
+	bugBackupSkipsSync
 )
 
 // Result is the outcome of one seed.
@@ -272,6 +276,9 @@ func Run(seed uint64, o Options) Result {
 	s := newCluster(seed, o.Mode, o.Faults, o.Trace, o.plant)
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
 		s.sc.sync = syncAlways // the durable default, which survives it
+	}
+	if o.plant == bugBackupSkipsSync {
+		s.sc.sync = syncAlways // the setting whose promise it breaks
 	}
 	s.raftPowerLoss, s.raftSyncOptOut = o.raftPowerLoss, o.raftSyncOptOut
 	if o.raftSyncOptOut {

@@ -106,12 +106,16 @@ func TestPlantedBugs(t *testing.T) {
 		{"a confirmed position is revised", Spec, bugRevise, "invariant 4", 0},
 		{"appends are answered before they are ordered", Eager, bugEarlyAck, "invariant 3", 1},
 		{"appends are answered before they are ordered (spec)", Spec, bugEarlyAck, "invariant 3", 1},
-		// The power loss takes ordered records from every copy: the
-		// clients whose answers it cut off can never resolve them (and
-		// readers never get them). Speculative subscribers already hold
-		// what it takes (they got it before it was ordered), so the
-		// eager mode shows it.
-		{"servers answer and acknowledge before they fsync", Eager, bugSkipSync, "completion", 0},
+		// The first cut orders records no copy fsynced; had that check
+		// not caught it, the power loss would take them from every copy,
+		// and the clients whose answers it cut off could never resolve
+		// them (TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut
+		// shows that for the opt-out).
+		{"servers answer and acknowledge before they fsync", Eager, bugSkipSync, "fsynced only below", 0},
+		// A backup that acknowledges before its fsync loses nothing to a
+		// power loss while the primary's copy survives, so the check at
+		// each cut (every copy fsynced what it orders) catches it.
+		{"a backup acknowledges before it fsyncs", Eager, bugBackupSkipsSync, "fsynced only below", 0},
 		// A target of the player applies one entry twice: the player's
 		// check over the targets' applied sequences catches it.
 		{"a player's target applies an entry twice", Eager, bugApplyTwice, "invariant 6", 0},
