@@ -16,6 +16,9 @@ type SeqConfig struct {
 	Replicas []ReplicaID
 	Leader   ReplicaID
 	Stable   uint64
+	// From is where the view's flush started: a replica that missed the
+	// view's start is started from the recorded configuration.
+	From uint64
 }
 
 // Seal asks every replica of View to seal it and answer with a
@@ -131,7 +134,7 @@ func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
 }
 
 func (rc *Reconfig) record() ReconfigOutput {
-	rc.next.Stable = rc.end
+	rc.next.Stable, rc.next.From = rc.end, rc.from
 	c := rc.next
 	c.Replicas = slices.Clone(c.Replicas)
 	return ReconfigOutput{Record: &c}
