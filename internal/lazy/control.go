@@ -100,7 +100,10 @@ type Control struct {
 	// applied (0: none), for dropping failed and adding added.
 	claiming      uint64
 	failed, added []ReplicaID
-	rc            *Reconfig
+	// claimed is the view whose claim is applied, waiting for a replica
+	// that runs the recorded view before it seals it.
+	claimed uint64
+	rc      *Reconfig
 	// starts is the start of the view this control plane recorded, with
 	// what its flush bound, for the replicas still to start.
 	starts *StartView
@@ -122,7 +125,7 @@ func NewControl(cfg ControlConfig, owner string, now time.Time) *Control {
 func (c *Control) Config() *SeqConfig { return c.st.Config }
 
 // Changing says a view change is under way: claimed and not recorded yet.
-func (c *Control) Changing() bool { return c.claiming != 0 || c.rc != nil }
+func (c *Control) Changing() bool { return c.claiming != 0 || c.claimed != 0 || c.rc != nil }
 
 // Applied takes the control state after an apply on the leading replica.
 func (c *Control) Applied(st ControlState, now time.Time) ControlOutput {
@@ -147,28 +150,45 @@ func (c *Control) Applied(st ControlState, now time.Time) ControlOutput {
 		}
 		c.sentAt = now
 		return c.carry(rc.Recorded())
-	case c.rc != nil && (st.Claim == nil || st.Claim.View != c.rc.View() || !mine):
+	case (c.rc != nil || c.claimed != 0) && !(mine && st.Claim.View == c.changeView()):
 		// A newer claim took over: this view change never records.
-		c.rc = nil
+		c.rc, c.claimed = nil, 0
 	case c.claiming != 0 && mine && st.Claim.View == c.claiming && cur != nil:
-		view := c.claiming
-		c.claiming = 0
-		rc, out, err := NewReconfig(*cur, c.failed, c.added, st.Shards)
-		if err != nil {
-			return ControlOutput{}
-		}
-		if rc.View() != view {
-			// Views were skipped (an earlier claim never recorded): the
-			// new view is the claimed one.
-			rc.next.View = view
-		}
-		c.rc = rc
-		c.sentAt = now
-		return c.carry(out)
+		c.claimed, c.claiming = c.claiming, 0
+		return c.begin(now)
 	case c.claiming != 0 && ((st.Claim != nil && st.Claim.View >= c.claiming) || (cur != nil && cur.View >= c.claiming)):
 		c.claiming = 0
 	}
 	return ControlOutput{}
+}
+
+// changeView is the view of the view change under way.
+func (c *Control) changeView() uint64 {
+	if c.rc != nil {
+		return c.rc.View()
+	}
+	return c.claimed
+}
+
+// begin seals the recorded view under the applied claim, once some
+// replica is known to run it (one that never ran could not recover it).
+func (c *Control) begin(now time.Time) ControlOutput {
+	cur := c.st.Config
+	if !c.summary(now).ran {
+		return ControlOutput{}
+	}
+	view := c.claimed
+	c.claimed = 0
+	rc, out, err := NewReconfig(*cur, c.failed, c.added, c.st.Shards)
+	if err != nil {
+		return ControlOutput{}
+	}
+	// Views may have been skipped (an earlier claim never recorded): the
+	// new view is the claimed one.
+	rc.next.View = view
+	c.rc = rc
+	c.sentAt = now
+	return c.carry(out)
 }
 
 // Status takes a replica's answer to a probe.
@@ -180,9 +200,44 @@ func (c *Control) Status(id ReplicaID, st ReplicaStatus, now time.Time) {
 	c.status[id] = st
 }
 
+// viewSummary is what the probes tell of the recorded view.
+type viewSummary struct {
+	failed, added, behind []ReplicaID
+	// sealed says a replica of the view is sealed (an earlier view
+	// change never finished); ran that some replica runs or ran it.
+	sealed, ran bool
+}
+
+func (c *Control) summary(now time.Time) viewSummary {
+	cur := c.st.Config
+	var v viewSummary
+	for _, id := range c.cfg.Replicas {
+		member := slices.Contains(cur.Replicas, id)
+		st, heard := c.status[id]
+		if member && heard && st.View == cur.View && !st.Amnesiac {
+			v.ran = true
+		}
+		switch {
+		case member && now.Sub(c.lastOK[id]) >= c.cfg.FailureTimeout:
+			v.failed = append(v.failed, id)
+		case !heard:
+		case !member:
+			v.added = append(v.added, id)
+		case st.View < cur.View:
+			v.behind = append(v.behind, id)
+		case st.View == cur.View && st.Sealed && st.Amnesiac:
+			// It restarted and lost its ring: it cannot run the view.
+			v.failed = append(v.failed, id)
+		case st.View == cur.View && st.Sealed:
+			v.sealed = true
+		}
+	}
+	return v
+}
+
 // Tick runs the control plane at now: it records the first view, sends a
-// pending step again, or decides from the probes' answers whether the
-// view must change.
+// pending step again, starts the recorded view where it does not run, or
+// decides from the probes' answers whether the view must change.
 func (c *Control) Tick(now time.Time) ControlOutput {
 	cur := c.st.Config
 	due := now.Sub(c.sentAt) >= c.cfg.ResendAfter
@@ -206,54 +261,40 @@ func (c *Control) Tick(now time.Time) ControlOutput {
 		c.sentAt = now
 		return c.carry(c.rc.Pending())
 	}
-	var failed, added, behind []ReplicaID
-	change := false
-	for _, id := range c.cfg.Replicas {
-		member := slices.Contains(cur.Replicas, id)
-		st, heard := c.status[id]
-		switch {
-		case member && now.Sub(c.lastOK[id]) >= c.cfg.FailureTimeout:
-			failed = append(failed, id)
-		case !heard:
-		case !member:
-			added = append(added, id)
-		case st.View < cur.View:
-			behind = append(behind, id)
-		case st.View == cur.View && st.Sealed && st.Amnesiac:
-			// It restarted and lost its ring: it cannot run the view.
-			failed = append(failed, id)
-		case st.View == cur.View && st.Sealed:
-			// An earlier view change sealed the view and never finished.
-			change = true
+	v := c.summary(now)
+	if len(v.behind) > 0 {
+		// The recorded view runs first (its leader may have fallen before
+		// starting it): a view that never ran cannot be sealed and
+		// changed, for no replica could recover it.
+		sv := StartView{View: cur.View, Ordered: cur.Stable, From: cur.From, Leader: cur.Leader, Replicas: slices.Clone(cur.Replicas)}
+		if s := c.starts; s != nil && s.View == cur.View {
+			sv = *s
 		}
+		return ControlOutput{Start: &sv, StartTo: v.behind}
 	}
-	if len(failed) > 0 || len(added) > 0 || change {
-		left := len(added)
-		for _, id := range cur.Replicas {
-			if !slices.Contains(failed, id) {
-				left++
-			}
-		}
-		if left == 0 {
-			// Every replica is gone: nothing can recover the view.
-			return ControlOutput{}
-		}
-		c.claiming = cur.View + 1
-		if cl := c.st.Claim; cl != nil && cl.View >= c.claiming {
-			c.claiming = cl.View + 1
-		}
-		c.failed, c.added = failed, added
-		c.sentAt = now
-		return ControlOutput{Claim: &Claim{View: c.claiming, Owner: c.owner}}
+	if c.claimed != 0 {
+		return c.begin(now)
 	}
-	if len(behind) == 0 {
+	if !v.ran || (len(v.failed) == 0 && len(v.added) == 0 && !v.sealed) {
 		return ControlOutput{}
 	}
-	sv := StartView{View: cur.View, Ordered: cur.Stable, From: cur.From, Leader: cur.Leader, Replicas: slices.Clone(cur.Replicas)}
-	if s := c.starts; s != nil && s.View == cur.View {
-		sv = *s
+	left := len(v.added)
+	for _, id := range cur.Replicas {
+		if !slices.Contains(v.failed, id) {
+			left++
+		}
 	}
-	return ControlOutput{Start: &sv, StartTo: behind}
+	if left == 0 {
+		// Every replica is gone: nothing can recover the view.
+		return ControlOutput{}
+	}
+	c.claiming = cur.View + 1
+	if cl := c.st.Claim; cl != nil && cl.View >= c.claiming {
+		c.claiming = cl.View + 1
+	}
+	c.failed, c.added = v.failed, v.added
+	c.sentAt = now
+	return ControlOutput{Claim: &Claim{View: c.claiming, Owner: c.owner}}
 }
 
 // Sealed takes a replica's answer to Seal.
