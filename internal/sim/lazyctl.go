@@ -193,7 +193,7 @@ func (o *ordNode) carry(out lazy.ControlOutput) {
 	}
 	if m := out.Map; m != nil {
 		for _, sh := range w.shards {
-			sh[0].sendMap(&o.node, *m, func(a lazy.MappingAck) {
+			w.primary(sh[0].shard).sendMap(&o.node, *m, func(a lazy.MappingAck) {
 				if o.gen == gen {
 					o.carry(o.ctl.MapAcked(a))
 				}

@@ -200,6 +200,10 @@ const (
 	// bugLazyReadAhead: a lazy shard replica answers a read above
 	// stable-gp from the placement it holds, rather than holding it.
 	bugLazyReadAhead
+	// bugLazyOutStaysIn: a lazy shard primary taken out of its
+	// configuration does not leave it: it follows stable-gp over the
+	// placements the promoted backup's order replaced.
+	bugLazyOutStaysIn
 	// bugLazyTrustProposal: the lazy control plane's shell takes its own
 	// claims and records for committed, so a deposed ordering leader
 	// seals, flushes, advances stable-gp and starts a view it never
@@ -403,8 +407,8 @@ func Count(rs []Result) Tally {
 
 func (t Tally) String() string {
 	if t.Lazy > 0 {
-		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes, %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off",
-			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders)
+		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off",
+			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders)
 	}
 	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers, %d restarted with a damaged file: %d ranges repaired, %d repairs lost their source mid-copy), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
 		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.Damaged, t.Repairs, t.SourceDeaths, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)

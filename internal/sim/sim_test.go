@@ -49,12 +49,13 @@ func TestSeeds(t *testing.T) {
 			if m == Lazy {
 				// Every kind of lazy fault happens in some seed: the
 				// sequencing leader and followers crash (view changes
-				// follow), shard replicas and clients crash, data that
-				// never comes turns into no-ops, full sequencing rings
-				// push appends back, and ordering replicas crash or
-				// their leader is cut off from the others.
+				// follow), shard replicas and clients crash, shard
+				// primaries fail over, data that never comes turns into
+				// no-ops, full sequencing rings push appends back, and
+				// ordering replicas crash or their leader is cut off from
+				// the others.
 				if faults.Crash && n >= 40 && (tally.LeaderCrashes == 0 || tally.SeqCrashes == tally.LeaderCrashes ||
-					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 ||
+					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 || tally.Failovers == 0 ||
 					tally.RaftCrashes == 0 || tally.CutOffLeaders == 0) {
 					t.Errorf("some lazy fault never struck: %v", tally)
 				}
@@ -325,6 +326,11 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// placement it holds exposes bindings a view change then
 		// rebinds: a later reader sees another record there.
 		{"a shard serves reads above stable-gp", bugLazyReadAhead, "invariant 2"},
+		// A primary taken out that goes on following stable-gp serves, as
+		// final, its own placement of the mapping in flight, which the
+		// promoted backup placed anew (with a no-op where the data had
+		// not come, or in another view's order).
+		{"a shard primary taken out stays in", bugLazyOutStaysIn, "invariant 2"},
 		// The control plane's shell takes its own claims and records for
 		// committed: an ordering leader cut off from the others, deposed
 		// without knowing it, seals, flushes, advances stable-gp and

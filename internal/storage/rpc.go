@@ -14,7 +14,6 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/cut"
-	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
 )
@@ -171,7 +170,7 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return err
 	}
-	if s.cfg.Mode.Name() == mode.LazyName {
+	if s.cfg.Mode.Sequenced() {
 		// Lazy records live in the shard's lazy log, ordered by stable-gp.
 		return s.subscribeLazy(req, stream)
 	}
