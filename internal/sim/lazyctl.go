@@ -179,10 +179,12 @@ func (o *ordNode) carry(out lazy.ControlOutput) {
 			q := w.seq(id)
 			w.send(o.name, &q.node, func() {
 				rep, err := q.core.Seal(view)
-				q.orderer = nil
 				if err != nil {
+					// A late seal of a view the replica left: its
+					// orderer runs the newer view and stays.
 					return
 				}
+				q.orderer = nil
 				w.send(q.name, &o.node, func() {
 					if o.gen == gen {
 						o.carry(o.ctl.Sealed(q.id, rep))
