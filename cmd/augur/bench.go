@@ -175,8 +175,9 @@ the sweep (--shards, --compute, --window lists), one JSON object per mode of
 --modes, then, with two or more modes, one comparison object per candidate
 mode: {"workload","baseline","candidate","ratios":{"delivery_p50","e2e_p50",
 "e2e_p99","append_p50","throughput"}}, latency ratios baseline ÷ candidate and
-the throughput ratio candidate ÷ baseline. --plot FILE.svg|FILE.png draws the
-paper-style figure. Latencies are in µs as {"mean","p50","p90","p99","p999","max"}.
+the throughput ratio candidate ÷ baseline. Under a --durability or --security
+sweep each mode is compared with the baseline mode under the same setting.
+--plot FILE.svg|FILE.png draws the paper-style figure. Latencies are in µs as {"mean","p50","p90","p99","p999","max"}.
 
 Workloads:
   ` + strings.Join(names, ", ") + `

@@ -389,11 +389,24 @@ type Point struct {
 	Comparisons []*Comparison
 }
 
-// add appends a point, comparing every mode after the first with the first.
+// add appends a point, comparing every result after the first with the
+// baseline mode's (the first mode's) under the same durability and
+// security settings, and the baseline mode's own results under other
+// settings with the first (what a setting costs).
 func (r *Report) add(results []*Result) {
 	pt := Point{Results: results}
+	first := results[0]
 	for _, c := range results[1:] {
-		pt.Comparisons = append(pt.Comparisons, Compare(results[0], c))
+		base := first
+		if c.Mode != first.Mode {
+			for _, b := range results {
+				if b.Mode == first.Mode && b.Durability == c.Durability && b.Security == c.Security {
+					base = b
+					break
+				}
+			}
+		}
+		pt.Comparisons = append(pt.Comparisons, Compare(base, c))
 	}
 	r.Points = append(r.Points, pt)
 }

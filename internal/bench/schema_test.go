@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +269,35 @@ func TestPayloadHeader(t *testing.T) {
 	}
 	if _, _, ok := readHeader(fill[:headerBytes-1], run); ok {
 		t.Fatal("a short payload was taken for a stamped one")
+	}
+}
+
+// TestReportComparesModesUnderTheSameSettings: in a durability sweep each
+// mode is set against the baseline mode under its own setting, and the
+// baseline mode's other settings against its first.
+func TestReportComparesModesUnderTheSameSettings(t *testing.T) {
+	res := func(mode, durability string, p50 float64) *Result {
+		return &Result{Workload: "lazy-append", Mode: mode, Durability: durability, AppendLatencyUS: &LatencySummary{P50: p50}}
+	}
+	var rep Report
+	rep.add([]*Result{
+		res("eager", DurabilityDefault, 4000), res("eager", DurabilityOptOut, 400),
+		res("lazy", DurabilityDefault, 2000), res("lazy", DurabilityOptOut, 100),
+	})
+	type pair struct{ base, baseDur, cand, candDur string }
+	var got []pair
+	for _, c := range rep.Comparisons() {
+		got = append(got, pair{c.Baseline, c.BaselineDurability, c.Candidate, c.CandidateDurability})
+	}
+	want := []pair{
+		{"eager", DurabilityDefault, "eager", DurabilityOptOut},
+		{"eager", DurabilityDefault, "lazy", DurabilityDefault},
+		{"eager", DurabilityOptOut, "lazy", DurabilityOptOut},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("comparisons %v, want %v", got, want)
+	}
+	if r := rep.Comparisons()[2].Ratios.AppendP50; r == nil || *r != 4 {
+		t.Fatalf("lazy optout append ratio %v, want eager optout ÷ lazy optout = 4", deref(r))
 	}
 }
