@@ -25,6 +25,11 @@ type Leader struct {
 	// their count. The cut slots are tracked by these ids.
 	idPrefix string
 	ids      uint64
+	// reported is the longest length of each shard this leader passed to
+	// its policy, whatever the configuration: a cut may order that much.
+	reported map[cut.ShardID]uint64
+	// joins are the Joins in flight (see Rejoin).
+	joins map[cut.ShardID]joining
 }
 
 // NewLeader returns the leader state of a replica that starts leading at
@@ -34,7 +39,8 @@ type Leader struct {
 // other command ever bore (not even one of an earlier Leader's), and by
 // which it recognizes these commands as its own when they are applied.
 func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now time.Time, idPrefix string) *Leader {
-	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st, idPrefix: idPrefix}
+	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st, idPrefix: idPrefix,
+		reported: map[cut.ShardID]uint64{}, joins: map[cut.ShardID]joining{}}
 	p.Observe(st, now)
 	return l
 }
@@ -54,6 +60,7 @@ func (l *Leader) Applied(st *control.State, cmd control.Command, own bool, now t
 		}
 	}
 	l.Observe(st, now)
+	l.settleJoins(cmd, now)
 	return news
 }
 
@@ -74,11 +81,13 @@ func (l *Leader) Beat(server string, incarnation uint64, now time.Time) {
 // Report takes one shard's report and says whether to step now. A report
 // made in another configuration than the shard's current one is dropped:
 // an old primary, fenced by a reconfiguration it has not heard of yet,
-// may report what the new configuration's replicas do not all hold.
+// may report what the new configuration's replicas do not all hold. So is
+// one of a configuration a Join in flight replaces (see Rejoin).
 func (l *Leader) Report(r Report, now time.Time) (news bool) {
-	if sh := l.st.Shard(r.Shard); sh == nil || sh.Epoch != r.Epoch {
+	if sh := l.st.Shard(r.Shard); sh == nil || sh.Epoch != r.Epoch || l.joinBlocks(r.Shard, r.Epoch, now) {
 		return false
 	}
+	l.reported[r.Shard] = max(l.reported[r.Shard], r.Length)
 	return l.policy.Report(r, now)
 }
 
