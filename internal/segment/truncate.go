@@ -41,7 +41,7 @@ func (s *Store) Truncate(from uint64) error {
 
 	// Hide the dropped frames from readers before their bytes go.
 	s.mu.Lock()
-	s.segs = s.segs[:i+1:i+1]
+	s.segs = s.segs[: i+1 : i+1]
 	g.offsets = g.offsets[:k]
 	g.noops = g.noops[:g.firstNoopFrom(k)]
 	g.indexes = first - g.base
