@@ -1906,8 +1906,13 @@ type CatchUpProgress struct {
 	Stalled bool `protobuf:"varint,4,opt,name=stalled,proto3" json:"stalled,omitempty"`
 	// lost lists the local ranges no live replica holds, with the global
 	// positions they had where this copy knows them.
-	Lost          []*LostRange `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
-	Done          bool         `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	Lost []*LostRange `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	Done bool         `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	// rejoin: the catch-up of a copy out of its shard's configuration
+	// (restarted or fenced), which then asks to be added back; its total
+	// grows as the source's log does. asked: it caught up and asked.
+	Rejoin        bool `protobuf:"varint,7,opt,name=rejoin,proto3" json:"rejoin,omitempty"`
+	Asked         bool `protobuf:"varint,8,opt,name=asked,proto3" json:"asked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1980,6 +1985,20 @@ func (x *CatchUpProgress) GetLost() []*LostRange {
 func (x *CatchUpProgress) GetDone() bool {
 	if x != nil {
 		return x.Done
+	}
+	return false
+}
+
+func (x *CatchUpProgress) GetRejoin() bool {
+	if x != nil {
+		return x.Rejoin
+	}
+	return false
+}
+
+func (x *CatchUpProgress) GetAsked() bool {
+	if x != nil {
+		return x.Asked
 	}
 	return false
 }
@@ -6740,14 +6759,16 @@ const file_augur_proto_rawDesc = "" +
 	"\vlocal_start\x18\x04 \x01(\x04R\n" +
 	"localStart\x12!\n" +
 	"\fglobal_start\x18\x05 \x01(\x04R\vglobalStart\x12\x14\n" +
-	"\x05count\x18\x06 \x01(\x04R\x05count\"\xb0\x01\n" +
+	"\x05count\x18\x06 \x01(\x04R\x05count\"\xde\x01\n" +
 	"\x0fCatchUpProgress\x12\x18\n" +
 	"\afetched\x18\x01 \x01(\x04R\afetched\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12\x18\n" +
 	"\astalled\x18\x04 \x01(\bR\astalled\x12'\n" +
 	"\x04lost\x18\x05 \x03(\v2\x13.augur.v1.LostRangeR\x04lost\x12\x12\n" +
-	"\x04done\x18\x06 \x01(\bR\x04done\"u\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\x12\x16\n" +
+	"\x06rejoin\x18\a \x01(\bR\x06rejoin\x12\x14\n" +
+	"\x05asked\x18\b \x01(\bR\x05asked\"u\n" +
 	"\tLostRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x1d\n" +

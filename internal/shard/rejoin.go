@@ -18,9 +18,9 @@ import (
 //     it out: it drops the tail the shard may have replaced (from
 //     replacedFrom on: entries no cut ordered here, which a newer primary
 //     may have stored otherwise) and says what to fetch, from the
-//     replicas of that configuration (RejoinSources): its damaged ranges,
-//     then everything past its length (a Tail gap, up to where the
-//     source's log ends), and the positions (runs) the source assigned
+//     replicas of that configuration (RejoinSources): everything past its
+//     length (a Tail gap, up to where the source's log ends), and the
+//     positions (runs) the source assigned
 //     from this copy's ordered end on (AssignFetched).
 //  2. Cuts that order entries the copy does not hold yet are kept
 //     (pendingCutsMax of them) and applied once it holds them, rather
@@ -88,8 +88,10 @@ func (r *Replica[W]) PrepareRejoin() (RejoinPlan, error) {
 	r.replacedFrom.Store(math.MaxUint64)
 	r.rejoinFrom = r.cfgEpoch
 	r.asked.Store(0)
-	plan := RejoinPlan{Epoch: r.cfgEpoch, Gaps: r.Gaps(), RunsFrom: r.log.Ordered()}
-	plan.Gaps = append(plan.Gaps, Gap{First: r.log.Len(), End: math.MaxUint64, Tail: true})
+	// Damaged ranges are the owner's to repair as for any copy (Gaps);
+	// RejoinReady waits for them.
+	plan := RejoinPlan{Epoch: r.cfgEpoch, RunsFrom: r.log.Ordered(),
+		Gaps: []Gap{{First: r.log.Len(), End: math.MaxUint64, Tail: true}}}
 	return plan, nil
 }
 

@@ -252,10 +252,14 @@ func (s *Server) Start() {
 }
 
 func (s *Server) startReplicaLocked(r *replica) {
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		r.run()
+	}()
+	go func() {
+		defer s.wg.Done()
+		r.rejoinLoop(s.ctx)
 	}()
 	if r.syncWake != nil {
 		s.wg.Add(1)
