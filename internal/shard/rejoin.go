@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -34,6 +35,10 @@ import (
 //
 // A newer configuration that still leaves it out, heard of meanwhile,
 // makes the catch-up stale (distrustTail again): the owner starts over.
+
+// ErrRejoined refuses a catch-up's write to a copy that rejoined its
+// shard's configuration meanwhile: its primary sends it what it lacks.
+var ErrRejoined = errors.New("the copy rejoined its shard's configuration")
 
 // pendingCutsMax bounds the cuts a rejoining copy keeps for entries it
 // does not hold yet; older ones are dropped, and the positions fetched
@@ -85,9 +90,13 @@ func (r *Replica[W]) PrepareRejoin() (RejoinPlan, error) {
 		return RejoinPlan{}, fmt.Errorf("shard %d: drop the tail the shard may have replaced: %w", r.id, err)
 	}
 	// What it holds now is the shard's, as copied from this configuration.
+	// An ask in this configuration stays good: the copy only grows by
+	// what a replica of it holds.
 	r.replacedFrom.Store(math.MaxUint64)
+	if r.rejoinFrom != r.cfgEpoch {
+		r.asked.Store(0)
+	}
 	r.rejoinFrom = r.cfgEpoch
-	r.asked.Store(0)
 	// Damaged ranges are the owner's to repair as for any copy (Gaps);
 	// RejoinReady waits for them.
 	plan := RejoinPlan{Epoch: r.cfgEpoch, RunsFrom: r.log.Ordered(),

@@ -1008,7 +1008,7 @@ func (r *Replica[W]) Repair(w Write) error {
 	if !w.InPlace {
 		role := r.Role()
 		if role != RoleRecovered && role != RoleFenced {
-			return fmt.Errorf("shard %d: catch-up write at %d: a %v copy takes its entries from its primary", r.id, w.First, role)
+			return fmt.Errorf("shard %d: catch-up write at %d: a %v copy takes its entries from its primary: %w", r.id, w.First, role, ErrRejoined)
 		}
 		if n := r.log.Len(); w.First != n {
 			return fmt.Errorf("shard %d: catch-up write at %d, the log holds %d", r.id, w.First, n)

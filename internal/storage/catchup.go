@@ -315,7 +315,9 @@ func (r *replica) fetch(ctx context.Context, cu *shard.CatchUp, src Peer, f shar
 			return err
 		}
 		if ok {
-			if err := r.core.Repair(w); err != nil {
+			if err := r.core.Repair(w); errors.Is(err, shard.ErrRejoined) {
+				return err
+			} else if err != nil {
 				r.log.Error("catch-up: store the repaired records", "err", err)
 				return fmt.Errorf("%w: %v", errStoreFailed, err)
 			}

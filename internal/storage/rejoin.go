@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,6 +28,10 @@ import (
 // that takes the copy in makes it a backup; its primary's join resends
 // what it still lacks. Ping's health shows the copy as catching-up, with
 // its progress, until then.
+
+// rejoinAskAgainAfter is how long a copy the leader said it took back
+// waits for that configuration before it asks again.
+const rejoinAskAgainAfter = 2 * time.Second
 
 // rejoinLoop runs r's rejoin whenever the core says the copy should
 // (after a configuration that leaves it out), until the server stops.
@@ -112,7 +117,12 @@ func (r *replica) rejoin(ctx context.Context) {
 		err := r.srv.askRejoin(ctx, r.id, epoch, held)
 		if err == nil {
 			r.log.Info("rejoin: the ordering leader added this copy back", "epoch", epoch+1, "held", held)
-			return
+			// The configuration that takes it in makes it a backup; if
+			// none came (the proposal was lost with a leader), ask again.
+			if !r.srv.sleep(rejoinAskAgainAfter) {
+				return
+			}
+			continue
 		}
 		r.log.Info("rejoin: refused; catching up again", "epoch", epoch, "held", held, "err", err)
 		if !r.srv.sleep(retryInterval) {
