@@ -107,6 +107,7 @@ func TestStatusShowsADamagedCopyAndItsRepair(t *testing.T) {
 				CatchUp *struct {
 					Fetched string `json:"fetched"`
 					Done    bool   `json:"done"`
+					Rejoin  bool   `json:"rejoin"`
 				} `json:"catch_up"`
 			} `json:"health"`
 		} `json:"replica_health"`
@@ -119,7 +120,7 @@ func TestStatusShowsADamagedCopyAndItsRepair(t *testing.T) {
 		for _, s := range st.ReplicaHealth {
 			for _, h := range s.Health {
 				if s.ServerID == backup && h.Shard == 0 && h.CatchUp != nil {
-					return h.CatchUp.Done && h.CatchUp.Fetched == "1" && len(h.Damaged) == 0
+					return h.CatchUp.Done && !h.CatchUp.Rejoin && h.CatchUp.Fetched == "1" && len(h.Damaged) == 0
 				}
 			}
 		}

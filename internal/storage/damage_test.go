@@ -149,7 +149,9 @@ func TestDamagedRecordIsRefusedThenRepairedFromThePeer(t *testing.T) {
 	if err := c.StartStorage(primary); err != nil {
 		t.Fatal(err)
 	}
-	h = awaitHealth(ctx, t, cl, addr, shardID, func(h *pb.ReplicaHealth) bool { return h.GetCatchUp().GetDone() })
+	h = awaitHealth(ctx, t, cl, addr, shardID, func(h *pb.ReplicaHealth) bool {
+		return h.GetCatchUp().GetDone() && !h.GetCatchUp().GetRejoin()
+	})
 	if len(h.Damaged) != 0 || h.CatchUp.Fetched != 1 || len(h.CatchUp.Lost) != 0 {
 		t.Fatalf("health of the backup after its repair: %v", h)
 	}
@@ -345,7 +347,7 @@ func TestTornTailThatDroppedOrderedRecordsIsReportedLost(t *testing.T) {
 	tearAfter(t, filepath.Join(c.Dir(), backup), []byte(fmt.Sprintf("torn-%d-payload", n-1)))
 	// With its primary gone too the shard is final, so the torn copy has
 	// nothing to rejoin and nobody to catch up from (a live shard's copy
-	// gets the records back: TestRestartedBackupCatchesUpAndRejoins).
+	// gets the records back: TestRestartedReplicaCatchesUpAndRejoins).
 	if err := c.StopStorage(primary); err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,11 @@ func (r *replica) wakeRejoin() {
 // success, or the core says it no longer rejoins.
 func (r *replica) rejoin(ctx context.Context) {
 	defer r.rejoining.Store(false)
+	for r.repairing.Load() {
+		if !r.srv.sleep(retryInterval) {
+			return
+		}
+	}
 	for ctx.Err() == nil {
 		var plan shard.RejoinPlan
 		var perr error

@@ -12,18 +12,26 @@ import (
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
-// TestRestartedBackupCatchesUpAndRejoins stops a backup (its primary
-// then serves the shard alone), tears the tail off its segment file so
-// that it lost records a cut had ordered, and appends more while it is
-// down. Restarted, the backup must catch up from the primary and be
-// added back to the shard's configuration: the same shard, live, with
-// both replicas, and appends acknowledged after that held by both. The
-// primary is then killed: the rejoined copy, now alone, must serve every
-// acknowledged record at its position.
-func TestRestartedBackupCatchesUpAndRejoins(t *testing.T) {
+// TestRestartedReplicaCatchesUpAndRejoins stops one replica of a shard
+// (its other replica then serves the shard alone, as primary), tears the
+// tail off its segment file so that it lost records a cut had ordered,
+// and appends more while it is down. Restarted, the replica must catch up
+// from the serving one and be added back to the shard's configuration:
+// the same shard, live, with both replicas, and appends acknowledged
+// after that held by both. The serving replica is then killed: the
+// rejoined copy, now alone, must serve every acknowledged record at its
+// position. It runs for the backup, and for the primary (which comes back
+// as a backup of the replica that took over).
+func TestRestartedReplicaCatchesUpAndRejoins(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole cluster")
 	}
+	for _, restarted := range []int{1, 0} {
+		t.Run([]string{"primary", "backup"}[restarted], func(t *testing.T) { restartAndRejoin(t, restarted) })
+	}
+}
+
+func restartAndRejoin(t *testing.T, restarted int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1})
@@ -54,26 +62,27 @@ func TestRestartedBackupCatchesUpAndRejoins(t *testing.T) {
 	appendN(10)
 	shardID := acks[0].Shard
 	ids := c.StorageIDs()
-	primary, backup := ids[0], ids[1]
+	// back is the replica that restarts, kept the one that serves.
+	kept, back := ids[1-restarted], ids[restarted]
 	st, err := cl.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	epoch := st.Shards[0].Epoch
-	if err := c.StopStorage(backup); err != nil {
+	if err := c.StopStorage(back); err != nil {
 		t.Fatal(err)
 	}
-	tearAfter(t, filepath.Join(c.Dir(), backup), []byte("rejoin-007-payload"))
+	tearAfter(t, filepath.Join(c.Dir(), back), []byte("rejoin-007-payload"))
 	appendN(10)
-	if err := c.StartStorage(backup); err != nil {
+	if err := c.StartStorage(back); err != nil {
 		t.Fatal(err)
 	}
 	// The shard takes the backup back in, keeping its id.
-	sh := awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 2 && sh.Replicas[1].Id == backup })
-	if sh.Replicas[0].Id != primary || sh.Epoch < epoch+2 || len(sh.Out) != 0 {
+	sh := awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 2 && sh.Replicas[1].Id == back })
+	if sh.Replicas[0].Id != kept || sh.Epoch < epoch+2 || len(sh.Out) != 0 {
 		t.Fatalf("configuration after the rejoin: %v (epoch before %d)", sh, epoch)
 	}
-	addr, err := c.Config().Addr(backup)
+	addr, err := c.Config().Addr(back)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +92,7 @@ func TestRestartedBackupCatchesUpAndRejoins(t *testing.T) {
 	}
 	// Acknowledged from now on only once the rejoined copy holds them.
 	appendN(10)
-	if err := c.KillStorage(primary); err != nil {
+	if err := c.KillStorage(kept); err != nil {
 		t.Fatal(err)
 	}
 	got, err := cl.ReadRange(ctx, acks[0].Position, len(acks))
@@ -100,7 +109,7 @@ func TestRestartedBackupCatchesUpAndRejoins(t *testing.T) {
 		}
 	}
 	// The rejoined copy takes over, and the shard goes on.
-	awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 1 && sh.Replicas[0].Id == backup })
+	awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 1 && sh.Replicas[0].Id == back })
 	appendN(1)
 	if a := acks[len(acks)-1]; a.Shard != shardID {
 		t.Fatalf("append after the failover went to shard %d, want %d", a.Shard, shardID)

@@ -126,6 +126,9 @@ type replica struct {
 	rejoinWake chan struct{}
 	rejoining  atomic.Bool
 	rejoinShow catchUpShow
+	// repairing says the repair of damaged ranges runs: a rejoin, which
+	// may drop some of them with the tail, waits for it.
+	repairing atomic.Bool
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when runs or finality change

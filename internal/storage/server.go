@@ -228,9 +228,11 @@ func (s *Server) Start() {
 	for _, r := range s.replicas {
 		s.startReplicaLocked(r)
 		if len(r.core.Gaps()) > 0 {
+			r.repairing.Store(true)
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
+				defer r.repairing.Store(false)
 				r.repair(s.ctx)
 			}()
 		}
