@@ -51,6 +51,13 @@ var (
 	ErrRejoinBehind = errors.New("rejoining copy is behind")
 	// ErrRejoinBusy: another join of the shard is in flight; ask again.
 	ErrRejoinBusy = errors.New("a join of the shard is in flight")
+	// ErrRejoinUnsupported: the cluster's mode does not rejoin replicas
+	// (speculative order: a primary alone makes entries durable, and
+	// streams them, between the leader's decision and the Join's commit,
+	// so a joined replica may lack what subscribers were given; if the
+	// primary then fails, the joined replica would replace them). Asking
+	// again will not help.
+	ErrRejoinUnsupported = errors.New("rejoin is not supported in speculative order")
 )
 
 // joining is a Join this leader proposed and has not seen applied.
@@ -71,6 +78,8 @@ func (l *Leader) Rejoin(req RejoinRequest, now time.Time) (cmd control.Command, 
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: the replica's id and address are required", req.Shard)
 	case sh.State != control.Live:
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: it is %s: %w", req.Shard, sh.State, ErrRejoinStale)
+	case l.st.Spec != nil:
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: %w", req.Shard, ErrRejoinUnsupported)
 	}
 	if i := slices.IndexFunc(sh.Replicas, func(r control.Replica) bool { return r.ID == req.Replica.ID }); i >= 0 {
 		if sh.Replicas[i].Incarnation == req.Replica.Incarnation {
@@ -83,6 +92,9 @@ func (l *Leader) Rejoin(req RejoinRequest, now time.Time) (cmd control.Command, 
 	}
 	if req.Epoch != sh.Epoch {
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: caught up from configuration %d, the shard is in %d: %w", req.Shard, req.Epoch, sh.Epoch, ErrRejoinStale)
+	}
+	if !l.settled {
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: the leader has not applied what earlier leaders proposed yet: %w", req.Shard, ErrRejoinBusy)
 	}
 	if j, ok := l.joins[req.Shard]; ok && now.Sub(j.at) < l.det.timeout {
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: %w", req.Shard, ErrRejoinBusy)

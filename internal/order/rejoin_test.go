@@ -18,6 +18,7 @@ func rejoinWorld(t *testing.T) *world {
 	st.Apply(control.Command{Reconfig: &control.ReconfigCommand{Shard: 0, Epoch: 1, Remove: []string{"s1"}}})
 	w := &world{t: t, st: st, now: t0, ids: map[*control.CutCommand]string{}}
 	w.l = NewLeader(NewEager(tord), timeout, st, w.now, idPrefix)
+	w.settle()
 	return w
 }
 
@@ -149,5 +150,59 @@ func TestRejoinRefusesAFinalizedShard(t *testing.T) {
 	w.apply(control.Command{Finalize: &control.FinalizeCommand{Shard: 0, Failed: true}}, false)
 	if _, _, err := w.l.Rejoin(RejoinRequest{Shard: 0, Replica: s1Again, Epoch: 2, Held: 4}, w.now); !errors.Is(err, ErrRejoinStale) {
 		t.Fatalf("finalized shard: %v", err)
+	}
+}
+
+// TestNewLeaderTakesReportsOnceSettled: a Join an earlier leader proposed
+// may still be in the Raft log when a new leader starts. The new leader
+// first proposes an empty command and takes no report until it applied:
+// by then the Join applied too, and the old configuration's reports,
+// which may go past what the joined replica holds, are refused.
+func TestNewLeaderTakesReportsOnceSettled(t *testing.T) {
+	st := control.New("test")
+	st.Apply(control.Command{Register: &control.RegisterCommand{Group: "g",
+		Replicas: []control.Replica{{ID: "s0", Addr: "a0", Incarnation: 1}, {ID: "s1", Addr: "a1", Incarnation: 1}}}})
+	st.Apply(control.Command{Cut: &control.CutCommand{Lengths: []cut.Length{{Shard: 0, Length: 4}}}})
+	st.Apply(control.Command{Reconfig: &control.ReconfigCommand{Shard: 0, Epoch: 1, Remove: []string{"s1"}}})
+	w := &world{t: t, st: st, now: t0, ids: map[*control.CutCommand]string{}}
+	w.l = NewLeader(NewEager(tord), timeout, st, w.now, idPrefix)
+	out := w.l.Step(w.now)
+	if len(out.Propose) != 1 || out.Propose[0] != (control.Command{ID: out.Propose[0].ID}) || out.Propose[0].ID == "" {
+		t.Fatalf("a new leader's first step proposed %+v, want one empty command", out.Propose)
+	}
+	barrier := out.Propose[0]
+	if w.report(0, 9) {
+		t.Fatal("an unsettled leader took a report")
+	}
+	if _, _, err := w.l.Rejoin(RejoinRequest{Shard: 0, Replica: s1Again, Epoch: 2, Held: 9}, w.now); !errors.Is(err, ErrRejoinBusy) {
+		t.Fatalf("an unsettled leader decided a rejoin: %v", err)
+	}
+	// The earlier leader's Join, ahead of the empty command in the log.
+	w.apply(control.Command{ID: "old/7", Reconfig: &control.ReconfigCommand{Shard: 0, Epoch: 2, Join: &s1Again, Held: 4}}, false)
+	w.none(w.l.Step(w.now)) // the empty command is in flight
+	w.apply(barrier, true)
+	if !w.l.Settled() {
+		t.Fatal("not settled once its empty command applied")
+	}
+	if w.l.Report(Report{Shard: 0, Epoch: 2, Length: 9, Records: 9}, w.now) {
+		t.Fatal("a report of the configuration the Join replaced was taken")
+	}
+	for _, c := range w.cuts(w.l.Step(w.now).Propose) {
+		t.Fatalf("cut %+v proposed with no report of the current configuration", c)
+	}
+	if !w.report(0, 6) || w.st.Shard(0).Epoch != 3 {
+		t.Fatal("a report of the current configuration was not taken")
+	}
+}
+
+// TestRejoinRefusedInSpeculativeOrder: a speculative primary alone makes
+// entries durable and streams them between the decision and the Join's
+// commit, so the leader does not take a replica back in that mode.
+func TestRejoinRefusedInSpeculativeOrder(t *testing.T) {
+	w := newSpecWorld(t, 1, 4)
+	sh := w.st.Shard(0)
+	req := RejoinRequest{Shard: 0, Replica: control.Replica{ID: "s9", Addr: "a9", Incarnation: 1}, Epoch: sh.Epoch, Held: 1 << 20}
+	if cmd, member, err := w.l.Rejoin(req, w.now); !errors.Is(err, ErrRejoinUnsupported) || member || cmd.Reconfig != nil {
+		t.Fatalf("rejoin in speculative order: %+v, %v, %v; want ErrRejoinUnsupported", cmd, member, err)
 	}
 }

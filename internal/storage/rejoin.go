@@ -129,6 +129,12 @@ func (r *replica) rejoin(ctx context.Context) {
 			}
 			continue
 		}
+		if status.Code(err) == codes.Unimplemented {
+			// The cluster's mode (or an older ordering layer) does not
+			// rejoin replicas: the copy stays out, serving reads.
+			r.log.Warn("rejoin: not supported; the copy stays out of the shard's configuration", "err", err)
+			return
+		}
 		r.log.Info("rejoin: refused; catching up again", "epoch", epoch, "held", held, "err", err)
 		if !r.srv.sleep(retryInterval) {
 			return
