@@ -926,7 +926,11 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	survivor := false
 	for i, o := range sh.copies {
 		role := o.r.Role()
-		survivor = survivor || (o != c && o.up && sh.member[i] && (role == core.RolePrimary || role == core.RoleBackup))
+		// A backup its primary reports unreachable (a split it noticed)
+		// is on its way out of the configuration: whether it, or the
+		// crashed primary, leaves first is a race.
+		leaving := sh.split && o == sh.backup() && !s.now.Before(sh.splitSeen)
+		survivor = survivor || (o != c && o.up && sh.member[i] && !leaving && (role == core.RolePrimary || role == core.RoleBackup))
 	}
 	switch {
 	case sh.alive && survivor && s.plant != bugFinalizeOnReplicaFailure:
