@@ -5544,7 +5544,12 @@ type Placement struct {
 	Slots     []*Slot                `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
 	// seq numbers the primary's placements from 1: a backup applies them
 	// in this order, each once.
-	Seq           uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
+	// term: the shard configuration epoch in which the placement's primary
+	// became primary; base: the placement restates that primary's order
+	// from `from` on (the first placement of a promoted primary).
+	Term          uint64 `protobuf:"varint,9,opt,name=term,proto3" json:"term,omitempty"`
+	Base          bool   `protobuf:"varint,10,opt,name=base,proto3" json:"base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5635,6 +5640,20 @@ func (x *Placement) GetSeq() uint64 {
 	return 0
 }
 
+func (x *Placement) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *Placement) GetBase() bool {
+	if x != nil {
+		return x.Base
+	}
+	return false
+}
+
 type PlaceResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
@@ -5642,7 +5661,9 @@ type PlaceResponse struct {
 	// applied_end: the backup holds every placement below it.
 	AppliedEnd uint64 `protobuf:"varint,3,opt,name=applied_end,json=appliedEnd,proto3" json:"applied_end,omitempty"`
 	// applied_seq: the backup applied every placement up to this number.
-	AppliedSeq    uint64 `protobuf:"varint,4,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	AppliedSeq uint64 `protobuf:"varint,4,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	// applied_term: the term of the primary whose placements it follows.
+	AppliedTerm   uint64 `protobuf:"varint,5,opt,name=applied_term,json=appliedTerm,proto3" json:"applied_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5701,6 +5722,13 @@ func (x *PlaceResponse) GetAppliedEnd() uint64 {
 func (x *PlaceResponse) GetAppliedSeq() uint64 {
 	if x != nil {
 		return x.AppliedSeq
+	}
+	return 0
+}
+
+func (x *PlaceResponse) GetAppliedTerm() uint64 {
+	if x != nil {
+		return x.AppliedTerm
 	}
 	return 0
 }
@@ -7063,7 +7091,7 @@ const file_augur_proto_rawDesc = "" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04noop\x18\x04 \x01(\bR\x04noop\"\xdd\x01\n" +
+	"\x04noop\x18\x04 \x01(\bR\x04noop\"\x85\x02\n" +
 	"\tPlacement\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -7073,14 +7101,18 @@ const file_augur_proto_rawDesc = "" +
 	"\x03end\x18\x05 \x01(\x04R\x03end\x12)\n" +
 	"\x04runs\x18\x06 \x03(\v2\x15.augur.v1.PositionRunR\x04runs\x12$\n" +
 	"\x05slots\x18\a \x03(\v2\x0e.augur.v1.SlotR\x05slots\x12\x10\n" +
-	"\x03seq\x18\b \x01(\x04R\x03seq\"\x8f\x01\n" +
+	"\x03seq\x18\b \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04term\x18\t \x01(\x04R\x04term\x12\x12\n" +
+	"\x04base\x18\n" +
+	" \x01(\bR\x04base\"\xb2\x01\n" +
 	"\rPlaceResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
 	"\vapplied_end\x18\x03 \x01(\x04R\n" +
 	"appliedEnd\x12\x1f\n" +
 	"\vapplied_seq\x18\x04 \x01(\x04R\n" +
-	"appliedSeq\"o\n" +
+	"appliedSeq\x12!\n" +
+	"\fapplied_term\x18\x05 \x01(\x04R\vappliedTerm\"o\n" +
 	"\x10LazyFetchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +

@@ -177,9 +177,13 @@ type ReconfigCommand struct {
 	Held   uint64      `json:"held,omitempty"`
 }
 
-// TrimCommand moves the trim point up to Position.
+// TrimCommand moves the trim point up to Position, which must not pass
+// the log's final end: the last committed cut's, or in lazy order, which
+// commits no cuts, Stable, the stable-gp the proposer learned from the
+// sequencing leader (positions below it never change).
 type TrimCommand struct {
 	Position uint64 `json:"pos"`
+	Stable   uint64 `json:"stable,omitempty"`
 }
 
 // Encode serializes a command for the Raft log.
@@ -240,7 +244,7 @@ func (s *State) Apply(c Command) (Event, bool) {
 	case c.Reconfig != nil:
 		ev.MembershipChanged, ev.View = s.applyReconfig(*c.Reconfig)
 	case c.Trim != nil:
-		if c.Trim.Position > s.Trim && c.Trim.Position <= s.LastCut.End {
+		if c.Trim.Position > s.Trim && c.Trim.Position <= s.FinalEnd(c.Trim.Stable) {
 			s.Trim = c.Trim.Position
 			ev.Trim = s.Trim
 		}
@@ -475,6 +479,16 @@ func (s *State) Primary(server string) bool {
 
 // Tail is the number of ordered records: the next position to be assigned.
 func (s *State) Tail() uint64 { return s.LastCut.End }
+
+// FinalEnd is the end of the positions that never change: the last
+// committed cut's end, or in lazy order stable, the stable-gp the caller
+// learned from the sequencing leader (at least the recorded view's).
+func (s *State) FinalEnd(stable uint64) uint64 {
+	if s.Lazy == nil {
+		return s.LastCut.End
+	}
+	return max(s.LastCut.End, s.Lazy.Stable, stable)
+}
 
 // Snapshot serializes the state.
 func (s *State) Snapshot() []byte {

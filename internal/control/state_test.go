@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/lazy"
 )
 
 func reg(group string, reps ...Replica) Command {
@@ -240,6 +241,25 @@ func TestTrim(t *testing.T) {
 	}
 	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 2}}); ok {
 		t.Fatal("trim moved backwards")
+	}
+}
+
+// TestTrimInLazyOrder: a lazy cluster commits no cuts; a trim may reach
+// the stable-gp its proposer read (or the recorded view's), not past it.
+func TestTrimInLazyOrder(t *testing.T) {
+	s := New("x")
+	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 3, Stable: 10}}); ok {
+		t.Fatal("a trim past the tail applied in a cluster that is not lazy")
+	}
+	mustApply(t, s, Command{SeqConfig: &lazy.SeqConfig{View: 1, Leader: 1, Replicas: []lazy.ReplicaID{1, 2}, Stable: 4}})
+	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 11, Stable: 10}}); ok {
+		t.Fatal("a lazy trim past stable-gp applied")
+	}
+	if ev := mustApply(t, s, Command{Trim: &TrimCommand{Position: 4}}); ev.Trim != 4 {
+		t.Fatalf("a lazy trim up to the recorded view's stable-gp: trim %d", ev.Trim)
+	}
+	if ev := mustApply(t, s, Command{Trim: &TrimCommand{Position: 10, Stable: 10}}); ev.Trim != 10 || s.Trim != 10 {
+		t.Fatalf("a lazy trim up to stable-gp: trim %d", s.Trim)
 	}
 }
 

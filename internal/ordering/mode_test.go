@@ -23,6 +23,7 @@ type thirdMode struct {
 
 func (*thirdMode) Name() string                                  { return "third" }
 func (*thirdMode) Speculative() bool                             { return false }
+func (*thirdMode) Sequenced() bool                               { return false }
 func (*thirdMode) NewMerger(from uint64, _, _ bool) merge.Merger { return merge.NewEager(from) }
 func (*thirdMode) NewShardOrdering(cut.ShardID, uint64, time.Time) shard.Ordering {
 	return shard.Eager{}

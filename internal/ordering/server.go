@@ -25,11 +25,13 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/lazy"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/stagetime"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -249,6 +251,9 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	}
 	if ok {
 		s.appendEventLocked(ev)
+		if ev.Cut != nil && s.leader != nil {
+			stagetime.Cuts.Mark(ev.Cut.Index)
+		}
 		if ev.Cut != nil {
 			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Add(float64(max(len(ev.Cuts), 1)))
 		}
@@ -888,7 +893,19 @@ func (s *Server) Trim(ctx context.Context, req *pb.TrimRequest) (*pb.TrimRespons
 	}
 	s.mu.Lock()
 	tail, trim := s.state.Tail(), s.state.Trim
+	var seq *lazy.SeqConfig
+	if s.state.Lazy != nil {
+		c := *s.state.Lazy
+		seq = &c
+	}
 	s.mu.Unlock()
+	var stable uint64
+	if seq != nil && req.Position > trim {
+		// Lazy order commits no cuts: its final end is stable-gp, which
+		// the sequencing leader knows.
+		stable = s.lazyStable(ctx, *seq)
+		tail = max(tail, stable)
+	}
 	if req.Position > tail {
 		return nil, status.Errorf(codes.OutOfRange, "trim: position %d is beyond the tail %d", req.Position, tail)
 	}
@@ -898,7 +915,7 @@ func (s *Server) Trim(ctx context.Context, req *pb.TrimRequest) (*pb.TrimRespons
 	if addr, no := s.notLeader(); no {
 		return &pb.TrimResponse{NotLeader: true, LeaderAddr: addr}, nil
 	}
-	if _, err := s.propose(ctx, control.Command{Trim: &control.TrimCommand{Position: req.Position}}, true); err != nil {
+	if _, err := s.propose(ctx, control.Command{Trim: &control.TrimCommand{Position: req.Position, Stable: stable}}, true); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "trim: %v", err)
 	}
 	s.mu.Lock()

@@ -611,6 +611,9 @@ func (s *cluster) commit(c cut.Cut) {
 	}
 	for _, sl := range parts {
 		sh := s.shards[sl.Shard]
+		if sh != nil && sl.Count > 0 {
+			sh.checkSynced(c.Index, sl.LocalStart+sl.Count)
+		}
 		if s.powerLoss && !s.powerLost && sl.Count > 0 && sh != nil && sh.alive && !sh.leaving &&
 			s.now.After(s.start.Add(50*time.Millisecond)) {
 			// The power fails on the shard's servers as the cut commits,

@@ -444,6 +444,11 @@ func (sh *shard) noteDurable() {
 func (c *copyOf) unsynced() {
 	s := c.sh.s
 	if s.plant == bugSkipSync {
+		s.planted = true
+		return
+	}
+	if s.plant == bugBackupSkipsSync && c.r.Role() == core.RoleBackup {
+		s.planted = true
 		return
 	}
 	if s.sc.sync == syncAlways {
@@ -466,6 +471,25 @@ func (c *copyOf) unsynced() {
 			_ = c.log.Sync()
 		}
 	})
+}
+
+// checkSynced checks, as a cut orders shard sh's entries below end, what
+// the durable default promises: every copy in the shard's configuration
+// fsynced them before they counted as durable, so a power loss of every
+// server keeps them. (A crashed copy kept only what it synced anyway.)
+func (sh *shard) checkSynced(cut, end uint64) {
+	s := sh.s
+	if s.sc.sync != syncAlways {
+		return // the opt-out's documented risk
+	}
+	for i, c := range sh.copies {
+		if !sh.member[i] || !c.up || c.crashed {
+			continue
+		}
+		if n, synced := c.log.Len(), c.log.SyncedLen(); n >= end && synced < end {
+			s.errorf("invariant 1: cut %d orders shard %d's entries below %d, which %s holds but fsynced only below %d", cut, sh.id, end, c.name(), synced)
+		}
+	}
 }
 
 // answer sends a core's answers to the appends' clients (one message

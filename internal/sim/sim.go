@@ -200,11 +200,19 @@ const (
 	// bugLazyReadAhead: a lazy shard replica answers a read above
 	// stable-gp from the placement it holds, rather than holding it.
 	bugLazyReadAhead
+	// bugLazyOutStaysIn: a lazy shard primary taken out of its
+	// configuration does not leave it: it follows stable-gp over the
+	// placements the promoted backup's order replaced.
+	bugLazyOutStaysIn
 	// bugTrustReplacedTail: a storage server does not tell a copy it
 	// restarted with that a configuration left it out, so the copy
 	// orders a tail its shard never made durable, which the new primary
 	// replaced.
 	bugTrustReplacedTail
+	// bugBackupSkipsSync: a backup acknowledges what it wrote without
+	// the fsync the durable default demands first (the primary fsyncs as
+	// it should).
+	bugBackupSkipsSync
 	// bugRejoinBehind: a storage server asks to rejoin its copy's shard
 	// without catching up, saying it holds what the configuration's
 	// replica holds.
@@ -275,6 +283,9 @@ func Run(seed uint64, o Options) Result {
 	s := newCluster(seed, o.Mode, o.Faults, o.Trace, o.plant)
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
 		s.sc.sync = syncAlways // the durable default, which survives it
+	}
+	if o.plant == bugBackupSkipsSync {
+		s.sc.sync = syncAlways // the setting whose promise it breaks
 	}
 	s.raftPowerLoss, s.raftSyncOptOut = o.raftPowerLoss, o.raftSyncOptOut
 	if o.raftSyncOptOut {
@@ -397,8 +408,8 @@ func Count(rs []Result) Tally {
 
 func (t Tally) String() string {
 	if t.Lazy > 0 {
-		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes, %d client crashes, %d no-ops, %d appends pushed back by a full ring",
-			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.ClientCrashes, t.Noops, t.RingFull)
+		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over), %d client crashes, %d no-ops, %d appends pushed back by a full ring",
+			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull)
 	}
 	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers, %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
 		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)

@@ -18,6 +18,7 @@ import (
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // Bounds.
@@ -48,6 +49,8 @@ type appendReq struct {
 	stream   *appendStream
 	clientID uint64
 	entries  []*pb.AppendEntry
+	// at is when the request arrived, when stages are timed.
+	at time.Time
 }
 
 // cutMsg carries one committed cut's consequence for one shard.
@@ -148,6 +151,10 @@ type replica struct {
 	// every shard.
 	fillTimer *ptimer.Timer
 	fillDue   time.Time // the deadline fillTimer is armed for
+
+	// primaryMarks and backupMarks time this copy's batches through the
+	// append path's stages, when the bench asks (internal/stagetime).
+	primaryMarks, backupMarks *stagetime.Marks
 }
 
 func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer, epoch uint64) *replica {
@@ -177,7 +184,11 @@ func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store,
 	}
 	if srv.cfg.Sync == segment.SyncGroup {
 		rp.syncWake = make(chan struct{}, 1)
+		rp.primaryMarks = stagetime.NewMarks(stagetime.PrimaryFsync, stagetime.BackupWait, stagetime.Ordered)
+	} else {
+		rp.primaryMarks = stagetime.NewMarks(stagetime.BackupWait, stagetime.Ordered)
 	}
+	rp.backupMarks = stagetime.NewMarks(stagetime.BackupFsync)
 	if runs := store.Runs(0); len(runs) > 0 {
 		cfg.LastCut = runs[len(runs)-1].Cut
 	}
@@ -306,6 +317,9 @@ func (r *replica) appendLoop(reqs []appendReq) {
 	out := r.resetOut()
 	batch := r.batch[:0]
 	for _, req := range reqs {
+		if !req.at.IsZero() {
+			stagetime.Observe(stagetime.AppendQueue, time.Since(req.at))
+		}
 		var invalid []*pb.AppendAck
 		for _, e := range req.entries {
 			if msg := checkRecord(e.GetRecord(), r.srv.cfg.RecordBytesMax); msg != "" {
@@ -339,7 +353,12 @@ func (r *replica) appendLoop(reqs []appendReq) {
 		r.replicate(b)
 	}
 	out.Replicate = out.Replicate[:0]
+	before, began := r.store.Len(), time.Now()
 	r.core.Store(out)
+	if n := r.store.Len(); n > before {
+		stagetime.Observe(stagetime.PrimaryWrite, time.Since(began))
+		r.primaryMarks.Mark(n)
+	}
 	r.carry(out)
 }
 
@@ -513,6 +532,7 @@ func (r *replica) appendReplicated(epoch, first uint64, records []*pb.StoredReco
 		return err
 	}
 	r.srv.stored.Add(float64(len(records)))
+	r.backupMarks.Mark(r.store.Len())
 	r.markUnsynced()
 	if r.core.PendingCuts() {
 		// A rejoined copy keeps cuts for the entries its primary resends.
@@ -557,6 +577,7 @@ func (r *replica) syncLoop() {
 		case <-r.stop:
 			return
 		}
+		began := time.Now()
 		if err := r.store.SyncRecords(); err != nil {
 			if r.srv.ctx.Err() == nil && !errors.Is(err, segment.ErrClosed) {
 				// The store refuses writes from now on; nothing written
@@ -566,6 +587,14 @@ func (r *replica) syncLoop() {
 				r.srv.signalHeartbeat()
 			}
 			return
+		}
+		if stagetime.On() {
+			stagetime.Observe(stagetime.SegmentSync, time.Since(began))
+			if r.role() == rolePrimary {
+				r.primaryMarks.Reached(stagetime.PrimaryFsync, r.store.SyncedLen())
+			} else {
+				r.backupMarks.Reached(stagetime.BackupFsync, r.store.SyncedLen())
+			}
 		}
 		if advanced, step := r.core.Synced(); advanced {
 			r.durableMoved(step)
@@ -591,6 +620,7 @@ func (r *replica) durableMoved(step bool) {
 		r.notifyDurable()
 		return
 	}
+	r.primaryMarks.Reached(stagetime.BackupWait, r.core.Durable())
 	r.srv.signalHeartbeat()
 	if step {
 		// Speculative subscribers get records as soon as they are
@@ -619,6 +649,12 @@ func (r *replica) applyCut(m cutMsg) {
 		}
 	}
 	r.core.ApplyCut(shard.Cut{Index: m.cutIndex, Start: m.cutStart, End: m.cutEnd, Slice: m.slice, OrderedAtLeast: m.orderedAtLeast}, out)
+	if stagetime.On() && r.role() == rolePrimary {
+		r.primaryMarks.Reached(stagetime.Ordered, r.store.Ordered())
+		if m.cutIndex > 0 {
+			stagetime.Cuts.Reached(stagetime.CutDelivery, m.cutIndex)
+		}
+	}
 	if m.final {
 		r.core.Finalize(m.finalLen, out)
 	}

@@ -760,6 +760,7 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 		}
 	}
 	s.followLazyConfigs()
+	s.trimLazy(st.Trim)
 }
 
 func (s *Server) setShardsLocked(shards []*pb.ShardInfo) {
@@ -854,6 +855,9 @@ func (s *Server) applyEvent(ev *pb.Event) {
 	}
 	if ev.Shards != nil {
 		s.followLazyConfigs()
+	}
+	if trimmed {
+		s.trimLazy(ev.Trim)
 	}
 }
 
