@@ -46,6 +46,11 @@ func TestSeeds(t *testing.T) {
 			if m == Spec && n >= 40 && tally.SoleHolder == 0 {
 				t.Errorf("no seed failed a shard while it held the only quota")
 			}
+			// Restarted and fenced replicas rejoin their shards in eager
+			// order; that path must not drop out of the mix either.
+			if m == Eager && faults.Crash && n >= 40 && tally.Rejoins == 0 {
+				t.Errorf("no replica rejoined its shard: %v", tally)
+			}
 			if m == Lazy {
 				// Every kind of lazy fault happens in some seed: the
 				// sequencing leader and followers crash (view changes
