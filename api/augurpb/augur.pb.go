@@ -4856,6 +4856,9 @@ type SequencingStatusResponse struct {
 	LastOrderedGp uint64                 `protobuf:"varint,5,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
 	StableGp      uint64                 `protobuf:"varint,6,opt,name=stable_gp,json=stableGp,proto3" json:"stable_gp,omitempty"`
 	Unordered     uint64                 `protobuf:"varint,7,opt,name=unordered,proto3" json:"unordered,omitempty"`
+	// amnesiac: the replica restarted (losing its ring) and has not
+	// started a view since, so it cannot recover one.
+	Amnesiac      bool `protobuf:"varint,8,opt,name=amnesiac,proto3" json:"amnesiac,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4937,6 +4940,13 @@ func (x *SequencingStatusResponse) GetUnordered() uint64 {
 		return x.Unordered
 	}
 	return 0
+}
+
+func (x *SequencingStatusResponse) GetAmnesiac() bool {
+	if x != nil {
+		return x.Amnesiac
+	}
+	return false
 }
 
 // SequencingReplica is one sequencing replica of a view.
@@ -7040,7 +7050,7 @@ const file_augur_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"8\n" +
 	"\x17SequencingStatusRequest\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\xd1\x01\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"\xed\x01\n" +
 	"\x18SequencingStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\x04R\x04view\x12\x16\n" +
@@ -7048,7 +7058,8 @@ const file_augur_proto_rawDesc = "" +
 	"\x06sealed\x18\x04 \x01(\bR\x06sealed\x12&\n" +
 	"\x0flast_ordered_gp\x18\x05 \x01(\x04R\rlastOrderedGp\x12\x1b\n" +
 	"\tstable_gp\x18\x06 \x01(\x04R\bstableGp\x12\x1c\n" +
-	"\tunordered\x18\a \x01(\x04R\tunordered\"7\n" +
+	"\tunordered\x18\a \x01(\x04R\tunordered\x12\x1a\n" +
+	"\bamnesiac\x18\b \x01(\bR\bamnesiac\"7\n" +
 	"\x11SequencingReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x8d\x01\n" +

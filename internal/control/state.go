@@ -95,6 +95,10 @@ type State struct {
 	// (its view, replicas, leader and the stable end the view started
 	// at); nil until the first view is recorded, and in other modes.
 	Lazy *lazy.SeqConfig `json:"lazy,omitempty"`
+	// LazyClaim is the newest view a view change of the sequencing layer
+	// claimed, and which control plane (an ordering leader's term) owns
+	// it; a view's configuration is recorded only under its claim.
+	LazyClaim *lazy.Claim `json:"lazyClaim,omitempty"`
 }
 
 // New returns the state of a fresh cluster.
@@ -115,6 +119,9 @@ type Command struct {
 	// SeqConfig records a sequencing configuration (lazy order): the
 	// control plane's view change, or the first view.
 	SeqConfig *lazy.SeqConfig `json:"seqcfg,omitempty"`
+	// SeqClaim claims the next view of the sequencing layer for one view
+	// change, before it seals the current one.
+	SeqClaim *lazy.Claim `json:"seqclaim,omitempty"`
 }
 
 // CutCommand proposes the next cut from reported lengths. Force asks for a
@@ -250,6 +257,8 @@ func (s *State) Apply(c Command) (Event, bool) {
 		}
 	case c.SeqConfig != nil:
 		ev.LazyChanged = s.applySeqConfig(*c.SeqConfig)
+	case c.SeqClaim != nil:
+		s.applySeqClaim(*c.SeqClaim)
 	}
 	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 && ev.Window == nil && !ev.LazyChanged {
 		return Event{}, false
@@ -265,9 +274,14 @@ func (s *State) Apply(c Command) (Event, bool) {
 
 // applySeqConfig records a sequencing configuration of a newer view; a
 // configuration of the recorded view or an older one (a stale proposal of
-// an old leader) changes nothing, and stable-gp never moves back.
+// an old leader) changes nothing, and stable-gp never moves back. After
+// the first view, a view is recorded only under its claim, the newest: a
+// deposed leader's view change, overtaken by a newer claim, never records.
 func (s *State) applySeqConfig(c lazy.SeqConfig) bool {
 	if s.Lazy != nil && (c.View <= s.Lazy.View || c.Stable < s.Lazy.Stable) {
+		return false
+	}
+	if s.Lazy != nil && (s.LazyClaim == nil || s.LazyClaim.View != c.View) {
 		return false
 	}
 	if len(c.Replicas) == 0 || !slices.Contains(c.Replicas, c.Leader) {
@@ -276,6 +290,15 @@ func (s *State) applySeqConfig(c lazy.SeqConfig) bool {
 	c.Replicas = slices.Clone(c.Replicas)
 	s.Lazy = &c
 	return true
+}
+
+// applySeqClaim records a claim of a view newer than every view recorded
+// or claimed; the first view needs none.
+func (s *State) applySeqClaim(c lazy.Claim) {
+	if s.Lazy == nil || c.View <= s.Lazy.View || (s.LazyClaim != nil && c.View <= s.LazyClaim.View) || c.Owner == "" {
+		return
+	}
+	s.LazyClaim = &c
 }
 
 func (s *State) applyCut(c CutCommand) Event {
@@ -537,6 +560,10 @@ func (s *State) Clone() *State {
 		lz := *s.Lazy
 		lz.Replicas = slices.Clone(s.Lazy.Replicas)
 		n.Lazy = &lz
+	}
+	if s.LazyClaim != nil {
+		cl := *s.LazyClaim
+		n.LazyClaim = &cl
 	}
 	return &n
 }

@@ -312,3 +312,34 @@ func TestReplicasAgree(t *testing.T) {
 		}
 	}
 }
+
+// A sequencing view after the first is recorded only under its claim, the
+// newest: a deposed leader's view change, whose claim a newer one
+// overtook, records nothing, and claims only move forward.
+func TestSeqConfigRecordsOnlyUnderTheNewestClaim(t *testing.T) {
+	s := New("c")
+	first := lazy.SeqConfig{View: 1, Replicas: []lazy.ReplicaID{1, 2}, Leader: 1}
+	if _, ok := s.Apply(Command{SeqConfig: &first}); !ok || s.Lazy == nil || s.Lazy.View != 1 {
+		t.Fatalf("first view not recorded: %+v", s.Lazy)
+	}
+	two := lazy.SeqConfig{View: 2, Replicas: []lazy.ReplicaID{2}, Leader: 2, Stable: 5}
+	if _, ok := s.Apply(Command{SeqConfig: &two}); ok || s.Lazy.View != 1 {
+		t.Fatal("a view recorded without a claim")
+	}
+	s.Apply(Command{SeqClaim: &lazy.Claim{View: 2, Owner: "old"}})
+	s.Apply(Command{SeqClaim: &lazy.Claim{View: 3, Owner: "new"}})
+	s.Apply(Command{SeqClaim: &lazy.Claim{View: 2, Owner: "late"}})
+	if c := s.LazyClaim; c == nil || c.View != 3 || c.Owner != "new" {
+		t.Fatalf("claim %+v, want view 3 of new", c)
+	}
+	if _, ok := s.Apply(Command{SeqConfig: &two}); ok || s.Lazy.View != 1 {
+		t.Fatal("the overtaken claim's view was recorded")
+	}
+	three := lazy.SeqConfig{View: 3, Replicas: []lazy.ReplicaID{1}, Leader: 1, Stable: 4}
+	if _, ok := s.Apply(Command{SeqConfig: &three}); !ok || s.Lazy.View != 3 {
+		t.Fatalf("the claimed view was not recorded: %+v", s.Lazy)
+	}
+	if c := s.Clone().LazyClaim; c == nil || *c != *s.LazyClaim {
+		t.Fatal("the claim is not cloned")
+	}
+}

@@ -20,6 +20,9 @@
 //   - Reconfig: the control plane's view change: seal, flush the recovery
 //     replica's unordered entries, record the new configuration, advance
 //     stable-gp, start the new view.
+//   - Control: the control plane the leading ordering replica runs: the
+//     first view, failure detection, the claim of each view change
+//     through Raft, and the Reconfig under it.
 //
 // Positions count from 0. Where the paper says last-ordered-gp and
 // stable-gp (the last position ordered, the last position stable), this

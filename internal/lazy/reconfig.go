@@ -16,6 +16,9 @@ type SeqConfig struct {
 	Replicas []ReplicaID
 	Leader   ReplicaID
 	Stable   uint64
+	// From is where the view's flush started: a replica that missed the
+	// view's start is started from the recorded configuration.
+	From uint64
 }
 
 // Seal asks every replica of View to seal it and answer with a
@@ -35,11 +38,10 @@ type ReconfigOutput struct {
 	Record *SeqConfig
 	// Stable goes to every replica of every shard.
 	Stable *StableGP
-	// Start goes to every replica of the new view, who answer Started.
+	// Start goes to every replica of the new view; the view change is
+	// complete (the new leader runs NewOrderer(view, Start.Ordered, ...)
+	// once it starts).
 	Start *StartView
-	// Done says the view change is complete: the new leader runs
-	// NewOrderer(view, Start.Ordered, ...).
-	Done bool
 }
 
 // Reconfig is one view change of the sequencing layer, run by the
@@ -51,15 +53,14 @@ type ReconfigOutput struct {
 // Recording the configuration before stable-gp advances keeps a
 // partitioned old replica from rebinding positions a reader may see.
 type Reconfig struct {
-	old     SeqConfig
-	next    SeqConfig
-	failed  []ReplicaID
-	shards  []cut.ShardID
-	step    reconfigStep
-	flush   *Mapping
-	ids     []RecordID
-	acked   map[cut.ShardID]bool
-	started map[ReplicaID]bool
+	old    SeqConfig
+	next   SeqConfig
+	failed []ReplicaID
+	shards []cut.ShardID
+	step   reconfigStep
+	flush  *Mapping
+	ids    []RecordID
+	acked  map[cut.ShardID]bool
 	// from and end bound the flush: the recovery replica's ordered end,
 	// and the new view's stable end.
 	from, end uint64
@@ -71,7 +72,6 @@ const (
 	stepSeal reconfigStep = iota
 	stepFlush
 	stepRecord
-	stepStart
 	stepDone
 )
 
@@ -131,7 +131,7 @@ func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
 }
 
 func (rc *Reconfig) record() ReconfigOutput {
-	rc.next.Stable = rc.end
+	rc.next.Stable, rc.next.From = rc.end, rc.from
 	c := rc.next
 	c.Replicas = slices.Clone(c.Replicas)
 	return ReconfigOutput{Record: &c}
@@ -156,37 +156,13 @@ func (rc *Reconfig) Recorded() ReconfigOutput {
 	if rc.step != stepRecord {
 		return ReconfigOutput{}
 	}
-	rc.step = stepStart
-	rc.started = map[ReplicaID]bool{}
-	return rc.starting()
-}
-
-func (rc *Reconfig) starting() ReconfigOutput {
+	rc.step = stepDone
 	return ReconfigOutput{
 		Stable: &StableGP{View: rc.next.View, Stable: rc.end},
 		Start: &StartView{View: rc.next.View, Ordered: rc.end, From: rc.from, Flushed: rc.ids,
 			Leader: rc.next.Leader, Replicas: slices.Clone(rc.next.Replicas)},
 	}
 }
-
-// Started takes a replica's answer to StartView.
-func (rc *Reconfig) Started(from ReplicaID) ReconfigOutput {
-	if rc.step != stepStart || !slices.Contains(rc.next.Replicas, from) {
-		return ReconfigOutput{}
-	}
-	rc.started[from] = true
-	if len(rc.started) < len(rc.next.Replicas) {
-		return ReconfigOutput{}
-	}
-	rc.step = stepDone
-	return ReconfigOutput{Done: true}
-}
-
-// Config returns the new configuration (complete once recorded).
-func (rc *Reconfig) Config() SeqConfig { return rc.next }
-
-// Flushed returns the flush's mapping, if any.
-func (rc *Reconfig) Flushed() *Mapping { return rc.flush }
 
 // Pending returns what to send again after a timeout: the current step's
 // messages.
@@ -198,8 +174,6 @@ func (rc *Reconfig) Pending() ReconfigOutput {
 		return ReconfigOutput{Map: rc.flush}
 	case stepRecord:
 		return rc.record()
-	case stepStart:
-		return rc.starting()
 	}
 	return ReconfigOutput{}
 }

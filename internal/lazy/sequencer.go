@@ -81,6 +81,10 @@ func NewSequencer(cfg SequencerConfig, st SequencerState) *Sequencer {
 // View returns the replica's view and whether it is sealed.
 func (s *Sequencer) View() (view uint64, sealed bool) { return s.view, s.sealed }
 
+// Amnesiac says the replica restarted (or is new) and has not started a
+// view since: it holds nothing to recover a view from.
+func (s *Sequencer) Amnesiac() bool { return s.amnesiac }
+
 // Ordered returns the first position not ordered yet.
 func (s *Sequencer) Ordered() uint64 { return s.ordered }
 

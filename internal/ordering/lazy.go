@@ -1,11 +1,10 @@
 package ordering
 
-// The control plane of lazy order, run by the ordering leader: it records
-// the sequencing layer's first view, watches the replicas of the current
-// view, and on a failure runs lazy.Reconfig (seal the view, flush the
-// recovery replica's unordered entries to the shards, record the new
-// configuration through Raft, advance stable-gp, start the new view). The
-// protocol's steps are the core's; this file moves their messages.
+// The control plane of lazy order, run by the ordering leader: the
+// decisions (the first view, failure detection, the claim of a view
+// change, seal, flush, record through Raft, stable-gp, the new view's
+// start) are the core's, lazy.Control, which the simulator runs too; this
+// file moves its messages.
 
 import (
 	"context"
@@ -108,10 +107,17 @@ func (s *Server) lazyProto(c lazy.SeqConfig) *pb.LazyState {
 }
 
 // lazyControl runs while this replica leads a lazy cluster: once per
-// keepalive interval it checks the sequencing layer and, when a replica of
-// the view failed or restarted (and lost its ring), changes the view.
+// keepalive interval it probes the sequencing replicas and steps the
+// control plane's core (lazy.Control), carrying out what it asks.
 func (s *Server) lazyControl(ctx context.Context) {
-	lastOK := map[lazy.ReplicaID]time.Time{}
+	ids := make([]lazy.ReplicaID, len(s.cfg.Sequencing))
+	for i := range ids {
+		ids[i] = lazy.ReplicaID(i + 1)
+	}
+	// The owner names this term of leadership; the clock keeps a
+	// restarted replica's terms apart from its earlier ones.
+	owner := fmt.Sprintf("%s@%d", s.newID(), time.Now().UnixNano())
+	ctl := lazy.NewControl(lazy.ControlConfig{Replicas: ids, FailureTimeout: s.cfg.FailureTimeout, ResendAfter: s.cfg.KeepaliveInterval}, owner, time.Now())
 	t := time.NewTicker(s.cfg.KeepaliveInterval)
 	defer t.Stop()
 	for {
@@ -122,61 +128,85 @@ func (s *Server) lazyControl(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		s.mu.Lock()
-		var cur *lazy.SeqConfig
-		if s.state.Lazy != nil {
-			c := *s.state.Lazy
-			cur = &c
-		}
-		s.mu.Unlock()
-		if cur == nil {
-			if err := s.startFirstView(ctx); err != nil {
-				s.log.Warn("lazy control: first view", "err", err)
-			}
+		s.lazyCarry(ctx, ctl, ctl.Applied(s.lazyControlState(), time.Now()))
+		s.probeSequencing(ctx, ctl)
+		s.lazyCarry(ctx, ctl, ctl.Tick(time.Now()))
+	}
+}
+
+// lazyControlState is what the control plane reads from the applied
+// control state.
+func (s *Server) lazyControlState() lazy.ControlState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st lazy.ControlState
+	if c := s.state.Lazy; c != nil {
+		cc := *c
+		cc.Replicas = slices.Clone(c.Replicas)
+		st.Config = &cc
+	}
+	if c := s.state.LazyClaim; c != nil {
+		cc := *c
+		st.Claim = &cc
+	}
+	for _, sh := range s.state.Shards {
+		// Every shard keeps the whole position table: the flush goes to
+		// each, finalized ones too.
+		st.Shards = append(st.Shards, sh.ID)
+	}
+	return st
+}
+
+// lazyCarry carries out one output of the control plane and feeds the
+// answers back, to the end of the chain. A step that fails is sent again
+// on a later tick (every step is idempotent).
+func (s *Server) lazyCarry(ctx context.Context, ctl *lazy.Control, out lazy.ControlOutput) {
+	if out.Empty() || ctx.Err() != nil {
+		return
+	}
+	for _, cmd := range []control.Command{{SeqClaim: out.Claim}, {SeqConfig: out.Record}} {
+		if cmd.SeqClaim == nil && cmd.SeqConfig == nil {
 			continue
 		}
-		failed, added := s.probeSequencing(ctx, *cur, lastOK)
-		if len(failed) == 0 && len(added) == 0 {
+		pctx, cancel := context.WithTimeout(ctx, lazyCallTimeout)
+		_, err := s.propose(pctx, cmd, true)
+		cancel()
+		if err != nil {
+			s.log.Warn("lazy control: propose", "claim", cmd.SeqClaim, "config", cmd.SeqConfig, "err", err)
 			continue
 		}
-		s.log.Info("lazy control: view change", "view", cur.View, "failed", failed, "added", added)
-		if err := s.changeView(ctx, *cur, failed, added); err != nil {
-			s.log.Warn("lazy control: view change", "view", cur.View, "err", err)
+		s.lazyCarry(ctx, ctl, ctl.Applied(s.lazyControlState(), time.Now()))
+	}
+	if out.Seal != nil {
+		s.log.Info("lazy control: sealing", "view", out.Seal.View)
+		for _, a := range s.sealAll(ctx, out.SealTo, out.Seal.View) {
+			s.lazyCarry(ctx, ctl, ctl.Sealed(a.from, a.reply))
 		}
-		// A view change takes a while; silence is counted from its end,
-		// not from the probe before it.
-		for id := range lastOK {
-			lastOK[id] = time.Now()
+	}
+	if out.Map != nil {
+		acks, err := s.flushToShards(ctx, out.Map)
+		if err != nil {
+			s.log.Warn("lazy control: flush", "view", out.Map.View, "err", err)
+		}
+		for _, a := range acks {
+			s.lazyCarry(ctx, ctl, ctl.MapAcked(a))
+		}
+	}
+	if out.Stable != nil {
+		s.tellStable(ctx, *out.Stable)
+	}
+	if out.Start != nil {
+		if err := s.startView(ctx, *out.Start, out.StartTo); err != nil {
+			s.log.Warn("lazy control: start view", "view", out.Start.View, "err", err)
 		}
 	}
 }
 
-// startFirstView records view 1 with every sequencing replica of the file,
-// the first leading, and starts it on them.
-func (s *Server) startFirstView(ctx context.Context) error {
-	c := lazy.SeqConfig{View: 1, Leader: 1}
-	for i := range s.cfg.Sequencing {
-		c.Replicas = append(c.Replicas, lazy.ReplicaID(i+1))
-	}
-	pctx, cancel := context.WithTimeout(ctx, lazyCallTimeout)
-	defer cancel()
-	if _, err := s.propose(pctx, control.Command{SeqConfig: &c}, true); err != nil {
-		return err
-	}
-	return s.startView(ctx, c, lazy.StartView{View: 1, Leader: 1, Replicas: c.Replicas}, nil)
-}
-
-// probeSequencing asks every sequencing replica of the file how it stands.
-// A replica of the view fails when it has not answered for a failure
-// timeout, or answers from another view or sealed (it restarted and lost
-// its ring, or missed the view's start); a replica outside the view that
-// answers is added back.
-func (s *Server) probeSequencing(ctx context.Context, cur lazy.SeqConfig, lastOK map[lazy.ReplicaID]time.Time) (failed, added []lazy.ReplicaID) {
-	type answer struct {
-		st  *pb.SequencingStatusResponse
-		err error
-	}
-	answers := make([]answer, len(s.cfg.Sequencing))
+// probeSequencing asks every sequencing replica of the file how it
+// stands; the control plane hears the answers (silence is its failure
+// detector's evidence).
+func (s *Server) probeSequencing(ctx context.Context, ctl *lazy.Control) {
+	answers := make([]*pb.SequencingStatusResponse, len(s.cfg.Sequencing))
 	var wg sync.WaitGroup
 	for i, m := range s.cfg.Sequencing {
 		wg.Go(func() {
@@ -184,99 +214,17 @@ func (s *Server) probeSequencing(ctx context.Context, cur lazy.SeqConfig, lastOK
 			defer cancel()
 			cc, err := s.lazyConn(m.Addr)
 			if err == nil {
-				answers[i].st, err = pb.NewSequencingClient(cc).SequencingStatus(cctx, &pb.SequencingStatusRequest{ClusterId: s.cfg.ClusterID})
+				answers[i], _ = pb.NewSequencingClient(cc).SequencingStatus(cctx, &pb.SequencingStatusRequest{ClusterId: s.cfg.ClusterID})
 			}
-			answers[i].err = err
 		})
 	}
 	wg.Wait()
 	now := time.Now()
 	for i, a := range answers {
-		id := lazy.ReplicaID(i + 1)
-		member := slices.Contains(cur.Replicas, id)
-		if _, seen := lastOK[id]; !seen {
-			lastOK[id] = now
-		}
-		switch {
-		case a.err != nil:
-			if member && now.Sub(lastOK[id]) >= s.cfg.FailureTimeout {
-				s.log.Info("lazy control: sequencing replica silent", "replica", s.cfg.Sequencing[i].ID, "for", now.Sub(lastOK[id]), "err", a.err)
-				failed = append(failed, id)
-			}
-		case member && (a.st.GetView() != cur.View || a.st.GetSealed()):
-			s.log.Info("lazy control: sequencing replica out of the view", "replica", s.cfg.Sequencing[i].ID, "view", cur.View, "its_view", a.st.GetView(), "sealed", a.st.GetSealed())
-			lastOK[id] = now
-			failed = append(failed, id)
-		default:
-			lastOK[id] = now
-			if !member {
-				added = append(added, id)
-			}
+		if a != nil {
+			ctl.Status(lazy.ReplicaID(i+1), lazy.ReplicaStatus{View: a.GetView(), Sealed: a.GetSealed(), Amnesiac: a.GetAmnesiac()}, now)
 		}
 	}
-	return failed, added
-}
-
-// changeView runs one view change of cur to its end, or until ctx ends or
-// a step cannot be completed in time (the next probe tries again: every
-// step is idempotent).
-func (s *Server) changeView(ctx context.Context, cur lazy.SeqConfig, failed, added []lazy.ReplicaID) error {
-	// Seal first (the core's first step, idempotent): every reachable
-	// replica of the old view; the first useful answer names the recovery
-	// replica.
-	replies := s.sealAll(ctx, cur)
-	s.mu.Lock()
-	var shards []*pb.ShardInfo
-	for _, sh := range s.state.Shards {
-		// Every shard keeps the whole position table: the flush goes to
-		// each, finalized ones too.
-		shards = append(shards, wire.ShardsToProto([]control.Shard{sh})[0])
-	}
-	s.mu.Unlock()
-	ids := make([]cut.ShardID, len(shards))
-	for i, sh := range shards {
-		ids[i] = cut.ShardID(sh.GetId())
-	}
-	rc, out, err := lazy.NewReconfig(cur, failed, added, ids)
-	if err != nil {
-		return err
-	}
-	for _, r := range replies {
-		if out = rc.Sealed(r.from, r.reply); out.Map != nil || out.Record != nil {
-			break
-		}
-	}
-	if out.Map == nil && out.Record == nil {
-		return errors.New("no replica of the sealed view can recover it")
-	}
-	if m := out.Map; m != nil {
-		acks, err := s.flushToShards(ctx, shards, m)
-		if err != nil {
-			return err
-		}
-		for _, a := range acks {
-			if o := rc.MapAcked(a); o.Record != nil {
-				out = o
-			}
-		}
-		if out.Record == nil {
-			return errors.New("the shards did not all hold the flush")
-		}
-	}
-	pctx, cancel := context.WithTimeout(ctx, lazyCallTimeout)
-	_, err = s.propose(pctx, control.Command{SeqConfig: out.Record}, true)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("record view %d: %w", out.Record.View, err)
-	}
-	out = rc.Recorded()
-	if out.Stable != nil {
-		s.tellStable(ctx, shards, *out.Stable)
-	}
-	if out.Start == nil {
-		return errors.New("no start after recording")
-	}
-	return s.startView(ctx, rc.Config(), *out.Start, rc)
 }
 
 type sealAnswer struct {
@@ -284,11 +232,11 @@ type sealAnswer struct {
 	reply lazy.SealReply
 }
 
-func (s *Server) sealAll(ctx context.Context, cur lazy.SeqConfig) []sealAnswer {
+func (s *Server) sealAll(ctx context.Context, to []lazy.ReplicaID, view uint64) []sealAnswer {
 	var mu sync.Mutex
 	var out []sealAnswer
 	var wg sync.WaitGroup
-	for _, id := range cur.Replicas {
+	for _, id := range to {
 		m, ok := s.seqMember(id)
 		if !ok {
 			continue
@@ -300,7 +248,7 @@ func (s *Server) sealAll(ctx context.Context, cur lazy.SeqConfig) []sealAnswer {
 			if err != nil {
 				return
 			}
-			resp, err := pb.NewSequencingClient(cc).Seal(cctx, &pb.SealRequest{ClusterId: s.cfg.ClusterID, View: cur.View})
+			resp, err := pb.NewSequencingClient(cc).Seal(cctx, &pb.SealRequest{ClusterId: s.cfg.ClusterID, View: view})
 			if err != nil || resp.GetCode() != pb.Code_OK {
 				return
 			}
@@ -319,10 +267,19 @@ func (s *Server) sealAll(ctx context.Context, cur lazy.SeqConfig) []sealAnswer {
 	return out
 }
 
+// lazyShards returns the shards as the wire carries them.
+func (s *Server) lazyShards() []*pb.ShardInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return wire.ShardsToProto(s.state.Shards)
+}
+
 // flushToShards sends the flush mapping to every shard's primary and
 // returns their acknowledgements.
-func (s *Server) flushToShards(ctx context.Context, shards []*pb.ShardInfo, m *lazy.Mapping) ([]lazy.MappingAck, error) {
-	acks := make([]lazy.MappingAck, len(shards))
+func (s *Server) flushToShards(ctx context.Context, m *lazy.Mapping) ([]lazy.MappingAck, error) {
+	shards := s.lazyShards()
+	acks := make([]lazy.MappingAck, 0, len(shards))
+	var mu sync.Mutex
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
 	for i, sh := range shards {
@@ -349,7 +306,9 @@ func (s *Server) flushToShards(ctx context.Context, shards []*pb.ShardInfo, m *l
 			case resp.GetCode() != pb.Code_OK:
 				errs[i] = fmt.Errorf("flush to shard %d: %s: %s", sh.GetId(), resp.GetCode(), resp.GetMessage())
 			default:
-				acks[i] = lazy.MappingAck{Shard: cut.ShardID(sh.GetId()), View: resp.GetView(), End: resp.GetEnd()}
+				mu.Lock()
+				acks = append(acks, lazy.MappingAck{Shard: cut.ShardID(sh.GetId()), View: resp.GetView(), End: resp.GetEnd()})
+				mu.Unlock()
 			}
 		})
 	}
@@ -358,15 +317,15 @@ func (s *Server) flushToShards(ctx context.Context, shards []*pb.ShardInfo, m *l
 }
 
 // tellStable sends stable-gp to every replica of every shard.
-func (s *Server) tellStable(ctx context.Context, shards []*pb.ShardInfo, st lazy.StableGP) {
+func (s *Server) tellStable(ctx context.Context, st lazy.StableGP) {
 	var wg sync.WaitGroup
-	for _, sh := range shards {
+	for _, sh := range s.lazyShards() {
 		for _, r := range sh.GetReplicas() {
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, lazyCallTimeout)
 				defer cancel()
 				if cc, err := s.lazyConn(r.GetAddr()); err == nil {
-					pb.NewLazyShardClient(cc).Stable(cctx, &pb.StableRequest{ClusterId: s.cfg.ClusterID, View: st.View, StableGp: st.Stable}) //nolint:errcheck // the leader repeats stable-gp
+					pb.NewLazyShardClient(cc).Stable(cctx, &pb.StableRequest{ClusterId: s.cfg.ClusterID, View: st.View, StableGp: st.Stable}) //nolint:errcheck // the new view's orderer repeats stable-gp
 				}
 			})
 		}
@@ -374,15 +333,16 @@ func (s *Server) tellStable(ctx context.Context, shards []*pb.ShardInfo, st lazy
 	wg.Wait()
 }
 
-// startView sends sv to every replica of c; rc, when set, learns who
-// started. A replica that cannot start is left to the next probe.
-func (s *Server) startView(ctx context.Context, c lazy.SeqConfig, sv lazy.StartView, rc *lazy.Reconfig) error {
+// startView sends sv to the replicas to. A replica that cannot start is
+// started again on a later tick.
+func (s *Server) startView(ctx context.Context, sv lazy.StartView, to []lazy.ReplicaID) error {
+	c := lazy.SeqConfig{View: sv.View, Replicas: sv.Replicas, Leader: sv.Leader, Stable: sv.Ordered}
 	req := &pb.StartViewRequest{ClusterId: s.cfg.ClusterID, State: s.lazyProto(c), Ordered: sv.Ordered, From: sv.From}
 	for _, id := range sv.Flushed {
 		req.Flushed = append(req.Flushed, &pb.RecordMeta{ClientId: id.Client, Seq: id.Seq})
 	}
 	var errs []error
-	for _, id := range c.Replicas {
+	for _, id := range to {
 		m, ok := s.seqMember(id)
 		if !ok {
 			continue
@@ -398,11 +358,7 @@ func (s *Server) startView(ctx context.Context, c lazy.SeqConfig, sv lazy.StartV
 			err = fmt.Errorf("%s: %s", resp.GetCode(), resp.GetMessage())
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("start view %d on %s: %w", c.View, m.ID, err))
-			continue
-		}
-		if rc != nil {
-			rc.Started(id)
+			errs = append(errs, fmt.Errorf("start view %d on %s: %w", sv.View, m.ID, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -257,6 +257,6 @@ func (s *Server) SequencingStatus(_ context.Context, req *pb.SequencingStatusReq
 	view, sealed := s.seq.View()
 	return &pb.SequencingStatusResponse{
 		Id: s.cfg.ID, View: view, Leader: s.leadsLocked(), Sealed: sealed,
-		LastOrderedGp: s.seq.Ordered(), StableGp: s.stable, Unordered: uint64(s.seq.Len()),
+		LastOrderedGp: s.seq.Ordered(), StableGp: s.stable, Unordered: uint64(s.seq.Len()), Amnesiac: s.seq.Amnesiac(),
 	}, nil
 }

@@ -5,10 +5,8 @@ package sim
 // (primary and backup), the control plane's view change — driven over a
 // simulated network with delay, reorder and loss, through crashes of
 // sequencing replicas (the leader included), shard replicas and clients,
-// then healed. The control plane is what the ordering layer's Raft runs:
-// here it is one always-available actor whose recorded configuration
-// stands for a committed Raft entry (Raft itself is exercised by the other
-// modes' runs).
+// then healed. The control plane is the ordering replicas' (lazyctl.go):
+// lazy.Control over etcd raft, through crashes and a cut-off leader.
 
 import (
 	"errors"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/internal/check"
+	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 )
@@ -62,10 +61,15 @@ const (
 	crashShardPrimary
 	crashShardBackup
 	crashClient
+	crashOrdLeader
+	crashOrdFollower
+	cutOffOrdLeader
+	lazyCrashKinds
 )
 
 func (k lazyCrashKind) String() string {
-	return [...]string{"sequencing leader", "sequencing follower", "shard primary", "shard backup", "client"}[k]
+	return [...]string{"sequencing leader", "sequencing follower", "shard primary", "shard backup", "client",
+		"ordering leader", "ordering follower", "cut off ordering leader"}[k]
 }
 
 type lazyCrash struct {
@@ -96,7 +100,7 @@ func newLazyScenario(r *rand.Rand, f Faults) lazyScenario {
 	if f.Crash {
 		for range 2 + r.IntN(4) {
 			sc.crashes = append(sc.crashes, lazyCrash{
-				kind: lazyCrashKind(r.IntN(5)),
+				kind: lazyCrashKind(r.IntN(int(lazyCrashKinds))),
 				at:   time.Duration(3+r.IntN(int(sc.faultyFor/time.Millisecond)-13)) * time.Millisecond,
 				down: time.Duration(2+r.IntN(12)) * time.Millisecond,
 			})
@@ -131,6 +135,9 @@ type lazyStats struct {
 	failovers                                         uint64
 	// ringFull counts the appends a full sequencing ring pushed back.
 	ringFull uint64
+	// ordCrashes and ordPartitions count the ordering replicas' crashes
+	// and the leaders cut off from the others.
+	ordCrashes, ordPartitions uint64
 }
 
 // node is a process of the run: it receives a message only in the
@@ -149,7 +156,20 @@ type lazyRun struct {
 	plant   bug
 	planted bool
 
-	ctl     *lazyControl
+	// The control plane: the ordering replicas' raft, each replica's
+	// node and control plane; truth is the committed control state as the
+	// world learns it (each entry applied once, when the first replica
+	// applies it).
+	raft *raftGroup
+	ords []*ordNode
+	// lead is the ordering replica raft elected last (nil while none
+	// leads, or while the last one is cut off or down).
+	lead       *ordNode
+	truth      *control.State
+	truthIndex uint64
+	terms      int
+	proposals  int
+
 	seqs    []*seqNode
 	shards  [][]*shardNode
 	clients []*lazyClient
@@ -183,12 +203,10 @@ func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
 		f:     f, sc: newLazyScenario(r, f), plant: plant,
 		links: map[[2]string]*link{}, byID: map[lazy.RecordID]int{},
 	}
-	var members []lazy.ReplicaID
 	for i := range w.sc.seqs {
 		q := &seqNode{node: node{name: fmt.Sprintf("q%d", i), up: true}, w: w, id: lazy.ReplicaID(i + 1)}
 		q.core = lazy.NewSequencer(lazy.SequencerConfig{RingMax: lazyRingMax}, lazy.SequencerState{})
 		w.seqs = append(w.seqs, q)
-		members = append(members, q.id)
 	}
 	for s := range w.sc.shards {
 		w.shardConf = append(w.shardConf, lazyShardConf{epoch: 1, members: []int{0, 1}})
@@ -202,12 +220,8 @@ func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
 	for _, n := range w.allShardNodes() {
 		n.boot()
 	}
-	// The cluster starts in view 1, led by the first replica.
-	w.ctl = &lazyControl{node: node{name: "ctl", up: true}, w: w, cfg: lazy.SeqConfig{View: 1, Replicas: members, Leader: 1}}
-	sv := lazy.StartView{View: 1, Leader: 1, Replicas: members}
-	for _, q := range w.seqs {
-		q.start(sv)
-	}
+	// The control plane records the first view and starts it.
+	w.startOrdering()
 	for range w.sc.clients {
 		w.addClient()
 	}
@@ -219,7 +233,6 @@ func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
 	for _, c := range w.sc.crashes {
 		w.at(w.start.Add(c.at), func() { w.crash(c) })
 	}
-	w.ctl.tick()
 	return w
 }
 
@@ -290,15 +303,15 @@ func (w *lazyRun) crash(c lazyCrash) {
 	retry := func() { w.after(2*time.Millisecond, func() { w.crash(c) }) }
 	switch c.kind {
 	case crashSeqLeader, crashSeqFollower:
-		ctl := w.ctl
 		if !w.canCrashSeq() {
 			retry()
 			return
 		}
-		victim := w.seq(ctl.cfg.Leader)
+		cfg := w.truth.Lazy
+		victim := w.seq(cfg.Leader)
 		if c.kind == crashSeqFollower {
-			for _, id := range ctl.cfg.Replicas {
-				if id != ctl.cfg.Leader {
+			for _, id := range cfg.Replicas {
+				if id != cfg.Leader {
 					victim = w.seq(id)
 					break
 				}
@@ -324,6 +337,14 @@ func (w *lazyRun) crash(c lazyCrash) {
 		if c.kind == crashShardPrimary {
 			w.after(lazyDetectAfter, func() { w.takeOut(n) })
 		}
+	case crashOrdLeader, crashOrdFollower:
+		if !w.crashOrdering(c.kind == crashOrdLeader, c.down) {
+			retry()
+		}
+	case cutOffOrdLeader:
+		if !w.cutOffLeader(c.down) {
+			retry()
+		}
 	case crashClient:
 		for _, cl := range w.clients {
 			if cl.up {
@@ -340,152 +361,19 @@ func (w *lazyRun) crash(c lazyCrash) {
 // budget: no view change under way, every replica up and running the
 // view (a restarted one is sealed until a view takes it back).
 func (w *lazyRun) canCrashSeq() bool {
-	ctl := w.ctl
-	if ctl.rc != nil || len(ctl.failed) > 0 || len(ctl.cfg.Replicas) < 2 {
+	cfg := w.truth.Lazy
+	if w.changing() || len(cfg.Replicas) < 2 {
 		return false
 	}
 	for _, q := range w.seqs {
-		if !q.up || !slices.Contains(ctl.cfg.Replicas, q.id) {
+		if !q.up || !slices.Contains(cfg.Replicas, q.id) {
 			return false
 		}
-		if v, sealed := q.core.View(); sealed || v != ctl.cfg.View {
+		if v, sealed := q.core.View(); sealed || v != cfg.View {
 			return false
 		}
 	}
 	return true
-}
-
-// lazyControl is the control plane: it detects failed sequencing
-// replicas, runs view changes (lazy.Reconfig) one at a time, and records
-// configurations (what the ordering layer's Raft commits).
-type lazyControl struct {
-	node
-	w   *lazyRun
-	cfg lazy.SeqConfig
-	rc  *lazy.Reconfig
-	// failed lists replicas whose crash was detected and that the next
-	// view change drops; recording says a configuration is being
-	// committed.
-	failed    []lazy.ReplicaID
-	recording bool
-}
-
-func (c *lazyControl) tick() {
-	c.w.after(time.Millisecond, c.tick)
-	if c.rc != nil {
-		return
-	}
-	var failed, added []lazy.ReplicaID
-	for _, id := range c.failed {
-		if slices.Contains(c.cfg.Replicas, id) {
-			failed = append(failed, id)
-		}
-	}
-	for _, q := range c.w.seqs {
-		if q.up && !slices.Contains(c.cfg.Replicas, q.id) && !slices.Contains(c.failed, q.id) {
-			added = append(added, q.id)
-		}
-	}
-	c.failed = nil
-	if len(failed) == 0 && len(added) == 0 {
-		return
-	}
-	rc, out, err := lazy.NewReconfig(c.cfg, failed, added, c.w.shardIDs())
-	if err != nil {
-		c.w.errorf("control: %v", err)
-		return
-	}
-	c.w.tracef("control: view %d → %d, dropping %v, adding %v", c.cfg.View, rc.View(), failed, added)
-	c.rc = rc
-	c.handle(out)
-	c.resend(rc)
-}
-
-func (c *lazyControl) resend(rc *lazy.Reconfig) {
-	c.w.after(lazyResendEvery, func() {
-		if c.rc != rc {
-			return
-		}
-		c.handle(rc.Pending())
-		c.resend(rc)
-	})
-}
-
-// suspect is the failure detector's verdict on a crashed replica (its
-// session broke), after lazyDetectAfter.
-func (c *lazyControl) suspect(id lazy.ReplicaID) {
-	if !slices.Contains(c.failed, id) {
-		c.failed = append(c.failed, id)
-	}
-}
-
-func (c *lazyControl) handle(out lazy.ReconfigOutput) {
-	w, rc := c.w, c.rc
-	w.tracef("control: %s", describeReconfig(out))
-	if out.Seal != nil {
-		for _, id := range c.cfg.Replicas {
-			q := w.seq(id)
-			view := out.Seal.View
-			w.send("ctl", &q.node, func() {
-				rep, err := q.core.Seal(view)
-				q.orderer = nil
-				if err != nil {
-					return
-				}
-				w.send(q.name, &c.node, func() {
-					if c.rc == rc {
-						c.handle(rc.Sealed(q.id, rep))
-					}
-				})
-			})
-		}
-	}
-	if m := out.Map; m != nil {
-		for _, sh := range w.shards {
-			w.primary(sh[0].shard).sendMap(&c.node, *m, func(a lazy.MappingAck) {
-				if c.rc == rc {
-					c.handle(rc.MapAcked(a))
-				}
-			})
-		}
-	}
-	if rec := out.Record; rec != nil && !c.recording {
-		c.recording = true
-		// A Raft round commits the configuration.
-		w.after(w.uniform(500*time.Microsecond, 2*time.Millisecond), func() {
-			c.recording = false
-			if c.rc != rc {
-				return
-			}
-			if rec.Stable < c.cfg.Stable {
-				w.errorf("control: view %d records stable %d below view %d's %d", rec.View, rec.Stable, c.cfg.View, c.cfg.Stable)
-			}
-			c.cfg = *rec
-			w.stats.views++
-			w.tracef("control: recorded view %d %v led by %d, stable %d", rec.View, rec.Replicas, rec.Leader, rec.Stable)
-			c.handle(rc.Recorded())
-		})
-	}
-	if st := out.Stable; st != nil {
-		w.broadcastStable(&c.node, *st)
-	}
-	if sv := out.Start; sv != nil {
-		for _, id := range sv.Replicas {
-			q := w.seq(id)
-			w.send("ctl", &q.node, func() {
-				if q.start(*sv) {
-					w.send(q.name, &c.node, func() {
-						if c.rc == rc {
-							c.handle(rc.Started(q.id))
-						}
-					})
-				}
-			})
-		}
-	}
-	if out.Done {
-		c.rc = nil
-	}
 }
 
 func (w *lazyRun) broadcastStable(from *node, st lazy.StableGP) {
@@ -628,7 +516,6 @@ func (q *seqNode) crash(down time.Duration) {
 	w.tracef("%s: crashes for %v", q.name, down)
 	q.up, q.inc, q.orderer = false, q.inc+1, nil
 	q.core = nil
-	w.after(lazyDetectAfter, func() { w.ctl.suspect(q.id) })
 	w.after(down, func() {
 		q.up = true
 		q.core = lazy.NewSequencer(lazy.SequencerConfig{RingMax: lazyRingMax}, q.saved)
@@ -873,29 +760,6 @@ func (n *shardNode) recordAt(local uint64) (int, bool) {
 		return 0, false
 	}
 	return n.log[local].rec, true
-}
-
-func describeReconfig(out lazy.ReconfigOutput) string {
-	s := ""
-	if out.Seal != nil {
-		s += fmt.Sprintf(" seal view %d;", out.Seal.View)
-	}
-	if out.Map != nil {
-		s += fmt.Sprintf(" flush [%d, %d) in view %d;", out.Map.From, out.Map.End(), out.Map.View)
-	}
-	if out.Record != nil {
-		s += fmt.Sprintf(" record view %d;", out.Record.View)
-	}
-	if out.Stable != nil {
-		s += fmt.Sprintf(" stable %d;", out.Stable.Stable)
-	}
-	if out.Start != nil {
-		s += fmt.Sprintf(" start view %d at %d;", out.Start.View, out.Start.Ordered)
-	}
-	if out.Done {
-		s += " done"
-	}
-	return s
 }
 
 // readAhead answers a read of pos from the newest placement that binds

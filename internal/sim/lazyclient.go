@@ -34,7 +34,7 @@ type lazyOp struct {
 
 func (w *lazyRun) addClient() {
 	c := &lazyClient{node: node{name: fmt.Sprintf("c%d", len(w.clients)+1), up: true}, w: w,
-		id: uint64(len(w.clients) + 1), cfg: w.ctl.cfg, ops: map[uint64]*lazyOp{}}
+		id: uint64(len(w.clients) + 1), ops: map[uint64]*lazyOp{}}
 	w.clients = append(w.clients, c)
 	w.after(w.uniform(0, w.sc.appendEvery), c.next)
 	w.every(&c.node, lazyRetryEvery, c.retry)
@@ -83,6 +83,10 @@ func (c *lazyClient) floor() uint64 {
 // send sends op's data and metadata wherever they are not acknowledged.
 func (c *lazyClient) send(op *lazyOp) {
 	w := c.w
+	if op.view == 0 {
+		// No view known yet: the retry asks for one.
+		return
+	}
 	r := w.recs[op.rec]
 	inc, view := c.inc, op.view
 	m := lazy.Meta{ID: r.id, Shard: r.shard, View: view, Floor: c.floor()}
@@ -151,15 +155,19 @@ func (c *lazyClient) answered(op *lazyOp, view uint64, ok func(), err error) {
 	w.tracef("%s: %s acknowledged in view %d", c.name, r.name, view)
 }
 
-// learn asks the control plane for the configuration and starts every
-// open append over if the view moved.
+// learn asks an ordering replica for the configuration it applied and
+// starts every open append over if the view moved.
 func (c *lazyClient) learn() {
 	w := c.w
 	inc := c.inc
-	w.send(c.name, &w.ctl.node, func() {
-		cfg := w.ctl.cfg
+	o := w.ords[w.r.IntN(len(w.ords))]
+	w.send(c.name, &o.node, func() {
+		if o.r.st.Lazy == nil {
+			return
+		}
+		cfg := *o.r.st.Lazy
 		cfg.Replicas = slices.Clone(cfg.Replicas)
-		w.send("ctl", &c.node, func() {
+		w.send(o.name, &c.node, func() {
 			if c.inc != inc || cfg.View <= c.cfg.View {
 				return
 			}

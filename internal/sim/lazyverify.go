@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/augur-log/augur/internal/check"
 	"github.com/augur-log/augur/internal/cut"
@@ -150,9 +151,9 @@ func sortEntries(es []check.Entry) {
 func (w *lazyRun) summary() string {
 	st := w.stats
 	return fmt.Sprintf("%d steps, %d appends (%d acknowledged, %d unknown, %d duplicates stored once), %d batches, %d views, %d no-ops, %d orphans scrubbed; "+
-		"%d sequencing crashes (%d leaders), %d shard replica crashes (%d primaries failed over), %d client crashes; %d fast reads, %d slow (%d timed out); %d appends pushed back by a full ring; %d messages lost",
+		"%d sequencing crashes (%d leaders), %d shard replica crashes (%d primaries failed over), %d client crashes, %d ordering replica crashes, %d ordering leaders cut off; %d fast reads, %d slow (%d timed out); %d appends pushed back by a full ring; %d messages lost",
 		w.steps, len(w.recs), st.acked, st.unknown, st.dups, st.batches, st.views, st.noops, st.scrubbed,
-		st.seqCrashes, st.leaderCrashes, st.shardCrashes, st.failovers, st.clientCr, st.fastReads, st.slowReads, st.readTimeouts, st.ringFull, st.lost)
+		st.seqCrashes, st.leaderCrashes, st.shardCrashes, st.failovers, st.clientCr, st.ordCrashes, st.ordPartitions, st.fastReads, st.slowReads, st.readTimeouts, st.ringFull, st.lost)
 }
 
 // runLazy runs one seed of lazy order.
@@ -161,14 +162,12 @@ func runLazy(seed uint64, o Options) Result {
 	w.run(w.start.Add(w.sc.runFor))
 	if w.heal() {
 		w.verify()
-		if w.ctl.rc != nil {
-			w.errorf("heal: the view change to view %d never completed", w.ctl.rc.View())
-		}
+		w.healedView()
 	}
 	return Result{
 		Seed: seed, Mode: Lazy, Faults: o.Faults, Scenario: w.sc.String(), Summary: w.summary(), Errs: w.errs, Steps: w.steps,
 		Crashes: w.stats.shardCrashes, SeqCrashes: w.stats.seqCrashes, LeaderCrashes: w.stats.leaderCrashes,
-		ClientCrashes: w.stats.clientCr, Views: w.stats.views, Noops: w.stats.noops, RingFull: w.stats.ringFull, Failovers: w.stats.failovers, planted: w.planted,
+		ClientCrashes: w.stats.clientCr, Views: w.stats.views, RaftCrashes: w.stats.ordCrashes, CutOffLeaders: w.stats.ordPartitions, Noops: w.stats.noops, RingFull: w.stats.ringFull, Failovers: w.stats.failovers, planted: w.planted,
 	}
 }
 
@@ -191,4 +190,24 @@ func (w *lazyRun) heal() bool {
 		}
 	}
 	return true
+}
+
+// healedView checks the sequencing layer healed: no control plane is in a
+// view change, and every replica runs the recorded view.
+func (w *lazyRun) healedView() {
+	cfg := w.truth.Lazy
+	if cfg == nil {
+		w.errorf("heal: no view was ever recorded")
+		return
+	}
+	for _, o := range w.ords {
+		if o.ctl != nil && o.ctl.Changing() {
+			w.errorf("heal: %s is still changing the view (recorded %+v, claimed %+v)", o.name, *cfg, w.truth.LazyClaim)
+		}
+	}
+	for _, q := range w.seqs {
+		if v, sealed := q.core.View(); v != cfg.View || sealed || !slices.Contains(cfg.Replicas, q.id) {
+			w.errorf("heal: %s in view %d (sealed %v), the recorded view is %d of %v", q.name, v, sealed, cfg.View, cfg.Replicas)
+		}
+	}
 }

@@ -20,15 +20,7 @@ type leader struct {
 	// entry applied once, when the first replica applies it.
 	st         *control.State
 	truthIndex uint64
-	replicas   []*replica
-	raftLinks  map[[2]uint64]*link
-	// committed holds each committed entry's command by index, decoded
-	// once for every replica.
-	committed map[uint64]control.Command
-	// committedData holds each committed entry's bytes by index: a
-	// replica that applies other bytes at an index committed before has
-	// lost a committed entry (see raftPowerLoss).
-	committedData map[uint64][]byte
+	*raftGroup
 	// node is the replica whose order.Leader runs and which takes
 	// proposals; nil between leaders.
 	node *replica
@@ -57,11 +49,11 @@ type leader struct {
 }
 
 func newLeader(s *cluster) *leader {
-	ld := &leader{s: s, st: s.md.NewState("sim"), raftLinks: map[[2]uint64]*link{}, committed: map[uint64]control.Command{}, committedData: map[uint64][]byte{},
-		watch: map[cut.ShardID]*link{}, fix: map[cut.ShardID]*link{}}
-	ld.replicas = newReplicas(func() *control.State { return s.md.NewState("sim") })
+	ld := &leader{s: s, st: s.md.NewState("sim"), watch: map[cut.ShardID]*link{}, fix: map[cut.ShardID]*link{}}
 	s.after(0, func() { ld.campaign(0) })
-	s.after(raftTickEvery, ld.tick)
+	ld.raftGroup = newRaftGroup(&s.world, func() *control.State { return s.md.NewState("sim") }, s.netDelay, &s.raftSyncOptOut)
+	ld.onLeadership, ld.onApply = ld.leadership, ld.apply
+	ld.hasLeader = func() bool { return ld.node != nil }
 	s.after(s.sc.failureTimeout/4, ld.detectTick)
 	return ld
 }

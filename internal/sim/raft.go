@@ -80,14 +80,43 @@ func startNode(id uint64, ms *raft.MemoryStorage) *raft.RawNode {
 	return rn
 }
 
-// newReplicas starts the ordering replicas from an empty log, each with a
-// fresh control state from newState.
-func newReplicas(newState func() *control.State) []*replica {
+// raftGroup is the ordering replicas' Raft: their nodes, the links
+// between them and the committed entries, driven on a run's clock. What
+// the replicas do with leadership and committed commands is the hooks':
+// the eager and speculative runs start order.Leader on the leader, the
+// lazy run lazy.Control.
+type raftGroup struct {
+	w *world
+	// delay is one raft message's delay on the run's network.
+	delay func() time.Duration
+	// syncOptOut says the run is under the raft_fsync opt-out.
+	syncOptOut *bool
+	replicas   []*replica
+	raftLinks  map[[2]uint64]*link
+	// committed holds each committed entry's command by index, decoded
+	// once for every replica.
+	committed map[uint64]control.Command
+	// committedData holds each committed entry's bytes by index: a
+	// replica that applies other bytes at an index committed before has
+	// lost a committed entry (see raftPowerLoss).
+	committedData map[uint64][]byte
+	// onLeadership hears raft's word on whether a node leads; onApply
+	// applies a committed command on a node; hasLeader says campaigns
+	// may stop.
+	onLeadership func(n *replica, leads bool)
+	onApply      func(n *replica, index uint64, c control.Command)
+	hasLeader    func() bool
+}
+
+// newRaftGroup starts the ordering replicas from an empty log, each with
+// a fresh control state from newState, ticking on w's clock.
+func newRaftGroup(w *world, newState func() *control.State, delay func() time.Duration, syncOptOut *bool) *raftGroup {
+	g := &raftGroup{w: w, delay: delay, syncOptOut: syncOptOut, raftLinks: map[[2]uint64]*link{},
+		committed: map[uint64]control.Command{}, committedData: map[uint64][]byte{}}
 	voters := make([]uint64, replicasN)
 	for i := range voters {
 		voters[i] = uint64(i + 1)
 	}
-	var out []*replica
 	for _, id := range voters {
 		ms := raft.NewMemoryStorage()
 		// Membership is fixed: the log starts after a snapshot that holds
@@ -95,28 +124,28 @@ func newReplicas(newState func() *control.State) []*replica {
 		if err := ms.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: &raftpb.ConfState{Voters: voters}}}); err != nil {
 			panic("sim: bootstrap raft storage: " + err.Error())
 		}
-		out = append(out, &replica{id: id, rn: startNode(id, ms), store: ms, st: newState()})
+		g.replicas = append(g.replicas, &replica{id: id, rn: startNode(id, ms), store: ms, st: newState()})
 	}
-	return out
+	w.after(raftTickEvery, g.tick)
+	return g
 }
 
 // tick ticks every replica, and schedules the next tick.
-func (ld *leader) tick() {
-	s := ld.s
-	for _, n := range ld.replicas {
+func (g *raftGroup) tick() {
+	for _, n := range g.replicas {
 		if n.down {
 			continue
 		}
 		n.rn.Tick()
-		ld.ready(n)
+		g.ready(n)
 	}
-	s.after(raftTickEvery, ld.tick)
+	g.w.after(raftTickEvery, g.tick)
 }
 
 // ready handles everything raft has for node n, by raft's rules: persist
 // the entries and hard state, then send and apply.
-func (ld *leader) ready(n *replica) {
-	s := ld.s
+func (g *raftGroup) ready(n *replica) {
+	s := g.w
 	if n.inReady || n.down {
 		return
 	}
@@ -125,7 +154,7 @@ func (ld *leader) ready(n *replica) {
 	for n.rn.HasReady() {
 		rd := n.rn.Ready()
 		if rd.SoftState != nil {
-			ld.leadership(n, rd.SoftState.RaftState == raft.StateLeader)
+			g.onLeadership(n, rd.SoftState.RaftState == raft.StateLeader)
 		}
 		if !raft.IsEmptyHardState(rd.HardState) {
 			if err := n.store.SetHardState(rd.HardState); err != nil {
@@ -135,35 +164,35 @@ func (ld *leader) ready(n *replica) {
 		if err := n.store.Append(rd.Entries); err != nil {
 			s.errorf("raft %d: append: %v", n.id, err)
 		}
-		if !ld.s.raftSyncOptOut {
+		if !*g.syncOptOut {
 			n.synced, _ = n.store.LastIndex()
 		}
 		for _, m := range rd.Messages {
-			ld.sendRaft(n, m)
+			g.sendRaft(n, m)
 		}
 		for _, e := range rd.CommittedEntries {
-			if prev, ok := ld.committedData[e.GetIndex()]; ok && !bytes.Equal(prev, e.GetData()) {
+			if prev, ok := g.committedData[e.GetIndex()]; ok && !bytes.Equal(prev, e.GetData()) {
 				// The cut or command committed there before is gone: the
 				// positions it gave out are given again.
 				s.errorf("invariant 2: raft %d commits another entry at index %d, where a committed entry was lost", n.id, e.GetIndex())
 				continue
 			}
-			ld.committedData[e.GetIndex()] = e.GetData()
+			g.committedData[e.GetIndex()] = e.GetData()
 			if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
 				continue
 			}
 			// A committed entry is the same on every replica: decode it
 			// once.
-			c, ok := ld.committed[e.GetIndex()]
+			c, ok := g.committed[e.GetIndex()]
 			if !ok {
 				var err error
 				if c, err = control.DecodeCommand(e.GetData()); err != nil {
 					s.errorf("raft %d: entry %d: %v", n.id, e.GetIndex(), err)
 					continue
 				}
-				ld.committed[e.GetIndex()] = c
+				g.committed[e.GetIndex()] = c
 			}
-			ld.apply(n, e.GetIndex(), c)
+			g.onApply(n, e.GetIndex(), c)
 		}
 		n.rn.Advance(rd)
 	}
@@ -171,46 +200,46 @@ func (ld *leader) ready(n *replica) {
 
 // sendRaft carries a raft message to its node over a FIFO link, unless
 // either end is isolated.
-func (ld *leader) sendRaft(from *replica, m *raftpb.Message) {
-	s := ld.s
-	to := ld.replicas[m.GetTo()-1]
+func (g *raftGroup) sendRaft(from *replica, m *raftpb.Message) {
+	s := g.w
+	to := g.replicas[m.GetTo()-1]
 	if s.now.Before(from.isolatedUntil) || s.now.Before(to.isolatedUntil) || to.down ||
 		s.now.Before(from.muteUntil) || s.now.Before(to.deafUntil) {
 		return
 	}
 	inc := to.inc
 	k := [2]uint64{from.id, to.id}
-	l, ok := ld.raftLinks[k]
+	l, ok := g.raftLinks[k]
 	if !ok {
 		l = &link{}
-		ld.raftLinks[k] = l
+		g.raftLinks[k] = l
 	}
-	s.at(l.arrival(s.now, s.netDelay()), func() {
+	s.at(l.arrival(s.now, g.delay()), func() {
 		if s.now.Before(to.isolatedUntil) || to.down || to.inc != inc {
 			return
 		}
 		if err := to.rn.Step(m); err != nil {
 			s.tracef("raft %d: step %v from %d: %v", to.id, m.GetType(), from.id, err)
 		}
-		ld.ready(to)
+		g.ready(to)
 	})
 }
 
 // campaign has a node other than the isolated old leader stand for
 // election, and tries the next one while no leader emerges.
-func (ld *leader) campaign(skip uint64) {
-	s := ld.s
-	if ld.node != nil {
+func (g *raftGroup) campaign(skip uint64) {
+	s := g.w
+	if g.hasLeader() {
 		return
 	}
 	cands := make([]*replica, 0, replicasN)
-	for _, n := range ld.replicas {
+	for _, n := range g.replicas {
 		if n.id != skip && !s.now.Before(n.isolatedUntil) && !n.down {
 			cands = append(cands, n)
 		}
 	}
 	if len(cands) == 0 {
-		s.after(campaignRetryEvery, func() { ld.campaign(skip) })
+		s.after(campaignRetryEvery, func() { g.campaign(skip) })
 		return
 	}
 	n := cands[s.r.IntN(len(cands))]
@@ -218,8 +247,8 @@ func (ld *leader) campaign(skip uint64) {
 	if err := n.rn.Campaign(); err != nil {
 		s.tracef("raft %d: campaign: %v", n.id, err)
 	}
-	ld.ready(n)
-	s.after(campaignRetryEvery, func() { ld.campaign(skip) })
+	g.ready(n)
+	s.after(campaignRetryEvery, func() { g.campaign(skip) })
 }
 
 // crash crashes ordering replica i (of replicasN) for down, unless another

@@ -204,6 +204,15 @@ const (
 	// configuration does not leave it: it follows stable-gp over the
 	// placements the promoted backup's order replaced.
 	bugLazyOutStaysIn
+	// bugLazyTrustProposal: the lazy control plane's shell takes its own
+	// claims and records for committed, so a deposed ordering leader
+	// seals, flushes, advances stable-gp and starts a view it never
+	// recorded.
+	bugLazyTrustProposal
+	// bugLazyStableBeforeRecord: the lazy control plane advances
+	// stable-gp to a view change's flush as it proposes the new
+	// configuration, before Raft recorded it.
+	bugLazyStableBeforeRecord
 	// bugTrustReplacedTail: a storage server does not tell a copy it
 	// restarted with that a configuration left it out, so the copy
 	// orders a tail its shard never made durable, which the new primary
@@ -260,6 +269,10 @@ type Result struct {
 	// Views its view changes, Noops the no-ops its shards bound, RingFull
 	// the appends a full sequencing ring pushed back.
 	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops, RingFull uint64
+	// CutOffLeaders counts a lazy run's ordering leaders cut off from the
+	// other ordering replicas (RaftCrashes its ordering replicas'
+	// crashes).
+	CutOffLeaders uint64
 	// planted says the bug a test planted struck.
 	planted bool
 }
@@ -353,6 +366,7 @@ type Tally struct {
 	// SeqCrashes, LeaderCrashes, ClientCrashes, Views and Noops sum a
 	// lazy run's, and RingFull.
 	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops, RingFull uint64
+	CutOffLeaders                                                    uint64
 	// Lazy counts the seeds of lazy order, whose tally reads differently.
 	Lazy int
 	// FailingSeeds lists the failing seeds, lowest first.
@@ -380,6 +394,7 @@ func Count(rs []Result) Tally {
 		t.Views += r.Views
 		t.Noops += r.Noops
 		t.RingFull += r.RingFull
+		t.CutOffLeaders += r.CutOffLeaders
 		if r.Mode == Lazy {
 			t.Lazy++
 		}
@@ -408,8 +423,8 @@ func Count(rs []Result) Tally {
 
 func (t Tally) String() string {
 	if t.Lazy > 0 {
-		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over), %d client crashes, %d no-ops, %d appends pushed back by a full ring",
-			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull)
+		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off",
+			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders)
 	}
 	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers, %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
 		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)

@@ -56,9 +56,12 @@ func TestSeeds(t *testing.T) {
 				// sequencing leader and followers crash (view changes
 				// follow), shard replicas and clients crash, shard
 				// primaries fail over, data that never comes turns into
-				// no-ops, and full sequencing rings push appends back.
+				// no-ops, full sequencing rings push appends back, and
+				// ordering replicas crash or their leader is cut off from
+				// the others.
 				if faults.Crash && n >= 40 && (tally.LeaderCrashes == 0 || tally.SeqCrashes == tally.LeaderCrashes ||
-					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 || tally.Failovers == 0) {
+					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 || tally.Failovers == 0 ||
+					tally.RaftCrashes == 0 || tally.CutOffLeaders == 0) {
 					t.Errorf("some lazy fault never struck: %v", tally)
 				}
 				return
@@ -337,6 +340,18 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// promoted backup placed anew (with a no-op where the data had
 		// not come, or in another view's order).
 		{"a shard primary taken out stays in", bugLazyOutStaysIn, "invariant 2"},
+		// The control plane's shell takes its own claims and records for
+		// committed: an ordering leader cut off from the others, deposed
+		// without knowing it, seals, flushes, advances stable-gp and
+		// starts a view it never recorded, while the new leader changes
+		// the view too: the two flushes bind positions differently.
+		{"a deposed ordering leader starts a view it never recorded", bugLazyTrustProposal, "invariant"},
+		// stable-gp advances to a flush's end as its configuration is
+		// proposed: when the proposal never commits (its leader was
+		// deposed), the next view change's flush would rebind positions
+		// readers may have seen; the shards refuse it, and the view
+		// never changes again.
+		{"stable-gp advances before the flush is recorded through Raft", bugLazyStableBeforeRecord, "heal: "},
 	}
 	const seeds = 200
 	for _, c := range cases {

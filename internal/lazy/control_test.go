@@ -1,0 +1,111 @@
+package lazy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/augur-log/augur/internal/cut"
+)
+
+func controlConfig() ControlConfig {
+	return ControlConfig{Replicas: []ReplicaID{1, 2}, FailureTimeout: 10 * time.Millisecond, ResendAfter: 5 * time.Millisecond}
+}
+
+// The first view is recorded, then started on every replica once the
+// record is applied, never before.
+func TestControlRecordsThenStartsTheFirstView(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	c := NewControl(controlConfig(), "a", t0)
+	out := c.Tick(t0)
+	if r := out.Record; r == nil || r.View != 1 || r.Leader != 1 || len(r.Replicas) != 2 || out.Start != nil {
+		t.Fatalf("first tick: %+v", out)
+	}
+	c.Status(1, ReplicaStatus{Sealed: true, Amnesiac: true}, t0)
+	if out := c.Tick(t0.Add(time.Millisecond)); !out.Empty() {
+		t.Fatalf("acted before the first view was applied: %+v", out)
+	}
+	cfg := *out.Record
+	c.Applied(ControlState{Config: &cfg}, t0)
+	c.Status(1, ReplicaStatus{Sealed: true, Amnesiac: true}, t0)
+	c.Status(2, ReplicaStatus{Sealed: true, Amnesiac: true}, t0)
+	out = c.Tick(t0.Add(time.Millisecond))
+	if out.Start == nil || out.Start.View != 1 || len(out.StartTo) != 2 || out.Claim != nil {
+		t.Fatalf("after the first view is applied: %+v", out)
+	}
+}
+
+// A replica silent for the failure timeout starts a view change: the
+// control plane claims the next view, seals only once its claim is
+// applied, and advances stable-gp and starts the view only once the new
+// configuration is applied.
+func TestControlChangesTheViewUnderItsClaim(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	shards := []cut.ShardID{0}
+	cur := SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 1}
+	c := NewControl(controlConfig(), "a", t0)
+	c.Applied(ControlState{Config: &cur, Shards: shards}, t0)
+	now := t0.Add(11 * time.Millisecond)
+	c.Status(2, ReplicaStatus{View: 1}, now)
+	out := c.Tick(now)
+	if out.Claim == nil || out.Claim.View != 2 || out.Claim.Owner != "a" || out.Seal != nil {
+		t.Fatalf("on a silent replica: %+v", out)
+	}
+	// Someone else's claim of view 2 is not ours: no seal.
+	if out := c.Applied(ControlState{Config: &cur, Claim: &Claim{View: 2, Owner: "b"}, Shards: shards}, now); !out.Empty() || c.Changing() {
+		t.Fatalf("sealed under another's claim: %+v", out)
+	}
+	out = c.Tick(now.Add(time.Millisecond))
+	if out.Claim == nil || out.Claim.View != 3 {
+		t.Fatalf("after another's claim of view 2: %+v, want a claim of view 3", out)
+	}
+	claim := *out.Claim
+	out = c.Applied(ControlState{Config: &cur, Claim: &claim, Shards: shards}, now)
+	if out.Seal == nil || out.Seal.View != 1 || len(out.SealTo) != 2 {
+		t.Fatalf("after the claim applied: %+v", out)
+	}
+	m := meta(7, 1, 0, 1)
+	out = c.Sealed(2, SealReply{View: 1, Ordered: 0, Entries: []Meta{m}})
+	if out.Map == nil || out.Map.View != 3 || len(out.Map.Records) != 1 {
+		t.Fatalf("flush: %+v", out)
+	}
+	out = c.MapAcked(MappingAck{Shard: 0, View: 3, End: 1})
+	rec := out.Record
+	if rec == nil || rec.View != 3 || rec.Leader != 2 || rec.Stable != 1 || out.Stable != nil || out.Start != nil {
+		t.Fatalf("after the flush: %+v", out)
+	}
+	// The proposal is not the record: nothing advances until it applies.
+	if out := c.Tick(now.Add(2 * time.Millisecond)); out.Stable != nil || out.Start != nil {
+		t.Fatalf("acted on its own proposal: %+v", out)
+	}
+	out = c.Applied(ControlState{Config: rec, Claim: &claim, Shards: shards}, now)
+	if out.Stable == nil || out.Stable.Stable != 1 || out.Stable.View != 3 || out.Start == nil || len(out.Start.Flushed) != 1 || len(out.StartTo) != 1 {
+		t.Fatalf("after the record applied: %+v", out)
+	}
+}
+
+// A control plane overtaken by a newer claim (it was deposed) drops its
+// view change: when its record later turns out not applied, it neither
+// advances stable-gp nor starts the view.
+func TestControlOvertakenDropsItsViewChange(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	shards := []cut.ShardID{0}
+	cur := SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 1}
+	c := NewControl(controlConfig(), "a", t0)
+	c.Applied(ControlState{Config: &cur, Shards: shards}, t0)
+	now := t0.Add(11 * time.Millisecond)
+	c.Status(2, ReplicaStatus{View: 1}, now)
+	claim := *c.Tick(now).Claim
+	c.Applied(ControlState{Config: &cur, Claim: &claim, Shards: shards}, now)
+	c.Sealed(2, SealReply{View: 1})
+	if !c.Changing() {
+		t.Fatal("no view change under way")
+	}
+	newer := Claim{View: 3, Owner: "b"}
+	if out := c.Applied(ControlState{Config: &cur, Claim: &newer, Shards: shards}, now); !out.Empty() || c.Changing() {
+		t.Fatalf("overtaken, it went on: %+v", out)
+	}
+	next := SeqConfig{View: 3, Replicas: []ReplicaID{2}, Leader: 2}
+	if out := c.Applied(ControlState{Config: &next, Claim: &newer, Shards: shards}, now); out.Stable != nil || out.Start != nil {
+		t.Fatalf("started another's view: %+v", out)
+	}
+}
