@@ -167,14 +167,21 @@ type FinalizeCommand struct {
 // report covers only what every replica of the configuration holds.
 // Removing every replica finalizes the shard as failed (in speculative
 // mode, a view change) and keeps its last configuration for readers.
-// Join adds a replica that caught up as the last backup (leaving Out).
-// A Remove naming a server outside the configuration, or a Join of one
-// inside it, makes the whole command change nothing.
+// Join adds a replica that caught up as the last backup (leaving Out), in
+// eager order only (see order.ErrRejoinUnsupported);
+// Held is how many of the shard's entries it holds. A Join whose replica
+// holds fewer entries than the last committed cut orders changes nothing:
+// it would serve, and might become primary of, a shard it cannot vouch
+// for. (The leader refuses one that holds less than was reported, too:
+// see order.Leader.Rejoin.) A Remove naming a server outside the
+// configuration, or a Join of one inside it, makes the whole command
+// change nothing.
 type ReconfigCommand struct {
 	Shard  cut.ShardID `json:"shard"`
 	Epoch  uint64      `json:"epoch"`
 	Remove []string    `json:"rm,omitempty"`
 	Join   *Replica    `json:"join,omitempty"`
+	Held   uint64      `json:"held,omitempty"`
 }
 
 // TrimCommand moves the trim point up to Position, which must not pass
@@ -386,7 +393,7 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 			return false, nil
 		}
 	}
-	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID)) {
+	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID) || s.Spec != nil) {
 		return false, nil
 	}
 	var kept, out []Replica

@@ -157,6 +157,11 @@ func reconfig(shard cut.ShardID, epoch uint64, join *Replica, remove ...string) 
 	return Command{Reconfig: &ReconfigCommand{Shard: shard, Epoch: epoch, Remove: remove, Join: join}}
 }
 
+// rejoin is the Join of rep, holding held entries, to shard at epoch.
+func rejoin(shard cut.ShardID, epoch uint64, rep Replica, held uint64) Command {
+	return Command{Reconfig: &ReconfigCommand{Shard: shard, Epoch: epoch, Join: &rep, Held: held}}
+}
+
 func TestReconfigPromotesASurvivorAndBumpsTheEpoch(t *testing.T) {
 	s := New("test")
 	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}, Replica{ID: "a3", Incarnation: 1}))
@@ -177,8 +182,12 @@ func TestReconfigPromotesASurvivorAndBumpsTheEpoch(t *testing.T) {
 	if _, ok := s.Apply(reconfig(0, 1, nil, "a3")); ok {
 		t.Fatal("stale reconfiguration applied")
 	}
-	// a1 caught up and rejoins as the last backup.
-	mustApply(t, s, reconfig(0, 2, &Replica{ID: "a1", Incarnation: 2}))
+	// a1 caught up and rejoins as the last backup; holding less than the
+	// last cut orders, it may not.
+	if _, ok := s.Apply(rejoin(0, 2, Replica{ID: "a1", Incarnation: 2}, 3)); ok {
+		t.Fatal("a replica that lacks ordered entries joined")
+	}
+	mustApply(t, s, rejoin(0, 2, Replica{ID: "a1", Incarnation: 2}, 4))
 	sh = s.Shard(0)
 	if sh.Epoch != 3 || len(sh.Replicas) != 3 || sh.Replicas[0].ID != "a2" || sh.Replicas[2] != (Replica{ID: "a1", Incarnation: 2}) || len(sh.Out) != 0 {
 		t.Fatalf("after the join %+v", sh)
@@ -192,7 +201,7 @@ func TestReconfigPromotesASurvivorAndBumpsTheEpoch(t *testing.T) {
 	if sh := s.Shard(0); sh.State != Finalized || !sh.Failed || sh.FinalLength != 4 || len(sh.Replicas) != 1 {
 		t.Fatalf("after removing the last %+v", sh)
 	}
-	if _, ok := s.Apply(reconfig(0, 4, &Replica{ID: "a1", Incarnation: 2})); ok {
+	if _, ok := s.Apply(rejoin(0, 4, Replica{ID: "a1", Incarnation: 2}, 4)); ok {
 		t.Fatal("a finalized shard took a replica")
 	}
 }

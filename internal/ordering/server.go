@@ -793,6 +793,59 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 	return &pb.RegisterShardResponse{Shard: ev.Registered}, nil
 }
 
+// RejoinShard adds a storage server's caught-up copy of a shard back to
+// the shard's configuration, as the leader core decides (order.Leader.Rejoin).
+// A follower answers with the leader's address; a refusal is
+// FailedPrecondition with the reason, and changes nothing.
+func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*pb.RejoinShardResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	if req.Replica == nil || req.Replica.Id == "" || req.Replica.Addr == "" {
+		return nil, status.Error(codes.InvalidArgument, "rejoin shard: the replica's id and address are required")
+	}
+	if addr, no := s.notLeader(); no {
+		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	}
+	rq := order.RejoinRequest{Shard: req.Shard, Epoch: req.Epoch, Held: req.Held,
+		Replica: control.Replica{ID: req.Replica.Id, Addr: req.Replica.Addr, Incarnation: req.Replica.Incarnation}}
+	s.mu.Lock()
+	l := s.leader
+	var (
+		cmd    control.Command
+		member bool
+		err    error
+	)
+	if l != nil {
+		cmd, member, err = l.Rejoin(rq, time.Now())
+	}
+	epoch := uint64(0)
+	if sh := s.state.Shard(req.Shard); sh != nil {
+		epoch = sh.Epoch
+	}
+	s.mu.Unlock()
+	switch {
+	case l == nil:
+		_, addr := s.leaderAddr()
+		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	case errors.Is(err, order.ErrRejoinUnsupported):
+		return nil, status.Error(codes.Unimplemented, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case member:
+		return &pb.RejoinShardResponse{Epoch: epoch}, nil
+	}
+	ev, err := s.propose(ctx, cmd, true)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "rejoin shard %d: %v", req.Shard, err)
+	}
+	if !ev.MembershipChanged {
+		return nil, status.Errorf(codes.FailedPrecondition, "rejoin shard %d: refused when applied: the configuration moved past %d, or a cut ordered more than the %d entries the copy holds",
+			req.Shard, req.Epoch, req.Held)
+	}
+	return &pb.RejoinShardResponse{Epoch: req.Epoch + 1}, nil
+}
+
 // FinalizeShard stops a shard after a grace of cuts. It refuses to stop the
 // last live shard: appends would then have nowhere to go until a group
 // formed a new one. (A failure still finalizes any shard.)

@@ -137,6 +137,8 @@ type stats struct {
 	// ranges repaired from the other copy, sourceDeaths the repairs
 	// whose source died mid-copy.
 	damaged, repairs, sourceDeaths uint64
+	// rejoins counts the copies taken back into their configuration.
+	rejoins uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
@@ -144,6 +146,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	sc := newScenario(r, mode, f)
 	sc.planDamage(rand.New(rand.NewPCG(seed, 0xda3a6e)))
+	sc.planRejoin(rand.New(rand.NewPCG(seed, 0x2e7015)))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -274,6 +277,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 			}
 			target := sh.copies[min(x.copy, copiesN-1)]
 			target.damage, target.killSource = x.damage, x.sourceDies
+			target.rejoinSourceDies, target.diesRejoining = x.rejoinSourceDies, x.diesRejoining
 			if x.copy == copiesN {
 				// A power loss takes the whole replica group.
 				s.tracef("shard %d loses power", sh.id)

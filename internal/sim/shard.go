@@ -91,6 +91,14 @@ type copyOf struct {
 	// in the order the events came.
 	leftOut      bool
 	leftOutAfter uint64
+	// rejoinFor is one more than the incarnation whose rejoin runs (0:
+	// none); rejoinSourceDies and diesRejoining fail that rejoin (see
+	// planRejoin).
+	rejoinFor                       int
+	rejoinSourceDies, diesRejoining bool
+	// repairing says the copy's repair of damaged ranges runs: a rejoin,
+	// which may drop some of them with the tail, waits for it.
+	repairing bool
 }
 
 func (c *copyOf) name() string {
@@ -346,6 +354,9 @@ func (sh *shard) lagFix(target uint64) {
 // carry carries out a core's output, in the order of its fields.
 func (sh *shard) carry(c *copyOf, out *core.Output[int64]) {
 	s := sh.s
+	for _, rs := range out.Resend {
+		sh.resend(c, rs)
+	}
 	for _, b := range out.Replicate {
 		sh.replicate(b)
 	}
@@ -553,6 +564,9 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 	if row != nil && !sh.finalized && row.Epoch > sh.epoch {
 		sh.reconfigure(row, snap)
 	}
+	if len(mine) > 0 {
+		sh.checkMembersHoldOrdered()
+	}
 	if sh.finalized {
 		sh.accepting = false
 		sh.resolve()
@@ -573,9 +587,14 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 	sh.epoch = row.Epoch
 	old := sh.prim
 	for i, c := range sh.copies {
+		was := sh.member[i]
 		sh.member[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server })
 		if !sh.member[i] && !c.leftOut {
 			c.leftOut, c.leftOutAfter = true, sh.knownCut.Index
+		}
+		if sh.member[i] && !was {
+			c.leftOut = false
+			sh.checkRejoined(c, snap.LastCut.Len(sh.id))
 		}
 		if row.Replicas[0].ID == c.server {
 			sh.prim = i
@@ -610,6 +629,15 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 		var out core.Output[int64]
 		c.r.Reconfigure(m, s.now, &out)
 		sh.carry(c, &out)
+		sh.maybeRejoin(c)
+	}
+	if p := sh.primary(); p.up && p.r.Role() == core.RolePrimary {
+		// A primary joins every backup of its new configuration.
+		for i, bk := range sh.copies {
+			if i != sh.prim && sh.member[i] {
+				sh.joinBackup(p, bk, row.Epoch)
+			}
+		}
 	}
 	p := sh.primary()
 	if sh.prim == old || !p.up || p.r.Role() != core.RolePrimary {
@@ -912,7 +940,7 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	if c.log.Len() < before {
 		s.stats.lostTails++
 	}
-	c.up, c.crashed, c.syncArmed, c.wakeAt = false, true, false, time.Time{}
+	c.up, c.crashed, c.syncArmed, c.wakeAt, c.repairing = false, true, false, time.Time{}, false
 	c.inc++
 	s.stats.crashes++
 	s.tracef("shard %d: %s crashes (stored %d, synced %d, kept %d after the crash; durable %d)", sh.id, c.name(), before, synced, c.log.Len(), sh.durable)
@@ -922,7 +950,11 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	survivor := false
 	for i, o := range sh.copies {
 		role := o.r.Role()
-		survivor = survivor || (o != c && o.up && sh.member[i] && (role == core.RolePrimary || role == core.RoleBackup))
+		// A backup its primary reports unreachable (a split it noticed)
+		// is on its way out of the configuration: whether it, or the
+		// crashed primary, leaves first is a race.
+		leaving := sh.split && o == sh.backup() && !s.now.Before(sh.splitSeen)
+		survivor = survivor || (o != c && o.up && sh.member[i] && !leaving && (role == core.RolePrimary || role == core.RoleBackup))
 	}
 	switch {
 	case sh.alive && survivor && s.plant != bugFinalizeOnReplicaFailure:
@@ -1008,6 +1040,7 @@ func (sh *shard) restart(c *copyOf) {
 		sh.feed.replay(c, replayed)
 	}
 	sh.catchUp(c)
+	sh.maybeRejoin(c)
 }
 
 // readIDs returns the record ids (noop for no-ops) at local [from, to) of

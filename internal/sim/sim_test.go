@@ -46,6 +46,11 @@ func TestSeeds(t *testing.T) {
 			if m == Spec && n >= 40 && tally.SoleHolder == 0 {
 				t.Errorf("no seed failed a shard while it held the only quota")
 			}
+			// Restarted and fenced replicas rejoin their shards in eager
+			// order; that path must not drop out of the mix either.
+			if m == Eager && faults.Crash && n >= 40 && tally.Rejoins == 0 {
+				t.Errorf("no replica rejoined its shard: %v", tally)
+			}
 			if m == Lazy {
 				// Every kind of lazy fault happens in some seed: the
 				// sequencing leader and followers crash (view changes
@@ -424,5 +429,45 @@ func TestPlantedTrustedReplacedTail(t *testing.T) {
 	}
 	if caught < want {
 		t.Errorf("the planted stale tail was caught in %d of the first %d seeds, want %d", caught, seeds, want)
+	}
+}
+
+// TestPlantedRejoinBehindIsCaught plants, in seeds where a restarted or
+// fenced copy rejoins its shard, a storage server that asks to rejoin
+// without catching up, saying it holds what the configuration's replica
+// holds: the leader's and the control state's checks take its word, and
+// the rejoin check must say that the copy was added back without the
+// entries the cuts ordered. The same seeds pass without the bug.
+func TestPlantedRejoinBehindIsCaught(t *testing.T) {
+	const want = 3
+	found := 0
+	for seed := uint64(0); seed < 60 && found < want; seed++ {
+		o := Options{Mode: Eager, Faults: AllFaults()}
+		r := Run(seed, o)
+		if r.Rejoins == 0 {
+			continue
+		}
+		if r.Failed() {
+			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+		}
+		o.plant = bugRejoinBehind
+		r = Run(seed, o)
+		if !r.planted {
+			continue
+		}
+		caught := false
+		for _, e := range r.Errs {
+			if strings.Contains(e, "was added back to the configuration holding") {
+				caught = true
+				t.Logf("seed %d: %s", seed, e)
+				break
+			}
+		}
+		if caught {
+			found++
+		}
+	}
+	if found < want {
+		t.Errorf("the rejoin check caught a copy added back behind in only %d seeds, want %d", found, want)
 	}
 }

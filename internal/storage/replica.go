@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,6 +102,9 @@ type replica struct {
 	appendCh chan appendReq
 	cutCh    chan cutMsg
 	joinCh   chan joinMsg
+	// do runs a function on the loop: a rejoin's steps, which belong to
+	// the core's owner.
+	do chan func()
 	// kick wakes the loop when durable moved outside it and the ordering
 	// mode acts on durable entries, so Tick sees the new length.
 	kick chan struct{}
@@ -120,6 +124,14 @@ type replica struct {
 	failed atomic.Bool
 	// catchUp shows the copy's catch-up (repair), if one ran.
 	catchUp catchUpShow
+	// rejoinWake starts a rejoin (rejoin.go); rejoining says one runs,
+	// and rejoinShow how far it is.
+	rejoinWake chan struct{}
+	rejoining  atomic.Bool
+	rejoinShow catchUpShow
+	// repairing says the repair of damaged ranges runs: a rejoin, which
+	// may drop some of them with the tail, waits for it.
+	repairing atomic.Bool
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when runs or finality change
@@ -147,19 +159,21 @@ type replica struct {
 
 func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer, epoch uint64) *replica {
 	rp := &replica{
-		id:        id,
-		store:     store,
-		srv:       srv,
-		log:       srv.log.With("shard", id),
-		appendCh:  make(chan appendReq, appendQueueMax),
-		cutCh:     make(chan cutMsg, 64),
-		joinCh:    make(chan joinMsg, 8),
-		lagCh:     make(chan uint64, lagQueueMax),
-		kick:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		durableCh: make(chan struct{}, 1),
-		changed:   make(chan struct{}),
+		id:         id,
+		store:      store,
+		srv:        srv,
+		log:        srv.log.With("shard", id),
+		appendCh:   make(chan appendReq, appendQueueMax),
+		cutCh:      make(chan cutMsg, 64),
+		joinCh:     make(chan joinMsg, 8),
+		do:         make(chan func()),
+		rejoinWake: make(chan struct{}, 1),
+		lagCh:      make(chan uint64, lagQueueMax),
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		durableCh:  make(chan struct{}, 1),
+		changed:    make(chan struct{}),
 	}
 	// Under SyncAlways every write is synced before it returns, so a copy
 	// holds what it synced either way.
@@ -253,11 +267,32 @@ func (r *replica) run() {
 			r.appendLoop(batch)
 		case m := <-r.cutCh:
 			r.applyCut(m)
+		case fn := <-r.do:
+			fn()
 		case j := <-r.joinCh:
 			out := r.resetOut()
 			r.core.BackupJoined(j.backup, j.epoch, j.length, j.held, j.tailFrom, j.tail, time.Now(), out)
 			r.carry(out)
 		}
+	}
+}
+
+// onLoop runs fn on the loop and waits for it; false if the replica or
+// ctx stopped first.
+func (r *replica) onLoop(ctx context.Context, fn func()) bool {
+	done := make(chan struct{})
+	select {
+	case r.do <- func() { fn(); close(done) }:
+	case <-r.done:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-r.done:
+		return false
 	}
 }
 
@@ -499,6 +534,13 @@ func (r *replica) appendReplicated(epoch, first uint64, records []*pb.StoredReco
 	r.srv.stored.Add(float64(len(records)))
 	r.backupMarks.Mark(r.store.Len())
 	r.markUnsynced()
+	if r.core.PendingCuts() {
+		// A rejoined copy keeps cuts for the entries its primary resends.
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
 	if r.syncWake == nil {
 		// Held once written: acknowledge now. Under SyncGroup syncLoop
 		// acknowledges once the batch is synced.
@@ -632,7 +674,10 @@ func (r *replica) reconfigure(m shard.Membership, peers []Peer) {
 		m.Ordering = r.srv.cfg.Mode.NewShardOrdering(r.id, r.store.Ordered(), time.Now())
 	}
 	out := r.resetOut()
-	if !r.core.Reconfigure(m, time.Now(), out) {
+	applied := r.core.Reconfigure(m, time.Now(), out)
+	r.wakeRejoin()
+	if !applied {
+		r.carry(out)
 		return
 	}
 	r.log.Info("shard reconfigured", "epoch", m.Epoch, "was", was, "now", r.role())

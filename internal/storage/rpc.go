@@ -427,7 +427,10 @@ func (s *Server) backupReplica(id cut.ShardID, epoch uint64) (*replica, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.replicas[id]; ok {
-		if r.role() != roleBackup {
+		// A copy out of the configuration that asked to rejoin becomes a
+		// backup when its new primary joins it (shard.Replica.Join); the
+		// core refuses replication to any other that is not a backup.
+		if r.role() == rolePrimary {
 			return nil, status.Errorf(codes.FailedPrecondition, "shard %d is held here as %v, not as a backup", id, r.role())
 		}
 		return r, nil
