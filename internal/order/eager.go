@@ -13,7 +13,8 @@ import (
 // final one.
 //
 // Cuts are group commits. Reports that find no cut in flight are cut at
-// once if they add at most SparseRecordsPerShardMax records per shard:
+// once if they add at most SparseRecordsPerShardMax records per shard and
+// the last cut went out at least interval/AtOnceCutsPerIntervalMax ago:
 // waiting for an interval tick would only add latency, as there is little
 // to batch them with. While a cut is in flight, reports are batched until
 // it commits (then the same test applies) or an ordering interval has
@@ -43,6 +44,16 @@ var _ Policy = (*Eager)(nil)
 // each at Raft's pace cost a quarter of the throughput (bench append
 // closed loop).
 const SparseRecordsPerShardMax = 1
+
+// AtOnceCutsPerIntervalMax bounds the cuts proposed at once to this many
+// per ordering interval. A cut costs the cluster about the same CPU
+// whatever it carries (a Raft round on every ordering replica, an event
+// to every primary, a notice to every subscriber): cutting every sparse
+// report as soon as the cut before committed made about 1.8 cuts per
+// interval at 2,000 records/s over 2 shards, and a fifth more CPU than
+// cutting on the interval tick. Two per interval keep the wait a report
+// may add at half an interval, and only right after a cut.
+const AtOnceCutsPerIntervalMax = 2
 
 // NewEager returns the eager policy with ordering interval interval.
 func NewEager(interval time.Duration) *Eager {
@@ -96,8 +107,13 @@ func (e *Eager) Step(now time.Time, free int) Plan {
 	}
 	// A finalizing shard's grace cuts come one per interval; they carry
 	// nothing that is waiting.
-	atOnce := grew && free >= cutsInflightMax && waiting <= SparseRecordsPerShardMax*live
-	if since := now.Sub(e.last); since < e.interval && !atOnce {
+	sparse := grew && free >= cutsInflightMax && waiting <= SparseRecordsPerShardMax*live
+	since := now.Sub(e.last)
+	spacing := e.interval / AtOnceCutsPerIntervalMax
+	if since < e.interval && !(sparse && since >= spacing) {
+		if sparse {
+			return Plan{Wake: spacing - since}
+		}
 		return Plan{Wake: e.interval - since}
 	}
 	if free <= 0 {
