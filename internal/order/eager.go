@@ -14,7 +14,7 @@ import (
 //
 // Cuts are group commits. Reports that find no cut in flight are cut at
 // once if they add at most SparseRecordsPerShardMax records per shard and
-// the last cut went out at least interval/AtOnceCutsPerIntervalMax ago:
+// the last cut went out at least AtOnceCutSpacing ago:
 // waiting for an interval tick would only add latency, as there is little
 // to batch them with. While a cut is in flight, reports are batched until
 // it commits (then the same test applies) or an ordering interval has
@@ -45,15 +45,17 @@ var _ Policy = (*Eager)(nil)
 // closed loop).
 const SparseRecordsPerShardMax = 1
 
-// AtOnceCutsPerIntervalMax bounds the cuts proposed at once to this many
-// per ordering interval. A cut costs the cluster about the same CPU
-// whatever it carries (a Raft round on every ordering replica, an event
-// to every primary, a notice to every subscriber): cutting every sparse
-// report as soon as the cut before committed made about 1.8 cuts per
-// interval at 2,000 records/s over 2 shards, and a fifth more CPU than
-// cutting on the interval tick. Two per interval keep the wait a report
-// may add at half an interval, and only right after a cut.
-const AtOnceCutsPerIntervalMax = 2
+// AtOnceCutSpacing is the least time between a cut and the next one
+// proposed at once, three fifths of the ordering interval. A cut costs the
+// cluster about the same CPU whatever it carries (a Raft round on every
+// ordering replica, an event to every primary, a notice to every
+// subscriber): cutting every sparse report as soon as the cut before
+// committed made about 1,450 cuts/s at 2,000 records/s over 2 shards,
+// against about 900 on the interval tick, and a fifth more CPU. With this
+// spacing a model of that load (Poisson reports, 0.45 ms Raft rounds)
+// makes about 1,250 cuts/s, and the median report waits 0.32 ms for its
+// cut, against 0.17 ms cutting at once and 0.47 ms on the tick.
+func AtOnceCutSpacing(interval time.Duration) time.Duration { return interval * 3 / 5 }
 
 // NewEager returns the eager policy with ordering interval interval.
 func NewEager(interval time.Duration) *Eager {
@@ -109,7 +111,7 @@ func (e *Eager) Step(now time.Time, free int) Plan {
 	// nothing that is waiting.
 	sparse := grew && free >= cutsInflightMax && waiting <= SparseRecordsPerShardMax*live
 	since := now.Sub(e.last)
-	spacing := e.interval / AtOnceCutsPerIntervalMax
+	spacing := AtOnceCutSpacing(e.interval)
 	if since < e.interval && !(sparse && since >= spacing) {
 		if sparse {
 			return Plan{Wake: spacing - since}

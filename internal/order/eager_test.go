@@ -65,7 +65,7 @@ func TestEagerPacesAtTheOrderingInterval(t *testing.T) {
 }
 
 // TestEagerCutsAtOnceWhenNothingIsInFlight checks that a report that finds
-// no cut in flight is cut at once, half an interval after the last cut:
+// no cut in flight is cut at once, AtOnceCutSpacing after the last cut:
 // there is nothing to batch it with, so an interval tick would only add
 // latency.
 func TestEagerCutsAtOnceWhenNothingIsInFlight(t *testing.T) {
@@ -73,7 +73,7 @@ func TestEagerCutsAtOnceWhenNothingIsInFlight(t *testing.T) {
 	w.report(0, 1)
 	w.apply(control.Command{Cut: w.oneCut(w.l.Step(w.now))}, true)
 	for i := range uint64(5) {
-		w.after(tord / AtOnceCutsPerIntervalMax)
+		w.after(AtOnceCutSpacing(tord))
 		if !w.report(1, i+1) {
 			t.Fatal("a longer report is not news")
 		}
@@ -86,14 +86,14 @@ func TestEagerCutsAtOnceWhenNothingIsInFlight(t *testing.T) {
 }
 
 // TestEagerSpacesAtOnceCuts checks that a sparse report arriving sooner
-// than interval/AtOnceCutsPerIntervalMax after the last cut waits until
+// than AtOnceCutSpacing after the last cut waits until
 // then, not for the whole interval: each cut costs CPU whatever it
 // carries, and reports that come that close together can share one.
 func TestEagerSpacesAtOnceCuts(t *testing.T) {
 	w := newEagerWorld(t, 2)
 	w.report(0, 1)
 	w.apply(control.Command{Cut: w.oneCut(w.l.Step(w.now))}, true)
-	spacing := tord / AtOnceCutsPerIntervalMax
+	spacing := AtOnceCutSpacing(tord)
 	w.after(spacing / 5)
 	w.report(1, 1)
 	out := w.l.Step(w.now)
@@ -114,7 +114,7 @@ func TestEagerSpacesAtOnceCuts(t *testing.T) {
 // TestEagerBatchesWhileACutIsInFlight checks the group commit: reports that
 // arrive while a cut awaits commit wait for it, and its commit (news)
 // releases them in one cut before the interval is over, as they are few
-// (a record per shard) and the cut in flight went out half an interval
+// (a record per shard) and the cut in flight went out AtOnceCutSpacing
 // ago.
 func TestEagerBatchesWhileACutIsInFlight(t *testing.T) {
 	w := newEagerWorld(t, 2)
@@ -130,7 +130,7 @@ func TestEagerBatchesWhileACutIsInFlight(t *testing.T) {
 	w.after(tord / 10)
 	w.report(1, 1)
 	w.none(w.l.Step(w.now))
-	w.after(tord / AtOnceCutsPerIntervalMax)
+	w.after(AtOnceCutSpacing(tord))
 	if !w.apply(control.Command{Cut: first}, true) {
 		t.Fatal("the commit of the cut in flight is not news")
 	}
@@ -163,7 +163,7 @@ func TestEagerFullBatchWaitsForTheInterval(t *testing.T) {
 	}
 	w.apply(control.Command{Cut: c}, true)
 	// A batch one record smaller goes at once.
-	w.after(tord / AtOnceCutsPerIntervalMax)
+	w.after(AtOnceCutSpacing(tord))
 	w.report(0, full+SparseRecordsPerShardMax*shards)
 	if c := w.oneCut(w.l.Step(w.now)); c.Lengths[0].Length != full+SparseRecordsPerShardMax*shards {
 		t.Fatalf("cut %+v, want shard 0 at %d", c, full+SparseRecordsPerShardMax*shards)

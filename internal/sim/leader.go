@@ -260,9 +260,8 @@ func (ld *leader) onReport(sh *shard, server string, r order.Report) {
 	ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
 	// Eager cuts are group commits: reports that find no cut in flight
 	// and add at most order.SparseRecordsPerShardMax records per live
-	// shard are cut at once, or, within interval/AtOnceCutsPerIntervalMax
-	// of the last cut, when that time is up; never held for an interval
-	// tick.
+	// shard are cut at once, or, within order.AtOnceCutSpacing of the
+	// last cut, when that time is up; never held for an interval tick.
 	waiting, live, sparse := ld.sparse()
 	if !ld.l.Report(r, s.now) {
 		return
@@ -272,7 +271,7 @@ func (ld *leader) onReport(sh *shard, server string, r order.Report) {
 	if !sparse || s.stats.proposals != proposed {
 		return
 	}
-	due := ld.lastCut.Add(s.sc.interval / order.AtOnceCutsPerIntervalMax)
+	due := ld.lastCut.Add(order.AtOnceCutSpacing(s.sc.interval))
 	if !s.now.Before(due) || ld.lastCut.IsZero() {
 		s.errorf("eager: %d records reported beyond the last cut over %d live shards, no cut in flight, but the leader proposed none at once (report of shard %d at %d)",
 			waiting, live, r.Shard, r.Length)
