@@ -127,8 +127,9 @@ type Cluster struct {
 	StaggerAbove int `yaml:"stagger_above"`
 	// OrderingInterval is, in eager order, how long the leader batches
 	// reports while a cut awaits commit or while they fill a cut (a few
-	// with none in flight are cut at once); in speculative order, the
-	// period quotas are sized for.
+	// with none in flight are cut at once, at most once per three fifths
+	// of the interval); in speculative order, the period quotas are sized
+	// for.
 	OrderingInterval Duration `yaml:"ordering_interval"`
 	// FailureTimeout is how long a storage server may stay silent before its
 	// shards are finalized; storage servers heartbeat five times per timeout.
