@@ -103,7 +103,7 @@ func (sh *shard) catchUp(c *copyOf) {
 			s.after(catchUpRetryEvery, step)
 			return
 		}
-		entries, sums := sh.fetchBatch(src, f)
+		entries, sums := sh.fetchBatch(src, f, c.log.Ordered())
 		if len(entries) == 0 {
 			cu.Ended(true) // the source holds none of it
 			s.after(0, step)
@@ -148,14 +148,16 @@ func (sh *shard) catchUp(c *copyOf) {
 
 // fetchBatch reads what copy src serves of fetch f: at most
 // catchUpBatchMax entries from f.First, stopping where its log does
-// (damaged, trimmed or shorter), with their checksums.
-func (sh *shard) fetchBatch(src *copyOf, f core.Fetch) ([]segment.Entry, []uint32) {
+// (damaged, trimmed or shorter), with their checksums. served is how many
+// entries of its log the copy repaired with them serves to readers.
+func (sh *shard) fetchBatch(src *copyOf, f core.Fetch, served uint64) ([]segment.Entry, []uint32) {
 	s := sh.s
 	if src.r.Lost() || src.log.Start() > f.First {
 		return nil, nil
 	}
 	var entries []segment.Entry
 	var sums []uint32
+	var locals []uint64
 	next := f.First
 	src.log.Scan(f.First, func(local uint64, e segment.Entry) bool {
 		if local != next || local >= f.End || len(entries) == catchUpBatchMax {
@@ -166,12 +168,17 @@ func (sh *shard) fetchBatch(src *copyOf, f core.Fetch) ([]segment.Entry, []uint3
 		}
 		entries = append(entries, e)
 		sums = append(sums, segment.Checksum(e))
+		locals = append(locals, local)
 		next = local + max(e.Noops, 1)
 		return true
 	})
 	if s.plant == bugCopyUnchecked && !s.planted {
 		for i := range entries {
-			if entries[i].Noops == 0 {
+			// Only a record the repaired copy serves can be seen
+			// altered; one past what it serves (a copy back from a
+			// crash serves what the cuts before its exclusion ordered)
+			// is never read from it, and altering it proves nothing.
+			if entries[i].Noops == 0 && locals[i] < served {
 				// A source that serves what it read without checking its
 				// frame: the checksum it sends covers the bad bytes.
 				s.planted = true
