@@ -268,9 +268,11 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 	for _, x := range sc.crashes {
 		s.after(x.at, func() {
 			// A shard down to one server takes no second crash that loses
-			// what that server did not sync: beyond the fault budget.
+			// what that server did not sync, or that damages its file
+			// (no other copy of the configuration is left to repair it
+			// from): beyond the fault budget.
 			sh := s.pick(2, func(sh *shard) bool {
-				return sh.alive && !sh.leaving && !sh.finalized && (s.sc.sync == syncAlways || !sh.degraded())
+				return sh.alive && !sh.leaving && !sh.finalized && (s.sc.sync == syncAlways && !x.damage || !sh.degraded())
 			})
 			if sh == nil {
 				return
