@@ -122,7 +122,9 @@ func (sh *shard) rejoinRound(c *copyOf) {
 			again()
 			return
 		}
-		entries, sums := sh.fetchBatch(src, f)
+		// The planted unchecked copy strikes repairs only (served 0 here):
+		// a rejoiner may crash again before it serves what it copied.
+		entries, sums := sh.fetchBatch(src, f, 0)
 		if len(entries) == 0 {
 			cu.StreamEnded() // the source holds no more
 			s.after(0, step)
