@@ -1647,11 +1647,16 @@ func (x *PingResponse) GetHealth() []*ReplicaHealth {
 }
 
 type FetchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	First         uint64                 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
-	End           uint64                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	First     uint64                 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	End       uint64                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	// with_runs asks, after the entries, for the positions (runs) the
+	// source assigned from local index runs_from up to the end of the
+	// entries it sent (a rejoining copy's catch-up).
+	WithRuns      bool   `protobuf:"varint,5,opt,name=with_runs,json=withRuns,proto3" json:"with_runs,omitempty"`
+	RunsFrom      uint64 `protobuf:"varint,6,opt,name=runs_from,json=runsFrom,proto3" json:"runs_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1714,6 +1719,20 @@ func (x *FetchRequest) GetEnd() uint64 {
 	return 0
 }
 
+func (x *FetchRequest) GetWithRuns() bool {
+	if x != nil {
+		return x.WithRuns
+	}
+	return false
+}
+
+func (x *FetchRequest) GetRunsFrom() uint64 {
+	if x != nil {
+		return x.RunsFrom
+	}
+	return 0
+}
+
 type FetchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// first_local is the local index of records[0]; a no-op run covers
@@ -1722,7 +1741,10 @@ type FetchResponse struct {
 	Records    []*StoredRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
 	// checksums[i] is the CRC-32C of records[i]'s stored frame, computed by
 	// the source over what it read (segment.Checksum).
-	Checksums     []uint32 `protobuf:"fixed32,3,rep,packed,name=checksums,proto3" json:"checksums,omitempty"`
+	Checksums []uint32 `protobuf:"fixed32,3,rep,packed,name=checksums,proto3" json:"checksums,omitempty"`
+	// runs are positions the source assigned (with_runs), in order, each
+	// covering entries the stream sent before or that the asker holds.
+	Runs          []*LocalRun `protobuf:"bytes,4,rep,name=runs,proto3" json:"runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1778,6 +1800,100 @@ func (x *FetchResponse) GetChecksums() []uint32 {
 	return nil
 }
 
+func (x *FetchResponse) GetRuns() []*LocalRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+// LocalRun says local indexes [local_start, local_start+count) hold
+// global positions [global_start, global_start+count), given by cut
+// number cut, which covers global positions [cut_start, cut_end).
+type LocalRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cut           uint64                 `protobuf:"varint,1,opt,name=cut,proto3" json:"cut,omitempty"`
+	CutStart      uint64                 `protobuf:"varint,2,opt,name=cut_start,json=cutStart,proto3" json:"cut_start,omitempty"`
+	CutEnd        uint64                 `protobuf:"varint,3,opt,name=cut_end,json=cutEnd,proto3" json:"cut_end,omitempty"`
+	LocalStart    uint64                 `protobuf:"varint,4,opt,name=local_start,json=localStart,proto3" json:"local_start,omitempty"`
+	GlobalStart   uint64                 `protobuf:"varint,5,opt,name=global_start,json=globalStart,proto3" json:"global_start,omitempty"`
+	Count         uint64                 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalRun) Reset() {
+	*x = LocalRun{}
+	mi := &file_augur_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalRun) ProtoMessage() {}
+
+func (x *LocalRun) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalRun.ProtoReflect.Descriptor instead.
+func (*LocalRun) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LocalRun) GetCut() uint64 {
+	if x != nil {
+		return x.Cut
+	}
+	return 0
+}
+
+func (x *LocalRun) GetCutStart() uint64 {
+	if x != nil {
+		return x.CutStart
+	}
+	return 0
+}
+
+func (x *LocalRun) GetCutEnd() uint64 {
+	if x != nil {
+		return x.CutEnd
+	}
+	return 0
+}
+
+func (x *LocalRun) GetLocalStart() uint64 {
+	if x != nil {
+		return x.LocalStart
+	}
+	return 0
+}
+
+func (x *LocalRun) GetGlobalStart() uint64 {
+	if x != nil {
+		return x.GlobalStart
+	}
+	return 0
+}
+
+func (x *LocalRun) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // CatchUpProgress is how far a replica's catch-up of a shard is.
 type CatchUpProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1790,15 +1906,20 @@ type CatchUpProgress struct {
 	Stalled bool `protobuf:"varint,4,opt,name=stalled,proto3" json:"stalled,omitempty"`
 	// lost lists the local ranges no live replica holds, with the global
 	// positions they had where this copy knows them.
-	Lost          []*LostRange `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
-	Done          bool         `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	Lost []*LostRange `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	Done bool         `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	// rejoin: the catch-up of a copy out of its shard's configuration
+	// (restarted or fenced), which then asks to be added back; its total
+	// grows as the source's log does. asked: it caught up and asked.
+	Rejoin        bool `protobuf:"varint,7,opt,name=rejoin,proto3" json:"rejoin,omitempty"`
+	Asked         bool `protobuf:"varint,8,opt,name=asked,proto3" json:"asked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CatchUpProgress) Reset() {
 	*x = CatchUpProgress{}
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1931,7 @@ func (x *CatchUpProgress) String() string {
 func (*CatchUpProgress) ProtoMessage() {}
 
 func (x *CatchUpProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[24]
+	mi := &file_augur_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1944,7 @@ func (x *CatchUpProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatchUpProgress.ProtoReflect.Descriptor instead.
 func (*CatchUpProgress) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{24}
+	return file_augur_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CatchUpProgress) GetFetched() uint64 {
@@ -1868,6 +1989,20 @@ func (x *CatchUpProgress) GetDone() bool {
 	return false
 }
 
+func (x *CatchUpProgress) GetRejoin() bool {
+	if x != nil {
+		return x.Rejoin
+	}
+	return false
+}
+
+func (x *CatchUpProgress) GetAsked() bool {
+	if x != nil {
+		return x.Asked
+	}
+	return false
+}
+
 // LostRange is a run of local indexes [first, end) no replica holds;
 // global_first is the position of first, when known (has_global).
 type LostRange struct {
@@ -1882,7 +2017,7 @@ type LostRange struct {
 
 func (x *LostRange) Reset() {
 	*x = LostRange{}
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2029,7 @@ func (x *LostRange) String() string {
 func (*LostRange) ProtoMessage() {}
 
 func (x *LostRange) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[25]
+	mi := &file_augur_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2042,7 @@ func (x *LostRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostRange.ProtoReflect.Descriptor instead.
 func (*LostRange) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{25}
+	return file_augur_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LostRange) GetFirst() uint64 {
@@ -1956,7 +2091,7 @@ type ShardLength struct {
 
 func (x *ShardLength) Reset() {
 	*x = ShardLength{}
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2103,7 @@ func (x *ShardLength) String() string {
 func (*ShardLength) ProtoMessage() {}
 
 func (x *ShardLength) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[26]
+	mi := &file_augur_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2116,7 @@ func (x *ShardLength) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLength.ProtoReflect.Descriptor instead.
 func (*ShardLength) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{26}
+	return file_augur_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardLength) GetShard() uint32 {
@@ -2041,7 +2176,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2188,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[27]
+	mi := &file_augur_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2201,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{27}
+	return file_augur_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HeartbeatRequest) GetClusterId() string {
@@ -2138,7 +2273,7 @@ type ReplicaRef struct {
 
 func (x *ReplicaRef) Reset() {
 	*x = ReplicaRef{}
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2285,7 @@ func (x *ReplicaRef) String() string {
 func (*ReplicaRef) ProtoMessage() {}
 
 func (x *ReplicaRef) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[28]
+	mi := &file_augur_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2298,7 @@ func (x *ReplicaRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaRef.ProtoReflect.Descriptor instead.
 func (*ReplicaRef) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{28}
+	return file_augur_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaRef) GetShard() uint32 {
@@ -2201,7 +2336,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2348,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[29]
+	mi := &file_augur_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2361,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{29}
+	return file_augur_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HeartbeatResponse) GetLeaderAddr() string {
@@ -2267,7 +2402,7 @@ type Cut struct {
 
 func (x *Cut) Reset() {
 	*x = Cut{}
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2414,7 @@ func (x *Cut) String() string {
 func (*Cut) ProtoMessage() {}
 
 func (x *Cut) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[30]
+	mi := &file_augur_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2427,7 @@ func (x *Cut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cut.ProtoReflect.Descriptor instead.
 func (*Cut) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{30}
+	return file_augur_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Cut) GetIndex() uint64 {
@@ -2350,7 +2485,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2497,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[31]
+	mi := &file_augur_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2510,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{31}
+	return file_augur_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplicaAddr) GetId() string {
@@ -2427,7 +2562,7 @@ type ShardInfo struct {
 
 func (x *ShardInfo) Reset() {
 	*x = ShardInfo{}
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2574,7 @@ func (x *ShardInfo) String() string {
 func (*ShardInfo) ProtoMessage() {}
 
 func (x *ShardInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[32]
+	mi := &file_augur_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2587,7 @@ func (x *ShardInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInfo.ProtoReflect.Descriptor instead.
 func (*ShardInfo) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{32}
+	return file_augur_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShardInfo) GetId() uint32 {
@@ -2546,7 +2681,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2693,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[33]
+	mi := &file_augur_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2706,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{33}
+	return file_augur_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2644,7 +2779,7 @@ type Quota struct {
 
 func (x *Quota) Reset() {
 	*x = Quota{}
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2791,7 @@ func (x *Quota) String() string {
 func (*Quota) ProtoMessage() {}
 
 func (x *Quota) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[34]
+	mi := &file_augur_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2804,7 @@ func (x *Quota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quota.ProtoReflect.Descriptor instead.
 func (*Quota) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{34}
+	return file_augur_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Quota) GetShard() uint32 {
@@ -2714,7 +2849,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2861,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[35]
+	mi := &file_augur_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2874,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{35}
+	return file_augur_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Window) GetIndex() uint64 {
@@ -2798,7 +2933,7 @@ type SpecState struct {
 
 func (x *SpecState) Reset() {
 	*x = SpecState{}
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2945,7 @@ func (x *SpecState) String() string {
 func (*SpecState) ProtoMessage() {}
 
 func (x *SpecState) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[36]
+	mi := &file_augur_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2958,7 @@ func (x *SpecState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecState.ProtoReflect.Descriptor instead.
 func (*SpecState) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{36}
+	return file_augur_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SpecState) GetView() uint64 {
@@ -2878,7 +3013,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3025,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[37]
+	mi := &file_augur_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3038,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{37}
+	return file_augur_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchRequest) GetClusterId() string {
@@ -2943,7 +3078,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3090,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[38]
+	mi := &file_augur_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3103,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{38}
+	return file_augur_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchResponse) GetEvents() []*Event {
@@ -3008,7 +3143,7 @@ type RegisterShardRequest struct {
 
 func (x *RegisterShardRequest) Reset() {
 	*x = RegisterShardRequest{}
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3155,7 @@ func (x *RegisterShardRequest) String() string {
 func (*RegisterShardRequest) ProtoMessage() {}
 
 func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[39]
+	mi := &file_augur_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3168,7 @@ func (x *RegisterShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardRequest.ProtoReflect.Descriptor instead.
 func (*RegisterShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{39}
+	return file_augur_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RegisterShardRequest) GetClusterId() string {
@@ -3082,7 +3217,7 @@ type RegisterShardResponse struct {
 
 func (x *RegisterShardResponse) Reset() {
 	*x = RegisterShardResponse{}
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3229,7 @@ func (x *RegisterShardResponse) String() string {
 func (*RegisterShardResponse) ProtoMessage() {}
 
 func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[40]
+	mi := &file_augur_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3242,7 @@ func (x *RegisterShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterShardResponse.ProtoReflect.Descriptor instead.
 func (*RegisterShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{40}
+	return file_augur_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RegisterShardResponse) GetShard() uint32 {
@@ -3143,7 +3278,7 @@ type FinalizeShardRequest struct {
 
 func (x *FinalizeShardRequest) Reset() {
 	*x = FinalizeShardRequest{}
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3290,7 @@ func (x *FinalizeShardRequest) String() string {
 func (*FinalizeShardRequest) ProtoMessage() {}
 
 func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[41]
+	mi := &file_augur_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3303,7 @@ func (x *FinalizeShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeShardRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{41}
+	return file_augur_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FinalizeShardRequest) GetClusterId() string {
@@ -3202,7 +3337,7 @@ type FinalizeShardResponse struct {
 
 func (x *FinalizeShardResponse) Reset() {
 	*x = FinalizeShardResponse{}
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3349,7 @@ func (x *FinalizeShardResponse) String() string {
 func (*FinalizeShardResponse) ProtoMessage() {}
 
 func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[42]
+	mi := &file_augur_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3362,7 @@ func (x *FinalizeShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeShardResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeShardResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{42}
+	return file_augur_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FinalizeShardResponse) GetLeaderAddr() string {
@@ -3254,7 +3389,7 @@ type TrimRequest struct {
 
 func (x *TrimRequest) Reset() {
 	*x = TrimRequest{}
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3401,7 @@ func (x *TrimRequest) String() string {
 func (*TrimRequest) ProtoMessage() {}
 
 func (x *TrimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[43]
+	mi := &file_augur_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3414,7 @@ func (x *TrimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimRequest.ProtoReflect.Descriptor instead.
 func (*TrimRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{43}
+	return file_augur_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TrimRequest) GetClusterId() string {
@@ -3307,7 +3442,7 @@ type TrimResponse struct {
 
 func (x *TrimResponse) Reset() {
 	*x = TrimResponse{}
-	mi := &file_augur_proto_msgTypes[44]
+	mi := &file_augur_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3319,7 +3454,7 @@ func (x *TrimResponse) String() string {
 func (*TrimResponse) ProtoMessage() {}
 
 func (x *TrimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[44]
+	mi := &file_augur_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3332,7 +3467,7 @@ func (x *TrimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrimResponse.ProtoReflect.Descriptor instead.
 func (*TrimResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{44}
+	return file_augur_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TrimResponse) GetTrim() uint64 {
@@ -3356,6 +3491,145 @@ func (x *TrimResponse) GetNotLeader() bool {
 	return false
 }
 
+type RejoinShardRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Replica   *ReplicaAddr           `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	// epoch is the configuration the copy caught up from; held is how many
+	// of the shard's entries it holds.
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Held          uint64 `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejoinShardRequest) Reset() {
+	*x = RejoinShardRequest{}
+	mi := &file_augur_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejoinShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejoinShardRequest) ProtoMessage() {}
+
+func (x *RejoinShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejoinShardRequest.ProtoReflect.Descriptor instead.
+func (*RejoinShardRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RejoinShardRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *RejoinShardRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *RejoinShardRequest) GetReplica() *ReplicaAddr {
+	if x != nil {
+		return x.Replica
+	}
+	return nil
+}
+
+func (x *RejoinShardRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RejoinShardRequest) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+type RejoinShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// epoch is the configuration that holds the copy.
+	Epoch         uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LeaderAddr    string `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	NotLeader     bool   `protobuf:"varint,3,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejoinShardResponse) Reset() {
+	*x = RejoinShardResponse{}
+	mi := &file_augur_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejoinShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejoinShardResponse) ProtoMessage() {}
+
+func (x *RejoinShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejoinShardResponse.ProtoReflect.Descriptor instead.
+func (*RejoinShardResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RejoinShardResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RejoinShardResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *RejoinShardResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -3365,7 +3639,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_augur_proto_msgTypes[45]
+	mi := &file_augur_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +3651,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[45]
+	mi := &file_augur_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3664,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{45}
+	return file_augur_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusRequest) GetClusterId() string {
@@ -3414,7 +3688,7 @@ type OrderingMember struct {
 
 func (x *OrderingMember) Reset() {
 	*x = OrderingMember{}
-	mi := &file_augur_proto_msgTypes[46]
+	mi := &file_augur_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3426,7 +3700,7 @@ func (x *OrderingMember) String() string {
 func (*OrderingMember) ProtoMessage() {}
 
 func (x *OrderingMember) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[46]
+	mi := &file_augur_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3439,7 +3713,7 @@ func (x *OrderingMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderingMember.ProtoReflect.Descriptor instead.
 func (*OrderingMember) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{46}
+	return file_augur_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *OrderingMember) GetId() string {
@@ -3492,7 +3766,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_augur_proto_msgTypes[47]
+	mi := &file_augur_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3778,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[47]
+	mi := &file_augur_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3791,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{47}
+	return file_augur_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StatusResponse) GetClusterId() string {
@@ -3619,7 +3893,7 @@ type RecordMeta struct {
 
 func (x *RecordMeta) Reset() {
 	*x = RecordMeta{}
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3905,7 @@ func (x *RecordMeta) String() string {
 func (*RecordMeta) ProtoMessage() {}
 
 func (x *RecordMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[48]
+	mi := &file_augur_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3918,7 @@ func (x *RecordMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordMeta.ProtoReflect.Descriptor instead.
 func (*RecordMeta) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{48}
+	return file_augur_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RecordMeta) GetClientId() uint64 {
@@ -3689,7 +3963,7 @@ type SeqAppendRequest struct {
 
 func (x *SeqAppendRequest) Reset() {
 	*x = SeqAppendRequest{}
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3701,7 +3975,7 @@ func (x *SeqAppendRequest) String() string {
 func (*SeqAppendRequest) ProtoMessage() {}
 
 func (x *SeqAppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[49]
+	mi := &file_augur_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3714,7 +3988,7 @@ func (x *SeqAppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqAppendRequest.ProtoReflect.Descriptor instead.
 func (*SeqAppendRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{49}
+	return file_augur_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SeqAppendRequest) GetClusterId() string {
@@ -3760,7 +4034,7 @@ type SeqAck struct {
 
 func (x *SeqAck) Reset() {
 	*x = SeqAck{}
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +4046,7 @@ func (x *SeqAck) String() string {
 func (*SeqAck) ProtoMessage() {}
 
 func (x *SeqAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[50]
+	mi := &file_augur_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +4059,7 @@ func (x *SeqAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqAck.ProtoReflect.Descriptor instead.
 func (*SeqAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{50}
+	return file_augur_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SeqAck) GetClientId() uint64 {
@@ -3841,7 +4115,7 @@ type SeqAppendResponse struct {
 
 func (x *SeqAppendResponse) Reset() {
 	*x = SeqAppendResponse{}
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4127,7 @@ func (x *SeqAppendResponse) String() string {
 func (*SeqAppendResponse) ProtoMessage() {}
 
 func (x *SeqAppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[51]
+	mi := &file_augur_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4140,7 @@ func (x *SeqAppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeqAppendResponse.ProtoReflect.Descriptor instead.
 func (*SeqAppendResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{51}
+	return file_augur_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SeqAppendResponse) GetAcks() []*SeqAck {
@@ -3892,7 +4166,7 @@ type CheckTailRequest struct {
 
 func (x *CheckTailRequest) Reset() {
 	*x = CheckTailRequest{}
-	mi := &file_augur_proto_msgTypes[52]
+	mi := &file_augur_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +4178,7 @@ func (x *CheckTailRequest) String() string {
 func (*CheckTailRequest) ProtoMessage() {}
 
 func (x *CheckTailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[52]
+	mi := &file_augur_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +4191,7 @@ func (x *CheckTailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTailRequest.ProtoReflect.Descriptor instead.
 func (*CheckTailRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{52}
+	return file_augur_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CheckTailRequest) GetClusterId() string {
@@ -3942,7 +4216,7 @@ type CheckTailResponse struct {
 
 func (x *CheckTailResponse) Reset() {
 	*x = CheckTailResponse{}
-	mi := &file_augur_proto_msgTypes[53]
+	mi := &file_augur_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4228,7 @@ func (x *CheckTailResponse) String() string {
 func (*CheckTailResponse) ProtoMessage() {}
 
 func (x *CheckTailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[53]
+	mi := &file_augur_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4241,7 @@ func (x *CheckTailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTailResponse.ProtoReflect.Descriptor instead.
 func (*CheckTailResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{53}
+	return file_augur_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CheckTailResponse) GetTail() uint64 {
@@ -4019,7 +4293,7 @@ type CollectRequest struct {
 
 func (x *CollectRequest) Reset() {
 	*x = CollectRequest{}
-	mi := &file_augur_proto_msgTypes[54]
+	mi := &file_augur_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4305,7 @@ func (x *CollectRequest) String() string {
 func (*CollectRequest) ProtoMessage() {}
 
 func (x *CollectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[54]
+	mi := &file_augur_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4318,7 @@ func (x *CollectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectRequest.ProtoReflect.Descriptor instead.
 func (*CollectRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{54}
+	return file_augur_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CollectRequest) GetClusterId() string {
@@ -4085,7 +4359,7 @@ type CollectResponse struct {
 
 func (x *CollectResponse) Reset() {
 	*x = CollectResponse{}
-	mi := &file_augur_proto_msgTypes[55]
+	mi := &file_augur_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4371,7 @@ func (x *CollectResponse) String() string {
 func (*CollectResponse) ProtoMessage() {}
 
 func (x *CollectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[55]
+	mi := &file_augur_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4384,7 @@ func (x *CollectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectResponse.ProtoReflect.Descriptor instead.
 func (*CollectResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{55}
+	return file_augur_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CollectResponse) GetCode() Code {
@@ -4137,7 +4411,7 @@ type SealRequest struct {
 
 func (x *SealRequest) Reset() {
 	*x = SealRequest{}
-	mi := &file_augur_proto_msgTypes[56]
+	mi := &file_augur_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4423,7 @@ func (x *SealRequest) String() string {
 func (*SealRequest) ProtoMessage() {}
 
 func (x *SealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[56]
+	mi := &file_augur_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4436,7 @@ func (x *SealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealRequest.ProtoReflect.Descriptor instead.
 func (*SealRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{56}
+	return file_augur_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SealRequest) GetClusterId() string {
@@ -4197,7 +4471,7 @@ type SealResponse struct {
 
 func (x *SealResponse) Reset() {
 	*x = SealResponse{}
-	mi := &file_augur_proto_msgTypes[57]
+	mi := &file_augur_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4209,7 +4483,7 @@ func (x *SealResponse) String() string {
 func (*SealResponse) ProtoMessage() {}
 
 func (x *SealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[57]
+	mi := &file_augur_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4222,7 +4496,7 @@ func (x *SealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealResponse.ProtoReflect.Descriptor instead.
 func (*SealResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{57}
+	return file_augur_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SealResponse) GetCode() Code {
@@ -4288,7 +4562,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_augur_proto_msgTypes[58]
+	mi := &file_augur_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4300,7 +4574,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[58]
+	mi := &file_augur_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4313,7 +4587,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{58}
+	return file_augur_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FlushRequest) GetClusterId() string {
@@ -4349,7 +4623,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_augur_proto_msgTypes[59]
+	mi := &file_augur_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4635,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[59]
+	mi := &file_augur_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4648,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{59}
+	return file_augur_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FlushResponse) GetCode() Code {
@@ -4414,7 +4688,7 @@ type StartViewRequest struct {
 
 func (x *StartViewRequest) Reset() {
 	*x = StartViewRequest{}
-	mi := &file_augur_proto_msgTypes[60]
+	mi := &file_augur_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4426,7 +4700,7 @@ func (x *StartViewRequest) String() string {
 func (*StartViewRequest) ProtoMessage() {}
 
 func (x *StartViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[60]
+	mi := &file_augur_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4439,7 +4713,7 @@ func (x *StartViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartViewRequest.ProtoReflect.Descriptor instead.
 func (*StartViewRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{60}
+	return file_augur_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StartViewRequest) GetClusterId() string {
@@ -4487,7 +4761,7 @@ type StartViewResponse struct {
 
 func (x *StartViewResponse) Reset() {
 	*x = StartViewResponse{}
-	mi := &file_augur_proto_msgTypes[61]
+	mi := &file_augur_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4773,7 @@ func (x *StartViewResponse) String() string {
 func (*StartViewResponse) ProtoMessage() {}
 
 func (x *StartViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[61]
+	mi := &file_augur_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4786,7 @@ func (x *StartViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartViewResponse.ProtoReflect.Descriptor instead.
 func (*StartViewResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{61}
+	return file_augur_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StartViewResponse) GetCode() Code {
@@ -4538,7 +4812,7 @@ type SequencingStatusRequest struct {
 
 func (x *SequencingStatusRequest) Reset() {
 	*x = SequencingStatusRequest{}
-	mi := &file_augur_proto_msgTypes[62]
+	mi := &file_augur_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4550,7 +4824,7 @@ func (x *SequencingStatusRequest) String() string {
 func (*SequencingStatusRequest) ProtoMessage() {}
 
 func (x *SequencingStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[62]
+	mi := &file_augur_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4563,7 +4837,7 @@ func (x *SequencingStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequencingStatusRequest.ProtoReflect.Descriptor instead.
 func (*SequencingStatusRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{62}
+	return file_augur_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SequencingStatusRequest) GetClusterId() string {
@@ -4588,7 +4862,7 @@ type SequencingStatusResponse struct {
 
 func (x *SequencingStatusResponse) Reset() {
 	*x = SequencingStatusResponse{}
-	mi := &file_augur_proto_msgTypes[63]
+	mi := &file_augur_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4600,7 +4874,7 @@ func (x *SequencingStatusResponse) String() string {
 func (*SequencingStatusResponse) ProtoMessage() {}
 
 func (x *SequencingStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[63]
+	mi := &file_augur_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4613,7 +4887,7 @@ func (x *SequencingStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequencingStatusResponse.ProtoReflect.Descriptor instead.
 func (*SequencingStatusResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{63}
+	return file_augur_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SequencingStatusResponse) GetId() string {
@@ -4676,7 +4950,7 @@ type SequencingReplica struct {
 
 func (x *SequencingReplica) Reset() {
 	*x = SequencingReplica{}
-	mi := &file_augur_proto_msgTypes[64]
+	mi := &file_augur_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4688,7 +4962,7 @@ func (x *SequencingReplica) String() string {
 func (*SequencingReplica) ProtoMessage() {}
 
 func (x *SequencingReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[64]
+	mi := &file_augur_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4701,7 +4975,7 @@ func (x *SequencingReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequencingReplica.ProtoReflect.Descriptor instead.
 func (*SequencingReplica) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{64}
+	return file_augur_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SequencingReplica) GetId() string {
@@ -4734,7 +5008,7 @@ type LazyState struct {
 
 func (x *LazyState) Reset() {
 	*x = LazyState{}
-	mi := &file_augur_proto_msgTypes[65]
+	mi := &file_augur_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4746,7 +5020,7 @@ func (x *LazyState) String() string {
 func (*LazyState) ProtoMessage() {}
 
 func (x *LazyState) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[65]
+	mi := &file_augur_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4759,7 +5033,7 @@ func (x *LazyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyState.ProtoReflect.Descriptor instead.
 func (*LazyState) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{65}
+	return file_augur_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LazyState) GetView() uint64 {
@@ -4803,7 +5077,7 @@ type SequencingBeat struct {
 
 func (x *SequencingBeat) Reset() {
 	*x = SequencingBeat{}
-	mi := &file_augur_proto_msgTypes[66]
+	mi := &file_augur_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +5089,7 @@ func (x *SequencingBeat) String() string {
 func (*SequencingBeat) ProtoMessage() {}
 
 func (x *SequencingBeat) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[66]
+	mi := &file_augur_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +5102,7 @@ func (x *SequencingBeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequencingBeat.ProtoReflect.Descriptor instead.
 func (*SequencingBeat) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{66}
+	return file_augur_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SequencingBeat) GetView() uint64 {
@@ -4873,7 +5147,7 @@ type LazyStoreRequest struct {
 
 func (x *LazyStoreRequest) Reset() {
 	*x = LazyStoreRequest{}
-	mi := &file_augur_proto_msgTypes[67]
+	mi := &file_augur_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4885,7 +5159,7 @@ func (x *LazyStoreRequest) String() string {
 func (*LazyStoreRequest) ProtoMessage() {}
 
 func (x *LazyStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[67]
+	mi := &file_augur_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4898,7 +5172,7 @@ func (x *LazyStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyStoreRequest.ProtoReflect.Descriptor instead.
 func (*LazyStoreRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{67}
+	return file_augur_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LazyStoreRequest) GetClusterId() string {
@@ -4945,7 +5219,7 @@ type LazyStoreResponse struct {
 
 func (x *LazyStoreResponse) Reset() {
 	*x = LazyStoreResponse{}
-	mi := &file_augur_proto_msgTypes[68]
+	mi := &file_augur_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5231,7 @@ func (x *LazyStoreResponse) String() string {
 func (*LazyStoreResponse) ProtoMessage() {}
 
 func (x *LazyStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[68]
+	mi := &file_augur_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5244,7 @@ func (x *LazyStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyStoreResponse.ProtoReflect.Descriptor instead.
 func (*LazyStoreResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{68}
+	return file_augur_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *LazyStoreResponse) GetAcks() []*AppendAck {
@@ -4995,7 +5269,7 @@ type OrderRequest struct {
 
 func (x *OrderRequest) Reset() {
 	*x = OrderRequest{}
-	mi := &file_augur_proto_msgTypes[69]
+	mi := &file_augur_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5007,7 +5281,7 @@ func (x *OrderRequest) String() string {
 func (*OrderRequest) ProtoMessage() {}
 
 func (x *OrderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[69]
+	mi := &file_augur_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5020,7 +5294,7 @@ func (x *OrderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderRequest.ProtoReflect.Descriptor instead.
 func (*OrderRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{69}
+	return file_augur_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *OrderRequest) GetClusterId() string {
@@ -5071,7 +5345,7 @@ type OrderResponse struct {
 
 func (x *OrderResponse) Reset() {
 	*x = OrderResponse{}
-	mi := &file_augur_proto_msgTypes[70]
+	mi := &file_augur_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5083,7 +5357,7 @@ func (x *OrderResponse) String() string {
 func (*OrderResponse) ProtoMessage() {}
 
 func (x *OrderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[70]
+	mi := &file_augur_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5096,7 +5370,7 @@ func (x *OrderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderResponse.ProtoReflect.Descriptor instead.
 func (*OrderResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{70}
+	return file_augur_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *OrderResponse) GetCode() Code {
@@ -5139,7 +5413,7 @@ type PositionRun struct {
 
 func (x *PositionRun) Reset() {
 	*x = PositionRun{}
-	mi := &file_augur_proto_msgTypes[71]
+	mi := &file_augur_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5151,7 +5425,7 @@ func (x *PositionRun) String() string {
 func (*PositionRun) ProtoMessage() {}
 
 func (x *PositionRun) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[71]
+	mi := &file_augur_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5164,7 +5438,7 @@ func (x *PositionRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PositionRun.ProtoReflect.Descriptor instead.
 func (*PositionRun) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{71}
+	return file_augur_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PositionRun) GetFrom() uint64 {
@@ -5201,7 +5475,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_augur_proto_msgTypes[72]
+	mi := &file_augur_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5487,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[72]
+	mi := &file_augur_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5500,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{72}
+	return file_augur_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Slot) GetPosition() uint64 {
@@ -5270,14 +5544,19 @@ type Placement struct {
 	Slots     []*Slot                `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
 	// seq numbers the primary's placements from 1: a backup applies them
 	// in this order, each once.
-	Seq           uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
+	// term: the shard configuration epoch in which the placement's primary
+	// became primary; base: the placement restates that primary's order
+	// from `from` on (the first placement of a promoted primary).
+	Term          uint64 `protobuf:"varint,9,opt,name=term,proto3" json:"term,omitempty"`
+	Base          bool   `protobuf:"varint,10,opt,name=base,proto3" json:"base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Placement) Reset() {
 	*x = Placement{}
-	mi := &file_augur_proto_msgTypes[73]
+	mi := &file_augur_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5289,7 +5568,7 @@ func (x *Placement) String() string {
 func (*Placement) ProtoMessage() {}
 
 func (x *Placement) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[73]
+	mi := &file_augur_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5302,7 +5581,7 @@ func (x *Placement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Placement.ProtoReflect.Descriptor instead.
 func (*Placement) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{73}
+	return file_augur_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Placement) GetClusterId() string {
@@ -5361,6 +5640,20 @@ func (x *Placement) GetSeq() uint64 {
 	return 0
 }
 
+func (x *Placement) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *Placement) GetBase() bool {
+	if x != nil {
+		return x.Base
+	}
+	return false
+}
+
 type PlaceResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=augur.v1.Code" json:"code,omitempty"`
@@ -5368,14 +5661,16 @@ type PlaceResponse struct {
 	// applied_end: the backup holds every placement below it.
 	AppliedEnd uint64 `protobuf:"varint,3,opt,name=applied_end,json=appliedEnd,proto3" json:"applied_end,omitempty"`
 	// applied_seq: the backup applied every placement up to this number.
-	AppliedSeq    uint64 `protobuf:"varint,4,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	AppliedSeq uint64 `protobuf:"varint,4,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	// applied_term: the term of the primary whose placements it follows.
+	AppliedTerm   uint64 `protobuf:"varint,5,opt,name=applied_term,json=appliedTerm,proto3" json:"applied_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlaceResponse) Reset() {
 	*x = PlaceResponse{}
-	mi := &file_augur_proto_msgTypes[74]
+	mi := &file_augur_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5682,7 @@ func (x *PlaceResponse) String() string {
 func (*PlaceResponse) ProtoMessage() {}
 
 func (x *PlaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[74]
+	mi := &file_augur_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5695,7 @@ func (x *PlaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceResponse.ProtoReflect.Descriptor instead.
 func (*PlaceResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{74}
+	return file_augur_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PlaceResponse) GetCode() Code {
@@ -5431,6 +5726,13 @@ func (x *PlaceResponse) GetAppliedSeq() uint64 {
 	return 0
 }
 
+func (x *PlaceResponse) GetAppliedTerm() uint64 {
+	if x != nil {
+		return x.AppliedTerm
+	}
+	return 0
+}
+
 type LazyFetchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -5442,7 +5744,7 @@ type LazyFetchRequest struct {
 
 func (x *LazyFetchRequest) Reset() {
 	*x = LazyFetchRequest{}
-	mi := &file_augur_proto_msgTypes[75]
+	mi := &file_augur_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5454,7 +5756,7 @@ func (x *LazyFetchRequest) String() string {
 func (*LazyFetchRequest) ProtoMessage() {}
 
 func (x *LazyFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[75]
+	mi := &file_augur_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5467,7 +5769,7 @@ func (x *LazyFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyFetchRequest.ProtoReflect.Descriptor instead.
 func (*LazyFetchRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{75}
+	return file_augur_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LazyFetchRequest) GetClusterId() string {
@@ -5500,7 +5802,7 @@ type LazyFetchResponse struct {
 
 func (x *LazyFetchResponse) Reset() {
 	*x = LazyFetchResponse{}
-	mi := &file_augur_proto_msgTypes[76]
+	mi := &file_augur_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5512,7 +5814,7 @@ func (x *LazyFetchResponse) String() string {
 func (*LazyFetchResponse) ProtoMessage() {}
 
 func (x *LazyFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[76]
+	mi := &file_augur_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5525,7 +5827,7 @@ func (x *LazyFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyFetchResponse.ProtoReflect.Descriptor instead.
 func (*LazyFetchResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{76}
+	return file_augur_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LazyFetchResponse) GetRecords() []*StoredRecord {
@@ -5546,7 +5848,7 @@ type StableRequest struct {
 
 func (x *StableRequest) Reset() {
 	*x = StableRequest{}
-	mi := &file_augur_proto_msgTypes[77]
+	mi := &file_augur_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5558,7 +5860,7 @@ func (x *StableRequest) String() string {
 func (*StableRequest) ProtoMessage() {}
 
 func (x *StableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[77]
+	mi := &file_augur_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5571,7 +5873,7 @@ func (x *StableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StableRequest.ProtoReflect.Descriptor instead.
 func (*StableRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{77}
+	return file_augur_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *StableRequest) GetClusterId() string {
@@ -5603,7 +5905,7 @@ type StableResponse struct {
 
 func (x *StableResponse) Reset() {
 	*x = StableResponse{}
-	mi := &file_augur_proto_msgTypes[78]
+	mi := &file_augur_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5615,7 +5917,7 @@ func (x *StableResponse) String() string {
 func (*StableResponse) ProtoMessage() {}
 
 func (x *StableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[78]
+	mi := &file_augur_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5628,7 +5930,7 @@ func (x *StableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StableResponse.ProtoReflect.Descriptor instead.
 func (*StableResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{78}
+	return file_augur_proto_rawDescGZIP(), []int{81}
 }
 
 type MappingRequest struct {
@@ -5642,7 +5944,7 @@ type MappingRequest struct {
 
 func (x *MappingRequest) Reset() {
 	*x = MappingRequest{}
-	mi := &file_augur_proto_msgTypes[79]
+	mi := &file_augur_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5654,7 +5956,7 @@ func (x *MappingRequest) String() string {
 func (*MappingRequest) ProtoMessage() {}
 
 func (x *MappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[79]
+	mi := &file_augur_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5667,7 +5969,7 @@ func (x *MappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MappingRequest.ProtoReflect.Descriptor instead.
 func (*MappingRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{79}
+	return file_augur_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *MappingRequest) GetClusterId() string {
@@ -5702,7 +6004,7 @@ type MappingResponse struct {
 
 func (x *MappingResponse) Reset() {
 	*x = MappingResponse{}
-	mi := &file_augur_proto_msgTypes[80]
+	mi := &file_augur_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +6016,7 @@ func (x *MappingResponse) String() string {
 func (*MappingResponse) ProtoMessage() {}
 
 func (x *MappingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[80]
+	mi := &file_augur_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +6029,7 @@ func (x *MappingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MappingResponse.ProtoReflect.Descriptor instead.
 func (*MappingResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{80}
+	return file_augur_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *MappingResponse) GetRuns() []*PositionRun {
@@ -5756,7 +6058,7 @@ type LazyReadRequest struct {
 
 func (x *LazyReadRequest) Reset() {
 	*x = LazyReadRequest{}
-	mi := &file_augur_proto_msgTypes[81]
+	mi := &file_augur_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5768,7 +6070,7 @@ func (x *LazyReadRequest) String() string {
 func (*LazyReadRequest) ProtoMessage() {}
 
 func (x *LazyReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[81]
+	mi := &file_augur_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5781,7 +6083,7 @@ func (x *LazyReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyReadRequest.ProtoReflect.Descriptor instead.
 func (*LazyReadRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{81}
+	return file_augur_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *LazyReadRequest) GetClusterId() string {
@@ -5826,7 +6128,7 @@ type LazyReadResponse struct {
 
 func (x *LazyReadResponse) Reset() {
 	*x = LazyReadResponse{}
-	mi := &file_augur_proto_msgTypes[82]
+	mi := &file_augur_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5838,7 +6140,7 @@ func (x *LazyReadResponse) String() string {
 func (*LazyReadResponse) ProtoMessage() {}
 
 func (x *LazyReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[82]
+	mi := &file_augur_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5851,7 +6153,7 @@ func (x *LazyReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyReadResponse.ProtoReflect.Descriptor instead.
 func (*LazyReadResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{82}
+	return file_augur_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *LazyReadResponse) GetEntries() []*SpecEntry {
@@ -5885,7 +6187,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[83]
+	mi := &file_augur_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5897,7 +6199,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[83]
+	mi := &file_augur_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5910,7 +6212,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{83}
+	return file_augur_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -5928,7 +6230,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[84]
+	mi := &file_augur_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5940,7 +6242,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[84]
+	mi := &file_augur_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5953,7 +6255,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{84}
+	return file_augur_proto_rawDescGZIP(), []int{87}
 }
 
 // TargetEntry is one log entry for a target. Indices are log positions plus
@@ -5971,7 +6273,7 @@ type TargetEntry struct {
 
 func (x *TargetEntry) Reset() {
 	*x = TargetEntry{}
-	mi := &file_augur_proto_msgTypes[85]
+	mi := &file_augur_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5983,7 +6285,7 @@ func (x *TargetEntry) String() string {
 func (*TargetEntry) ProtoMessage() {}
 
 func (x *TargetEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[85]
+	mi := &file_augur_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5996,7 +6298,7 @@ func (x *TargetEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetEntry.ProtoReflect.Descriptor instead.
 func (*TargetEntry) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{85}
+	return file_augur_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TargetEntry) GetIndex() uint64 {
@@ -6042,7 +6344,7 @@ type ApplyBatch struct {
 
 func (x *ApplyBatch) Reset() {
 	*x = ApplyBatch{}
-	mi := &file_augur_proto_msgTypes[86]
+	mi := &file_augur_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6054,7 +6356,7 @@ func (x *ApplyBatch) String() string {
 func (*ApplyBatch) ProtoMessage() {}
 
 func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[86]
+	mi := &file_augur_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6067,7 +6369,7 @@ func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatch.ProtoReflect.Descriptor instead.
 func (*ApplyBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{86}
+	return file_augur_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ApplyBatch) GetPrevIndex() uint64 {
@@ -6094,7 +6396,7 @@ type ApplyAck struct {
 
 func (x *ApplyAck) Reset() {
 	*x = ApplyAck{}
-	mi := &file_augur_proto_msgTypes[87]
+	mi := &file_augur_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6106,7 +6408,7 @@ func (x *ApplyAck) String() string {
 func (*ApplyAck) ProtoMessage() {}
 
 func (x *ApplyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[87]
+	mi := &file_augur_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6119,7 +6421,7 @@ func (x *ApplyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyAck.ProtoReflect.Descriptor instead.
 func (*ApplyAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{87}
+	return file_augur_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ApplyAck) GetIndex() uint64 {
@@ -6137,7 +6439,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_augur_proto_msgTypes[88]
+	mi := &file_augur_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6149,7 +6451,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[88]
+	mi := &file_augur_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6162,7 +6464,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{88}
+	return file_augur_proto_rawDescGZIP(), []int{91}
 }
 
 type LastAppliedResponse struct {
@@ -6174,7 +6476,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_augur_proto_msgTypes[89]
+	mi := &file_augur_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6186,7 +6488,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[89]
+	mi := &file_augur_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6199,7 +6501,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{89}
+	return file_augur_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *LastAppliedResponse) GetIndex() uint64 {
@@ -6231,7 +6533,7 @@ type ReplicaHealth struct {
 
 func (x *ReplicaHealth) Reset() {
 	*x = ReplicaHealth{}
-	mi := &file_augur_proto_msgTypes[90]
+	mi := &file_augur_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6243,7 +6545,7 @@ func (x *ReplicaHealth) String() string {
 func (*ReplicaHealth) ProtoMessage() {}
 
 func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[90]
+	mi := &file_augur_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6256,7 +6558,7 @@ func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHealth.ProtoReflect.Descriptor instead.
 func (*ReplicaHealth) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{90}
+	return file_augur_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ReplicaHealth) GetShard() uint32 {
@@ -6305,7 +6607,7 @@ type LocalRange struct {
 
 func (x *LocalRange) Reset() {
 	*x = LocalRange{}
-	mi := &file_augur_proto_msgTypes[91]
+	mi := &file_augur_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6317,7 +6619,7 @@ func (x *LocalRange) String() string {
 func (*LocalRange) ProtoMessage() {}
 
 func (x *LocalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[91]
+	mi := &file_augur_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6330,7 +6632,7 @@ func (x *LocalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRange.ProtoReflect.Descriptor instead.
 func (*LocalRange) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{91}
+	return file_augur_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *LocalRange) GetFirst() uint64 {
@@ -6463,25 +6765,38 @@ const file_augur_proto_rawDesc = "" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12/\n" +
-	"\x06health\x18\x04 \x03(\v2\x17.augur.v1.ReplicaHealthR\x06health\"k\n" +
+	"\x06health\x18\x04 \x03(\v2\x17.augur.v1.ReplicaHealthR\x06health\"\xa5\x01\n" +
 	"\fFetchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05first\x18\x03 \x01(\x04R\x05first\x12\x10\n" +
-	"\x03end\x18\x04 \x01(\x04R\x03end\"\x80\x01\n" +
+	"\x03end\x18\x04 \x01(\x04R\x03end\x12\x1b\n" +
+	"\twith_runs\x18\x05 \x01(\bR\bwithRuns\x12\x1b\n" +
+	"\truns_from\x18\x06 \x01(\x04R\brunsFrom\"\xa8\x01\n" +
 	"\rFetchResponse\x12\x1f\n" +
 	"\vfirst_local\x18\x01 \x01(\x04R\n" +
 	"firstLocal\x120\n" +
 	"\arecords\x18\x02 \x03(\v2\x16.augur.v1.StoredRecordR\arecords\x12\x1c\n" +
-	"\tchecksums\x18\x03 \x03(\aR\tchecksums\"\xb0\x01\n" +
+	"\tchecksums\x18\x03 \x03(\aR\tchecksums\x12&\n" +
+	"\x04runs\x18\x04 \x03(\v2\x12.augur.v1.LocalRunR\x04runs\"\xac\x01\n" +
+	"\bLocalRun\x12\x10\n" +
+	"\x03cut\x18\x01 \x01(\x04R\x03cut\x12\x1b\n" +
+	"\tcut_start\x18\x02 \x01(\x04R\bcutStart\x12\x17\n" +
+	"\acut_end\x18\x03 \x01(\x04R\x06cutEnd\x12\x1f\n" +
+	"\vlocal_start\x18\x04 \x01(\x04R\n" +
+	"localStart\x12!\n" +
+	"\fglobal_start\x18\x05 \x01(\x04R\vglobalStart\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x04R\x05count\"\xde\x01\n" +
 	"\x0fCatchUpProgress\x12\x18\n" +
 	"\afetched\x18\x01 \x01(\x04R\afetched\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12\x18\n" +
 	"\astalled\x18\x04 \x01(\bR\astalled\x12'\n" +
 	"\x04lost\x18\x05 \x03(\v2\x13.augur.v1.LostRangeR\x04lost\x12\x12\n" +
-	"\x04done\x18\x06 \x01(\bR\x04done\"u\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\x12\x16\n" +
+	"\x06rejoin\x18\a \x01(\bR\x06rejoin\x12\x14\n" +
+	"\x05asked\x18\b \x01(\bR\x05asked\"u\n" +
 	"\tLostRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x1d\n" +
@@ -6609,6 +6924,19 @@ const file_augur_proto_rawDesc = "" +
 	"\bposition\x18\x02 \x01(\x04R\bposition\"b\n" +
 	"\fTrimResponse\x12\x12\n" +
 	"\x04trim\x18\x01 \x01(\x04R\x04trim\x12\x1f\n" +
+	"\vleader_addr\x18\x02 \x01(\tR\n" +
+	"leaderAddr\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x03 \x01(\bR\tnotLeader\"\xa4\x01\n" +
+	"\x12RejoinShardRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12/\n" +
+	"\areplica\x18\x03 \x01(\v2\x15.augur.v1.ReplicaAddrR\areplica\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04held\x18\x05 \x01(\x04R\x04held\"k\n" +
+	"\x13RejoinShardResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
@@ -6763,7 +7091,7 @@ const file_augur_proto_rawDesc = "" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04noop\x18\x04 \x01(\bR\x04noop\"\xdd\x01\n" +
+	"\x04noop\x18\x04 \x01(\bR\x04noop\"\x85\x02\n" +
 	"\tPlacement\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -6773,14 +7101,18 @@ const file_augur_proto_rawDesc = "" +
 	"\x03end\x18\x05 \x01(\x04R\x03end\x12)\n" +
 	"\x04runs\x18\x06 \x03(\v2\x15.augur.v1.PositionRunR\x04runs\x12$\n" +
 	"\x05slots\x18\a \x03(\v2\x0e.augur.v1.SlotR\x05slots\x12\x10\n" +
-	"\x03seq\x18\b \x01(\x04R\x03seq\"\x8f\x01\n" +
+	"\x03seq\x18\b \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04term\x18\t \x01(\x04R\x04term\x12\x12\n" +
+	"\x04base\x18\n" +
+	" \x01(\bR\x04base\"\xb2\x01\n" +
 	"\rPlaceResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
 	"\vapplied_end\x18\x03 \x01(\x04R\n" +
 	"appliedEnd\x12\x1f\n" +
 	"\vapplied_seq\x18\x04 \x01(\x04R\n" +
-	"appliedSeq\"o\n" +
+	"appliedSeq\x12!\n" +
+	"\fapplied_term\x18\x05 \x01(\x04R\vappliedTerm\"o\n" +
 	"\x10LazyFetchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -6873,14 +7205,15 @@ const file_augur_proto_rawDesc = "" +
 	"\tReplicate\x12\x1a.augur.v1.ReplicateRequest\x1a\x1b.augur.v1.ReplicateResponse(\x010\x01\x125\n" +
 	"\x04Ping\x12\x15.augur.v1.PingRequest\x1a\x16.augur.v1.PingResponse\x12A\n" +
 	"\bAddShard\x12\x19.augur.v1.AddShardRequest\x1a\x1a.augur.v1.AddShardResponse\x12:\n" +
-	"\x05Fetch\x12\x16.augur.v1.FetchRequest\x1a\x17.augur.v1.FetchResponse0\x012\xa8\x03\n" +
+	"\x05Fetch\x12\x16.augur.v1.FetchRequest\x1a\x17.augur.v1.FetchResponse0\x012\xf4\x03\n" +
 	"\bOrdering\x12H\n" +
 	"\tHeartbeat\x12\x1a.augur.v1.HeartbeatRequest\x1a\x1b.augur.v1.HeartbeatResponse(\x010\x01\x12:\n" +
 	"\x05Watch\x12\x16.augur.v1.WatchRequest\x1a\x17.augur.v1.WatchResponse0\x01\x12P\n" +
 	"\rRegisterShard\x12\x1e.augur.v1.RegisterShardRequest\x1a\x1f.augur.v1.RegisterShardResponse\x12P\n" +
 	"\rFinalizeShard\x12\x1e.augur.v1.FinalizeShardRequest\x1a\x1f.augur.v1.FinalizeShardResponse\x125\n" +
 	"\x04Trim\x12\x15.augur.v1.TrimRequest\x1a\x16.augur.v1.TrimResponse\x12;\n" +
-	"\x06Status\x12\x17.augur.v1.StatusRequest\x1a\x18.augur.v1.StatusResponse2\xeb\x03\n" +
+	"\x06Status\x12\x17.augur.v1.StatusRequest\x1a\x18.augur.v1.StatusResponse\x12J\n" +
+	"\vRejoinShard\x12\x1c.augur.v1.RejoinShardRequest\x1a\x1d.augur.v1.RejoinShardResponse2\xeb\x03\n" +
 	"\n" +
 	"Sequencing\x12E\n" +
 	"\x06Append\x12\x1a.augur.v1.SeqAppendRequest\x1a\x1b.augur.v1.SeqAppendResponse(\x010\x01\x12D\n" +
@@ -6917,7 +7250,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                        // 0: augur.v1.Code
 	(ShardState)(0),                  // 1: augur.v1.ShardState
@@ -6945,210 +7278,217 @@ var file_augur_proto_goTypes = []any{
 	(*PingResponse)(nil),             // 23: augur.v1.PingResponse
 	(*FetchRequest)(nil),             // 24: augur.v1.FetchRequest
 	(*FetchResponse)(nil),            // 25: augur.v1.FetchResponse
-	(*CatchUpProgress)(nil),          // 26: augur.v1.CatchUpProgress
-	(*LostRange)(nil),                // 27: augur.v1.LostRange
-	(*ShardLength)(nil),              // 28: augur.v1.ShardLength
-	(*HeartbeatRequest)(nil),         // 29: augur.v1.HeartbeatRequest
-	(*ReplicaRef)(nil),               // 30: augur.v1.ReplicaRef
-	(*HeartbeatResponse)(nil),        // 31: augur.v1.HeartbeatResponse
-	(*Cut)(nil),                      // 32: augur.v1.Cut
-	(*ReplicaAddr)(nil),              // 33: augur.v1.ReplicaAddr
-	(*ShardInfo)(nil),                // 34: augur.v1.ShardInfo
-	(*Event)(nil),                    // 35: augur.v1.Event
-	(*Quota)(nil),                    // 36: augur.v1.Quota
-	(*Window)(nil),                   // 37: augur.v1.Window
-	(*SpecState)(nil),                // 38: augur.v1.SpecState
-	(*WatchRequest)(nil),             // 39: augur.v1.WatchRequest
-	(*WatchResponse)(nil),            // 40: augur.v1.WatchResponse
-	(*RegisterShardRequest)(nil),     // 41: augur.v1.RegisterShardRequest
-	(*RegisterShardResponse)(nil),    // 42: augur.v1.RegisterShardResponse
-	(*FinalizeShardRequest)(nil),     // 43: augur.v1.FinalizeShardRequest
-	(*FinalizeShardResponse)(nil),    // 44: augur.v1.FinalizeShardResponse
-	(*TrimRequest)(nil),              // 45: augur.v1.TrimRequest
-	(*TrimResponse)(nil),             // 46: augur.v1.TrimResponse
-	(*StatusRequest)(nil),            // 47: augur.v1.StatusRequest
-	(*OrderingMember)(nil),           // 48: augur.v1.OrderingMember
-	(*StatusResponse)(nil),           // 49: augur.v1.StatusResponse
-	(*RecordMeta)(nil),               // 50: augur.v1.RecordMeta
-	(*SeqAppendRequest)(nil),         // 51: augur.v1.SeqAppendRequest
-	(*SeqAck)(nil),                   // 52: augur.v1.SeqAck
-	(*SeqAppendResponse)(nil),        // 53: augur.v1.SeqAppendResponse
-	(*CheckTailRequest)(nil),         // 54: augur.v1.CheckTailRequest
-	(*CheckTailResponse)(nil),        // 55: augur.v1.CheckTailResponse
-	(*CollectRequest)(nil),           // 56: augur.v1.CollectRequest
-	(*CollectResponse)(nil),          // 57: augur.v1.CollectResponse
-	(*SealRequest)(nil),              // 58: augur.v1.SealRequest
-	(*SealResponse)(nil),             // 59: augur.v1.SealResponse
-	(*FlushRequest)(nil),             // 60: augur.v1.FlushRequest
-	(*FlushResponse)(nil),            // 61: augur.v1.FlushResponse
-	(*StartViewRequest)(nil),         // 62: augur.v1.StartViewRequest
-	(*StartViewResponse)(nil),        // 63: augur.v1.StartViewResponse
-	(*SequencingStatusRequest)(nil),  // 64: augur.v1.SequencingStatusRequest
-	(*SequencingStatusResponse)(nil), // 65: augur.v1.SequencingStatusResponse
-	(*SequencingReplica)(nil),        // 66: augur.v1.SequencingReplica
-	(*LazyState)(nil),                // 67: augur.v1.LazyState
-	(*SequencingBeat)(nil),           // 68: augur.v1.SequencingBeat
-	(*LazyStoreRequest)(nil),         // 69: augur.v1.LazyStoreRequest
-	(*LazyStoreResponse)(nil),        // 70: augur.v1.LazyStoreResponse
-	(*OrderRequest)(nil),             // 71: augur.v1.OrderRequest
-	(*OrderResponse)(nil),            // 72: augur.v1.OrderResponse
-	(*PositionRun)(nil),              // 73: augur.v1.PositionRun
-	(*Slot)(nil),                     // 74: augur.v1.Slot
-	(*Placement)(nil),                // 75: augur.v1.Placement
-	(*PlaceResponse)(nil),            // 76: augur.v1.PlaceResponse
-	(*LazyFetchRequest)(nil),         // 77: augur.v1.LazyFetchRequest
-	(*LazyFetchResponse)(nil),        // 78: augur.v1.LazyFetchResponse
-	(*StableRequest)(nil),            // 79: augur.v1.StableRequest
-	(*StableResponse)(nil),           // 80: augur.v1.StableResponse
-	(*MappingRequest)(nil),           // 81: augur.v1.MappingRequest
-	(*MappingResponse)(nil),          // 82: augur.v1.MappingResponse
-	(*LazyReadRequest)(nil),          // 83: augur.v1.LazyReadRequest
-	(*LazyReadResponse)(nil),         // 84: augur.v1.LazyReadResponse
-	(*RaftBatch)(nil),                // 85: augur.v1.RaftBatch
-	(*RaftAck)(nil),                  // 86: augur.v1.RaftAck
-	(*TargetEntry)(nil),              // 87: augur.v1.TargetEntry
-	(*ApplyBatch)(nil),               // 88: augur.v1.ApplyBatch
-	(*ApplyAck)(nil),                 // 89: augur.v1.ApplyAck
-	(*LastAppliedRequest)(nil),       // 90: augur.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),      // 91: augur.v1.LastAppliedResponse
-	(*ReplicaHealth)(nil),            // 92: augur.v1.ReplicaHealth
-	(*LocalRange)(nil),               // 93: augur.v1.LocalRange
+	(*LocalRun)(nil),                 // 26: augur.v1.LocalRun
+	(*CatchUpProgress)(nil),          // 27: augur.v1.CatchUpProgress
+	(*LostRange)(nil),                // 28: augur.v1.LostRange
+	(*ShardLength)(nil),              // 29: augur.v1.ShardLength
+	(*HeartbeatRequest)(nil),         // 30: augur.v1.HeartbeatRequest
+	(*ReplicaRef)(nil),               // 31: augur.v1.ReplicaRef
+	(*HeartbeatResponse)(nil),        // 32: augur.v1.HeartbeatResponse
+	(*Cut)(nil),                      // 33: augur.v1.Cut
+	(*ReplicaAddr)(nil),              // 34: augur.v1.ReplicaAddr
+	(*ShardInfo)(nil),                // 35: augur.v1.ShardInfo
+	(*Event)(nil),                    // 36: augur.v1.Event
+	(*Quota)(nil),                    // 37: augur.v1.Quota
+	(*Window)(nil),                   // 38: augur.v1.Window
+	(*SpecState)(nil),                // 39: augur.v1.SpecState
+	(*WatchRequest)(nil),             // 40: augur.v1.WatchRequest
+	(*WatchResponse)(nil),            // 41: augur.v1.WatchResponse
+	(*RegisterShardRequest)(nil),     // 42: augur.v1.RegisterShardRequest
+	(*RegisterShardResponse)(nil),    // 43: augur.v1.RegisterShardResponse
+	(*FinalizeShardRequest)(nil),     // 44: augur.v1.FinalizeShardRequest
+	(*FinalizeShardResponse)(nil),    // 45: augur.v1.FinalizeShardResponse
+	(*TrimRequest)(nil),              // 46: augur.v1.TrimRequest
+	(*TrimResponse)(nil),             // 47: augur.v1.TrimResponse
+	(*RejoinShardRequest)(nil),       // 48: augur.v1.RejoinShardRequest
+	(*RejoinShardResponse)(nil),      // 49: augur.v1.RejoinShardResponse
+	(*StatusRequest)(nil),            // 50: augur.v1.StatusRequest
+	(*OrderingMember)(nil),           // 51: augur.v1.OrderingMember
+	(*StatusResponse)(nil),           // 52: augur.v1.StatusResponse
+	(*RecordMeta)(nil),               // 53: augur.v1.RecordMeta
+	(*SeqAppendRequest)(nil),         // 54: augur.v1.SeqAppendRequest
+	(*SeqAck)(nil),                   // 55: augur.v1.SeqAck
+	(*SeqAppendResponse)(nil),        // 56: augur.v1.SeqAppendResponse
+	(*CheckTailRequest)(nil),         // 57: augur.v1.CheckTailRequest
+	(*CheckTailResponse)(nil),        // 58: augur.v1.CheckTailResponse
+	(*CollectRequest)(nil),           // 59: augur.v1.CollectRequest
+	(*CollectResponse)(nil),          // 60: augur.v1.CollectResponse
+	(*SealRequest)(nil),              // 61: augur.v1.SealRequest
+	(*SealResponse)(nil),             // 62: augur.v1.SealResponse
+	(*FlushRequest)(nil),             // 63: augur.v1.FlushRequest
+	(*FlushResponse)(nil),            // 64: augur.v1.FlushResponse
+	(*StartViewRequest)(nil),         // 65: augur.v1.StartViewRequest
+	(*StartViewResponse)(nil),        // 66: augur.v1.StartViewResponse
+	(*SequencingStatusRequest)(nil),  // 67: augur.v1.SequencingStatusRequest
+	(*SequencingStatusResponse)(nil), // 68: augur.v1.SequencingStatusResponse
+	(*SequencingReplica)(nil),        // 69: augur.v1.SequencingReplica
+	(*LazyState)(nil),                // 70: augur.v1.LazyState
+	(*SequencingBeat)(nil),           // 71: augur.v1.SequencingBeat
+	(*LazyStoreRequest)(nil),         // 72: augur.v1.LazyStoreRequest
+	(*LazyStoreResponse)(nil),        // 73: augur.v1.LazyStoreResponse
+	(*OrderRequest)(nil),             // 74: augur.v1.OrderRequest
+	(*OrderResponse)(nil),            // 75: augur.v1.OrderResponse
+	(*PositionRun)(nil),              // 76: augur.v1.PositionRun
+	(*Slot)(nil),                     // 77: augur.v1.Slot
+	(*Placement)(nil),                // 78: augur.v1.Placement
+	(*PlaceResponse)(nil),            // 79: augur.v1.PlaceResponse
+	(*LazyFetchRequest)(nil),         // 80: augur.v1.LazyFetchRequest
+	(*LazyFetchResponse)(nil),        // 81: augur.v1.LazyFetchResponse
+	(*StableRequest)(nil),            // 82: augur.v1.StableRequest
+	(*StableResponse)(nil),           // 83: augur.v1.StableResponse
+	(*MappingRequest)(nil),           // 84: augur.v1.MappingRequest
+	(*MappingResponse)(nil),          // 85: augur.v1.MappingResponse
+	(*LazyReadRequest)(nil),          // 86: augur.v1.LazyReadRequest
+	(*LazyReadResponse)(nil),         // 87: augur.v1.LazyReadResponse
+	(*RaftBatch)(nil),                // 88: augur.v1.RaftBatch
+	(*RaftAck)(nil),                  // 89: augur.v1.RaftAck
+	(*TargetEntry)(nil),              // 90: augur.v1.TargetEntry
+	(*ApplyBatch)(nil),               // 91: augur.v1.ApplyBatch
+	(*ApplyAck)(nil),                 // 92: augur.v1.ApplyAck
+	(*LastAppliedRequest)(nil),       // 93: augur.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),      // 94: augur.v1.LastAppliedResponse
+	(*ReplicaHealth)(nil),            // 95: augur.v1.ReplicaHealth
+	(*LocalRange)(nil),               // 96: augur.v1.LocalRange
 }
 var file_augur_proto_depIdxs = []int32{
-	2,  // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
-	4,  // 1: augur.v1.AppendRequest.entries:type_name -> augur.v1.AppendEntry
-	0,  // 2: augur.v1.AppendAck.code:type_name -> augur.v1.Code
-	6,  // 3: augur.v1.AppendResponse.acks:type_name -> augur.v1.AppendAck
-	3,  // 4: augur.v1.SubscribeRequest.filter:type_name -> augur.v1.Filter
-	2,  // 5: augur.v1.LogEntry.record:type_name -> augur.v1.Record
-	9,  // 6: augur.v1.CutBatch.records:type_name -> augur.v1.LogEntry
-	10, // 7: augur.v1.SubscribeResponse.batches:type_name -> augur.v1.CutBatch
-	12, // 8: augur.v1.SubscribeResponse.entries:type_name -> augur.v1.SpecEntry
-	13, // 9: augur.v1.SubscribeResponse.view_change:type_name -> augur.v1.ViewChange
-	2,  // 10: augur.v1.SpecEntry.record:type_name -> augur.v1.Record
-	14, // 11: augur.v1.ViewChange.slots:type_name -> augur.v1.Range
-	6,  // 12: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
-	2,  // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
-	19, // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
-	19, // 15: augur.v1.ReplicateResponse.tail:type_name -> augur.v1.StoredRecord
-	92, // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
-	19, // 17: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
-	27, // 18: augur.v1.CatchUpProgress.lost:type_name -> augur.v1.LostRange
-	28, // 19: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
-	30, // 20: augur.v1.HeartbeatRequest.unreachable:type_name -> augur.v1.ReplicaRef
-	68, // 21: augur.v1.HeartbeatRequest.sequencing:type_name -> augur.v1.SequencingBeat
-	28, // 22: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
-	28, // 23: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
-	33, // 24: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
-	1,  // 25: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
-	33, // 26: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
-	32, // 27: augur.v1.Event.cut:type_name -> augur.v1.Cut
-	34, // 28: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
-	38, // 29: augur.v1.Event.spec:type_name -> augur.v1.SpecState
-	32, // 30: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
-	67, // 31: augur.v1.Event.lazy:type_name -> augur.v1.LazyState
-	36, // 32: augur.v1.Window.quotas:type_name -> augur.v1.Quota
-	37, // 33: augur.v1.SpecState.windows:type_name -> augur.v1.Window
-	13, // 34: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
-	35, // 35: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
-	49, // 36: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
-	33, // 37: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
-	48, // 38: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
-	34, // 39: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
-	32, // 40: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
-	38, // 41: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
-	67, // 42: augur.v1.StatusResponse.lazy:type_name -> augur.v1.LazyState
-	50, // 43: augur.v1.SeqAppendRequest.metas:type_name -> augur.v1.RecordMeta
-	0,  // 44: augur.v1.SeqAck.code:type_name -> augur.v1.Code
-	52, // 45: augur.v1.SeqAppendResponse.acks:type_name -> augur.v1.SeqAck
-	50, // 46: augur.v1.CollectRequest.ids:type_name -> augur.v1.RecordMeta
-	0,  // 47: augur.v1.CollectResponse.code:type_name -> augur.v1.Code
-	0,  // 48: augur.v1.SealResponse.code:type_name -> augur.v1.Code
-	50, // 49: augur.v1.SealResponse.entries:type_name -> augur.v1.RecordMeta
-	0,  // 50: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
-	67, // 51: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
-	50, // 52: augur.v1.StartViewRequest.flushed:type_name -> augur.v1.RecordMeta
-	0,  // 53: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
-	66, // 54: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
-	4,  // 55: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
-	6,  // 56: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
-	50, // 57: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
-	0,  // 58: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
-	73, // 59: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
-	74, // 60: augur.v1.Placement.slots:type_name -> augur.v1.Slot
-	0,  // 61: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
-	50, // 62: augur.v1.LazyFetchRequest.ids:type_name -> augur.v1.RecordMeta
-	19, // 63: augur.v1.LazyFetchResponse.records:type_name -> augur.v1.StoredRecord
-	73, // 64: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
-	12, // 65: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
-	87, // 66: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	93, // 67: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	26, // 68: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
-	5,  // 69: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,  // 70: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15, // 71: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20, // 72: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22, // 73: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17, // 74: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	24, // 75: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
-	29, // 76: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	39, // 77: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	41, // 78: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	43, // 79: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	45, // 80: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	47, // 81: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	51, // 82: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
-	54, // 83: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
-	56, // 84: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
-	58, // 85: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
-	60, // 86: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
-	62, // 87: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
-	64, // 88: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
-	69, // 89: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
-	71, // 90: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
-	75, // 91: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
-	77, // 92: augur.v1.LazyShard.Fetch:input_type -> augur.v1.LazyFetchRequest
-	79, // 93: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
-	81, // 94: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
-	83, // 95: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
-	85, // 96: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	88, // 97: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	90, // 98: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,  // 99: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11, // 100: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16, // 101: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21, // 102: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23, // 103: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18, // 104: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	25, // 105: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
-	31, // 106: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	40, // 107: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	42, // 108: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	44, // 109: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	46, // 110: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	49, // 111: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	53, // 112: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
-	55, // 113: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
-	57, // 114: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
-	59, // 115: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
-	61, // 116: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
-	63, // 117: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
-	65, // 118: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
-	70, // 119: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
-	72, // 120: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
-	76, // 121: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
-	78, // 122: augur.v1.LazyShard.Fetch:output_type -> augur.v1.LazyFetchResponse
-	80, // 123: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
-	82, // 124: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
-	84, // 125: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
-	86, // 126: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	89, // 127: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	91, // 128: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	99, // [99:129] is the sub-list for method output_type
-	69, // [69:99] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	2,   // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
+	4,   // 1: augur.v1.AppendRequest.entries:type_name -> augur.v1.AppendEntry
+	0,   // 2: augur.v1.AppendAck.code:type_name -> augur.v1.Code
+	6,   // 3: augur.v1.AppendResponse.acks:type_name -> augur.v1.AppendAck
+	3,   // 4: augur.v1.SubscribeRequest.filter:type_name -> augur.v1.Filter
+	2,   // 5: augur.v1.LogEntry.record:type_name -> augur.v1.Record
+	9,   // 6: augur.v1.CutBatch.records:type_name -> augur.v1.LogEntry
+	10,  // 7: augur.v1.SubscribeResponse.batches:type_name -> augur.v1.CutBatch
+	12,  // 8: augur.v1.SubscribeResponse.entries:type_name -> augur.v1.SpecEntry
+	13,  // 9: augur.v1.SubscribeResponse.view_change:type_name -> augur.v1.ViewChange
+	2,   // 10: augur.v1.SpecEntry.record:type_name -> augur.v1.Record
+	14,  // 11: augur.v1.ViewChange.slots:type_name -> augur.v1.Range
+	6,   // 12: augur.v1.ResolveResponse.results:type_name -> augur.v1.AppendAck
+	2,   // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
+	19,  // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
+	19,  // 15: augur.v1.ReplicateResponse.tail:type_name -> augur.v1.StoredRecord
+	95,  // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
+	19,  // 17: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
+	26,  // 18: augur.v1.FetchResponse.runs:type_name -> augur.v1.LocalRun
+	28,  // 19: augur.v1.CatchUpProgress.lost:type_name -> augur.v1.LostRange
+	29,  // 20: augur.v1.HeartbeatRequest.reports:type_name -> augur.v1.ShardLength
+	31,  // 21: augur.v1.HeartbeatRequest.unreachable:type_name -> augur.v1.ReplicaRef
+	71,  // 22: augur.v1.HeartbeatRequest.sequencing:type_name -> augur.v1.SequencingBeat
+	29,  // 23: augur.v1.HeartbeatResponse.lag_fixes:type_name -> augur.v1.ShardLength
+	29,  // 24: augur.v1.Cut.lengths:type_name -> augur.v1.ShardLength
+	34,  // 25: augur.v1.ShardInfo.replicas:type_name -> augur.v1.ReplicaAddr
+	1,   // 26: augur.v1.ShardInfo.state:type_name -> augur.v1.ShardState
+	34,  // 27: augur.v1.ShardInfo.out:type_name -> augur.v1.ReplicaAddr
+	33,  // 28: augur.v1.Event.cut:type_name -> augur.v1.Cut
+	35,  // 29: augur.v1.Event.shards:type_name -> augur.v1.ShardInfo
+	39,  // 30: augur.v1.Event.spec:type_name -> augur.v1.SpecState
+	33,  // 31: augur.v1.Event.earlier_cuts:type_name -> augur.v1.Cut
+	70,  // 32: augur.v1.Event.lazy:type_name -> augur.v1.LazyState
+	37,  // 33: augur.v1.Window.quotas:type_name -> augur.v1.Quota
+	38,  // 34: augur.v1.SpecState.windows:type_name -> augur.v1.Window
+	13,  // 35: augur.v1.SpecState.void:type_name -> augur.v1.ViewChange
+	36,  // 36: augur.v1.WatchResponse.events:type_name -> augur.v1.Event
+	52,  // 37: augur.v1.WatchResponse.snapshot:type_name -> augur.v1.StatusResponse
+	34,  // 38: augur.v1.RegisterShardRequest.replicas:type_name -> augur.v1.ReplicaAddr
+	34,  // 39: augur.v1.RejoinShardRequest.replica:type_name -> augur.v1.ReplicaAddr
+	51,  // 40: augur.v1.StatusResponse.members:type_name -> augur.v1.OrderingMember
+	35,  // 41: augur.v1.StatusResponse.shards:type_name -> augur.v1.ShardInfo
+	33,  // 42: augur.v1.StatusResponse.last_cut:type_name -> augur.v1.Cut
+	39,  // 43: augur.v1.StatusResponse.spec:type_name -> augur.v1.SpecState
+	70,  // 44: augur.v1.StatusResponse.lazy:type_name -> augur.v1.LazyState
+	53,  // 45: augur.v1.SeqAppendRequest.metas:type_name -> augur.v1.RecordMeta
+	0,   // 46: augur.v1.SeqAck.code:type_name -> augur.v1.Code
+	55,  // 47: augur.v1.SeqAppendResponse.acks:type_name -> augur.v1.SeqAck
+	53,  // 48: augur.v1.CollectRequest.ids:type_name -> augur.v1.RecordMeta
+	0,   // 49: augur.v1.CollectResponse.code:type_name -> augur.v1.Code
+	0,   // 50: augur.v1.SealResponse.code:type_name -> augur.v1.Code
+	53,  // 51: augur.v1.SealResponse.entries:type_name -> augur.v1.RecordMeta
+	0,   // 52: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
+	70,  // 53: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
+	53,  // 54: augur.v1.StartViewRequest.flushed:type_name -> augur.v1.RecordMeta
+	0,   // 55: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
+	69,  // 56: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
+	4,   // 57: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
+	6,   // 58: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
+	53,  // 59: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
+	0,   // 60: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
+	76,  // 61: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
+	77,  // 62: augur.v1.Placement.slots:type_name -> augur.v1.Slot
+	0,   // 63: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
+	53,  // 64: augur.v1.LazyFetchRequest.ids:type_name -> augur.v1.RecordMeta
+	19,  // 65: augur.v1.LazyFetchResponse.records:type_name -> augur.v1.StoredRecord
+	76,  // 66: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
+	12,  // 67: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
+	90,  // 68: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	96,  // 69: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	27,  // 70: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
+	5,   // 71: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,   // 72: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15,  // 73: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20,  // 74: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22,  // 75: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17,  // 76: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	24,  // 77: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
+	30,  // 78: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	40,  // 79: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	42,  // 80: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	44,  // 81: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	46,  // 82: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	50,  // 83: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	48,  // 84: augur.v1.Ordering.RejoinShard:input_type -> augur.v1.RejoinShardRequest
+	54,  // 85: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
+	57,  // 86: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
+	59,  // 87: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
+	61,  // 88: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
+	63,  // 89: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
+	65,  // 90: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
+	67,  // 91: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
+	72,  // 92: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
+	74,  // 93: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
+	78,  // 94: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
+	80,  // 95: augur.v1.LazyShard.Fetch:input_type -> augur.v1.LazyFetchRequest
+	82,  // 96: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
+	84,  // 97: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
+	86,  // 98: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
+	88,  // 99: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	91,  // 100: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	93,  // 101: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,   // 102: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11,  // 103: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16,  // 104: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21,  // 105: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23,  // 106: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18,  // 107: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	25,  // 108: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
+	32,  // 109: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	41,  // 110: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	43,  // 111: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	45,  // 112: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	47,  // 113: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	52,  // 114: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	49,  // 115: augur.v1.Ordering.RejoinShard:output_type -> augur.v1.RejoinShardResponse
+	56,  // 116: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
+	58,  // 117: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
+	60,  // 118: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
+	62,  // 119: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
+	64,  // 120: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
+	66,  // 121: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
+	68,  // 122: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
+	73,  // 123: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
+	75,  // 124: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
+	79,  // 125: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
+	81,  // 126: augur.v1.LazyShard.Fetch:output_type -> augur.v1.LazyFetchResponse
+	83,  // 127: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
+	85,  // 128: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
+	87,  // 129: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
+	89,  // 130: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	92,  // 131: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	94,  // 132: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	102, // [102:133] is the sub-list for method output_type
+	71,  // [71:102] is the sub-list for method input_type
+	71,  // [71:71] is the sub-list for extension type_name
+	71,  // [71:71] is the sub-list for extension extendee
+	0,   // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -7162,7 +7502,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   92,
+			NumMessages:   95,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

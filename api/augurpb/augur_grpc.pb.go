@@ -449,6 +449,7 @@ const (
 	Ordering_FinalizeShard_FullMethodName = "/augur.v1.Ordering/FinalizeShard"
 	Ordering_Trim_FullMethodName          = "/augur.v1.Ordering/Trim"
 	Ordering_Status_FullMethodName        = "/augur.v1.Ordering/Status"
+	Ordering_RejoinShard_FullMethodName   = "/augur.v1.Ordering/RejoinShard"
 )
 
 // OrderingClient is the client API for Ordering service.
@@ -464,6 +465,9 @@ type OrderingClient interface {
 	FinalizeShard(ctx context.Context, in *FinalizeShardRequest, opts ...grpc.CallOption) (*FinalizeShardResponse, error)
 	Trim(ctx context.Context, in *TrimRequest, opts ...grpc.CallOption) (*TrimResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// RejoinShard adds a storage server's copy of a shard, caught up from
+	// a replica of the shard's configuration, back to that configuration.
+	RejoinShard(ctx context.Context, in *RejoinShardRequest, opts ...grpc.CallOption) (*RejoinShardResponse, error)
 }
 
 type orderingClient struct {
@@ -546,6 +550,16 @@ func (c *orderingClient) Status(ctx context.Context, in *StatusRequest, opts ...
 	return out, nil
 }
 
+func (c *orderingClient) RejoinShard(ctx context.Context, in *RejoinShardRequest, opts ...grpc.CallOption) (*RejoinShardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RejoinShardResponse)
+	err := c.cc.Invoke(ctx, Ordering_RejoinShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrderingServer is the server API for Ordering service.
 // All implementations must embed UnimplementedOrderingServer
 // for forward compatibility.
@@ -559,6 +573,9 @@ type OrderingServer interface {
 	FinalizeShard(context.Context, *FinalizeShardRequest) (*FinalizeShardResponse, error)
 	Trim(context.Context, *TrimRequest) (*TrimResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// RejoinShard adds a storage server's copy of a shard, caught up from
+	// a replica of the shard's configuration, back to that configuration.
+	RejoinShard(context.Context, *RejoinShardRequest) (*RejoinShardResponse, error)
 	mustEmbedUnimplementedOrderingServer()
 }
 
@@ -586,6 +603,9 @@ func (UnimplementedOrderingServer) Trim(context.Context, *TrimRequest) (*TrimRes
 }
 func (UnimplementedOrderingServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedOrderingServer) RejoinShard(context.Context, *RejoinShardRequest) (*RejoinShardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RejoinShard not implemented")
 }
 func (UnimplementedOrderingServer) mustEmbedUnimplementedOrderingServer() {}
 func (UnimplementedOrderingServer) testEmbeddedByValue()                  {}
@@ -698,6 +718,24 @@ func _Ordering_Status_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Ordering_RejoinShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejoinShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrderingServer).RejoinShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ordering_RejoinShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrderingServer).RejoinShard(ctx, req.(*RejoinShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Ordering_ServiceDesc is the grpc.ServiceDesc for Ordering service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -720,6 +758,10 @@ var Ordering_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Ordering_Status_Handler,
+		},
+		{
+			MethodName: "RejoinShard",
+			Handler:    _Ordering_RejoinShard_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -276,6 +276,14 @@ func copyState(id uint32, a healthAnswer) string {
 func catchUpState(cu *pb.CatchUpProgress) string {
 	var b strings.Builder
 	switch {
+	case cu.Rejoin && cu.Asked:
+		fmt.Fprintf(&b, "caught up (%d copied); asked to rejoin the configuration", cu.Fetched)
+	case cu.Rejoin && cu.Stalled:
+		fmt.Fprintf(&b, "catching up to rejoin: %d copied, waiting for a replica of the configuration", cu.Fetched)
+	case cu.Rejoin && cu.Source != "":
+		fmt.Fprintf(&b, "catching up to rejoin: %d copied from %s", cu.Fetched, cu.Source)
+	case cu.Rejoin:
+		fmt.Fprintf(&b, "catching up to rejoin: %d copied", cu.Fetched)
 	case cu.Done:
 		fmt.Fprintf(&b, "repair done: %d of %d copied", cu.Fetched, cu.Total)
 	case cu.Stalled:

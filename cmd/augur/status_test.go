@@ -107,6 +107,7 @@ func TestStatusShowsADamagedCopyAndItsRepair(t *testing.T) {
 				CatchUp *struct {
 					Fetched string `json:"fetched"`
 					Done    bool   `json:"done"`
+					Rejoin  bool   `json:"rejoin"`
 				} `json:"catch_up"`
 			} `json:"health"`
 		} `json:"replica_health"`
@@ -119,7 +120,7 @@ func TestStatusShowsADamagedCopyAndItsRepair(t *testing.T) {
 		for _, s := range st.ReplicaHealth {
 			for _, h := range s.Health {
 				if s.ServerID == backup && h.Shard == 0 && h.CatchUp != nil {
-					return h.CatchUp.Done && h.CatchUp.Fetched == "1" && len(h.Damaged) == 0
+					return h.CatchUp.Done && !h.CatchUp.Rejoin && h.CatchUp.Fetched == "1" && len(h.Damaged) == 0
 				}
 			}
 		}
@@ -178,5 +179,37 @@ func flipPayloadByte(t *testing.T, dir string, payload []byte) {
 	})
 	if err != nil || hits != 1 {
 		t.Fatalf("damage %q under %s: %d files hold it, %v", payload, dir, hits, err)
+	}
+}
+
+// TestStatusShowsACatchingUpReplica checks what `augur status` says of a
+// replica out of its shard's configuration that catches up to rejoin it,
+// and once it asked to.
+func TestStatusShowsACatchingUpReplica(t *testing.T) {
+	st := &pb.StatusResponse{Shards: []*pb.ShardInfo{{Id: 0, Epoch: 2,
+		Replicas: []*pb.ReplicaAddr{{Id: "b1", Addr: "h1"}}, Out: []*pb.ReplicaAddr{{Id: "b2", Addr: "h2"}}}}}
+	answers := func(cu *pb.CatchUpProgress) map[string]healthAnswer {
+		return map[string]healthAnswer{
+			"h1": {resp: &pb.PingResponse{Health: []*pb.ReplicaHealth{{Shard: 0, Role: "primary"}}}},
+			"h2": {resp: &pb.PingResponse{Health: []*pb.ReplicaHealth{{Shard: 0, Role: "catching-up", CatchUp: cu}}}},
+		}
+	}
+	for _, c := range []struct {
+		cu   *pb.CatchUpProgress
+		want string
+	}{
+		{&pb.CatchUpProgress{Rejoin: true, Fetched: 1200, Total: 1200, Source: "b1"}, `(?m)^0\s+b2\s+catching up\s+catching up to rejoin: 1200 copied from b1$`},
+		{&pb.CatchUpProgress{Rejoin: true, Fetched: 1300, Total: 1300, Done: true, Asked: true}, `(?m)^0\s+b2\s+catching up\s+caught up \(1300 copied\); asked to rejoin the configuration$`},
+	} {
+		var b bytes.Buffer
+		if err := printHealth(&b, st, answers(c.cu)); err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(c.want).MatchString(b.String()) {
+			t.Errorf("status of a replica catching up (%v):\n%s\nwant a line matching %s", c.cu, b.String(), c.want)
+		}
+		if !regexp.MustCompile(`(?m)^0\s+b1\s+serving \(primary\)\s+ok$`).MatchString(b.String()) {
+			t.Errorf("status of the primary:\n%s", b.String())
+		}
 	}
 }

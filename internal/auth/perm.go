@@ -95,6 +95,7 @@ var Methods = map[string]Permission{
 	pb.Ordering_FinalizeShard_FullMethodName: Admin,
 	pb.Ordering_Trim_FullMethodName:          Admin,
 	pb.Ordering_Status_FullMethodName:        Data | Storage | Ordering | Sequencing,
+	pb.Ordering_RejoinShard_FullMethodName:   Storage,
 
 	pb.RaftTransport_Send_FullMethodName: Ordering,
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // extraInflightMax bounds the extra load's appends in flight.
@@ -335,6 +336,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		if measureErr == nil {
 			cpu0, measureErr = SampleCPU()
 		}
+		if p.Stages && e.Target.Embedded != nil {
+			stagetime.Start()
+		}
 		if counting && measureErr == nil {
 			c0, measureErr = cm.Counters(ctx, e.Target)
 		}
@@ -348,6 +352,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		if measureErr == nil {
 			cpu1, measureErr = SampleCPU()
 		}
+		stagetime.Stop()
 		if measureErr == nil {
 			cuts1, measureErr = cutsCommitted(e.Target)
 		}
@@ -416,6 +421,9 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	}
 	if e.Target.Embedded != nil {
 		res.CutsPerS = Ptr(round(float64(cuts1-cuts0)/secs, 1))
+		if p.Stages {
+			res.StagesUS = stagetime.Summaries()
+		}
 	}
 	if floor.lat.Count() > 0 {
 		res.GRPCFloorUS = floor.lat.Summary()
@@ -449,6 +457,7 @@ func (r *loadRun) openLoop(ctx context.Context, cl *client.Client, appender uint
 		if err := alarm.SleepUntil(ctx, at); err != nil {
 			return
 		}
+		stagetime.Observe(stagetime.IssueLag, time.Since(at))
 		cl.AppendAsync(ctx, r.record(appender, seq, at), r.done(at))
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // Result is what one run (one workload, one mode, one point of a sweep)
@@ -88,6 +90,10 @@ type Result struct {
 	E2ELatencyUS *LatencySummary `json:"e2e_latency_us,omitempty"`
 	// E2EBreakdownUS splits the mean e2e latency into its parts.
 	E2EBreakdownUS *Breakdown `json:"e2e_breakdown_us,omitempty"`
+	// StagesUS times the stages of the append path inside an embedded
+	// cluster over the window (internal/stagetime names them), by stage,
+	// with Params.Stages.
+	StagesUS map[string]stagetime.Summary `json:"stages_us,omitempty"`
 	// Misspeculations counts the fail_spec events of the run, as the
 	// subscriber that saw most saw them (speculative modes only).
 	Misspeculations *int64 `json:"misspeculations,omitempty"`

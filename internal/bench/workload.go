@@ -78,6 +78,10 @@ type Params struct {
 	// Security, when set, runs every mode under each of these settings
 	// (SecurityInsecure, SecurityTLS) like Durability, side by side.
 	Security []string
+	// Stages times the stages of the append path inside an embedded
+	// cluster over the window (Result.StagesUS). Off by default: the
+	// timing itself costs the servers a little.
+	Stages bool
 	// RecordBytes is the payload size of each append.
 	RecordBytes int
 	// Rate is the offered load in appends per second over all clients;

@@ -160,19 +160,30 @@ type FinalizeCommand struct {
 // report covers only what every replica of the configuration holds.
 // Removing every replica finalizes the shard as failed (in speculative
 // mode, a view change) and keeps its last configuration for readers.
-// Join adds a replica that caught up as the last backup (leaving Out).
-// A Remove naming a server outside the configuration, or a Join of one
-// inside it, makes the whole command change nothing.
+// Join adds a replica that caught up as the last backup (leaving Out), in
+// eager order only (see order.ErrRejoinUnsupported);
+// Held is how many of the shard's entries it holds. A Join whose replica
+// holds fewer entries than the last committed cut orders changes nothing:
+// it would serve, and might become primary of, a shard it cannot vouch
+// for. (The leader refuses one that holds less than was reported, too:
+// see order.Leader.Rejoin.) A Remove naming a server outside the
+// configuration, or a Join of one inside it, makes the whole command
+// change nothing.
 type ReconfigCommand struct {
 	Shard  cut.ShardID `json:"shard"`
 	Epoch  uint64      `json:"epoch"`
 	Remove []string    `json:"rm,omitempty"`
 	Join   *Replica    `json:"join,omitempty"`
+	Held   uint64      `json:"held,omitempty"`
 }
 
-// TrimCommand moves the trim point up to Position.
+// TrimCommand moves the trim point up to Position, which must not pass
+// the log's final end: the last committed cut's, or in lazy order, which
+// commits no cuts, Stable, the stable-gp the proposer learned from the
+// sequencing leader (positions below it never change).
 type TrimCommand struct {
 	Position uint64 `json:"pos"`
+	Stable   uint64 `json:"stable,omitempty"`
 }
 
 // Encode serializes a command for the Raft log.
@@ -233,7 +244,7 @@ func (s *State) Apply(c Command) (Event, bool) {
 	case c.Reconfig != nil:
 		ev.MembershipChanged, ev.View = s.applyReconfig(*c.Reconfig)
 	case c.Trim != nil:
-		if c.Trim.Position > s.Trim && c.Trim.Position <= s.LastCut.End {
+		if c.Trim.Position > s.Trim && c.Trim.Position <= s.FinalEnd(c.Trim.Stable) {
 			s.Trim = c.Trim.Position
 			ev.Trim = s.Trim
 		}
@@ -359,7 +370,7 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 			return false, nil
 		}
 	}
-	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID)) {
+	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID) || s.Spec != nil) {
 		return false, nil
 	}
 	var kept, out []Replica
@@ -468,6 +479,16 @@ func (s *State) Primary(server string) bool {
 
 // Tail is the number of ordered records: the next position to be assigned.
 func (s *State) Tail() uint64 { return s.LastCut.End }
+
+// FinalEnd is the end of the positions that never change: the last
+// committed cut's end, or in lazy order stable, the stable-gp the caller
+// learned from the sequencing leader (at least the recorded view's).
+func (s *State) FinalEnd(stable uint64) uint64 {
+	if s.Lazy == nil {
+		return s.LastCut.End
+	}
+	return max(s.LastCut.End, s.Lazy.Stable, stable)
+}
 
 // Snapshot serializes the state.
 func (s *State) Snapshot() []byte {

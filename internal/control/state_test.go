@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/lazy"
 )
 
 func reg(group string, reps ...Replica) Command {
@@ -156,6 +157,11 @@ func reconfig(shard cut.ShardID, epoch uint64, join *Replica, remove ...string) 
 	return Command{Reconfig: &ReconfigCommand{Shard: shard, Epoch: epoch, Remove: remove, Join: join}}
 }
 
+// rejoin is the Join of rep, holding held entries, to shard at epoch.
+func rejoin(shard cut.ShardID, epoch uint64, rep Replica, held uint64) Command {
+	return Command{Reconfig: &ReconfigCommand{Shard: shard, Epoch: epoch, Join: &rep, Held: held}}
+}
+
 func TestReconfigPromotesASurvivorAndBumpsTheEpoch(t *testing.T) {
 	s := New("test")
 	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}, Replica{ID: "a3", Incarnation: 1}))
@@ -176,8 +182,12 @@ func TestReconfigPromotesASurvivorAndBumpsTheEpoch(t *testing.T) {
 	if _, ok := s.Apply(reconfig(0, 1, nil, "a3")); ok {
 		t.Fatal("stale reconfiguration applied")
 	}
-	// a1 caught up and rejoins as the last backup.
-	mustApply(t, s, reconfig(0, 2, &Replica{ID: "a1", Incarnation: 2}))
+	// a1 caught up and rejoins as the last backup; holding less than the
+	// last cut orders, it may not.
+	if _, ok := s.Apply(rejoin(0, 2, Replica{ID: "a1", Incarnation: 2}, 3)); ok {
+		t.Fatal("a replica that lacks ordered entries joined")
+	}
+	mustApply(t, s, rejoin(0, 2, Replica{ID: "a1", Incarnation: 2}, 4))
 	sh = s.Shard(0)
 	if sh.Epoch != 3 || len(sh.Replicas) != 3 || sh.Replicas[0].ID != "a2" || sh.Replicas[2] != (Replica{ID: "a1", Incarnation: 2}) || len(sh.Out) != 0 {
 		t.Fatalf("after the join %+v", sh)
@@ -191,7 +201,7 @@ func TestReconfigPromotesASurvivorAndBumpsTheEpoch(t *testing.T) {
 	if sh := s.Shard(0); sh.State != Finalized || !sh.Failed || sh.FinalLength != 4 || len(sh.Replicas) != 1 {
 		t.Fatalf("after removing the last %+v", sh)
 	}
-	if _, ok := s.Apply(reconfig(0, 4, &Replica{ID: "a1", Incarnation: 2})); ok {
+	if _, ok := s.Apply(rejoin(0, 4, Replica{ID: "a1", Incarnation: 2}, 4)); ok {
 		t.Fatal("a finalized shard took a replica")
 	}
 }
@@ -231,6 +241,25 @@ func TestTrim(t *testing.T) {
 	}
 	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 2}}); ok {
 		t.Fatal("trim moved backwards")
+	}
+}
+
+// TestTrimInLazyOrder: a lazy cluster commits no cuts; a trim may reach
+// the stable-gp its proposer read (or the recorded view's), not past it.
+func TestTrimInLazyOrder(t *testing.T) {
+	s := New("x")
+	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 3, Stable: 10}}); ok {
+		t.Fatal("a trim past the tail applied in a cluster that is not lazy")
+	}
+	mustApply(t, s, Command{SeqConfig: &lazy.SeqConfig{View: 1, Leader: 1, Replicas: []lazy.ReplicaID{1, 2}, Stable: 4}})
+	if _, ok := s.Apply(Command{Trim: &TrimCommand{Position: 11, Stable: 10}}); ok {
+		t.Fatal("a lazy trim past stable-gp applied")
+	}
+	if ev := mustApply(t, s, Command{Trim: &TrimCommand{Position: 4}}); ev.Trim != 4 {
+		t.Fatalf("a lazy trim up to the recorded view's stable-gp: trim %d", ev.Trim)
+	}
+	if ev := mustApply(t, s, Command{Trim: &TrimCommand{Position: 10, Stable: 10}}); ev.Trim != 10 || s.Trim != 10 {
+		t.Fatalf("a lazy trim up to stable-gp: trim %d", s.Trim)
 	}
 }
 

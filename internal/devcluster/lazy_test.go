@@ -2,9 +2,13 @@ package devcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
@@ -193,5 +197,203 @@ func TestLazySequencingLeaderCrash(t *testing.T) {
 		if seen[p] != 1 {
 			t.Fatalf("acknowledged record %s read %d times", p, seen[p])
 		}
+	}
+}
+
+// TestLazyTrim trims a lazy cluster as the other modes: a trim past
+// stable-gp is refused; reads and subscriptions below the trim point get
+// ErrTrimmed, those at and above it go on; every replica deletes the
+// first segments of its lazy log, which hold trimmed records only.
+func TestLazyTrim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1, SegmentBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const n = 100
+	for i := range n {
+		// A kilobyte each: a few records fill a segment.
+		p := fmt.Appendf(nil, "r%03d-", i)
+		p = append(p, make([]byte, 1<<10)...)
+		if _, err := cl.Append(ctx, client.Record{Payload: p}); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	last, err := cl.AppendSync(ctx, client.Record{Payload: []byte("last")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Trim(ctx, last.Position+1000); err == nil {
+		t.Fatalf("a trim past stable-gp (%d) was taken", last.Position+1)
+	}
+	const at = 40
+	if err := cl.Trim(ctx, at); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil || st.Trim != at {
+		t.Fatalf("status trim %d, %v; want %d", st.GetTrim(), err, at)
+	}
+	// Every replica trims when its event comes: wait for the reads.
+	for pos := range uint64(at) {
+		for {
+			_, err := cl.Read(ctx, pos)
+			if errors.Is(err, client.ErrTrimmed) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("read %d below the trim point %d: %v", pos, at, err)
+			}
+		}
+	}
+	got, err := cl.ReadRange(ctx, at, int(last.Position+1-at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0].Position < at || string(got[len(got)-1].Record.Payload) != "last" {
+		t.Fatalf("read from the trim point: %d entries", len(got))
+	}
+	// Every lazy log loses its first segment (local indexes from 0 on),
+	// as its replica hears of the trim.
+	logs, _ := filepath.Glob(filepath.Join(c.Dir(), "*", "lazy-*"))
+	if len(logs) != 4 {
+		t.Fatalf("lazy logs %v, want one per replica of two shards of two", logs)
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		firsts, err := filepath.Glob(filepath.Join(c.Dir(), "*", "lazy-*", fmt.Sprintf("%020d.*", 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(firsts) == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("first segments still there after the trim: %v", firsts)
+		}
+	}
+	if _, err := cl.Subscribe(ctx, at-1, client.Filter{}); !errors.Is(err, client.ErrTrimmed) {
+		t.Fatalf("subscribe below the trim point: %v", err)
+	}
+}
+
+// TestLazyScrubsOrphans: data whose metadata never reached a sequencing
+// replica (a client that failed in between) is scrubbed from every shard
+// replica once a view change completed, by the storage server's periodic
+// scrub; an acknowledged record is not.
+func TestLazyScrubsOrphans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 1, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.AppendSync(ctx, client.Record{Payload: []byte("real")}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, view := c.Config().ClusterID, st.GetLazy().GetView()
+	orphan := &pb.RecordMeta{ClientId: 1 << 60, Seq: 1}
+	var replicas []pb.LazyShardClient
+	for _, r := range st.GetShards()[0].GetReplicas() {
+		cc, err := grpc.NewClient(r.GetAddr(), c.ClientDialOption())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		replicas = append(replicas, pb.NewLazyShardClient(cc))
+	}
+	holds := func(r pb.LazyShardClient) bool {
+		t.Helper()
+		resp, err := r.Fetch(ctx, &pb.LazyFetchRequest{ClusterId: cluster, Shard: 0, Ids: []*pb.RecordMeta{orphan}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.GetRecords()) == 1
+	}
+	// The orphan's data reaches every replica of the shard; its metadata
+	// goes nowhere.
+	for _, r := range replicas {
+		stream, err := r.Store(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&pb.LazyStoreRequest{ClusterId: cluster, ClientId: orphan.ClientId, Shard: 0, View: view,
+			Entries: []*pb.AppendEntry{{Seq: orphan.Seq, Record: &pb.Record{Payload: []byte("orphan")}}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil || resp.GetAcks()[0].GetCode() != pb.Code_OK {
+			t.Fatalf("store the orphan: %v, %v", resp, err)
+		}
+		stream.CloseSend()
+		if !holds(r) {
+			t.Fatal("the replica does not hold the orphan it acknowledged")
+		}
+	}
+	// A view change: the orphan's view is left behind without its
+	// metadata.
+	if err := c.StopSequencing(c.SequencingIDs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Append(ctx, client.Record{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i, r := range replicas {
+		for holds(r) {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				t.Fatalf("replica %d still holds the orphan after the view change", i)
+			}
+		}
+	}
+	tail, err := cl.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cl.ReadRange(ctx, 0, int(tail))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range got {
+		seen[string(e.Record.Payload)]++
+	}
+	if seen["real"] != 1 || seen["after"] != 1 || seen["orphan"] != 0 {
+		t.Fatalf("read back %v, want real and after once, no orphan", seen)
 	}
 }

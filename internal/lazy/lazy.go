@@ -85,6 +85,12 @@ var (
 	ErrTooFarAhead = errors.New("lazy: sequence number too far ahead of the client's floor")
 	// ErrUnknownShard: a record names a shard the cluster does not have.
 	ErrUnknownShard = errors.New("lazy: unknown shard")
+	// ErrNotInConfig: the shard replica was taken out of its shard's
+	// configuration (NOT_PRIMARY: the sender asks the shard table again).
+	ErrNotInConfig = errors.New("lazy: replica taken out of its shard's configuration")
+	// ErrStaleTerm: a placement of a primary that another replaced
+	// (NOT_PRIMARY).
+	ErrStaleTerm = errors.New("lazy: placement of a replaced primary")
 )
 
 // Bounds. Every queue of the cores has one; Config.Validate checks them

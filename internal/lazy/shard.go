@@ -41,7 +41,18 @@ type Placement struct {
 	// Seq numbers the primary's placements from 1: a backup applies them
 	// in this order, each once, so that its history of rebinds is the
 	// primary's (a late copy of an old placement changes nothing).
-	Seq             uint64
+	Seq uint64
+	// Term is the shard configuration epoch in which the placement's
+	// primary became primary: one primary per term, so (Term, Seq) names
+	// one decision. A backup takes placements of its term only, or a
+	// base of a newer one.
+	Term uint64
+	// Base says the placement restates its primary's whole order from
+	// From on, as a replica promoted to primary makes first: a backup
+	// replaces its own placements from there (those are above stable-gp,
+	// never acknowledged: the new primary holds every acknowledged one)
+	// and numbers on from Seq.
+	Base            bool
 	View, From, End uint64
 	Runs            []Run
 	Slots           []Slot
@@ -55,8 +66,10 @@ const Gone = ^uint64(0)
 type StoredRecord struct {
 	ID    RecordID
 	Local uint64
-	// View is the view the record was appended in, if the log keeps it
-	// (0 if not: the replica then keeps it as of its stable view).
+	// View is the newest view the record was appended in (a retry in a
+	// newer view counts), if the log keeps it; 0 if not: the replica then
+	// never takes the record for an orphan, since a retry may have come in
+	// a newer view than any it knows of.
 	View uint64
 }
 
@@ -115,11 +128,12 @@ type ShardOutput[W comparable] struct {
 	// them from the primary and hand them to Copy.
 	Fetch []RecordID
 	// Applied, on a backup, says it holds (persisted, with the data)
-	// every placement up to number AppliedSeq, which place up to
-	// AppliedEnd: tell the primary AppliedSeq.
-	Applied    bool
-	AppliedSeq uint64
-	AppliedEnd uint64
+	// every placement up to number AppliedSeq of term AppliedTerm, which
+	// place up to AppliedEnd: tell the primary AppliedTerm and AppliedSeq.
+	Applied     bool
+	AppliedTerm uint64
+	AppliedSeq  uint64
+	AppliedEnd  uint64
 	// Ack, on a primary, goes to the sequencing leader: every replica
 	// holds the placement of the mapping.
 	Ack *MappingAck
@@ -130,6 +144,10 @@ type ShardOutput[W comparable] struct {
 	// WakeAt is when to call Tick next (a no-op deadline); zero for none.
 	WakeAt time.Time
 }
+
+// viewUnknown is the view of a record restored without one: newer than
+// every view, so that the scrub never drops it.
+const viewUnknown = ^uint64(0)
 
 type storedRec struct {
 	local, view uint64
@@ -185,8 +203,13 @@ type Shard[W comparable] struct {
 	sent     []*Placement
 	backupAt map[string]uint64
 	epoch    uint64
-	// placeSeq numbers the last placement applied.
-	placeSeq uint64
+	// placeSeq numbers the last placement applied; term is the term of
+	// the primary whose placements this replica follows (its own, on a
+	// primary; 0 on a backup that applied none).
+	placeSeq, term uint64
+	// out says the replica was taken out of its shard's configuration: it
+	// takes no mapping or placement any more (Leave).
+	out bool
 
 	// On a backup: a placement waiting for fetched data.
 	waiting *Placement
@@ -218,7 +241,11 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 		s.backupAt[b] = 0
 	}
 	for _, r := range st.Records {
-		s.byID[r.ID] = &storedRec{local: r.Local, view: max(r.View, st.StableView)}
+		view := r.View
+		if view == 0 {
+			view = viewUnknown
+		}
+		s.byID[r.ID] = &storedRec{local: r.Local, view: view}
 	}
 	for i := range st.Placements {
 		p := &st.Placements[i]
@@ -228,9 +255,15 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 		s.apply(p)
 		if cfg.Primary {
 			// The backups will say what they hold; until then, they may
-			// lack any of it.
+			// lack any of it since the last base.
+			if p.Base {
+				s.sent = nil
+			}
 			s.retain(p)
 		}
+	}
+	if cfg.Primary && s.term == 0 {
+		s.term = cfg.Epoch
 	}
 	var out ShardOutput[W]
 	s.Stable(StableGP{View: st.StableView, Stable: st.Stable}, &out)
@@ -337,6 +370,8 @@ func (s *Shard[W]) Map(m Mapping, now time.Time, out *ShardOutput[W]) error {
 		s.joinAt(m.From)
 	}
 	switch {
+	case s.out:
+		return fmt.Errorf("mapping [%d, %d) sent to a replica taken out of shard %d: %w", m.From, m.End(), s.cfg.ID, ErrNotInConfig)
 	case !s.cfg.Primary:
 		return fmt.Errorf("mapping [%d, %d) sent to a backup of shard %d: %w", m.From, m.End(), s.cfg.ID, ErrBadInput)
 	case m.View < s.view:
@@ -402,7 +437,7 @@ func (s *Shard[W]) finish(out *ShardOutput[W]) {
 	if m.From < s.placedEnd {
 		s.truncate(m.From)
 	}
-	p := &Placement{Seq: s.placeSeq + 1, View: m.View, From: m.From, End: m.End()}
+	p := &Placement{Seq: s.placeSeq + 1, Term: s.term, View: m.View, From: m.From, End: m.End()}
 	bound := map[RecordID]bool{}
 	for i, r := range m.Records {
 		pos := m.From + uint64(i)
@@ -453,34 +488,126 @@ func (s *Shard[W]) maybeAck(out *ShardOutput[W]) {
 }
 
 // BackupApplied takes backup b's Applied: it applied every placement up
-// to number seq (primary only). A server that is no backup of the current
-// configuration counts for nothing.
-func (s *Shard[W]) BackupApplied(b string, seq uint64, out *ShardOutput[W]) {
+// to number seq of term (primary only). A server that is no backup of the
+// current configuration counts for nothing, and so does an answer about
+// another primary's placements (a backup that has not taken this one's
+// base yet).
+func (s *Shard[W]) BackupApplied(b string, term, seq uint64, out *ShardOutput[W]) {
 	at, ok := s.backupAt[b]
-	if !ok || seq > s.placeSeq || seq <= at {
+	if !ok || term != s.term || seq > s.placeSeq || seq <= at {
 		return
 	}
 	s.backupAt[b] = seq
 	s.maybeAck(out)
 }
 
-// Reconfigure follows the shard's configuration of epoch, whose backups
-// are backups (primary only; an epoch not newer than the current one
-// changes nothing). A lazy mapping needs every replica of the current
-// configuration: a backup taken out is no longer waited for, so a
-// mapping it held up is acknowledged now. A backup that stays keeps what
-// it applied; one that joins starts from nothing (bringing it the
-// placements already forgotten is not built: its primary then waits).
+// Reconfigure follows the shard's configuration of epoch, in which this
+// replica stays what it was, and whose backups are backups (an epoch not
+// newer than the current one changes nothing). On a primary: a lazy
+// mapping needs every replica of the current configuration, so a backup
+// taken out is no longer waited for, and a mapping it held up is
+// acknowledged now. A backup that stays keeps what it applied; one that
+// joins starts from nothing (bringing it the placements already
+// forgotten is not built: its primary then waits).
 func (s *Shard[W]) Reconfigure(epoch uint64, backups []string, out *ShardOutput[W]) {
-	if !s.cfg.Primary || epoch <= s.epoch {
+	if s.out || epoch <= s.epoch {
+		return
+	}
+	s.epoch = epoch
+	if !s.cfg.Primary {
 		return
 	}
 	next := make(map[string]uint64, len(backups))
 	for _, b := range backups {
 		next[b] = s.backupAt[b]
 	}
-	s.backupAt, s.epoch = next, epoch
+	s.backupAt = next
 	s.maybeAck(out)
+}
+
+// Promote makes this backup the primary of the configuration of epoch,
+// whose backups are backups: its primary was taken out. It holds every
+// placement ever acknowledged (a mapping is acknowledged only once every
+// replica of the configuration applied it), so its own order is the
+// shard's from here: it restates it in a base placement from its readable
+// end, to persist and send to every backup first, which replace what they
+// hold above it (the old primary's unacknowledged tail) with it. The
+// mapping in flight comes again from the orderer and is placed here.
+func (s *Shard[W]) Promote(epoch uint64, backups []string, out *ShardOutput[W]) {
+	if s.out || s.cfg.Primary || epoch <= s.epoch {
+		return
+	}
+	s.cfg.Primary, s.epoch, s.term = true, epoch, epoch
+	s.waiting, s.missing = nil, nil
+	base := s.restate(s.Readable())
+	base.Seq, base.Term, base.Base = s.placeSeq+1, s.term, true
+	s.apply(base)
+	s.sent = []*Placement{base}
+	s.backupAt = make(map[string]uint64, len(backups))
+	for _, b := range backups {
+		s.backupAt[b] = 0
+	}
+	out.Place = base
+	s.maybeAck(out)
+}
+
+// Leave takes this replica out of its shard's configuration of epoch: it
+// takes no mapping or placement from now on (a primary that comes back
+// from a partition must not acknowledge a mapping). It still serves the
+// reads of final positions it holds.
+func (s *Shard[W]) Leave(epoch uint64) {
+	if s.out || epoch < s.epoch {
+		return
+	}
+	s.out, s.epoch = true, epoch
+	s.pending, s.waiting, s.missing, s.sent = nil, nil, nil, nil
+	clear(s.backupAt)
+}
+
+// Out reports whether the replica was taken out of its configuration.
+func (s *Shard[W]) Out() bool { return s.out }
+
+// Primary reports whether the replica is its shard's primary.
+func (s *Shard[W]) Primary() bool { return s.cfg.Primary && !s.out }
+
+// restate returns the position table and this shard's slots from from to
+// the placed end, as one placement (without number or term).
+func (s *Shard[W]) restate(from uint64) *Placement {
+	p := &Placement{View: s.view, From: from, End: max(from, s.placedEnd)}
+	for _, r := range s.runs {
+		if r.End <= from {
+			continue
+		}
+		r.From = max(r.From, from)
+		p.Runs = append(p.Runs, r)
+	}
+	i := sort.Search(len(s.slots), func(i int) bool { return s.slots[i].Pos >= from })
+	for _, sl := range s.slots[i:] {
+		p.Slots = append(p.Slots, sl.Slot)
+	}
+	return p
+}
+
+// clip returns p without its positions below from.
+func clip(p Placement, from uint64) Placement {
+	if from <= p.From {
+		return p
+	}
+	q := p
+	q.From, q.Runs, q.Slots = from, nil, nil
+	for _, r := range p.Runs {
+		if r.End <= from {
+			continue
+		}
+		r.From = max(r.From, from)
+		q.Runs = append(q.Runs, r)
+	}
+	for _, sl := range p.Slots {
+		if sl.Pos >= from {
+			q.Slots = append(q.Slots, sl)
+		}
+	}
+	return q
 }
 
 // Epoch is the configuration the replica follows.
@@ -504,17 +631,34 @@ func (s *Shard[W]) Resend(b string) []Placement {
 }
 
 // Place takes the primary's placement (backup only). The backup fetches
-// the data of bound records it lacks, then applies and persists it.
+// the data of bound records it lacks, then applies and persists it. It
+// follows one primary's placements at a time: those of its term, in
+// order, or a newer primary's base, which replaces its placements from
+// the base's start (those below its readable end are final, the same on
+// every replica, and kept).
 func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
 	if !s.cfg.Primary && s.placeSeq == 0 && p.Seq == 1 {
 		s.joinAt(p.From)
 	}
+	rebase := p.Base && p.Term > s.term
 	switch {
+	case s.out:
+		return fmt.Errorf("placement [%d, %d) sent to a replica taken out of shard %d: %w", p.From, p.End, s.cfg.ID, ErrNotInConfig)
 	case s.cfg.Primary:
 		return fmt.Errorf("placement [%d, %d) sent to the primary of shard %d: %w", p.From, p.End, s.cfg.ID, ErrBadInput)
+	case p.Term < s.term:
+		return fmt.Errorf("placement %d of term %d, shard %d follows term %d: %w", p.Seq, p.Term, s.cfg.ID, s.term, ErrStaleTerm)
+	case rebase && p.From > s.placedEnd:
+		return fmt.Errorf("base placement [%d, %d) after placing up to %d: %w", p.From, p.End, s.placedEnd, ErrBadInput)
+	case rebase && p.End < s.Readable():
+		return fmt.Errorf("base placement [%d, %d) ends below the readable end %d: %w", p.From, p.End, s.Readable(), ErrBadInput)
+	case rebase:
+		p = clip(p, s.Readable())
+	case p.Term > s.term && s.placeSeq > 0:
+		return fmt.Errorf("placement %d of term %d before its base (shard %d follows term %d): %w", p.Seq, p.Term, s.cfg.ID, s.term, ErrBadInput)
 	case p.Seq <= s.placeSeq:
 		// Applied already (a resend, or a late copy).
-		out.Applied, out.AppliedSeq, out.AppliedEnd = true, s.placeSeq, s.placedEnd
+		out.Applied, out.AppliedTerm, out.AppliedSeq, out.AppliedEnd = true, s.term, s.placeSeq, s.placedEnd
 		return nil
 	case p.Seq > s.placeSeq+1:
 		return fmt.Errorf("placement %d after applying %d: %w", p.Seq, s.placeSeq, ErrBadInput)
@@ -564,7 +708,7 @@ func cmpU(a, b uint64) int {
 func (s *Shard[W]) applyBackup(p *Placement, out *ShardOutput[W]) {
 	s.apply(p)
 	out.Place = p
-	out.Applied, out.AppliedSeq, out.AppliedEnd = true, s.placeSeq, s.placedEnd
+	out.Applied, out.AppliedTerm, out.AppliedSeq, out.AppliedEnd = true, s.term, s.placeSeq, s.placedEnd
 	s.release(out)
 }
 
@@ -593,6 +737,7 @@ func (s *Shard[W]) apply(p *Placement) {
 	}
 	s.placedEnd = p.End
 	s.placeSeq = p.Seq
+	s.term = max(s.term, p.Term)
 }
 
 // truncate unbinds every position from from on (above stable-gp only: a
@@ -623,7 +768,14 @@ func (s *Shard[W]) truncate(from uint64) {
 
 // Stable takes stable-gp. Positions below it are final: the dedup
 // remembers their records for good, and held reads below it are answered.
+//
+// A replica taken out of its configuration keeps the stable end it had:
+// its placements above it may be a replaced primary's, which a newer
+// primary's order overrode.
 func (s *Shard[W]) Stable(st StableGP, out *ShardOutput[W]) {
+	if s.out {
+		return
+	}
 	if st.Stable > s.stable {
 		s.stable = st.Stable
 	}
@@ -761,6 +913,17 @@ func (s *Shard[W]) Trim(pos uint64) uint64 {
 	}
 	s.trimmed = pos
 	return pos
+}
+
+// Reclaimable returns the local index below which the log holds no
+// record this replica still needs (trimmed or scrubbed ones only): the
+// shell may delete what lies below it.
+func (s *Shard[W]) Reclaimable() uint64 {
+	floor := s.len
+	for _, r := range s.byID {
+		floor = min(floor, r.local)
+	}
+	return floor
 }
 
 // Marks returns the dedup state to persist with a trim.

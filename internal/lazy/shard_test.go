@@ -123,7 +123,7 @@ func TestShardBindsANoopWhenDataDoesNotComeAndRefusesItLate(t *testing.T) {
 		t.Fatalf("late data on the backup: %v", err)
 	}
 	o = out{}
-	p.BackupApplied("b", bo.AppliedSeq, &o)
+	p.BackupApplied("b", bo.AppliedTerm, bo.AppliedSeq, &o)
 	if o.Ack == nil || o.Ack.End != 2 {
 		t.Fatalf("ack after the backup applied: %+v", o.Ack)
 	}
@@ -344,11 +344,11 @@ func TestShardFollowsItsConfigurationBackupTakenOutIsNoLongerWaitedFor(t *testin
 		t.Fatalf("placement %+v, ack %+v: want a placement, no ack", o.Place, o.Ack)
 	}
 	o = out{}
-	p.BackupApplied("b", 1, &o)
+	p.BackupApplied("b", 1, 1, &o)
 	if o.Ack != nil {
 		t.Fatal("acked while backup c of the configuration lacks the placement")
 	}
-	p.BackupApplied("x", 1, &o)
+	p.BackupApplied("x", 1, 1, &o)
 	if o.Ack != nil {
 		t.Fatal("a server that is no backup counted for the ack")
 	}
@@ -373,12 +373,244 @@ func TestShardFollowsItsConfigurationBackupTakenOutIsNoLongerWaitedFor(t *testin
 	if o.Ack != nil {
 		t.Fatal("acked before b applied the second placement")
 	}
-	p.BackupApplied("c", 2, &o)
+	p.BackupApplied("c", 1, 2, &o)
 	if o.Ack != nil {
 		t.Fatal("the backup taken out counted for the ack")
 	}
-	p.BackupApplied("b", 2, &o)
+	p.BackupApplied("b", 1, 2, &o)
 	if o.Ack == nil || o.Ack.End != 2 {
 		t.Fatalf("ack after b applied: %+v", o.Ack)
+	}
+}
+
+// failoverShard is a shard of three replicas, p primary of epoch 1 with
+// backups b and c, where a is placed at 0 on all (acknowledged and
+// stable) and d is placed at 1 by p and applied by c alone (not
+// acknowledged).
+func failoverShard(t *testing.T) (p, b, c *Shard[int], a, d Meta, pl2 Placement) {
+	t.Helper()
+	p = NewShard[int](ShardConfig{ID: 0, Primary: true, Epoch: 1, Backups: []string{"b", "c"}}, ShardState{})
+	b = NewShard[int](ShardConfig{ID: 0, Epoch: 1}, ShardState{})
+	c = NewShard[int](ShardConfig{ID: 0, Epoch: 1}, ShardState{})
+	a, d = meta(1, 1, 0, 1), meta(2, 1, 0, 1)
+	for _, s := range []*Shard[int]{p, b, c} {
+		accept(t, s, a.ID, 1)
+		accept(t, s, d.ID, 1)
+	}
+	var o out
+	p.Map(mapping(1, 0, a), t0, &o)
+	pl1 := *o.Place
+	for name, bk := range map[string]*Shard[int]{"b": b, "c": c} {
+		var bo out
+		if err := bk.Place(pl1, &bo); err != nil || !bo.Applied || bo.AppliedTerm != 1 {
+			t.Fatalf("%s applies placement 1: %+v, %v", name, bo, err)
+		}
+		p.BackupApplied(name, bo.AppliedTerm, bo.AppliedSeq, &o)
+	}
+	if o.Ack == nil || o.Ack.End != 1 {
+		t.Fatalf("placement 1 not acknowledged: %+v", o.Ack)
+	}
+	for _, s := range []*Shard[int]{p, b, c} {
+		s.Stable(StableGP{View: 1, Stable: 1}, &out{})
+	}
+	o = out{}
+	p.Map(mapping(1, 1, d), t0, &o)
+	pl2 = *o.Place
+	var co out
+	if err := c.Place(pl2, &co); err != nil || !co.Applied {
+		t.Fatalf("c applies placement 2: %v", err)
+	}
+	p.BackupApplied("c", co.AppliedTerm, co.AppliedSeq, &o)
+	if o.Ack != nil {
+		t.Fatal("placement 2 acknowledged without b")
+	}
+	return p, b, c, a, d, pl2
+}
+
+func TestShardPromotedBackupRestatesItsOrderAndBackupsDropTheOldPrimarysTail(t *testing.T) {
+	p, b, c, a, d, pl2 := failoverShard(t)
+	// p fails; epoch 2 makes b primary with backup c.
+	var o out
+	b.Promote(2, []string{"c"}, &o)
+	base := o.Place
+	if !b.Primary() || base == nil || !base.Base || base.Term != 2 || base.Seq != 2 || base.From != 1 || base.End != 1 {
+		t.Fatalf("promotion: primary %v, base %+v", b.Primary(), base)
+	}
+	if o.Ack != nil {
+		t.Fatal("acknowledged before c took the base")
+	}
+	// c's answers about p's placements count for nothing with b.
+	b.BackupApplied("c", 1, 2, &o)
+	if o.Ack != nil {
+		t.Fatal("an answer about the old primary's placements counted")
+	}
+	if got := b.Resend("c"); len(got) != 1 || !got[0].Base {
+		t.Fatalf("resend to c after promotion: %+v", got)
+	}
+	var co out
+	if err := c.Place(*base, &co); err != nil || !co.Applied || co.AppliedTerm != 2 || co.AppliedSeq != 2 || co.AppliedEnd != 1 {
+		t.Fatalf("c takes the base: %+v, %v", co, err)
+	}
+	if c.PlacedEnd() != 1 {
+		t.Fatalf("c kept the old primary's unacknowledged tail: placed end %d", c.PlacedEnd())
+	}
+	b.BackupApplied("c", co.AppliedTerm, co.AppliedSeq, &o)
+	if o.Ack == nil || o.Ack.End != 1 {
+		t.Fatalf("ack after c took the base: %+v", o.Ack)
+	}
+	// The orderer sends the mapping in flight again: b places it.
+	o = out{}
+	if err := b.Map(mapping(1, 1, d), t0, &o); err != nil || o.Place == nil || o.Place.Term != 2 || o.Place.Seq != 3 {
+		t.Fatalf("new primary places the mapping in flight: %+v, %v", o.Place, err)
+	}
+	co = out{}
+	if err := c.Place(*o.Place, &co); err != nil || co.AppliedSeq != 3 {
+		t.Fatalf("c applies b's placement: %+v, %v", co, err)
+	}
+	b.BackupApplied("c", co.AppliedTerm, co.AppliedSeq, &o)
+	if o.Ack == nil || o.Ack.End != 2 {
+		t.Fatalf("ack of the mapping in flight: %+v", o.Ack)
+	}
+	// The old primary's placements are refused from now on, and change
+	// nothing; the old primary, taken out, takes no mapping.
+	old := pl2
+	old.Seq = 4
+	if err := c.Place(old, &out{}); !errors.Is(err, ErrStaleTerm) {
+		t.Fatalf("placement of the replaced primary: %v", err)
+	}
+	p.Leave(2)
+	if err := p.Map(mapping(1, 2, meta(3, 1, 0, 1)), t0, &out{}); !errors.Is(err, ErrNotInConfig) || p.Primary() {
+		t.Fatalf("mapping to a primary taken out: %v", err)
+	}
+	// It holds its own placement of d at 1, which stable-gp 2 does not
+	// make readable there: stable-gp covers the new primary's order.
+	p.Stable(StableGP{View: 1, Stable: 2}, &out{})
+	if p.Readable() != 1 {
+		t.Fatalf("a primary taken out serves up to %d after stable-gp 2, want its old end 1", p.Readable())
+	}
+	// Position 0, stable before the failover, is a on every replica.
+	for name, s := range map[string]*Shard[int]{"b": b, "c": c} {
+		s.Stable(StableGP{View: 1, Stable: 2}, &out{})
+		var ro out
+		if err := s.Read(0, 0, &ro); err != nil || len(ro.Reads) != 1 || ro.Reads[0].Noop {
+			t.Fatalf("%s reads 0: %+v, %v", name, ro.Reads, err)
+		}
+		if l, _ := s.LocalOf(a.ID); ro.Reads[0].Local != l {
+			t.Fatalf("%s: position 0 changed: %+v", name, ro.Reads[0])
+		}
+		ro = out{}
+		if err := s.Read(1, 1, &ro); err != nil || len(ro.Reads) != 1 || ro.Reads[0].Noop {
+			t.Fatalf("%s reads 1: %+v, %v", name, ro.Reads, err)
+		}
+	}
+}
+
+func TestShardBaseKeepsWhatABackupHoldsBelowItsReadableEnd(t *testing.T) {
+	_, b, c, _, d, _ := failoverShard(t)
+	// c heard a newer stable-gp than b (the mapping of d was acknowledged
+	// in an epoch where b was not a backup, say): b's base starts below
+	// c's readable end, which c keeps.
+	c.Stable(StableGP{View: 1, Stable: 2}, &out{})
+	var bo out
+	b.Place(Placement{Seq: 2, Term: 1, View: 1, From: 1, End: 2, Runs: []Run{{1, 2, 0}}, Slots: []Slot{{Pos: 1, ID: d.ID}}}, &bo)
+	var o out
+	b.Promote(2, []string{"c"}, &o)
+	b.Stable(StableGP{View: 1, Stable: 1}, &out{})
+	var co out
+	if err := c.Place(*o.Place, &co); err != nil || !co.Applied || c.PlacedEnd() != 2 {
+		t.Fatalf("c takes a base from below its readable end: %+v, %v, placed end %d", co, err, c.PlacedEnd())
+	}
+	var ro out
+	if err := c.Read(0, 1, &ro); err != nil || len(ro.Reads) != 1 || ro.Reads[0].Noop {
+		t.Fatalf("c reads 1 after the base: %+v, %v", ro.Reads, err)
+	}
+	if co.Place == nil || co.Place.From != 2 {
+		t.Fatalf("c persists the base clipped at its readable end: %+v", co.Place)
+	}
+}
+
+func TestShardBackupRefusesANewPrimarysPlacementBeforeItsBase(t *testing.T) {
+	_, b, c, _, d, _ := failoverShard(t)
+	var o out
+	b.Promote(2, []string{"c"}, &o)
+	base := *o.Place
+	o = out{}
+	b.Map(mapping(1, 1, d), t0, &o)
+	next := *o.Place
+	// Delivered out of order, the placement after the base would pass for
+	// c's own number 3; it is refused until the base came.
+	if err := c.Place(next, &out{}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("a new primary's placement before its base: %v", err)
+	}
+	for _, pl := range []Placement{base, next} {
+		var co out
+		if err := c.Place(pl, &co); err != nil || !co.Applied {
+			t.Fatalf("place %d: %v", pl.Seq, err)
+		}
+	}
+	if c.PlacedEnd() != 2 {
+		t.Fatalf("placed end %d", c.PlacedEnd())
+	}
+}
+
+func TestShardPromotedRestartReplaysTheBase(t *testing.T) {
+	_, b, c, _, d, _ := failoverShard(t)
+	var o out
+	b.Promote(2, []string{"c"}, &o)
+	base := *o.Place
+	var co out
+	c.Place(base, &co)
+	// c restarts from what it persisted: p's placements 1 and 2, then b's
+	// base, which drops 2.
+	st := ShardState{Len: 2, Records: []StoredRecord{{ID: meta(1, 1, 0, 1).ID, Local: 0}, {ID: d.ID, Local: 1}}}
+	st.Placements = []Placement{{Seq: 1, Term: 1, View: 1, From: 0, End: 1, Runs: []Run{{0, 1, 0}}, Slots: []Slot{{Pos: 0, ID: meta(1, 1, 0, 1).ID}}},
+		{Seq: 2, Term: 1, View: 1, From: 1, End: 2, Runs: []Run{{1, 2, 0}}, Slots: []Slot{{Pos: 1, ID: d.ID}}}, *co.Place}
+	r := NewShard[int](ShardConfig{ID: 0, Epoch: 2}, st)
+	if r.PlacedEnd() != 1 {
+		t.Fatalf("restarted backup placed end %d, want 1", r.PlacedEnd())
+	}
+	o = out{}
+	b.Map(mapping(1, 1, d), t0, &o)
+	var ro out
+	if err := r.Place(*o.Place, &ro); err != nil || ro.AppliedSeq != 3 {
+		t.Fatalf("restarted backup takes the new primary's next placement: %+v, %v", ro, err)
+	}
+}
+
+func TestShardReclaimsTheLogBelowItsFirstRecordStillNeeded(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true}, ShardState{})
+	a, b, c := meta(1, 1, 0, 1), meta(1, 2, 0, 1), meta(1, 3, 0, 1)
+	accept(t, p, a.ID, 1)
+	accept(t, p, c.ID, 1) // never mapped: it pins the log from local 1 on
+	accept(t, p, b.ID, 1)
+	var o out
+	p.Map(mapping(1, 0, a, b), t0, &o)
+	p.Stable(StableGP{View: 1, Stable: 2}, &o)
+	if got := p.Reclaimable(); got != 0 {
+		t.Fatalf("before a trim: reclaimable below %d, want 0", got)
+	}
+	if got := p.Trim(5); got != 2 {
+		t.Fatalf("trim at 5 with stable-gp 2 trimmed to %d", got)
+	}
+	if got := p.Reclaimable(); got != 1 {
+		t.Fatalf("after trimming a and b: reclaimable below %d, want 1 (c at local 1 is still needed)", got)
+	}
+	if err := p.Read(0, 1, &out{}); !errors.Is(err, ErrTrimmed) {
+		t.Fatalf("read below the trim point: %v", err)
+	}
+}
+
+func TestShardNeverScrubsARecordRestoredWithoutItsView(t *testing.T) {
+	a, b := meta(1, 1, 0, 1), meta(2, 1, 0, 1)
+	// a's log kept no view (a retry in view 2 may have come before the
+	// restart, its metadata waiting in view 2's ring); b's kept view 1.
+	st := ShardState{Len: 2, Records: []StoredRecord{{ID: a.ID, Local: 0}, {ID: b.ID, Local: 1, View: 1}}, StableView: 1}
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true}, st)
+	p.Stable(StableGP{View: 2}, &out{})
+	if got := p.Scrub(); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("scrubbed %v, want b's local 1 alone", got)
+	}
+	if _, ok := p.LocalOf(a.ID); !ok {
+		t.Fatal("a, restored without its view, was scrubbed")
 	}
 }

@@ -49,3 +49,6 @@ func (m Eager) NewPolicy() order.Policy                { return order.NewEager(m
 func (Eager) NewShardOrdering(cut.ShardID, uint64, time.Time) shard.Ordering {
 	return shard.Eager{}
 }
+
+// Sequenced: see Mode.
+func (Eager) Sequenced() bool { return false }

@@ -56,3 +56,6 @@ func (m Lazy) NewPolicy() order.Policy { return order.NewEager(m.Interval) }
 // NewShardOrdering reports nothing: a lazy shard's records are ordered by
 // the sequencing layer, in the shard's lazy log.
 func (Lazy) NewShardOrdering(cut.ShardID, uint64, time.Time) shard.Ordering { return shard.Eager{} }
+
+// Sequenced: see Mode.
+func (Lazy) Sequenced() bool { return true }

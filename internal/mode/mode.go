@@ -49,6 +49,11 @@ type Mode interface {
 	// NewShardOrdering returns the ordering of the primary of shard id,
 	// whose log holds length entries at now.
 	NewShardOrdering(id cut.ShardID, length uint64, now time.Time) shard.Ordering
+	// Sequenced says the sequencing layer orders the shards' records, in
+	// each shard's lazy log, rather than committed cuts in its replica's
+	// log: a storage server serves reads and subscriptions from the lazy
+	// log, up to stable-gp.
+	Sequenced() bool
 }
 
 // Params are the cluster file's settings that modes read; each mode takes

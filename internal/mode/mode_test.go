@@ -126,3 +126,15 @@ func TestFromStatusPicksTheModeTheStatusDescribes(t *testing.T) {
 		}
 	}
 }
+
+func TestOnlyLazyOrderIsSequenced(t *testing.T) {
+	for _, name := range Names() {
+		m, err := Parse(name, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := m.Sequenced(), name == LazyName; got != want {
+			t.Errorf("mode %s: sequenced %v, want %v", name, got, want)
+		}
+	}
+}

@@ -86,3 +86,6 @@ func (m Spec) NewPolicy() order.Policy { return order.NewSpec(m.Config) }
 func (m Spec) NewShardOrdering(id cut.ShardID, length uint64, now time.Time) shard.Ordering {
 	return shard.NewSpeculative(id, length, m.FillAfter, m.IdleAfter, now)
 }
+
+// Sequenced: see Mode.
+func (Spec) Sequenced() bool { return false }

@@ -173,6 +173,15 @@ func (d *Detector) Registered(reps []control.Replica) {
 	}
 }
 
+// Joined says that server joined shard's configuration at now: it gets a
+// full timeout to be heard in it, and what was said of its copy before
+// (broken) is forgotten, as it caught up since.
+func (d *Detector) Joined(shard cut.ShardID, server string, now time.Time) {
+	m := member{shard, server}
+	delete(d.broken, m)
+	d.seenAt[m] = now
+}
+
 // Detect returns the reconfigurations to propose at now: for each shard
 // with failed replicas, its configuration without them. Each counts as
 // proposed from now on, so that it is not proposed again within a failure

@@ -95,6 +95,7 @@ func TestDetectNewLeaderWaitsAFullTimeout(t *testing.T) {
 	w := newEagerWorld(t, 1)
 	w.after(time.Hour)
 	w.l = NewLeader(NewEager(tord), timeout, w.st, w.now, idPrefix)
+	w.settle()
 	w.pass(timeout)
 	w.after(1)
 	w.detect(0)
@@ -166,6 +167,7 @@ func replicatedWorld(t *testing.T) *world {
 		{ID: "a", Incarnation: 1}, {ID: "b", Incarnation: 1}, {ID: "c", Incarnation: 1}}}})
 	w := &world{t: t, st: st, now: t0, ids: map[*control.CutCommand]string{}}
 	w.l = NewLeader(NewEager(tord), timeout, st, w.now, idPrefix)
+	w.settle()
 	return w
 }
 

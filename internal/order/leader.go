@@ -25,6 +25,17 @@ type Leader struct {
 	// their count. The cut slots are tracked by these ids.
 	idPrefix string
 	ids      uint64
+	// reported is the longest length of each shard this leader passed to
+	// its policy, whatever the configuration: a cut may order that much.
+	reported map[cut.ShardID]uint64
+	// joins are the Joins in flight (see Rejoin).
+	joins map[cut.ShardID]joining
+	// barrier is the id of the empty command this leader proposed at
+	// barrierAt, settled once it applied: then every entry an earlier
+	// leader left in the Raft log applied before it (see Settled).
+	barrier   string
+	barrierAt time.Time
+	settled   bool
 }
 
 // NewLeader returns the leader state of a replica that starts leading at
@@ -34,7 +45,8 @@ type Leader struct {
 // other command ever bore (not even one of an earlier Leader's), and by
 // which it recognizes these commands as its own when they are applied.
 func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now time.Time, idPrefix string) *Leader {
-	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st, idPrefix: idPrefix}
+	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st, idPrefix: idPrefix,
+		reported: map[cut.ShardID]uint64{}, joins: map[cut.ShardID]joining{}}
 	p.Observe(st, now)
 	return l
 }
@@ -43,6 +55,10 @@ func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now ti
 // state accepted it or refused it; own says this leader proposed cmd. It
 // returns whether Step may now propose something it could not before.
 func (l *Leader) Applied(st *control.State, cmd control.Command, own bool, now time.Time) (news bool) {
+	if own && !l.settled && cmd.ID == l.barrier {
+		l.settled = true
+		news = true
+	}
 	if own {
 		// Even a refused cut frees its slot; it only repeated what an
 		// earlier one ordered. A cut whose slot expired frees nothing.
@@ -54,6 +70,7 @@ func (l *Leader) Applied(st *control.State, cmd control.Command, own bool, now t
 		}
 	}
 	l.Observe(st, now)
+	l.settleJoins(cmd, now)
 	return news
 }
 
@@ -71,14 +88,26 @@ func (l *Leader) Beat(server string, incarnation uint64, now time.Time) {
 	l.det.Beat(server, incarnation, now)
 }
 
+// Settled says the leader heard its first own command applied: every
+// command an earlier leader left in the Raft log is applied by then. Until
+// it is, it takes no report: a cut it proposed from one could commit after
+// a Join an earlier leader proposed, and order entries the joined replica
+// lacks. It asks for that command itself (Step).
+func (l *Leader) Settled() bool { return l.settled }
+
 // Report takes one shard's report and says whether to step now. A report
 // made in another configuration than the shard's current one is dropped:
 // an old primary, fenced by a reconfiguration it has not heard of yet,
-// may report what the new configuration's replicas do not all hold.
+// may report what the new configuration's replicas do not all hold. So is
+// one of a configuration a Join in flight replaces (see Rejoin).
 func (l *Leader) Report(r Report, now time.Time) (news bool) {
-	if sh := l.st.Shard(r.Shard); sh == nil || sh.Epoch != r.Epoch {
+	if !l.settled {
 		return false
 	}
+	if sh := l.st.Shard(r.Shard); sh == nil || sh.Epoch != r.Epoch || l.joinBlocks(r.Shard, r.Epoch, now) {
+		return false
+	}
+	l.reported[r.Shard] = max(l.reported[r.Shard], r.Length)
 	return l.policy.Report(r, now)
 }
 
@@ -158,6 +187,16 @@ type LagFix struct {
 func (l *Leader) Step(now time.Time) Output {
 	if l.cuts.Expire(now) {
 		l.policy.Forget()
+	}
+	if !l.settled {
+		// First an empty command: it changes nothing, but once it
+		// applied so did whatever an earlier leader proposed before it.
+		if l.barrier != "" && now.Sub(l.barrierAt) <= proposalStaleAfter {
+			return Output{Wake: proposalStaleAfter - now.Sub(l.barrierAt)}
+		}
+		l.ids++
+		l.barrier, l.barrierAt = l.idPrefix+strconv.FormatUint(l.ids, 10), now
+		return Output{Propose: []control.Command{{ID: l.barrier}}, Wake: proposalStaleAfter}
 	}
 	plan := l.policy.Step(now, l.cuts.Free())
 	out := Output{Propose: plan.Propose, Stats: plan.Stats, Wake: plan.Wake}

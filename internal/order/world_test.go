@@ -39,7 +39,22 @@ func newWorld(t *testing.T, st *control.State, shards int, p Policy) *world {
 			Replicas: []control.Replica{{ID: fmt.Sprintf("s%d", i), Addr: "x", Incarnation: 1}}}})
 	}
 	w.l = NewLeader(p, timeout, st, w.now, idPrefix)
+	w.settle()
 	return w
+}
+
+// settle commits the empty command a new leader proposes first, so that
+// it takes reports (see Leader.Settled).
+func (w *world) settle() {
+	w.t.Helper()
+	for _, c := range w.l.Step(w.now).Propose {
+		if c == (control.Command{ID: c.ID}) {
+			w.apply(c, true)
+		}
+	}
+	if !w.l.Settled() {
+		w.t.Fatal("the new leader proposed no empty command to settle on")
+	}
 }
 
 func (w *world) after(d time.Duration) { w.now = w.now.Add(d) }

@@ -407,3 +407,23 @@ func (s *Server) startView(ctx context.Context, c lazy.SeqConfig, sv lazy.StartV
 	}
 	return errors.Join(errs...)
 }
+
+// lazyStable returns stable-gp as the leader of the sequencing view c
+// knows it, or the view's recorded one if it does not answer in time.
+func (s *Server) lazyStable(ctx context.Context, c lazy.SeqConfig) uint64 {
+	m, ok := s.seqMember(c.Leader)
+	if !ok {
+		return c.Stable
+	}
+	cctx, cancel := context.WithTimeout(ctx, lazyCallTimeout)
+	defer cancel()
+	cc, err := s.lazyConn(m.Addr)
+	if err != nil {
+		return c.Stable
+	}
+	st, err := pb.NewSequencingClient(cc).SequencingStatus(cctx, &pb.SequencingStatusRequest{ClusterId: s.cfg.ClusterID})
+	if err != nil || st.GetView() != c.View || !st.GetLeader() {
+		return c.Stable
+	}
+	return max(c.Stable, st.GetStableGp())
+}

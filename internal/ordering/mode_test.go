@@ -23,6 +23,7 @@ type thirdMode struct {
 
 func (*thirdMode) Name() string                                  { return "third" }
 func (*thirdMode) Speculative() bool                             { return false }
+func (*thirdMode) Sequenced() bool                               { return false }
 func (*thirdMode) NewMerger(from uint64, _, _ bool) merge.Merger { return merge.NewEager(from) }
 func (*thirdMode) NewShardOrdering(cut.ShardID, uint64, time.Time) shard.Ordering {
 	return shard.Eager{}
@@ -85,6 +86,16 @@ func TestAReplicaLeadsWithItsModesPolicy(t *testing.T) {
 		p := m.policies[term-1]
 		if p.observed != s.state {
 			t.Fatalf("term %d: the policy did not observe the replica's state", term)
+		}
+		// A new leader first settles on an empty command of its own.
+		s.mu.Lock()
+		for _, c := range s.leader.Step(time.Now()).Propose {
+			s.leader.Applied(s.state, c, true, time.Now())
+		}
+		settled := s.leader.Settled()
+		s.mu.Unlock()
+		if !settled || p.steps != 0 {
+			t.Fatalf("term %d: settled %v after its first command applied, policy stepped %d times before", term, settled, p.steps)
 		}
 		if wake := s.step(); wake != thirdPolicyWake || p.steps != 1 {
 			t.Fatalf("term %d: step woke after %v having stepped the policy %d times, want %v and once", term, wake, p.steps, thirdPolicyWake)

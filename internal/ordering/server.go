@@ -25,11 +25,13 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/lazy"
 	"github.com/augur-log/augur/internal/metrics"
 	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/raftnode"
+	"github.com/augur-log/augur/internal/stagetime"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -249,6 +251,9 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	}
 	if ok {
 		s.appendEventLocked(ev)
+		if ev.Cut != nil && s.leader != nil {
+			stagetime.Cuts.Mark(ev.Cut.Index)
+		}
 		if ev.Cut != nil {
 			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Add(float64(max(len(ev.Cuts), 1)))
 		}
@@ -788,6 +793,59 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 	return &pb.RegisterShardResponse{Shard: ev.Registered}, nil
 }
 
+// RejoinShard adds a storage server's caught-up copy of a shard back to
+// the shard's configuration, as the leader core decides (order.Leader.Rejoin).
+// A follower answers with the leader's address; a refusal is
+// FailedPrecondition with the reason, and changes nothing.
+func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*pb.RejoinShardResponse, error) {
+	if err := s.checkCluster(req.ClusterId); err != nil {
+		return nil, err
+	}
+	if req.Replica == nil || req.Replica.Id == "" || req.Replica.Addr == "" {
+		return nil, status.Error(codes.InvalidArgument, "rejoin shard: the replica's id and address are required")
+	}
+	if addr, no := s.notLeader(); no {
+		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	}
+	rq := order.RejoinRequest{Shard: req.Shard, Epoch: req.Epoch, Held: req.Held,
+		Replica: control.Replica{ID: req.Replica.Id, Addr: req.Replica.Addr, Incarnation: req.Replica.Incarnation}}
+	s.mu.Lock()
+	l := s.leader
+	var (
+		cmd    control.Command
+		member bool
+		err    error
+	)
+	if l != nil {
+		cmd, member, err = l.Rejoin(rq, time.Now())
+	}
+	epoch := uint64(0)
+	if sh := s.state.Shard(req.Shard); sh != nil {
+		epoch = sh.Epoch
+	}
+	s.mu.Unlock()
+	switch {
+	case l == nil:
+		_, addr := s.leaderAddr()
+		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	case errors.Is(err, order.ErrRejoinUnsupported):
+		return nil, status.Error(codes.Unimplemented, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case member:
+		return &pb.RejoinShardResponse{Epoch: epoch}, nil
+	}
+	ev, err := s.propose(ctx, cmd, true)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "rejoin shard %d: %v", req.Shard, err)
+	}
+	if !ev.MembershipChanged {
+		return nil, status.Errorf(codes.FailedPrecondition, "rejoin shard %d: refused when applied: the configuration moved past %d, or a cut ordered more than the %d entries the copy holds",
+			req.Shard, req.Epoch, req.Held)
+	}
+	return &pb.RejoinShardResponse{Epoch: req.Epoch + 1}, nil
+}
+
 // FinalizeShard stops a shard after a grace of cuts. It refuses to stop the
 // last live shard: appends would then have nowhere to go until a group
 // formed a new one. (A failure still finalizes any shard.)
@@ -835,7 +893,19 @@ func (s *Server) Trim(ctx context.Context, req *pb.TrimRequest) (*pb.TrimRespons
 	}
 	s.mu.Lock()
 	tail, trim := s.state.Tail(), s.state.Trim
+	var seq *lazy.SeqConfig
+	if s.state.Lazy != nil {
+		c := *s.state.Lazy
+		seq = &c
+	}
 	s.mu.Unlock()
+	var stable uint64
+	if seq != nil && req.Position > trim {
+		// Lazy order commits no cuts: its final end is stable-gp, which
+		// the sequencing leader knows.
+		stable = s.lazyStable(ctx, *seq)
+		tail = max(tail, stable)
+	}
 	if req.Position > tail {
 		return nil, status.Errorf(codes.OutOfRange, "trim: position %d is beyond the tail %d", req.Position, tail)
 	}
@@ -845,7 +915,7 @@ func (s *Server) Trim(ctx context.Context, req *pb.TrimRequest) (*pb.TrimRespons
 	if addr, no := s.notLeader(); no {
 		return &pb.TrimResponse{NotLeader: true, LeaderAddr: addr}, nil
 	}
-	if _, err := s.propose(ctx, control.Command{Trim: &control.TrimCommand{Position: req.Position}}, true); err != nil {
+	if _, err := s.propose(ctx, control.Command{Trim: &control.TrimCommand{Position: req.Position, Stable: stable}}, true); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "trim: %v", err)
 	}
 	s.mu.Lock()

@@ -28,6 +28,7 @@ import (
 
 	"github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/rpcopt"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // FSM is the replicated state machine. Apply is called for committed normal
@@ -68,6 +69,9 @@ type Node struct {
 	snapshotIndex uint64 // newest snapshot, taken or installed
 	snapshotRetry uint64 // no FSM snapshot before this index after one failed
 	reports       []peerReport
+	// appended times this leader's entries from its Ready to its apply,
+	// when the bench asks (internal/stagetime).
+	appended stagetime.Indexes
 
 	// Published by the driver for other goroutines.
 	lead         atomic.Uint64
@@ -80,7 +84,7 @@ type Node struct {
 	heardAt map[uint64]*atomic.Int64
 
 	recvc   chan *pb.Message
-	propc   chan []byte // proposals not yet handed to raft
+	propc   chan proposal // proposals not yet handed to raft
 	reportc chan peerReport
 
 	mu      sync.Mutex // guards started and stopped
@@ -122,7 +126,7 @@ func New(cfg Config, fsm FSM) (*Node, error) {
 		confState: &pb.ConfState{Voters: members},
 		leaderc:   make(chan uint64, 1),
 		recvc:     make(chan *pb.Message, recvQueueMsgsMax),
-		propc:     make(chan []byte, proposalQueueMax),
+		propc:     make(chan proposal, proposalQueueMax),
 		reportc:   make(chan peerReport, reportQueueMax),
 		stopc:     make(chan struct{}),
 		done:      make(chan struct{}),
@@ -260,7 +264,7 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 	}
 	// raft keeps the slice in its log; the caller may reuse its buffer.
 	select {
-	case n.propc <- bytes.Clone(data):
+	case n.propc <- proposal{data: bytes.Clone(data), at: stagetime.Now()}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -356,8 +360,8 @@ func (n *Node) awaitInput(tick <-chan time.Time) bool {
 		n.rn.Tick()
 	case m := <-n.recvc:
 		n.step(m)
-	case data := <-n.propc:
-		n.propose(data)
+	case p := <-n.propc:
+		n.propose(p)
 	case r := <-n.reportc:
 		n.report(r)
 	}
@@ -373,8 +377,8 @@ func (n *Node) pollInput(tick <-chan time.Time) (running, handled bool) {
 		n.rn.Tick()
 	case m := <-n.recvc:
 		n.step(m)
-	case data := <-n.propc:
-		n.propose(data)
+	case p := <-n.propc:
+		n.propose(p)
 	case r := <-n.reportc:
 		n.report(r)
 	default:
@@ -395,10 +399,20 @@ func (n *Node) step(m *pb.Message) {
 // propose hands one queued proposal to raft. raft drops it when no leader is
 // known or leadership is moving; like a proposal lost in a leader change,
 // that is for the proposer to notice.
-func (n *Node) propose(data []byte) {
-	if err := n.rn.Propose(data); err != nil {
-		n.log.Debug("raft dropped proposal", "bytes", len(data), "err", err)
+func (n *Node) propose(p proposal) {
+	if !p.at.IsZero() {
+		stagetime.Observe(stagetime.RaftProposeWait, time.Since(p.at))
 	}
+	if err := n.rn.Propose(p.data); err != nil {
+		n.log.Debug("raft dropped proposal", "bytes", len(p.data), "err", err)
+	}
+}
+
+// proposal is one queued proposal; at is when it was queued, when the
+// bench times stages.
+type proposal struct {
+	data []byte
+	at   time.Time
 }
 
 func (n *Node) report(r peerReport) {
@@ -425,6 +439,9 @@ func (n *Node) handleReady() error {
 	leader := n.isLeader.Load()
 	if leader {
 		n.send(rd.Messages, sendReplication)
+		for _, e := range rd.Entries {
+			n.appended.Mark(e.GetIndex())
+		}
 	}
 	// A leader applies before it persists the Ready's new entries. What it
 	// applies is committed, so it is on a quorum's disks already, its own
@@ -442,8 +459,16 @@ func (n *Node) handleReady() error {
 	if beforeSaveHook != nil {
 		beforeSaveHook(n, &rd)
 	}
+	began := time.Now()
 	if err := n.storage.saveReady(&rd); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
+	}
+	if len(rd.Entries) > 0 && stagetime.On() {
+		stage := stagetime.RaftSaveFollower
+		if leader {
+			stage = stagetime.RaftSaveLeader
+		}
+		stagetime.Observe(stage, time.Since(began))
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.restore(rd.Snapshot); err != nil {
@@ -593,6 +618,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			n.confState = n.rn.ApplyConfChange(cc)
 		}
 		n.applied = i
+		n.appended.Reached(stagetime.RaftCommit, i)
 	}
 	n.appliedIndex.Store(n.applied)
 	return nil

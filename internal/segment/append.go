@@ -1,10 +1,6 @@
 package segment
 
-import (
-	"fmt"
-
-	"github.com/augur-log/augur/internal/synctrace"
-)
+import "fmt"
 
 // Append stores entries as consecutive local indexes and returns the local
 // index of entries[0]. A record takes one index. An entry with Noops > 0 is
@@ -106,7 +102,7 @@ func (s *Store) Append(entries []Entry) (first uint64, err error) {
 		return 0, fmt.Errorf("append: write %s: %w", s.segmentPath(g.base), s.failLocked(g, err))
 	}
 	if s.opts.Sync == SyncAlways {
-		if err := synctrace.Sync(g.f); err != nil {
+		if err := fsync(g.f); err != nil {
 			// After a failed fsync the page cache may already have dropped
 			// the dirty pages, so what is on disk is unknown.
 			s.failed = err
@@ -144,16 +140,16 @@ func (s *Store) failLocked(g *segment, err error) error {
 
 // rollLocked fsyncs the active segment and starts a new one. The fsync is
 // done whatever the SyncPolicy: Open treats damage in a non-final segment as
-// corruption, which is only sound if no crash can tear one.
+// corruption, which is only sound if no crash can tear one. It is done
+// even when nothing is dirty: a Sync that took the dirty segment may still
+// be fsyncing it, and noteSynced below must not count those records first.
 func (s *Store) rollLocked() (*segment, error) {
 	old := s.active()
-	if s.activeDirty {
-		if err := synctrace.Sync(old.f); err != nil {
-			s.failed = err
-			return nil, fmt.Errorf("sync %s before rollover: %w", s.segmentPath(old.base), err)
-		}
-		s.activeDirty = false
+	if err := fsync(old.f); err != nil {
+		s.failed = err
+		return nil, fmt.Errorf("sync %s before rollover: %w", s.segmentPath(old.base), err)
 	}
+	s.activeDirty = false
 	s.noteSynced(s.length)
 	g, err := s.createSegment(s.length)
 	if err != nil {

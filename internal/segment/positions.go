@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-
-	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // checkRun checks r on its own and against the run before it, if any.
@@ -68,7 +66,7 @@ func (s *Store) Assign(r Run) error {
 		return fmt.Errorf("segment: assign: write positions: %w", err)
 	}
 	if s.opts.Sync == SyncAlways {
-		if err := synctrace.Sync(s.pos); err != nil {
+		if err := fsync(s.pos); err != nil {
 			s.failed = err
 			return fmt.Errorf("segment: assign: sync positions: %w", err)
 		}
@@ -155,7 +153,7 @@ func (s *Store) rewritePositionsLocked(runs []Run) error {
 	if _, err := f.WriteAt(buf, 0); err != nil {
 		return fail(err)
 	}
-	if err := synctrace.Sync(f); err != nil {
+	if err := fsync(f); err != nil {
 		return fail(err)
 	}
 	if err := os.Rename(tmp, filepath.Join(s.opts.Dir, positionsName)); err != nil {

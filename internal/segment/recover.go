@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // Open opens the store in opts.Dir, creating it if missing, and recovers it:
@@ -370,7 +368,7 @@ func truncateFile(f *os.File, size int64) error {
 	if err := f.Truncate(size); err != nil {
 		return err
 	}
-	return synctrace.Sync(f)
+	return fsync(f)
 }
 
 // createSegment creates the empty segment file for base and makes its

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/augur-log/augur/internal/synctrace"
 )
 
 // repairTmpSuffix names the file a repair writes before renaming it over
@@ -200,7 +198,7 @@ func (s *Store) writeRepaired(g *segment, path string, d DamagedRange, frames []
 	if _, err := io.Copy(f, io.NewSectionReader(g.f, after, g.size-after)); err != nil {
 		return fail(err)
 	}
-	if err := synctrace.Sync(f); err != nil {
+	if err := fsync(f); err != nil {
 		return fail(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

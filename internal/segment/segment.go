@@ -421,7 +421,7 @@ func (s *Store) sync(positions bool) error {
 	length := s.length
 	s.wmu.Unlock()
 	for _, f := range files {
-		if err := synctrace.Sync(f); err != nil && !errors.Is(err, os.ErrClosed) {
+		if err := fsync(f); err != nil && !errors.Is(err, os.ErrClosed) {
 			s.wmu.Lock()
 			s.failed = err
 			s.wmu.Unlock()
@@ -432,17 +432,19 @@ func (s *Store) sync(positions bool) error {
 	return nil
 }
 
+// syncLocked fsyncs the active segment and the positions file. It fsyncs
+// the segment even when nothing is dirty: a Sync that took the dirty
+// segment may still be fsyncing it, and noteSynced must not count those
+// records first.
 func (s *Store) syncLocked() error {
-	if s.activeDirty {
-		if err := synctrace.Sync(s.active().f); err != nil {
-			s.failed = err
-			return fmt.Errorf("segment: sync %s: %w", s.segmentPath(s.active().base), err)
-		}
-		s.activeDirty = false
+	if err := fsync(s.active().f); err != nil {
+		s.failed = err
+		return fmt.Errorf("segment: sync %s: %w", s.segmentPath(s.active().base), err)
 	}
+	s.activeDirty = false
 	s.noteSynced(s.length)
 	if s.posDirty {
-		if err := synctrace.Sync(s.pos); err != nil {
+		if err := fsync(s.pos); err != nil {
 			s.failed = err
 			return fmt.Errorf("segment: sync positions: %w", err)
 		}
@@ -500,4 +502,16 @@ func corruptf(format string, args ...any) error {
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// fsyncHook, when a test sets it, sees every file just before the store
+// fsyncs it. Nil outside tests.
+var fsyncHook func(f *os.File)
+
+// fsync fsyncs f (through synctrace, which tests of power loss watch).
+func fsync(f *os.File) error {
+	if fsyncHook != nil {
+		fsyncHook(f)
+	}
+	return synctrace.Sync(f)
 }

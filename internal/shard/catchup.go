@@ -44,9 +44,12 @@ import (
 // Gap is a run of local indexes [First, End) a copy must fetch. InPlace
 // says its log holds them damaged and takes them back with one
 // Log.Repair; otherwise they start at the log's length and are appended.
+// Tail says End is open (a rejoining copy's tail): the gap ends where the
+// source's log does, when its stream ends (StreamEnded).
 type Gap struct {
 	First, End uint64
 	InPlace    bool
+	Tail       bool
 }
 
 // CatchUpConfig says what a CatchUp fetches and how fast.
@@ -118,7 +121,12 @@ func NewCatchUp(cfg CatchUpConfig) (*CatchUp, error) {
 		if g.End <= g.First || i > 0 && g.First < cfg.Gaps[i-1].End {
 			return nil, fmt.Errorf("catch-up: gap [%d, %d) is empty or not after the one before it", g.First, g.End)
 		}
-		c.total += g.End - g.First
+		if g.Tail && i != len(cfg.Gaps)-1 {
+			return nil, fmt.Errorf("catch-up: the open gap from %d is not the last", g.First)
+		}
+		if !g.Tail {
+			c.total += g.End - g.First
+		}
 	}
 	c.gaps = append([]Gap(nil), cfg.Gaps...)
 	if len(c.gaps) > 0 {
@@ -203,6 +211,9 @@ func (c *CatchUp) Received(now time.Time, first uint64, entries []segment.Entry,
 		clear(c.failed) // progress: the others may be back too
 	}
 	c.fetched += at - first
+	if g.Tail {
+		c.total += at - first
+	}
 	c.next = at
 	var w Write
 	var ok bool
@@ -242,13 +253,34 @@ func (c *CatchUp) Ended(lacks bool) {
 		}
 	}
 	// Nobody holds the rest of this gap. What was fetched of it stays
-	// fetched (appended, or lost with the rest when in place).
+	// fetched (appended, or lost with the rest when in place). An open
+	// gap has no rest that the shard must hold: the copy's owner tells
+	// whether what it has is enough.
+	if c.gaps[0].Tail {
+		c.nextGap()
+		return
+	}
 	c.lost = append(c.lost, Gap{First: c.gaps[0].First, End: c.gaps[0].End, InPlace: c.gaps[0].InPlace})
 	if !c.gaps[0].InPlace {
 		c.lost[len(c.lost)-1].First = c.next
 	}
 	c.pending = nil
 	c.nextGap()
+}
+
+// StreamEnded says the source's stream of the fetch in progress ended
+// cleanly. It completes an open (Tail) gap at what was fetched: the
+// source holds no more. Before the end of any other range, the source
+// lacks the rest (Ended(true)).
+func (c *CatchUp) StreamEnded() {
+	if c.source < 0 || len(c.gaps) == 0 {
+		return
+	}
+	if c.gaps[0].Tail {
+		c.nextGap()
+		return
+	}
+	c.Ended(true)
 }
 
 // nextGap moves on to the next gap with every source to ask again.

@@ -54,6 +54,12 @@ type Log interface {
 	// first; entries cover exactly its indexes. Other input changes
 	// nothing and fails.
 	Repair(first uint64, entries []segment.Entry) error
+	// Truncate drops the entries at local indexes from on, for a copy
+	// whose tail the shard may have replaced (see Replica.PrepareRejoin):
+	// from lies in [Ordered, Len], runs stay as they are, and a no-op run
+	// that from cuts keeps its indexes below from. Once it returns the
+	// truncation survives a crash. Other input changes nothing and fails.
+	Truncate(from uint64) error
 }
 
 // Both logs implement Log.

@@ -385,3 +385,41 @@ func (m *MemLog) Repair(first uint64, entries []segment.Entry) error {
 	m.damaged = append(m.damaged[:i], m.damaged[i+1:]...)
 	return nil
 }
+
+// Truncate drops the local indexes from from on, checked as
+// segment.Store checks it: from lies in [Ordered, Len]; a no-op frame it
+// cuts keeps its indexes below from. What is left counts as synced.
+func (m *MemLog) Truncate(from uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr != nil {
+		return fmt.Errorf("memlog: truncate: %w", m.failErr)
+	}
+	if from < m.orderedLocked() || from > m.length || from < m.start {
+		return fmt.Errorf("memlog: truncate at %d: outside [%d, %d]", from, max(m.orderedLocked(), m.start), m.length)
+	}
+	if from == m.length {
+		return nil
+	}
+	k := sort.Search(len(m.frames), func(k int) bool { return m.frames[k].first+m.frames[k].covers() > from })
+	if k < len(m.frames) && m.frames[k].first < from {
+		m.frames[k].e.Noops = from - m.frames[k].first
+		k++
+	}
+	clear(m.frames[k:])
+	m.frames = m.frames[:k]
+	m.length = from
+	m.synced = min(m.synced, from)
+	m.syncLocked()
+	for i, d := range m.damaged {
+		if d.End > from {
+			m.damaged = m.damaged[:i]
+			if d.First < from {
+				d.End = from
+				m.damaged = append(m.damaged, d)
+			}
+			break
+		}
+	}
+	return nil
+}

@@ -271,6 +271,19 @@ type Replica[W comparable] struct {
 	// never assigns positions, nor denies appends, from there on.
 	replacedFrom atomic.Uint64
 
+	// Rejoin (see rejoin.go). outEpoch is the last configuration its
+	// owner gave that leaves the copy out, rejoinFrom the one it catches
+	// up from (owner only); asked is the one it asked to join in (0:
+	// none), which the next one's primary may join it from. pending are
+	// the cuts it keeps for entries it does not hold yet (owner only;
+	// pendingCount mirrors their number), orderWant how many entries the
+	// cuts it heard of order.
+	outEpoch, rejoinFrom uint64
+	asked                atomic.Uint64
+	pending              []Cut
+	pendingCount         atomic.Int32
+	orderWant            uint64
+
 	// staged is the batch Propose admitted and Store writes; stagedWaiters
 	// are its appends' waiters. Both are reused from batch to batch.
 	staged        []segment.Entry
@@ -540,6 +553,9 @@ func (r *Replica[W]) Ingest(entries []segment.Entry, out *Output[W]) {
 // Tick lets a live primary's ordering mode act at time now: fill no-ops it
 // owes, report at a point it reached, and say when to wake next.
 func (r *Replica[W]) Tick(now time.Time, out *Output[W]) {
+	if r.pendingCount.Load() > 0 && r.primary == nil {
+		r.applyPending(out)
+	}
 	if !r.serving() {
 		return
 	}
@@ -697,7 +713,7 @@ var ErrFenced = errors.New("from an older configuration (fenced)")
 func (r *Replica[W]) Join(epoch uint64) (length, held uint64, err error) {
 	r.replMu.Lock()
 	defer r.replMu.Unlock()
-	if r.Role() != RoleBackup {
+	if r.Role() != RoleBackup && !r.becomeBackupLocked(epoch) {
 		return 0, 0, fmt.Errorf("shard %d: %w", r.id, errNotBackup)
 	}
 	for {
@@ -768,15 +784,26 @@ func (r *Replica[W]) Replicated(epoch, first uint64, entries []segment.Entry) (h
 // each joined, it admits, fills and reports nothing. It reports whether it applied m.
 func (r *Replica[W]) Reconfigure(m Membership, now time.Time, out *Output[W]) (applied bool) {
 	cur := r.Role()
-	if m.Epoch <= r.cfgEpoch || cur == RoleFenced {
+	if m.Epoch <= r.cfgEpoch {
 		return false
 	}
 	r.cfgEpoch = m.Epoch
-	if cur == RoleRecovered {
+	if cur == RoleRecovered || cur == RoleFenced {
 		if m.Role != RolePrimary && m.Role != RoleBackup {
 			r.distrustTail()
+			r.outEpoch = m.Epoch
+			return false
 		}
-		return false
+		// A copy that asked to rejoin is a backup of the configuration
+		// that took it in; any other stays out (a recovered copy a
+		// configuration still names as an earlier run of its server).
+		r.replMu.Lock()
+		joined := m.Role == RoleBackup && r.becomeBackupLocked(m.Epoch)
+		r.replMu.Unlock()
+		if joined {
+			out.Changed = true
+		}
+		return joined
 	}
 	for {
 		e := r.epoch.Load()
@@ -788,6 +815,7 @@ func (r *Replica[W]) Reconfigure(m Membership, now time.Time, out *Output[W]) (a
 	switch {
 	case m.Role != RolePrimary && m.Role != RoleBackup, cur == RolePrimary && m.Role == RoleBackup:
 		r.fence(out)
+		r.outEpoch = m.Epoch
 	case cur == RoleBackup && m.Role == RoleBackup:
 	case cur == RoleBackup:
 		r.promote(m, now, out)
@@ -970,13 +998,25 @@ func (r *Replica[W]) Gaps() []Gap {
 	return gaps
 }
 
-// Repair stores a catch-up's write (CatchUp.Received). It only touches
-// the log, which serializes it with the other writers, so it is safe for
-// concurrent use; the owner then wakes subscribers, as the range reads
-// again.
+// Repair stores a catch-up's write (CatchUp.Received): a damaged range
+// put back in place, or, on a copy out of its shard's configuration that
+// prepared to rejoin, entries appended at its length. It only touches the
+// log, which serializes it with the other writers, so it is safe for
+// concurrent use; the owner then wakes subscribers (the range reads
+// again) and ticks the copy (cuts may wait for the entries).
 func (r *Replica[W]) Repair(w Write) error {
 	if !w.InPlace {
-		return fmt.Errorf("shard %d: catch-up write at %d: only damaged ranges are repaired in place here", r.id, w.First)
+		role := r.Role()
+		if role != RoleRecovered && role != RoleFenced {
+			return fmt.Errorf("shard %d: catch-up write at %d: a %v copy takes its entries from its primary: %w", r.id, w.First, role, ErrRejoined)
+		}
+		if n := r.log.Len(); w.First != n {
+			return fmt.Errorf("shard %d: catch-up write at %d, the log holds %d", r.id, w.First, n)
+		}
+		if _, err := r.log.Append(w.Entries); err != nil {
+			return fmt.Errorf("shard %d: catch-up: %w", r.id, err)
+		}
+		return nil
 	}
 	if err := r.log.Repair(w.First, w.Entries); err != nil {
 		return fmt.Errorf("shard %d: repair: %w", r.id, err)
@@ -996,6 +1036,17 @@ func (r *Replica[W]) Trim(global uint64) error { return r.log.Trim(global) }
 func (r *Replica[W]) ApplyCut(c Cut, out *Output[W]) {
 	out.Changed = true
 	defer func() { r.lastCut = max(r.lastCut, c.Index) }()
+	if c.Index > r.lastCut && c.Slice.Count > 0 {
+		r.orderWant = max(r.orderWant, c.Slice.LocalStart+c.Slice.Count)
+	}
+	r.orderWant = max(r.orderWant, c.OrderedAtLeast)
+	if r.queueing() && r.primary == nil {
+		if c.Index > r.lastCut && c.Slice.Count > 0 && c.Slice.LocalStart+c.Slice.Count > r.log.Ordered() {
+			r.queueCut(c)
+		}
+		r.applyPending(out)
+		return
+	}
 	if c.Index > r.lastCut && c.Slice.Count > 0 && !r.lost.Load() {
 		sl := c.Slice
 		ordered, length := r.log.Ordered(), r.log.Len()

@@ -87,6 +87,7 @@ func (sh *shard) catchUp(c *copyOf) {
 	inc := c.inc
 	killSource := c.killSource
 	c.killSource = false
+	c.repairing = true
 	var step func()
 	step = func() {
 		if c.inc != inc {
@@ -94,6 +95,8 @@ func (sh *shard) catchUp(c *copyOf) {
 		}
 		if cu.Done() {
 			s.tracef("shard %d: %s caught up (lost %v)", sh.id, c.name(), cu.Lost())
+			c.repairing = false
+			sh.maybeRejoin(c)
 			return
 		}
 		f, ok := cu.Next()

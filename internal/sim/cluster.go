@@ -140,6 +140,8 @@ type stats struct {
 	// ranges repaired from the other copy, sourceDeaths the repairs
 	// whose source died mid-copy.
 	damaged, repairs, sourceDeaths uint64
+	// rejoins counts the copies taken back into their configuration.
+	rejoins uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
@@ -148,6 +150,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 	sc := newScenario(r, mode, f)
 	sc.planCopies(replicas, rand.New(rand.NewPCG(seed, 0xc0b1e5)))
 	sc.planDamage(rand.New(rand.NewPCG(seed, 0xda3a6e)))
+	sc.planRejoin(rand.New(rand.NewPCG(seed, 0x2e7015)))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -284,6 +287,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 			}
 			target := sh.copies[x.copies[0]]
 			target.damage, target.killSource = x.damage, x.sourceDies
+			target.rejoinSourceDies, target.diesRejoining = x.rejoinSourceDies, x.diesRejoining
 			if len(x.copies) == len(sh.copies) {
 				// A power loss takes the whole replica group.
 				s.tracef("shard %d loses power", sh.id)
@@ -618,6 +622,9 @@ func (s *cluster) commit(c cut.Cut) {
 	}
 	for _, sl := range parts {
 		sh := s.shards[sl.Shard]
+		if sh != nil && sl.Count > 0 {
+			sh.checkSynced(c.Index, sl.LocalStart+sl.Count)
+		}
 		if s.powerLoss && !s.powerLost && sl.Count > 0 && sh != nil && sh.alive && !sh.leaving &&
 			s.now.After(s.start.Add(50*time.Millisecond)) {
 			// The power fails on the shard's servers as the cut commits,

@@ -128,6 +128,7 @@ type lazyStats struct {
 	acked, unknown, batches, views, noops, scrubbed   uint64
 	seqCrashes, leaderCrashes, shardCrashes, clientCr uint64
 	fastReads, slowReads, readTimeouts, lost, dups    uint64
+	failovers                                         uint64
 	// ringFull counts the appends a full sequencing ring pushed back.
 	ringFull uint64
 }
@@ -154,6 +155,9 @@ type lazyRun struct {
 	clients []*lazyClient
 	readers []*lazyReader
 	links   map[[2]string]*link
+
+	// shardConf is each shard's configuration (lazyfailover.go).
+	shardConf []lazyShardConf
 
 	recs   []lazyRec
 	byID   map[lazy.RecordID]int
@@ -187,13 +191,16 @@ func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
 		members = append(members, q.id)
 	}
 	for s := range w.sc.shards {
+		w.shardConf = append(w.shardConf, lazyShardConf{epoch: 1, members: []int{0, 1}})
 		var reps []*shardNode
 		for j := range 2 {
 			n := &shardNode{node: node{name: shardNodeName(cut.ShardID(s), j), up: true}, w: w, shard: cut.ShardID(s), idx: j}
-			n.boot()
 			reps = append(reps, n)
 		}
 		w.shards = append(w.shards, reps)
+	}
+	for _, n := range w.allShardNodes() {
+		n.boot()
 	}
 	// The cluster starts in view 1, led by the first replica.
 	w.ctl = &lazyControl{node: node{name: "ctl", up: true}, w: w, cfg: lazy.SeqConfig{View: 1, Replicas: members, Leader: 1}}
@@ -302,17 +309,21 @@ func (w *lazyRun) crash(c lazyCrash) {
 		w.stats.seqCrashes++
 		victim.crash(c.down)
 	case crashShardPrimary, crashShardBackup:
-		sh := w.shards[w.r.IntN(len(w.shards))]
+		s := cut.ShardID(w.r.IntN(len(w.shards)))
+		sh := w.members(s)
+		if len(sh) < 2 || !sh[0].up || !sh[1].up {
+			retry()
+			return
+		}
 		n := sh[0]
 		if c.kind == crashShardBackup {
 			n = sh[1]
 		}
-		if !sh[0].up || !sh[1].up {
-			retry()
-			return
-		}
 		w.stats.shardCrashes++
 		n.crash(c.down)
+		if c.kind == crashShardPrimary {
+			w.after(lazyDetectAfter, func() { w.takeOut(n) })
+		}
 	case crashClient:
 		for _, cl := range w.clients {
 			if cl.up {
@@ -431,7 +442,7 @@ func (c *lazyControl) handle(out lazy.ReconfigOutput) {
 	}
 	if m := out.Map; m != nil {
 		for _, sh := range w.shards {
-			sh[0].sendMap(&c.node, *m, func(a lazy.MappingAck) {
+			w.primary(sh[0].shard).sendMap(&c.node, *m, func(a lazy.MappingAck) {
 				if c.rc == rc {
 					c.handle(rc.MapAcked(a))
 				}
@@ -537,7 +548,7 @@ func (q *seqNode) resend(o *lazy.Orderer) {
 	p := o.Pending()
 	if p.Map != nil {
 		for _, s := range o.MissingShards() {
-			q.w.shards[s][0].sendMap(&q.node, *p.Map, q.mapAcked(o))
+			q.w.primary(s).sendMap(&q.node, *p.Map, q.mapAcked(o))
 		}
 	}
 	if p.GC != nil {
@@ -558,7 +569,7 @@ func (q *seqNode) carry(o *lazy.Orderer, out lazy.OrdererOutput) {
 	w := q.w
 	if out.Map != nil {
 		for _, sh := range w.shards {
-			sh[0].sendMap(&q.node, *out.Map, q.mapAcked(o))
+			w.primary(sh[0].shard).sendMap(&q.node, *out.Map, q.mapAcked(o))
 		}
 	}
 	if out.GC != nil {
@@ -658,20 +669,26 @@ func (n *shardNode) boot() {
 	for i, r := range n.log {
 		st.Records = append(st.Records, lazy.StoredRecord{ID: n.w.recs[r.rec].id, Local: uint64(i), View: r.view})
 	}
-	cfg := lazy.ShardConfig{ID: n.shard, Primary: n.idx == 0, Epoch: 1, NoopAfter: lazyNoopAfter}
-	if n.idx == 0 {
-		cfg.Backups = []string{shardNodeName(n.shard, 1)}
+	n.core = lazy.NewShard[int](n.shardConfig(), st)
+	if !n.w.isMember(n) && n.w.plant != bugLazyOutStaysIn {
+		n.core.Leave(n.w.shardConf[n.shard].epoch)
 	}
-	n.core = lazy.NewShard[int](cfg, st)
 	n.reads = map[int]func(lazy.ReadAnswer[int], error){}
-	if n.idx == 0 {
-		n.w.every(&n.node, lazyResendEvery, func() {
-			b := n.w.shards[n.shard][1]
+	n.w.every(&n.node, lazyResendEvery, func() {
+		if n.core.Epoch() < n.w.shardConf[n.shard].epoch {
+			// The shard table's events reach every server in the end
+			// (they catch up on missed ones).
+			n.follow()
+		}
+		if !n.core.Primary() {
+			return
+		}
+		for _, b := range n.w.members(n.shard)[1:] {
 			if ps := n.core.Resend(b.name); len(ps) > 0 {
 				n.w.send(n.name, &b.node, func() { b.place(ps) })
 			}
-		})
-	}
+		}
+	})
 	n.w.every(&n.node, lazyScrubEvery, func() { n.w.stats.scrubbed += uint64(len(n.core.Scrub())) })
 }
 
@@ -688,13 +705,23 @@ func (n *shardNode) crash(down time.Duration) {
 
 func (n *shardNode) accept(rec int, view uint64) error {
 	var out lazy.ShardOutput[int]
-	_, fresh, err := n.core.Accept(n.w.recs[rec].id, view, &out)
+	local, fresh, err := n.core.Accept(n.w.recs[rec].id, view, &out)
 	if err != nil {
 		return err
 	}
-	if fresh {
+	switch {
+	case fresh:
 		n.log = append(n.log, logRec{rec: rec, view: view})
-	} else {
+	case local < uint64(len(n.log)):
+		// A retry in a newer view keeps the record from the scrub of the
+		// views before it, across a restart too: the view it was last
+		// appended in is persisted with it (with the view it was first
+		// stored in, a restarted replica scrubbed an acknowledged
+		// record whose metadata the newer view ordered, and bound a
+		// no-op for it once it became primary).
+		n.log[local].view = max(n.log[local].view, view)
+		n.w.stats.dups++
+	default:
 		n.w.stats.dups++
 	}
 	n.carry(out)
@@ -719,15 +746,16 @@ func (n *shardNode) carry(out lazy.ShardOutput[int]) {
 	w := n.w
 	if p := out.Place; p != nil {
 		n.places = append(n.places, *p)
-		if n.idx == 0 {
-			b := w.shards[n.shard][1]
-			ps := []lazy.Placement{*p}
-			w.send(n.name, &b.node, func() { b.place(ps) })
+		if n.core.Primary() {
+			for _, b := range w.members(n.shard)[1:] {
+				ps := []lazy.Placement{*p}
+				w.send(n.name, &b.node, func() { b.place(ps) })
+			}
 		}
 	}
 	w.stats.noops += uint64(len(out.Voided))
 	if len(out.Fetch) > 0 {
-		p := w.shards[n.shard][0]
+		p := w.primary(n.shard)
 		ids := out.Fetch
 		w.send(n.name, &p.node, func() {
 			var found []lazy.RecordID
@@ -753,11 +781,11 @@ func (n *shardNode) carry(out lazy.ShardOutput[int]) {
 		})
 	}
 	if out.Applied {
-		p := w.shards[n.shard][0]
-		seq, name := out.AppliedSeq, n.name
+		p := w.primary(n.shard)
+		term, seq, name := out.AppliedTerm, out.AppliedSeq, n.name
 		w.send(n.name, &p.node, func() {
 			var o lazy.ShardOutput[int]
-			p.core.BackupApplied(name, seq, &o)
+			p.core.BackupApplied(name, term, seq, &o)
 			p.carry(o)
 		})
 	}

@@ -101,7 +101,8 @@ func (c *lazyClient) send(op *lazyOp) {
 			})
 		})
 	}
-	for j, n := range w.shards[r.shard] {
+	for _, n := range w.members(r.shard) {
+		j := n.idx
 		if op.dataAcked[j] {
 			continue
 		}
@@ -135,12 +136,13 @@ func (c *lazyClient) answered(op *lazyOp, view uint64, ok func(), err error) {
 	}
 	ok()
 	seqs := len(op.seqAcked)
-	if w.plant == bugLazyAckEarly && seqs > 0 && seqs < len(c.cfg.Replicas) && len(op.dataAcked) == 2 {
+	data := w.dataAcked(r.shard, op)
+	if w.plant == bugLazyAckEarly && seqs > 0 && seqs < len(c.cfg.Replicas) && data {
 		// Returns before every sequencing replica holds the metadata.
 		w.planted = true
 		seqs = len(c.cfg.Replicas)
 	}
-	if seqs < len(c.cfg.Replicas) || len(op.dataAcked) < 2 {
+	if seqs < len(c.cfg.Replicas) || !data {
 		return
 	}
 	r.acked, r.ret = true, w.elapsed()
@@ -207,8 +209,8 @@ func (rd *lazyReader) step() {
 		return
 	}
 	rd.busy = true
-	sh := w.shards[w.r.IntN(len(w.shards))]
-	rd.readAt(sh[w.r.IntN(2)], rd.next, w.elapsed(), 0)
+	sh := w.members(cut.ShardID(w.r.IntN(len(w.shards))))
+	rd.readAt(sh[w.r.IntN(len(sh))], rd.next, w.elapsed(), 0)
 }
 
 func (rd *lazyReader) readAt(n *shardNode, pos uint64, call time.Duration, hops int) {
@@ -232,7 +234,8 @@ func (rd *lazyReader) readAt(n *shardNode, pos uint64, call time.Duration, hops 
 						w.errorf("%s: position %d redirected in circles", rd.name, pos)
 						return
 					}
-					rd.readAt(w.shards[a.Shard][w.r.IntN(2)], pos, call, hops+1)
+					sh := w.members(a.Shard)
+					rd.readAt(sh[w.r.IntN(len(sh))], pos, call, hops+1)
 				case a.Noop:
 					w.noopRd = append(w.noopRd, check.Read{Client: uint64(1000 + len(w.readers)), Pos: pos, Call: call, Return: w.elapsed()})
 					rd.next, rd.busy = pos+1, false
@@ -245,4 +248,15 @@ func (rd *lazyReader) readAt(n *shardNode, pos uint64, call time.Duration, hops 
 			})
 		})
 	})
+}
+
+// dataAcked says every replica of shard s's current configuration holds
+// op's data: a replica taken out is no longer waited for.
+func (w *lazyRun) dataAcked(s cut.ShardID, op *lazyOp) bool {
+	for _, n := range w.members(s) {
+		if !op.dataAcked[n.idx] {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/augur-log/augur/internal/check"
+	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 )
 
@@ -24,10 +25,11 @@ func (w *lazyRun) verify() {
 			w.errorf("%v", err)
 		}
 	}
-	// The stable end every replica serves.
+	// The stable end every replica of the shards' configurations serves
+	// (one taken out keeps the end it had, and is checked up to it).
 	end := ^uint64(0)
-	for _, sh := range w.shards {
-		for _, n := range sh {
+	for s := range w.shards {
+		for _, n := range w.members(cut.ShardID(s)) {
 			end = min(end, n.core.Readable())
 		}
 	}
@@ -36,8 +38,9 @@ func (w *lazyRun) verify() {
 	where := map[string]uint64{}
 	for s, sh := range w.shards {
 		for _, n := range sh {
-			l := check.Log{Reader: n.name, End: end, Shards: []uint32{uint32(s)}}
-			for pos := range end {
+			nEnd := min(end, n.core.Readable())
+			l := check.Log{Reader: n.name, End: nEnd, Shards: []uint32{uint32(s)}}
+			for pos := range nEnd {
 				var out lazy.ShardOutput[int]
 				if err := n.core.Read(-1, pos, &out); err != nil || len(out.Reads) != 1 {
 					w.errorf("%s: position %d below the stable end %d unreadable: %v", n.name, pos, end, err)
@@ -55,7 +58,7 @@ func (w *lazyRun) verify() {
 				r := w.recs[rec]
 				e := check.Entry{Pos: pos, Shard: r.shard, Record: r.name}
 				l.Entries = append(l.Entries, e)
-				if n.idx == 0 {
+				if n == w.primary(cut.ShardID(s)) {
 					final.Entries = append(final.Entries, e)
 					if _, dup := where[r.name]; !dup {
 						where[r.name] = pos
@@ -68,11 +71,15 @@ func (w *lazyRun) verify() {
 	// Every replica names the same shard for every position.
 	for pos := range end {
 		var owner uint32
-		for i, n := range w.allShardNodes() {
+		seen := false
+		for _, n := range w.allShardNodes() {
 			var out lazy.ShardOutput[int]
+			if pos >= n.core.Readable() {
+				continue
+			}
 			n.core.Read(-1, pos, &out)
-			if i == 0 {
-				owner = out.Reads[0].Shard
+			if !seen {
+				owner, seen = out.Reads[0].Shard, true
 			} else if out.Reads[0].Shard != owner {
 				w.errorf("invariant 2: position %d: %s says shard %d, another replica shard %d", pos, n.name, out.Reads[0].Shard, owner)
 				return
@@ -143,9 +150,9 @@ func sortEntries(es []check.Entry) {
 func (w *lazyRun) summary() string {
 	st := w.stats
 	return fmt.Sprintf("%d steps, %d appends (%d acknowledged, %d unknown, %d duplicates stored once), %d batches, %d views, %d no-ops, %d orphans scrubbed; "+
-		"%d sequencing crashes (%d leaders), %d shard replica crashes, %d client crashes; %d fast reads, %d slow (%d timed out); %d appends pushed back by a full ring; %d messages lost",
+		"%d sequencing crashes (%d leaders), %d shard replica crashes (%d primaries failed over), %d client crashes; %d fast reads, %d slow (%d timed out); %d appends pushed back by a full ring; %d messages lost",
 		w.steps, len(w.recs), st.acked, st.unknown, st.dups, st.batches, st.views, st.noops, st.scrubbed,
-		st.seqCrashes, st.leaderCrashes, st.shardCrashes, st.clientCr, st.fastReads, st.slowReads, st.readTimeouts, st.ringFull, st.lost)
+		st.seqCrashes, st.leaderCrashes, st.shardCrashes, st.failovers, st.clientCr, st.fastReads, st.slowReads, st.readTimeouts, st.ringFull, st.lost)
 }
 
 // runLazy runs one seed of lazy order.
@@ -161,7 +168,7 @@ func runLazy(seed uint64, o Options) Result {
 	return Result{
 		Seed: seed, Mode: Lazy, Faults: o.Faults, Scenario: w.sc.String(), Summary: w.summary(), Errs: w.errs, Steps: w.steps,
 		Crashes: w.stats.shardCrashes, SeqCrashes: w.stats.seqCrashes, LeaderCrashes: w.stats.leaderCrashes,
-		ClientCrashes: w.stats.clientCr, Views: w.stats.views, Noops: w.stats.noops, RingFull: w.stats.ringFull, planted: w.planted,
+		ClientCrashes: w.stats.clientCr, Views: w.stats.views, Noops: w.stats.noops, RingFull: w.stats.ringFull, Failovers: w.stats.failovers, planted: w.planted,
 	}
 }
 

@@ -84,6 +84,10 @@ type crash struct {
 	// damaged, which it repairs from the other copy; sourceDies crashes
 	// that copy after the repair's first batch (see planDamage).
 	damage, sourceDies bool
+	// rejoinSourceDies crashes the source of the rejoin that follows the
+	// restart after its first batch, diesRejoining the rejoining copy
+	// (see planRejoin).
+	rejoinSourceDies, diesRejoining bool
 }
 
 // What a crash takes, as drawn.

@@ -105,6 +105,14 @@ type copyOf struct {
 	// cannot reach it until the leader takes it out.
 	repl, acks link
 	refusedIn  uint64
+	// rejoinFor is one more than the incarnation whose rejoin runs (0:
+	// none); rejoinSourceDies and diesRejoining fail that rejoin (see
+	// planRejoin).
+	rejoinFor                       int
+	rejoinSourceDies, diesRejoining bool
+	// repairing says the copy's repair of damaged ranges runs: a rejoin,
+	// which may drop some of them with the tail, waits for it.
+	repairing bool
 }
 
 func (c *copyOf) name() string {
@@ -404,6 +412,7 @@ func (sh *shard) join(p *copyOf) {
 				p.r.BackupJoined(bk.server, epoch, length, held, tailFrom, tail, s.now, &out)
 				s.stats.joins++
 				sh.carry(p, &out)
+				sh.tick()
 			})
 		})
 	}
@@ -564,6 +573,11 @@ func (sh *shard) noteDurable() {
 func (c *copyOf) unsynced() {
 	s := c.sh.s
 	if s.plant == bugSkipSync {
+		s.planted = true
+		return
+	}
+	if s.plant == bugBackupSkipsSync && c.r.Role() == core.RoleBackup {
+		s.planted = true
 		return
 	}
 	if s.sc.sync == syncAlways {
@@ -586,6 +600,25 @@ func (c *copyOf) unsynced() {
 			_ = c.log.Sync()
 		}
 	})
+}
+
+// checkSynced checks, as a cut orders shard sh's entries below end, what
+// the durable default promises: every copy in the shard's configuration
+// fsynced them before they counted as durable, so a power loss of every
+// server keeps them. (A crashed copy kept only what it synced anyway.)
+func (sh *shard) checkSynced(cut, end uint64) {
+	s := sh.s
+	if s.sc.sync != syncAlways {
+		return // the opt-out's documented risk
+	}
+	for i, c := range sh.copies {
+		if !sh.member[i] || !c.up || c.crashed {
+			continue
+		}
+		if n, synced := c.log.Len(), c.log.SyncedLen(); n >= end && synced < end {
+			s.errorf("invariant 1: cut %d orders shard %d's entries below %d, which %s holds but fsynced only below %d", cut, sh.id, end, c.name(), synced)
+		}
+	}
 }
 
 // answer sends a core's answers to the appends' clients (one message
@@ -660,6 +693,9 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 	if row != nil && !sh.finalized && row.Epoch > sh.epoch {
 		sh.reconfigure(row, snap)
 	}
+	if len(mine) > 0 {
+		sh.checkMembersHoldOrdered()
+	}
 	if sh.finalized {
 		sh.accepting = false
 		sh.resolve()
@@ -680,9 +716,14 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 	sh.epoch = row.Epoch
 	old := sh.prim
 	for i, c := range sh.copies {
+		was := sh.member[i]
 		sh.member[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server })
 		if !sh.member[i] && !c.leftOut {
 			c.leftOut, c.leftOutAfter = true, sh.knownCut.Index
+		}
+		if sh.member[i] && !was {
+			c.leftOut = false
+			sh.checkRejoined(c, snap.LastCut.Len(sh.id))
 		}
 		if row.Replicas[0].ID == c.server {
 			sh.prim = i
@@ -720,6 +761,7 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 			joining = c
 		}
 		sh.carry(c, &out)
+		sh.maybeRejoin(c)
 	}
 	if joining != nil {
 		// Once the truth follows the new configuration: a join may adopt
@@ -899,10 +941,11 @@ func (sh *shard) heartbeat() {
 			return
 		}
 		sh.sendReport()
-		for i, c := range sh.copies {
-			if sh.member[i] {
-				sh.beat(c)
-			}
+		// Every server that runs heartbeats, in a configuration or not,
+		// as a storage server does: a restarted one that rejoins is
+		// known as its new incarnation by then.
+		for _, c := range sh.copies {
+			sh.beat(c)
 		}
 		p := sh.primary()
 		for _, bk := range sh.backups() {
@@ -1038,7 +1081,7 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	if c.log.Len() < before {
 		s.stats.lostTails++
 	}
-	c.up, c.crashed, c.syncArmed, c.wakeAt = false, true, false, time.Time{}
+	c.up, c.crashed, c.syncArmed, c.wakeAt, c.repairing = false, true, false, time.Time{}, false
 	c.inc++
 	s.stats.crashes++
 	s.tracef("shard %d: %s crashes (stored %d, synced %d, kept %d after the crash; durable %d)", sh.id, c.name(), before, synced, c.log.Len(), sh.durable)
@@ -1113,6 +1156,9 @@ func (sh *shard) restart(c *copyOf) {
 	c.r = core.NewReplica[int64](core.Config{ID: sh.id, Role: core.RoleRecovered, LastCut: last}, c.log)
 	c.ord = nil
 	c.up = true
+	// A storage server heartbeats as it starts: the leader knows its new
+	// incarnation before it can rejoin.
+	sh.beat(c)
 	s.tracef("shard %d: %s restarts read-only (%d entries, %d ordered, last cut %d)", sh.id, c.name(), c.log.Len(), c.log.Ordered(), last)
 	var out core.Output[int64]
 	// As a storage server replays the events: the configuration that left
@@ -1153,6 +1199,7 @@ func (sh *shard) restart(c *copyOf) {
 		sh.feed.replay(c, replayed)
 	}
 	sh.catchUp(c)
+	sh.maybeRejoin(c)
 }
 
 // readEntries returns the entries of log at local [from, to), a no-op run

@@ -209,11 +209,23 @@ const (
 	// the same thing): the crash of the primary and that backup loses
 	// what the third never got, though the cuts ordered it.
 	bugDurableOnOneBackup
+	// bugLazyOutStaysIn: a lazy shard primary taken out of its
+	// configuration does not leave it: it follows stable-gp over the
+	// placements the promoted backup's order replaced.
+	bugLazyOutStaysIn
 	// bugTrustReplacedTail: a storage server does not tell a copy it
 	// restarted with that a configuration left it out, so the copy
 	// orders a tail its shard never made durable, which the new primary
 	// replaced.
 	bugTrustReplacedTail
+	// bugBackupSkipsSync: a backup acknowledges what it wrote without
+	// the fsync the durable default demands first (the primary fsyncs as
+	// it should).
+	bugBackupSkipsSync
+	// bugRejoinBehind: a storage server asks to rejoin its copy's shard
+	// without catching up, saying it holds what the configuration's
+	// replica holds.
+	bugRejoinBehind
 )
 
 // Result is the outcome of one seed.
@@ -250,6 +262,9 @@ type Result struct {
 	// file, Repairs the ranges repaired from the other copy, and
 	// SourceDeaths the repairs whose source died mid-copy.
 	Damaged, Repairs, SourceDeaths uint64
+	// Rejoins counts the copies taken back into their shard's
+	// configuration after catching up.
+	Rejoins uint64
 	// Player says the seed ran the exactly-once player; TargetCrashes and
 	// PlayerRestarts count its faults.
 	Player                        bool
@@ -306,6 +321,9 @@ func Run(seed uint64, o Options) Result {
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
 		s.sc.sync = syncAlways // the durable default, which survives it
 	}
+	if o.plant == bugBackupSkipsSync {
+		s.sc.sync = syncAlways // the setting whose promise it breaks
+	}
 	s.raftPowerLoss, s.raftSyncOptOut = o.raftPowerLoss, o.raftSyncOptOut
 	if o.raftSyncOptOut {
 		s.after(raftWritebackEvery, s.ld.writeback)
@@ -320,7 +338,7 @@ func Run(seed uint64, o Options) Result {
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
-		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths,
+		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths, Rejoins: s.stats.rejoins,
 		planted: s.planted,
 	}
 	if p := s.player; p != nil {
@@ -367,6 +385,7 @@ type Tally struct {
 	Joins, PairCrashes                         uint64
 	ThreeServers                               int
 	Damaged, Repairs, SourceDeaths             uint64
+	Rejoins                                    uint64
 	// Player counts the seeds that ran the player; TargetCrashes and
 	// PlayerRestarts sum their faults.
 	Player                        int
@@ -399,6 +418,7 @@ func Count(rs []Result) Tally {
 		t.Damaged += r.Damaged
 		t.Repairs += r.Repairs
 		t.SourceDeaths += r.SourceDeaths
+		t.Rejoins += r.Rejoins
 		t.SeqCrashes += r.SeqCrashes
 		t.LeaderCrashes += r.LeaderCrashes
 		t.ClientCrashes += r.ClientCrashes
@@ -433,11 +453,11 @@ func Count(rs []Result) Tally {
 
 func (t Tally) String() string {
 	if t.Lazy > 0 {
-		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes, %d client crashes, %d no-ops, %d appends pushed back by a full ring",
-			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.ClientCrashes, t.Noops, t.RingFull)
+		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over), %d client crashes, %d no-ops, %d appends pushed back by a full ring",
+			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull)
 	}
-	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d repairs lost their source mid-copy), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
-		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
+	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
+		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }
 
 func (s *cluster) summary() string {

@@ -46,14 +46,19 @@ func TestSeeds(t *testing.T) {
 			if m == Spec && n >= 40 && tally.SoleHolder == 0 {
 				t.Errorf("no seed failed a shard while it held the only quota")
 			}
+			// Restarted and fenced replicas rejoin their shards in eager
+			// order; that path must not drop out of the mix either.
+			if m == Eager && faults.Crash && n >= 40 && tally.Rejoins == 0 {
+				t.Errorf("no replica rejoined its shard: %v", tally)
+			}
 			if m == Lazy {
 				// Every kind of lazy fault happens in some seed: the
 				// sequencing leader and followers crash (view changes
-				// follow), shard replicas and clients crash, data that
-				// never comes turns into no-ops, and full sequencing
-				// rings push appends back.
+				// follow), shard replicas and clients crash, shard
+				// primaries fail over, data that never comes turns into
+				// no-ops, and full sequencing rings push appends back.
 				if faults.Crash && n >= 40 && (tally.LeaderCrashes == 0 || tally.SeqCrashes == tally.LeaderCrashes ||
-					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0) {
+					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 || tally.Failovers == 0) {
 					t.Errorf("some lazy fault never struck: %v", tally)
 				}
 				return
@@ -115,12 +120,16 @@ func TestPlantedBugs(t *testing.T) {
 		{"a confirmed position is revised", Spec, bugRevise, "invariant 4", 0},
 		{"appends are answered before they are ordered", Eager, bugEarlyAck, "invariant 3", 1},
 		{"appends are answered before they are ordered (spec)", Spec, bugEarlyAck, "invariant 3", 1},
-		// The power loss takes ordered records from every copy: the
-		// clients whose answers it cut off can never resolve them (and
-		// readers never get them). Speculative subscribers already hold
-		// what it takes (they got it before it was ordered), so the
-		// eager mode shows it.
-		{"servers answer and acknowledge before they fsync", Eager, bugSkipSync, "completion", 0},
+		// The first cut orders records no copy fsynced; had that check
+		// not caught it, the power loss would take them from every copy,
+		// and the clients whose answers it cut off could never resolve
+		// them (TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut
+		// shows that for the opt-out).
+		{"servers answer and acknowledge before they fsync", Eager, bugSkipSync, "fsynced only below", 0},
+		// A backup that acknowledges before its fsync loses nothing to a
+		// power loss while the primary's copy survives, so the check at
+		// each cut (every copy fsynced what it orders) catches it.
+		{"a backup acknowledges before it fsyncs", Eager, bugBackupSkipsSync, "fsynced only below", 0},
 		// A target of the player applies one entry twice: the player's
 		// check over the targets' applied sequences catches it.
 		{"a player's target applies an entry twice", Eager, bugApplyTwice, "invariant 6", 0},
@@ -332,6 +341,11 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// placement it holds exposes bindings a view change then
 		// rebinds: a later reader sees another record there.
 		{"a shard serves reads above stable-gp", bugLazyReadAhead, "invariant 2"},
+		// A primary taken out that goes on following stable-gp serves, as
+		// final, its own placement of the mapping in flight, which the
+		// promoted backup placed anew (with a no-op where the data had
+		// not come, or in another view's order).
+		{"a shard primary taken out stays in", bugLazyOutStaysIn, "invariant 2"},
 	}
 	const seeds = 200
 	for _, c := range cases {
@@ -448,5 +462,45 @@ func TestPlantedDurableOnOneBackup(t *testing.T) {
 	t.Logf("the planted bug struck in %d seeds and was caught in %d", struck, caught)
 	if caught < want {
 		t.Errorf("the planted bug struck in %d seeds and was caught in %d of the first %d, want %d", struck, caught, seeds, want)
+	}
+}
+
+// TestPlantedRejoinBehindIsCaught plants, in seeds where a restarted or
+// fenced copy rejoins its shard, a storage server that asks to rejoin
+// without catching up, saying it holds what the configuration's replica
+// holds: the leader's and the control state's checks take its word, and
+// the rejoin check must say that the copy was added back without the
+// entries the cuts ordered. The same seeds pass without the bug.
+func TestPlantedRejoinBehindIsCaught(t *testing.T) {
+	const want = 3
+	found := 0
+	for seed := uint64(0); seed < 60 && found < want; seed++ {
+		o := Options{Mode: Eager, Faults: AllFaults()}
+		r := Run(seed, o)
+		if r.Rejoins == 0 {
+			continue
+		}
+		if r.Failed() {
+			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+		}
+		o.plant = bugRejoinBehind
+		r = Run(seed, o)
+		if !r.planted {
+			continue
+		}
+		caught := false
+		for _, e := range r.Errs {
+			if strings.Contains(e, "was added back to the configuration holding") {
+				caught = true
+				t.Logf("seed %d: %s", seed, e)
+				break
+			}
+		}
+		if caught {
+			found++
+		}
+	}
+	if found < want {
+		t.Errorf("the rejoin check caught a copy added back behind in only %d seeds, want %d", found, want)
 	}
 }

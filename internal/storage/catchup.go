@@ -57,6 +57,11 @@ func (s *Server) Fetch(req *pb.FetchRequest, stream pb.Replica_FetchServer) erro
 	if r.core.Lost() {
 		return status.Errorf(codes.FailedPrecondition, "fetch: %v", r.lostStatus())
 	}
+	if role := r.role(); req.WithRuns && role != rolePrimary && role != roleBackup {
+		// A copy out of the configuration may hold a tail the shard
+		// replaced: a rejoining copy copies only from a member.
+		return status.Errorf(codes.FailedPrecondition, "fetch: shard %d on %s is %v, not in the shard's configuration", req.Shard, s.cfg.ID, role)
+	}
 	if start := r.store.Start(); req.First < start {
 		return status.Errorf(codes.FailedPrecondition, "fetch: shard %d is trimmed below local index %d on %s", req.Shard, start, s.cfg.ID)
 	}
@@ -98,8 +103,54 @@ func (s *Server) Fetch(req *pb.FetchRequest, stream pb.Replica_FetchServer) erro
 		}
 		return status.Errorf(codes.Internal, "fetch: shard %d on %s: %v", req.Shard, s.cfg.ID, err)
 	}
-	flush(0)
-	return sendErr
+	end := resp.FirstLocal
+	for _, rec := range resp.Records {
+		end += max(rec.Noops, 1)
+	}
+	if !flush(0) {
+		return sendErr
+	}
+	if req.WithRuns {
+		return sendRuns(stream, r.store, req.RunsFrom, max(end, req.First))
+	}
+	return nil
+}
+
+// runsBatchMax bounds the runs of one FetchResponse.
+const runsBatchMax = 4096
+
+// sendRuns sends the runs of st that assign positions to local indexes
+// from from on, up to end (the entries the asker holds once it stored
+// what the stream sent).
+func sendRuns(stream pb.Replica_FetchServer, st *segment.Store, from, end uint64) error {
+	if from >= st.Ordered() {
+		return nil
+	}
+	g, ok := st.GlobalOf(from)
+	if !ok {
+		return status.Errorf(codes.FailedPrecondition, "fetch: positions of local index %d are trimmed", from)
+	}
+	resp := &pb.FetchResponse{}
+	for _, run := range st.Runs(g) {
+		if run.LocalStart+run.Count <= from {
+			continue
+		}
+		if run.LocalStart+run.Count > end {
+			break
+		}
+		resp.Runs = append(resp.Runs, &pb.LocalRun{Cut: run.Cut, CutStart: run.CutStart, CutEnd: run.CutEnd,
+			LocalStart: run.LocalStart, GlobalStart: run.GlobalStart, Count: run.Count})
+		if len(resp.Runs) == runsBatchMax {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			resp = &pb.FetchResponse{}
+		}
+	}
+	if len(resp.Runs) > 0 {
+		return stream.Send(resp)
+	}
+	return nil
 }
 
 // catchUpShow is what health shows of a replica's catch-up.
@@ -183,7 +234,7 @@ func (r *replica) repair(ctx context.Context) {
 			cu.Retry()
 			continue
 		}
-		if err := r.fetch(ctx, cu, srcs[f.Source], f, show); err != nil {
+		if err := r.fetch(ctx, cu, srcs[f.Source], f, nil, show); err != nil {
 			if ctx.Err() != nil || errors.Is(err, errStoreFailed) {
 				show()
 				return
@@ -202,7 +253,9 @@ func (r *replica) repair(ctx context.Context) {
 }
 
 // fetch runs one of cu's fetches on source, and tells cu how it ended.
-func (r *replica) fetch(ctx context.Context, cu *shard.CatchUp, src Peer, f shard.Fetch, show func()) (err error) {
+// With runsFrom, it asks for the source's positions from that local
+// index on too, and assigns them through the core (a rejoin).
+func (r *replica) fetch(ctx context.Context, cu *shard.CatchUp, src Peer, f shard.Fetch, runsFrom *uint64, show func()) (err error) {
 	lacks := false
 	defer func() {
 		if (err != nil || lacks) && !errors.Is(err, errStoreFailed) {
@@ -215,7 +268,11 @@ func (r *replica) fetch(ctx context.Context, cu *shard.CatchUp, src Peer, f shar
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := pb.NewReplicaClient(cc).Fetch(fctx, &pb.FetchRequest{ClusterId: r.srv.cfg.ClusterID, Shard: r.id, First: f.First, End: f.End})
+	req := &pb.FetchRequest{ClusterId: r.srv.cfg.ClusterID, Shard: r.id, First: f.First, End: f.End}
+	if runsFrom != nil {
+		req.WithRuns, req.RunsFrom = true, *runsFrom
+	}
+	stream, err := pb.NewReplicaClient(cc).Fetch(fctx, req)
 	if err != nil {
 		return err
 	}
@@ -227,8 +284,9 @@ func (r *replica) fetch(ctx context.Context, cu *shard.CatchUp, src Peer, f shar
 		}
 		resp, err := stream.Recv()
 		if err == io.EOF {
-			// A source that ends before the range did holds no more.
-			lacks = cu.Fetching()
+			// A source that ends before the range did holds no more (the
+			// end of an open gap's range).
+			cu.StreamEnded()
 			return nil
 		}
 		if err != nil {
@@ -237,6 +295,13 @@ func (r *replica) fetch(ctx context.Context, cu *shard.CatchUp, src Peer, f shar
 				lacks = true
 			}
 			return err
+		}
+		if len(resp.Runs) > 0 {
+			if err := r.assignFetched(ctx, resp.Runs); err != nil {
+				lacks = true
+				return err
+			}
+			continue
 		}
 		entries := make([]segment.Entry, len(resp.Records))
 		size := 0
@@ -250,7 +315,9 @@ func (r *replica) fetch(ctx context.Context, cu *shard.CatchUp, src Peer, f shar
 			return err
 		}
 		if ok {
-			if err := r.core.Repair(w); err != nil {
+			if err := r.core.Repair(w); errors.Is(err, shard.ErrRejoined) {
+				return err
+			} else if err != nil {
 				r.log.Error("catch-up: store the repaired records", "err", err)
 				return fmt.Errorf("%w: %v", errStoreFailed, err)
 			}

@@ -97,6 +97,13 @@ func (s *Server) health() []*pb.ReplicaHealth {
 	out := make([]*pb.ReplicaHealth, 0, len(rs))
 	for _, r := range rs {
 		h := &pb.ReplicaHealth{Shard: r.id, Lost: r.core.Lost(), Role: r.role().String(), CatchUp: r.catchUp.get(r.store)}
+		if role := r.role(); r.rejoining.Load() && (role == roleRecovered || role == roleFenced) {
+			h.Role = "catching-up"
+			if h.CatchUp == nil || h.CatchUp.Done {
+				// A repair under way says more.
+				h.CatchUp = r.rejoinShow.get(r.store)
+			}
+		}
 		for _, d := range r.store.Damaged() {
 			h.Damaged = append(h.Damaged, &pb.LocalRange{First: d.First, End: d.End})
 		}

@@ -149,7 +149,9 @@ func TestDamagedRecordIsRefusedThenRepairedFromThePeer(t *testing.T) {
 	if err := c.StartStorage(primary); err != nil {
 		t.Fatal(err)
 	}
-	h = awaitHealth(ctx, t, cl, addr, shardID, func(h *pb.ReplicaHealth) bool { return h.GetCatchUp().GetDone() })
+	h = awaitHealth(ctx, t, cl, addr, shardID, func(h *pb.ReplicaHealth) bool {
+		return h.GetCatchUp().GetDone() && !h.GetCatchUp().GetRejoin()
+	})
 	if len(h.Damaged) != 0 || h.CatchUp.Fetched != 1 || len(h.CatchUp.Lost) != 0 {
 		t.Fatalf("health of the backup after its repair: %v", h)
 	}
@@ -305,9 +307,11 @@ func TestReadOfARecordDamagedOnEveryReplicaSaysSo(t *testing.T) {
 
 // TestTornTailThatDroppedOrderedRecordsIsReportedLost cuts the last
 // record of a stopped backup's segment file in half, as a crash in the
-// middle of a write would, after a cut ordered it. The restarted backup
-// cannot follow the order any more: Ping must report its copy lost, and a
-// read of every record must still return them, from the primary.
+// middle of a write would, after a cut ordered it, and stops the primary
+// too, so the shard is final and the backup has nothing to rejoin. The
+// restarted backup cannot follow the order any more: Ping must report its
+// copy lost, and a read of every record must still return them, from the
+// restarted primary.
 func TestTornTailThatDroppedOrderedRecordsIsReportedLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole cluster")
@@ -336,11 +340,17 @@ func TestTornTailThatDroppedOrderedRecordsIsReportedLost(t *testing.T) {
 		}
 		acks = append(acks, a)
 	}
-	backup := c.StorageIDs()[1]
+	primary, backup := c.StorageIDs()[0], c.StorageIDs()[1]
 	if err := c.StopStorage(backup); err != nil {
 		t.Fatal(err)
 	}
 	tearAfter(t, filepath.Join(c.Dir(), backup), []byte(fmt.Sprintf("torn-%d-payload", n-1)))
+	// With its primary gone too the shard is final, so the torn copy has
+	// nothing to rejoin and nobody to catch up from (a live shard's copy
+	// gets the records back: TestRestartedReplicaCatchesUpAndRejoins).
+	if err := c.StopStorage(primary); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.StartStorage(backup); err != nil {
 		t.Fatal(err)
 	}
@@ -395,6 +405,9 @@ func TestTornTailThatDroppedOrderedRecordsIsReportedLost(t *testing.T) {
 	}
 	if got := m.GetGauge().GetValue(); got != 1 {
 		t.Fatalf("augur_replica_lost{server=%q} = %v, want 1", backup, got)
+	}
+	if err := c.StartStorage(primary); err != nil {
+		t.Fatal(err)
 	}
 	got, err := cl.ReadRange(ctx, acks[0].Position, n)
 	if err != nil {

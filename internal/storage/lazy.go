@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ const (
 	lazyPlaceTimeout = 2 * time.Second
 	// lazySubscribeBatchMax bounds the entries of one subscription message.
 	lazySubscribeBatchMax = 1024
+	// lazyScrubInterval is how often a replica forgets its orphans: data
+	// whose metadata no view will order (a client that failed between its
+	// data and its metadata). Their log space goes with the next trim.
+	lazyScrubInterval = time.Second
 )
 
 // lazyRead is one read waiting for stable-gp (the core holds it; no
@@ -51,19 +56,21 @@ type lazyRead struct {
 
 // lazyShard is this server's replica of one shard in lazy order.
 type lazyShard struct {
-	s       *Server
-	id      cut.ShardID
+	s  *Server
+	id cut.ShardID
+	// primary, epoch and backups are the shard's configuration this
+	// replica started in (the core follows later ones; see followConfig).
 	primary bool
-	// epoch and backups are the shard's configuration this replica
-	// started in (the core follows later ones; see followConfig).
-	epoch       uint64
-	backups     []Peer
-	primaryAddr string
+	epoch   uint64
+	backups []Peer
 
-	mu     sync.Mutex
-	core   *lazy.Shard[*lazyRead]
-	store  *segment.Store
-	places *placementLog
+	mu sync.Mutex
+	// primaryAddr is the address of the shard's current primary, which a
+	// backup fetches placed records from.
+	primaryAddr string
+	core        *lazy.Shard[*lazyRead]
+	store       *segment.Store
+	places      *placementLog
 	// acked is the end below which every replica holds the placements
 	// (primary), once this replica synced them too; ackedCh is closed and
 	// replaced when it grows. ackedPending is the core's word, not synced
@@ -119,7 +126,9 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: %v", id, err)
 	}
 	s.lazy[id] = ls
+	ls.core.Trim(s.view.trim)
 	s.wg.Go(ls.syncLoop)
+	s.wg.Go(ls.scrubLoop)
 	if ls.primary {
 		ls.mu.Lock()
 		ls.startBackupLoopsLocked(ls.backups)
@@ -160,37 +169,53 @@ func (ls *lazyShard) startBackupLoopsLocked(backups []Peer) {
 }
 
 // followConfig follows the shard's configuration info, as the control
-// plane changed it: on the primary, the core stops waiting for a backup
-// taken out (the mappings it held up are acknowledged) and the backups'
-// loops follow.
+// plane changed it. The core decides what each change means; this picks
+// the call by this server's place in the configuration: a primary that
+// stays follows its backups (one taken out is no longer waited for), a
+// backup that became primary is promoted (its primary was taken out), a
+// replica taken out leaves; every replica learns who the primary is.
 func (ls *lazyShard) followConfig(info *pb.ShardInfo) {
-	if !ls.primary || len(info.GetReplicas()) == 0 || info.GetReplicas()[0].GetId() != ls.s.cfg.ID {
-		// A primary that changed is failover's, which lazy order does
-		// not follow yet.
-		return
-	}
+	reps := info.GetReplicas()
+	self := slices.IndexFunc(reps, func(r *pb.ReplicaAddr) bool { return r.GetId() == ls.s.cfg.ID })
 	var backups []Peer
 	var ids []string
-	for _, r := range info.GetReplicas()[1:] {
-		backups = append(backups, Peer{ID: r.GetId(), Addr: r.GetAddr()})
-		ids = append(ids, r.GetId())
+	if len(reps) > 0 {
+		for _, r := range reps[1:] {
+			backups = append(backups, Peer{ID: r.GetId(), Addr: r.GetAddr()})
+			ids = append(ids, r.GetId())
+		}
 	}
 	ls.mu.Lock()
 	if ls.closed {
 		ls.mu.Unlock()
 		return
 	}
-	was := ls.core.Epoch()
+	was, wasPrimary := ls.core.Epoch(), ls.core.Primary()
 	var out lazy.ShardOutput[*lazyRead]
-	ls.core.Reconfigure(info.GetEpoch(), ids, &out)
+	switch {
+	case self < 0:
+		ls.core.Leave(info.GetEpoch())
+	case self == 0 && !wasPrimary:
+		ls.core.Promote(info.GetEpoch(), ids, &out)
+	default:
+		ls.core.Reconfigure(info.GetEpoch(), ids, &out)
+	}
 	if ls.core.Epoch() == was {
 		ls.mu.Unlock()
 		return
 	}
-	ls.startBackupLoopsLocked(backups)
+	if len(reps) > 0 {
+		ls.primaryAddr = reps[0].GetAddr()
+	}
+	primary := ls.core.Primary()
+	if primary {
+		ls.startBackupLoopsLocked(backups)
+	} else {
+		ls.startBackupLoopsLocked(nil)
+	}
 	err := ls.handleLocked(&out)
 	ls.mu.Unlock()
-	ls.s.log.Info("lazy shard reconfigured", "shard", ls.id, "epoch", info.GetEpoch(), "backups", ids)
+	ls.s.log.Info("lazy shard reconfigured", "shard", ls.id, "epoch", info.GetEpoch(), "primary", primary, "promoted", primary && !wasPrimary, "out", self < 0, "backups", ids)
 	if err == nil {
 		err = ls.flush()
 	}
@@ -217,6 +242,53 @@ func (s *Server) followLazyConfigs() {
 	for _, f := range todo {
 		f.ls.followConfig(f.info)
 	}
+}
+
+// trimLazy trims every lazy replica here at pos, the cluster's trim point.
+func (s *Server) trimLazy(pos uint64) {
+	if pos == 0 {
+		return
+	}
+	s.mu.Lock()
+	var todo []*lazyShard
+	for _, ls := range s.lazy {
+		todo = append(todo, ls)
+	}
+	s.mu.Unlock()
+	for _, ls := range todo {
+		if err := ls.trim(pos); err != nil {
+			s.log.Error("lazy shard: trim", "shard", ls.id, "trim", pos, "err", err)
+		}
+	}
+}
+
+// trim drops the positions below pos (the core keeps at most its
+// readable end; reads below get TRIMMED) and reclaims the log's segments
+// that hold only records nobody needs any more.
+func (ls *lazyShard) trim(pos uint64) error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return nil
+	}
+	ls.core.Trim(pos)
+	floor := ls.core.Reclaimable()
+	if floor <= ls.store.Start() {
+		return nil
+	}
+	// The lazy log's segments go by the local indexes below floor: they
+	// are given themselves as positions (the order lives in the
+	// placements), so the store's trim deletes the segments wholly below.
+	if o := ls.store.Ordered(); floor > o {
+		cut := uint64(1)
+		if runs := ls.store.Runs(0); len(runs) > 0 {
+			cut = runs[len(runs)-1].Cut + 1
+		}
+		if err := ls.store.Assign(segment.Run{Cut: cut, CutStart: o, CutEnd: floor, LocalStart: o, GlobalStart: o, Count: floor - o}); err != nil {
+			return err
+		}
+	}
+	return ls.store.Trim(floor)
 }
 
 // open opens the shard's lazy log and placements and restarts the core
@@ -249,8 +321,33 @@ func (ls *lazyShard) open() error {
 	for _, b := range ls.backups {
 		cfg.Backups = append(cfg.Backups, b.ID)
 	}
+	if !ls.primary || len(applied) == 0 {
+		ls.core = lazy.NewShard[*lazyRead](cfg, state)
+		return nil
+	}
+	// A primary with placements on disk restarted, or was promoted while
+	// it was down: the placements are another term's (its backups may
+	// hold a longer tail of them), so it takes over as a promoted backup
+	// does, restating its order in a base.
+	backups := cfg.Backups
+	cfg.Primary, cfg.Epoch, cfg.Backups = false, 0, nil
 	ls.core = lazy.NewShard[*lazyRead](cfg, state)
-	ls.acked = ls.core.PlacedEnd()
+	var out lazy.ShardOutput[*lazyRead]
+	ls.core.Promote(ls.epoch, backups, &out)
+	if out.Place != nil {
+		if err := ls.places.append(out.Place); err != nil {
+			return fmt.Errorf("persist base placement: %w", err)
+		}
+		if syncs(s.cfg.Sync) {
+			if err := ls.places.f.Sync(); err != nil {
+				return fmt.Errorf("sync placements: %w", err)
+			}
+		}
+		ls.places.dirty = false
+	}
+	if out.Ack != nil {
+		ls.acked, ls.ackedPending = out.Ack.End, out.Ack.End
+	}
 	return nil
 }
 
@@ -394,7 +491,7 @@ func (ls *lazyShard) placeOn(ctx context.Context, b Peer, p *pb.Placement) error
 	}
 	ls.mu.Lock()
 	var out lazy.ShardOutput[*lazyRead]
-	ls.core.BackupApplied(b.ID, resp.GetAppliedSeq(), &out)
+	ls.core.BackupApplied(b.ID, resp.GetAppliedTerm(), resp.GetAppliedSeq(), &out)
 	err = ls.handleLocked(&out)
 	ls.mu.Unlock()
 	if err != nil {
@@ -431,6 +528,22 @@ func (ls *lazyShard) syncLoop() {
 		ls.syncedLen = ls.store.SyncedLen()
 		ls.syncCond.Broadcast()
 		ls.mu.Unlock()
+	}
+}
+
+// scrubLoop runs the core's orphan scrub every lazyScrubInterval.
+func (ls *lazyShard) scrubLoop() {
+	for ls.s.sleep(lazyScrubInterval) {
+		ls.mu.Lock()
+		if ls.closed {
+			ls.mu.Unlock()
+			return
+		}
+		n := len(ls.core.Scrub())
+		ls.mu.Unlock()
+		if n > 0 {
+			ls.s.log.Info("lazy shard: scrubbed orphans", "shard", ls.id, "records", n)
+		}
 	}
 }
 
@@ -543,7 +656,7 @@ func lazyCode(err error) pb.Code {
 }
 
 func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *pb.Placement {
-	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq}
+	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq, Term: p.Term, Base: p.Base}
 	for _, r := range p.Runs {
 		out.Runs = append(out.Runs, &pb.PositionRun{From: r.From, End: r.End, Shard: uint32(r.Shard)})
 	}
@@ -554,7 +667,7 @@ func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *p
 }
 
 func placementFromProto(p *pb.Placement) lazy.Placement {
-	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq()}
+	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq(), Term: p.GetTerm(), Base: p.GetBase()}
 	for _, r := range p.GetRuns() {
 		out.Runs = append(out.Runs, lazy.Run{From: r.GetFrom(), End: r.GetEnd(), Shard: cut.ShardID(r.GetShard())})
 	}

@@ -217,7 +217,7 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 	if !out.Applied {
 		return &pb.PlaceResponse{Code: pb.Code_PENDING, Message: "placement not applied"}, nil
 	}
-	return &pb.PlaceResponse{AppliedEnd: out.AppliedEnd, AppliedSeq: out.AppliedSeq}, nil
+	return &pb.PlaceResponse{AppliedEnd: out.AppliedEnd, AppliedSeq: out.AppliedSeq, AppliedTerm: out.AppliedTerm}, nil
 }
 
 // fetchFromPrimary copies the records ids from the primary and hands them
@@ -225,7 +225,10 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 // placement once nothing is missing).
 func (ls *lazyShard) fetchFromPrimary(ctx context.Context, ids []lazy.RecordID) (lazy.ShardOutput[*lazyRead], error) {
 	var last lazy.ShardOutput[*lazyRead]
-	cc, err := ls.s.conn(ls.primaryAddr)
+	ls.mu.Lock()
+	addr := ls.primaryAddr
+	ls.mu.Unlock()
+	cc, err := ls.s.conn(addr)
 	if err != nil {
 		return last, err
 	}
@@ -321,6 +324,7 @@ func (l *lazyServer) Stable(ctx context.Context, req *pb.StableRequest) (*pb.Sta
 		return nil, err
 	}
 	s.mu.Lock()
+	trim := s.view.trim
 	var ids []cut.ShardID
 	for id, info := range s.view.shards {
 		for _, r := range info.GetReplicas() {
@@ -338,6 +342,9 @@ func (l *lazyServer) Stable(ctx context.Context, req *pb.StableRequest) (*pb.Sta
 		ls.mu.Lock()
 		var out lazy.ShardOutput[*lazyRead]
 		ls.core.Stable(lazy.StableGP{View: req.GetView(), Stable: req.GetStableGp()}, &out)
+		// A trim point above what the replica could read when it came
+		// takes effect as stable-gp reaches it.
+		ls.core.Trim(trim)
 		err = ls.handleLocked(&out)
 		ls.mu.Unlock()
 		if err == nil {

@@ -21,6 +21,7 @@ var _ mode.Mode = thirdMode{}
 
 func (thirdMode) Name() string                                  { return "third" }
 func (thirdMode) Speculative() bool                             { return false }
+func (thirdMode) Sequenced() bool                               { return false }
 func (thirdMode) NewMerger(from uint64, _, _ bool) merge.Merger { return merge.NewEager(from) }
 func (thirdMode) NewState(clusterID string) *control.State      { return control.New(clusterID) }
 func (thirdMode) NewPolicy() order.Policy                       { return order.NewEager(time.Millisecond) }

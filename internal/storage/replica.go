@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/augur-log/augur/internal/ptimer"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // Bounds.
@@ -47,6 +49,8 @@ type appendReq struct {
 	stream   *appendStream
 	clientID uint64
 	entries  []*pb.AppendEntry
+	// at is when the request arrived, when stages are timed.
+	at time.Time
 }
 
 // cutMsg carries one committed cut's consequence for one shard.
@@ -98,6 +102,9 @@ type replica struct {
 	appendCh chan appendReq
 	cutCh    chan cutMsg
 	joinCh   chan joinMsg
+	// do runs a function on the loop: a rejoin's steps, which belong to
+	// the core's owner.
+	do chan func()
 	// kick wakes the loop when durable moved outside it and the ordering
 	// mode acts on durable entries, so Tick sees the new length.
 	kick chan struct{}
@@ -117,6 +124,14 @@ type replica struct {
 	failed atomic.Bool
 	// catchUp shows the copy's catch-up (repair), if one ran.
 	catchUp catchUpShow
+	// rejoinWake starts a rejoin (rejoin.go); rejoining says one runs,
+	// and rejoinShow how far it is.
+	rejoinWake chan struct{}
+	rejoining  atomic.Bool
+	rejoinShow catchUpShow
+	// repairing says the repair of damaged ranges runs: a rejoin, which
+	// may drop some of them with the tail, waits for it.
+	repairing atomic.Bool
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when runs or finality change
@@ -136,23 +151,29 @@ type replica struct {
 	// every shard.
 	fillTimer *ptimer.Timer
 	fillDue   time.Time // the deadline fillTimer is armed for
+
+	// primaryMarks and backupMarks time this copy's batches through the
+	// append path's stages, when the bench asks (internal/stagetime).
+	primaryMarks, backupMarks *stagetime.Marks
 }
 
 func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer, epoch uint64) *replica {
 	rp := &replica{
-		id:        id,
-		store:     store,
-		srv:       srv,
-		log:       srv.log.With("shard", id),
-		appendCh:  make(chan appendReq, appendQueueMax),
-		cutCh:     make(chan cutMsg, 64),
-		joinCh:    make(chan joinMsg, 8),
-		lagCh:     make(chan uint64, lagQueueMax),
-		kick:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		durableCh: make(chan struct{}, 1),
-		changed:   make(chan struct{}),
+		id:         id,
+		store:      store,
+		srv:        srv,
+		log:        srv.log.With("shard", id),
+		appendCh:   make(chan appendReq, appendQueueMax),
+		cutCh:      make(chan cutMsg, 64),
+		joinCh:     make(chan joinMsg, 8),
+		do:         make(chan func()),
+		rejoinWake: make(chan struct{}, 1),
+		lagCh:      make(chan uint64, lagQueueMax),
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		durableCh:  make(chan struct{}, 1),
+		changed:    make(chan struct{}),
 	}
 	// Under SyncAlways every write is synced before it returns, so a copy
 	// holds what it synced either way.
@@ -163,7 +184,11 @@ func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store,
 	}
 	if srv.cfg.Sync == segment.SyncGroup {
 		rp.syncWake = make(chan struct{}, 1)
+		rp.primaryMarks = stagetime.NewMarks(stagetime.PrimaryFsync, stagetime.BackupWait, stagetime.Ordered)
+	} else {
+		rp.primaryMarks = stagetime.NewMarks(stagetime.BackupWait, stagetime.Ordered)
 	}
+	rp.backupMarks = stagetime.NewMarks(stagetime.BackupFsync)
 	if runs := store.Runs(0); len(runs) > 0 {
 		cfg.LastCut = runs[len(runs)-1].Cut
 	}
@@ -242,11 +267,32 @@ func (r *replica) run() {
 			r.appendLoop(batch)
 		case m := <-r.cutCh:
 			r.applyCut(m)
+		case fn := <-r.do:
+			fn()
 		case j := <-r.joinCh:
 			out := r.resetOut()
 			r.core.BackupJoined(j.backup, j.epoch, j.length, j.held, j.tailFrom, j.tail, time.Now(), out)
 			r.carry(out)
 		}
+	}
+}
+
+// onLoop runs fn on the loop and waits for it; false if the replica or
+// ctx stopped first.
+func (r *replica) onLoop(ctx context.Context, fn func()) bool {
+	done := make(chan struct{})
+	select {
+	case r.do <- func() { fn(); close(done) }:
+	case <-r.done:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-r.done:
+		return false
 	}
 }
 
@@ -271,6 +317,9 @@ func (r *replica) appendLoop(reqs []appendReq) {
 	out := r.resetOut()
 	batch := r.batch[:0]
 	for _, req := range reqs {
+		if !req.at.IsZero() {
+			stagetime.Observe(stagetime.AppendQueue, time.Since(req.at))
+		}
 		var invalid []*pb.AppendAck
 		for _, e := range req.entries {
 			if msg := checkRecord(e.GetRecord(), r.srv.cfg.RecordBytesMax); msg != "" {
@@ -304,7 +353,12 @@ func (r *replica) appendLoop(reqs []appendReq) {
 		r.replicate(b)
 	}
 	out.Replicate = out.Replicate[:0]
+	before, began := r.store.Len(), time.Now()
 	r.core.Store(out)
+	if n := r.store.Len(); n > before {
+		stagetime.Observe(stagetime.PrimaryWrite, time.Since(began))
+		r.primaryMarks.Mark(n)
+	}
 	r.carry(out)
 }
 
@@ -478,7 +532,15 @@ func (r *replica) appendReplicated(epoch, first uint64, records []*pb.StoredReco
 		return err
 	}
 	r.srv.stored.Add(float64(len(records)))
+	r.backupMarks.Mark(r.store.Len())
 	r.markUnsynced()
+	if r.core.PendingCuts() {
+		// A rejoined copy keeps cuts for the entries its primary resends.
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
 	if r.syncWake == nil {
 		// Held once written: acknowledge now. Under SyncGroup syncLoop
 		// acknowledges once the batch is synced.
@@ -515,6 +577,7 @@ func (r *replica) syncLoop() {
 		case <-r.stop:
 			return
 		}
+		began := time.Now()
 		if err := r.store.SyncRecords(); err != nil {
 			if r.srv.ctx.Err() == nil && !errors.Is(err, segment.ErrClosed) {
 				// The store refuses writes from now on; nothing written
@@ -524,6 +587,14 @@ func (r *replica) syncLoop() {
 				r.srv.signalHeartbeat()
 			}
 			return
+		}
+		if stagetime.On() {
+			stagetime.Observe(stagetime.SegmentSync, time.Since(began))
+			if r.role() == rolePrimary {
+				r.primaryMarks.Reached(stagetime.PrimaryFsync, r.store.SyncedLen())
+			} else {
+				r.backupMarks.Reached(stagetime.BackupFsync, r.store.SyncedLen())
+			}
 		}
 		if advanced, step := r.core.Synced(); advanced {
 			r.durableMoved(step)
@@ -549,6 +620,7 @@ func (r *replica) durableMoved(step bool) {
 		r.notifyDurable()
 		return
 	}
+	r.primaryMarks.Reached(stagetime.BackupWait, r.core.Durable())
 	r.srv.signalHeartbeat()
 	if step {
 		// Speculative subscribers get records as soon as they are
@@ -577,6 +649,12 @@ func (r *replica) applyCut(m cutMsg) {
 		}
 	}
 	r.core.ApplyCut(shard.Cut{Index: m.cutIndex, Start: m.cutStart, End: m.cutEnd, Slice: m.slice, OrderedAtLeast: m.orderedAtLeast}, out)
+	if stagetime.On() && r.role() == rolePrimary {
+		r.primaryMarks.Reached(stagetime.Ordered, r.store.Ordered())
+		if m.cutIndex > 0 {
+			stagetime.Cuts.Reached(stagetime.CutDelivery, m.cutIndex)
+		}
+	}
 	if m.final {
 		r.core.Finalize(m.finalLen, out)
 	}
@@ -596,7 +674,10 @@ func (r *replica) reconfigure(m shard.Membership, peers []Peer) {
 		m.Ordering = r.srv.cfg.Mode.NewShardOrdering(r.id, r.store.Ordered(), time.Now())
 	}
 	out := r.resetOut()
-	if !r.core.Reconfigure(m, time.Now(), out) {
+	applied := r.core.Reconfigure(m, time.Now(), out)
+	r.wakeRejoin()
+	if !applied {
+		r.carry(out)
 		return
 	}
 	r.log.Info("shard reconfigured", "epoch", m.Epoch, "was", was, "now", r.role())

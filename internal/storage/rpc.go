@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -14,9 +15,9 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/auth"
 	"github.com/augur-log/augur/internal/cut"
-	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/shard"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // Bounds.
@@ -41,11 +42,17 @@ type appendStream struct {
 	acks   []*pb.AppendAck
 	wake   chan struct{}
 	closed bool
+	// pushedAt is when the oldest unsent acknowledgement was pushed, when
+	// stages are timed.
+	pushedAt time.Time
 }
 
 func (a *appendStream) push(acks []*pb.AppendAck) {
 	a.mu.Lock()
 	if !a.closed {
+		if len(a.acks) == 0 {
+			a.pushedAt = stagetime.Now()
+		}
 		a.acks = append(a.acks, acks...)
 	}
 	a.mu.Unlock()
@@ -56,11 +63,17 @@ func (a *appendStream) push(acks []*pb.AppendAck) {
 }
 
 func (a *appendStream) take() []*pb.AppendAck {
+	acks, _ := a.takeTimed()
+	return acks
+}
+
+// takeTimed is take that also says when the oldest was pushed.
+func (a *appendStream) takeTimed() ([]*pb.AppendAck, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := a.acks
 	a.acks = nil
-	return out
+	return out, a.pushedAt
 }
 
 func (s *Server) membershipVersion() uint64 {
@@ -78,10 +91,13 @@ func (s *Server) Append(stream pb.Log_AppendServer) error {
 		for {
 			select {
 			case <-as.wake:
-				if acks := as.take(); len(acks) > 0 {
+				if acks, pushedAt := as.takeTimed(); len(acks) > 0 {
 					if err := stream.Send(&pb.AppendResponse{Acks: acks, MembershipVersion: s.membershipVersion()}); err != nil {
 						sendErr <- err
 						return
+					}
+					if !pushedAt.IsZero() {
+						stagetime.Observe(stagetime.AckSend, time.Since(pushedAt))
 					}
 				}
 			case <-ctx.Done():
@@ -124,7 +140,7 @@ func (s *Server) Append(stream pb.Log_AppendServer) error {
 			continue
 		}
 		select {
-		case r.appendCh <- appendReq{stream: as, clientID: req.ClientId, entries: req.Entries}:
+		case r.appendCh <- appendReq{stream: as, clientID: req.ClientId, entries: req.Entries, at: stagetime.Now()}:
 		case <-r.done:
 			return status.Error(codes.Unavailable, "shard is shutting down")
 		case <-ctx.Done():
@@ -171,7 +187,7 @@ func (s *Server) Subscribe(req *pb.SubscribeRequest, stream pb.Log_SubscribeServ
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return err
 	}
-	if s.cfg.Mode.Name() == mode.LazyName {
+	if s.cfg.Mode.Sequenced() {
 		// Lazy records live in the shard's lazy log, ordered by stable-gp.
 		return s.subscribeLazy(req, stream)
 	}
@@ -405,7 +421,10 @@ func (s *Server) backupReplica(id cut.ShardID, epoch uint64) (*replica, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.replicas[id]; ok {
-		if r.role() != roleBackup {
+		// A copy out of the configuration that asked to rejoin becomes a
+		// backup when its new primary joins it (shard.Replica.Join); the
+		// core refuses replication to any other that is not a backup.
+		if r.role() == rolePrimary {
 			return nil, status.Errorf(codes.FailedPrecondition, "shard %d is held here as %v, not as a backup", id, r.role())
 		}
 		return r, nil

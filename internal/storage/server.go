@@ -228,9 +228,11 @@ func (s *Server) Start() {
 	for _, r := range s.replicas {
 		s.startReplicaLocked(r)
 		if len(r.core.Gaps()) > 0 {
+			r.repairing.Store(true)
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
+				defer r.repairing.Store(false)
 				r.repair(s.ctx)
 			}()
 		}
@@ -252,10 +254,14 @@ func (s *Server) Start() {
 }
 
 func (s *Server) startReplicaLocked(r *replica) {
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		r.run()
+	}()
+	go func() {
+		defer s.wg.Done()
+		r.rejoinLoop(s.ctx)
 	}()
 	if r.syncWake != nil {
 		s.wg.Add(1)
@@ -754,6 +760,7 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 		}
 	}
 	s.followLazyConfigs()
+	s.trimLazy(st.Trim)
 }
 
 func (s *Server) setShardsLocked(shards []*pb.ShardInfo) {
@@ -848,6 +855,9 @@ func (s *Server) applyEvent(ev *pb.Event) {
 	}
 	if ev.Shards != nil {
 		s.followLazyConfigs()
+	}
+	if trimmed {
+		s.trimLazy(ev.Trim)
 	}
 }
 

@@ -238,6 +238,10 @@ func TestQuietReplicaIsAsked(t *testing.T) {
 	} {
 		f := startFakeOrdering(t, c.mode)
 		s := silenceTestServer(t, f.addr)
+		// The question to the replica must be answered within one
+		// heartbeat interval; a long one keeps a loaded machine (the race
+		// detector on two cores) from turning a live replica silent.
+		s.cfg.HeartbeatInterval = 250 * time.Millisecond
 		ctx, cancel, _ := s.listen(f.addr)
 		<-ctx.Done()
 		cancel(nil)

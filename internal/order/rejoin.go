@@ -1,0 +1,143 @@
+package order
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
+)
+
+// # Rejoin
+//
+// A replica out of its shard's configuration (restarted, fenced, or a
+// server new to the group) catches up from a replica of the configuration
+// and then asks the leader to add it back (Rejoin). The leader decides:
+//
+//   - only for a live shard, and only for the configuration the replica
+//     caught up from (Epoch): once that one changed, what it copied may
+//     not be what the shard holds;
+//   - only if the replica holds every entry any cut may order: what the
+//     last committed cut orders, and what any report this leader passed
+//     to its policy says (a cut proposed from such a report may commit
+//     after the join). The control state checks the first again when the
+//     join applies, which covers the cuts of an earlier leader still in
+//     the Raft log;
+//   - while the join is in flight, the shard's reports of the old
+//     configuration go nowhere, so no cut proposed meanwhile orders what
+//     the joining replica may lack. From the new configuration on, the
+//     primary reports only what every replica, the joined one too, holds.
+
+// RejoinRequest is a storage server's ask to add its copy of Shard back
+// to the shard's configuration.
+type RejoinRequest struct {
+	Shard   cut.ShardID
+	Replica control.Replica
+	// Epoch is the configuration the copy caught up from.
+	Epoch uint64
+	// Held is how many of the shard's entries the copy holds.
+	Held uint64
+}
+
+// Why a rejoin is refused; the errors Rejoin returns wrap these.
+var (
+	// ErrRejoinStale: the shard is in another configuration than the one
+	// the copy caught up from, or not live; catch up again.
+	ErrRejoinStale = errors.New("stale rejoin")
+	// ErrRejoinBehind: the copy lacks entries the shard may order; catch
+	// up further.
+	ErrRejoinBehind = errors.New("rejoining copy is behind")
+	// ErrRejoinBusy: another join of the shard is in flight; ask again.
+	ErrRejoinBusy = errors.New("a join of the shard is in flight")
+	// ErrRejoinUnsupported: the cluster's mode does not rejoin replicas
+	// (speculative order: a primary alone makes entries durable, and
+	// streams them, between the leader's decision and the Join's commit,
+	// so a joined replica may lack what subscribers were given; if the
+	// primary then fails, the joined replica would replace them). Asking
+	// again will not help.
+	ErrRejoinUnsupported = errors.New("rejoin is not supported in speculative order")
+)
+
+// joining is a Join this leader proposed and has not seen applied.
+type joining struct {
+	epoch uint64
+	at    time.Time
+}
+
+// Rejoin decides a rejoin request at now (see the notes above). It returns
+// the command to propose, or member when the copy is in the configuration
+// already (a repeated request), or why it is refused.
+func (l *Leader) Rejoin(req RejoinRequest, now time.Time) (cmd control.Command, member bool, err error) {
+	sh := l.st.Shard(req.Shard)
+	switch {
+	case sh == nil:
+		return control.Command{}, false, fmt.Errorf("rejoin: unknown shard %d", req.Shard)
+	case req.Replica.ID == "" || req.Replica.Addr == "":
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: the replica's id and address are required", req.Shard)
+	case sh.State != control.Live:
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: it is %s: %w", req.Shard, sh.State, ErrRejoinStale)
+	case l.st.Spec != nil:
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: %w", req.Shard, ErrRejoinUnsupported)
+	}
+	if i := slices.IndexFunc(sh.Replicas, func(r control.Replica) bool { return r.ID == req.Replica.ID }); i >= 0 {
+		if sh.Replicas[i].Incarnation == req.Replica.Incarnation {
+			return control.Command{}, true, nil
+		}
+		// The configuration still names an earlier run of the server;
+		// the detector takes it out first.
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: configuration %d still holds %s as incarnation %d: %w",
+			req.Shard, sh.Epoch, req.Replica.ID, sh.Replicas[i].Incarnation, ErrRejoinStale)
+	}
+	if req.Epoch != sh.Epoch {
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: caught up from configuration %d, the shard is in %d: %w", req.Shard, req.Epoch, sh.Epoch, ErrRejoinStale)
+	}
+	if !l.settled {
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: the leader has not applied what earlier leaders proposed yet: %w", req.Shard, ErrRejoinBusy)
+	}
+	if j, ok := l.joins[req.Shard]; ok && now.Sub(j.at) < l.det.timeout {
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: %w", req.Shard, ErrRejoinBusy)
+	}
+	if want := max(l.st.LastCut.Len(req.Shard), l.reported[req.Shard]); req.Held < want {
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: the copy holds %d entries, the shard may order %d: %w", req.Shard, req.Held, want, ErrRejoinBehind)
+	}
+	l.joins[req.Shard] = joining{epoch: sh.Epoch, at: now}
+	rep := req.Replica
+	cmd = control.Command{Reconfig: &control.ReconfigCommand{Shard: req.Shard, Epoch: sh.Epoch, Join: &rep, Held: req.Held}}
+	l.ids++
+	cmd.ID = l.idPrefix + fmt.Sprint(l.ids)
+	return cmd, false, nil
+}
+
+// joinBlocks says whether a join in flight holds back a report of shard
+// in configuration epoch at now.
+func (l *Leader) joinBlocks(shard cut.ShardID, epoch uint64, now time.Time) bool {
+	j, ok := l.joins[shard]
+	if !ok {
+		return false
+	}
+	if now.Sub(j.at) >= l.det.timeout {
+		// The proposal was lost: the configuration lives on.
+		delete(l.joins, shard)
+		return false
+	}
+	return j.epoch == epoch
+}
+
+// settleJoins forgets the joins whose shard left the configuration they
+// were decided on (the join applied, or something else did first), and
+// tells the detector about replicas that joined.
+func (l *Leader) settleJoins(cmd control.Command, now time.Time) {
+	if rc := cmd.Reconfig; rc != nil && rc.Join != nil {
+		if sh := l.st.Shard(rc.Shard); sh != nil && sh.Epoch == rc.Epoch+1 &&
+			slices.ContainsFunc(sh.Replicas, func(r control.Replica) bool { return r.ID == rc.Join.ID }) {
+			l.det.Joined(rc.Shard, rc.Join.ID, now)
+		}
+	}
+	for id, j := range l.joins {
+		if sh := l.st.Shard(id); sh == nil || sh.Epoch != j.epoch || sh.State != control.Live {
+			delete(l.joins, id)
+		}
+	}
+}

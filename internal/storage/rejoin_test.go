@@ -1,0 +1,143 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/devcluster"
+)
+
+// TestRestartedReplicaCatchesUpAndRejoins stops one replica of a shard
+// (its other replica then serves the shard alone, as primary), tears the
+// tail off its segment file so that it lost records a cut had ordered,
+// and appends more while it is down. Restarted, the replica must catch up
+// from the serving one and be added back to the shard's configuration:
+// the same shard, live, with both replicas, and appends acknowledged
+// after that held by both. The serving replica is then killed: the
+// rejoined copy, now alone, must serve every acknowledged record at its
+// position. It runs for the backup, and for the primary (which comes back
+// as a backup of the replica that took over).
+func TestRestartedReplicaCatchesUpAndRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	for _, restarted := range []int{1, 0} {
+		t.Run([]string{"primary", "backup"}[restarted], func(t *testing.T) { restartAndRejoin(t, restarted) })
+	}
+}
+
+func restartAndRejoin(t *testing.T, restarted int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var acks []client.Ack
+	appendN := func(n int) {
+		t.Helper()
+		for range n {
+			i := len(acks)
+			a, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprintf("rejoin-%03d-payload", i))})
+			if err != nil {
+				t.Fatalf("append %d: %v", i, err)
+			}
+			acks = append(acks, a)
+		}
+	}
+	appendN(10)
+	shardID := acks[0].Shard
+	ids := c.StorageIDs()
+	// back is the replica that restarts, kept the one that serves.
+	kept, back := ids[1-restarted], ids[restarted]
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := st.Shards[0].Epoch
+	if err := c.StopStorage(back); err != nil {
+		t.Fatal(err)
+	}
+	tearAfter(t, filepath.Join(c.Dir(), back), []byte("rejoin-007-payload"))
+	appendN(10)
+	if err := c.StartStorage(back); err != nil {
+		t.Fatal(err)
+	}
+	// The shard takes the backup back in, keeping its id.
+	sh := awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 2 && sh.Replicas[1].Id == back })
+	if sh.Replicas[0].Id != kept || sh.Epoch < epoch+2 || len(sh.Out) != 0 {
+		t.Fatalf("configuration after the rejoin: %v (epoch before %d)", sh, epoch)
+	}
+	addr, err := c.Config().Addr(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := awaitHealth(ctx, t, cl, addr, shardID, func(h *pb.ReplicaHealth) bool { return h.Role == "backup" })
+	if h.Lost || len(h.Damaged) != 0 || h.CatchUp != nil {
+		t.Fatalf("health of the rejoined backup: %v", h)
+	}
+	// Acknowledged from now on only once the rejoined copy holds them.
+	appendN(10)
+	if err := c.KillStorage(kept); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cl.ReadRange(ctx, acks[0].Position, len(acks))
+	if err != nil {
+		t.Fatalf("read everything acknowledged from the rejoined copy: %v", err)
+	}
+	byPos := map[uint64]string{}
+	for _, e := range got {
+		byPos[e.Position] = string(e.Record.Payload)
+	}
+	for i, a := range acks {
+		if want := fmt.Sprintf("rejoin-%03d-payload", i); byPos[a.Position] != want {
+			t.Fatalf("position %d holds %q, want %q", a.Position, byPos[a.Position], want)
+		}
+	}
+	// The rejoined copy takes over, and the shard goes on.
+	awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 1 && sh.Replicas[0].Id == back })
+	appendN(1)
+	if a := acks[len(acks)-1]; a.Shard != shardID {
+		t.Fatalf("append after the failover went to shard %d, want %d", a.Shard, shardID)
+	}
+}
+
+// awaitShard polls the status until shard id satisfies ok, and returns
+// it; it fails the test if the shard is not alone and live, or at ctx's
+// deadline.
+func awaitShard(ctx context.Context, t *testing.T, cl *client.Client, id uint32, ok func(*pb.ShardInfo) bool) *pb.ShardInfo {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Shards) != 1 || st.Shards[0].Id != id || st.Shards[0].State != pb.ShardState_SHARD_LIVE {
+			t.Fatalf("shards: %v; want shard %d alone and live", st.Shards, id)
+		}
+		if ok(st.Shards[0]) {
+			return st.Shards[0]
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("shard %d never got there: %v", id, st.Shards[0])
+		}
+	}
+}
