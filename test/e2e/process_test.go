@@ -6,10 +6,11 @@
 // TestProcessFaults builds cmd/augur once, runs 3 ordering replicas and 2
 // storage groups of 2 servers as separate processes on loopback, and kill -9s
 // the ordering leader and a group's primary under load (the primary's shard
-// fails over to its backup); TestProcessCleanStops SIGTERMs a server of each
-// group in turn, which its shard's configuration leaves at once:
+// fails over to its backup). TestRollingRestart restarts every storage
+// server in turn under load, with SIGTERM, then with kill -9, in eager and
+// speculative mode, each back in its shards before the next stops:
 //
-//	go test ./test/e2e/ -run Process -v
+//	go test ./test/e2e/ -run 'Process|RollingRestart' -v
 //
 // TestSpecProcess runs the same 7 processes in speculative mode: a burst, a
 // shard added and removed, then a whole shard killed; two applications that
@@ -46,7 +47,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -558,7 +558,7 @@ func TestProcessFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 7 server processes; skipped under -short")
 	}
-	ld := startProcLoad(t, 0)
+	ld := startProcLoad(t)
 	pc, admin, h, clk := ld.pc, ld.admin, ld.h, ld.clk
 	ctx := t.Context()
 
@@ -609,65 +609,6 @@ func TestProcessFaults(t *testing.T) {
 	ld.finish()
 }
 
-// TestProcessCleanStops stops a server of each group with SIGTERM under
-// load, one at a time (group a's primary, then group b's backup), and
-// restarts it: each says it goes away, its shard's configuration leaves it
-// at once (well within the failure timeout, which the test sets long), the
-// shard keeps its id and stays live, and every acknowledged append is read
-// back once, in a linearizable history. (Rejoining the restarted server
-// needs the catch-up from a live replica; until it lands, the shard runs
-// on its other replica.)
-func TestProcessCleanStops(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts 7 server processes; skipped under -short")
-	}
-	ld := startProcLoad(t, procCleanStopFailureTimeout)
-	pc, admin, h, clk := ld.pc, ld.admin, ld.h, ld.clk
-	ctx := t.Context()
-	st := waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the stops", func(st *pb.StatusResponse) string {
-		return clusterReady(st, "a", "b")
-	})
-	for _, stop := range []struct {
-		group string
-		which int // index in the shard's replicas: 0 the primary
-	}{{"a", 0}, {"b", 1}} {
-		sh := liveShard(st, stop.group)
-		victim := sh.Replicas[stop.which].Id
-		t.Logf("at %v: SIGTERM %s (replica %d of shard %d)", clk.now().Round(time.Millisecond), victim, stop.which, sh.Id)
-		start := time.Now()
-		pc.sigterm(victim)
-		st = waitStatus(t, ctx, admin, procPhaseTimeout, "shard "+stop.group+" without "+victim, func(st *pb.StatusResponse) string {
-			now := shardByID(st, sh.Id)
-			if now == nil || now.State != pb.ShardState_SHARD_LIVE || now.Epoch <= sh.Epoch || slices.ContainsFunc(now.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == victim }) {
-				return fmt.Sprintf("shard %d is %v", sh.Id, now)
-			}
-			return ""
-		})
-		if took := time.Since(start); took >= procCleanStopFailureTimeout {
-			t.Errorf("shard %d left %s only after %v, not before the failure timeout of %v: the stop was not announced", sh.Id, victim, took, procCleanStopFailureTimeout)
-		}
-		waitAcks(t, h, clk, procPhaseAcksMin, "after the stop of "+victim)
-		pc.start(victim)
-		waitAcks(t, h, clk, procPhaseAcksMin, "after the restart of "+victim)
-	}
-	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status after the stops", func(st *pb.StatusResponse) string {
-		return clusterReady(st, "a", "b")
-	})
-	for _, sh := range st.Shards {
-		if sh.State != pb.ShardState_SHARD_LIVE || sh.Epoch < 2 {
-			t.Errorf("shard %d after the stops: %v, want live at epoch 2 or later", sh.Id, sh)
-		}
-	}
-	if len(st.Shards) != 2 {
-		t.Errorf("%d shards after the stops, want the same 2", len(st.Shards))
-	}
-	ld.finish()
-}
-
-// procCleanStopFailureTimeout is TestProcessCleanStops' failure timeout:
-// long, so that only an announced stop reconfigures a shard in time.
-const procCleanStopFailureTimeout = 8 * time.Second
-
 // procLoad is a cluster of processes under paced appends, reads and two
 // subscribers (and, in speculative mode, two applications that roll back
 // on fail_spec), its history recorded.
@@ -686,15 +627,10 @@ type procLoad struct {
 	giveUp context.CancelFunc
 }
 
-// startProcLoad starts a cluster of 7 processes, with failureTimeout
-// unless it is 0, and the load, and waits for the first phase's
-// acknowledgements.
-func startProcLoad(t *testing.T, failureTimeout time.Duration) *procLoad {
-	pc := newProcCluster(t, augurBinary(t), time.Millisecond, "")
-	if failureTimeout > 0 {
-		pc.setFailureTimeout(failureTimeout)
-	}
-	return startLoad(t, pc)
+// startProcLoad starts a cluster of 7 processes and the load, and waits
+// for the first phase's acknowledgements.
+func startProcLoad(t *testing.T) *procLoad {
+	return startLoad(t, newProcCluster(t, augurBinary(t), time.Millisecond, ""))
 }
 
 // setFailureTimeout rewrites the cluster file with another failure
