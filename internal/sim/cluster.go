@@ -286,7 +286,11 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 				return
 			}
 			target := sh.copies[x.copies[0]]
-			target.damage, target.killSource = x.damage, x.sourceDies
+			// A damaged file is within the fault budget only while
+			// another copy holds what it damages: not once the shard
+			// serves on fewer servers than it has.
+			damage := x.damage && !sh.degraded()
+			target.damage, target.killSource = damage, damage && x.sourceDies
 			target.rejoinSourceDies, target.diesRejoining = x.rejoinSourceDies, x.diesRejoining
 			if len(x.copies) == len(sh.copies) {
 				// A power loss takes the whole replica group.
