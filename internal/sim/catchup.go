@@ -2,7 +2,7 @@ package sim
 
 // Damaged files and their repair: a storage server restarts with a range
 // of its log damaged (bytes flipped on disk, found by recovery), and its
-// copy runs the shard core's CatchUp against the shard's other copy, as
+// copy runs the shard core's CatchUp against the shard's other copies, as
 // the storage server runs it against its group (internal/storage's
 // catchup.go). The simulator carries the fetches: each batch is read
 // from the source's log and arrives a little later; a source that
@@ -65,15 +65,21 @@ func (sh *shard) damageOnRestart(c *copyOf) {
 }
 
 // catchUp runs copy c's catch-up of its damaged ranges from the shard's
-// other copy, for as long as c's server stays up.
+// other copies (the core's sources, in copy order), for as long as c's
+// server stays up.
 func (sh *shard) catchUp(c *copyOf) {
 	gaps := c.r.Gaps()
 	if len(gaps) == 0 {
 		return
 	}
 	s := sh.s
-	src := sh.copies[1-c.idx]
-	cu, err := core.NewCatchUp(core.CatchUpConfig{Gaps: gaps, Sources: 1})
+	var sources []*copyOf
+	for _, o := range sh.copies {
+		if o != c {
+			sources = append(sources, o)
+		}
+	}
+	cu, err := core.NewCatchUp(core.CatchUpConfig{Gaps: gaps, Sources: len(sources)})
 	if err != nil {
 		s.errorf("shard %d %s: %v", sh.id, c.name(), err)
 		return
@@ -98,6 +104,7 @@ func (sh *shard) catchUp(c *copyOf) {
 			s.after(catchUpRetryEvery, func() { cu.Retry(); step() })
 			return
 		}
+		src := sources[f.Source]
 		if !src.up {
 			cu.Ended(false)
 			s.after(catchUpRetryEvery, step)

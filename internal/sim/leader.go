@@ -247,17 +247,22 @@ func (ld *leader) sendLagFix(f cut.Length) {
 
 // onReport is a shard's report reaching the leader on its heartbeat
 // stream: a beat for the failure detector and a report for the policy.
-func (ld *leader) onReport(sh *shard, server string, r order.Report) {
+func (ld *leader) onReport(sh *shard, server string, incarnation uint64, r order.Report) {
 	s := ld.s
 	if ld.l == nil {
 		return // no leader: the report is lost
 	}
 	s.stats.reports++
-	ld.l.Beat(server, 1, s.now)
+	ld.l.Beat(server, incarnation, s.now)
 	s.tracef("leader: report from shard %d: length %d, records %d", r.Shard, r.Length, r.Records)
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
-	ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
+	st := ld.node.st
+	if row := st.Shard(r.Shard); row != nil && row.Epoch == r.Epoch {
+		// A report of another configuration is dropped (a late one of
+		// the configuration before).
+		ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
+	}
 	// Eager cuts are group commits: reports that find no cut in flight
 	// and add at most order.SparseRecordsPerShardMax records per live
 	// shard are cut at once, or, within order.AtOnceCutSpacing of the
@@ -306,10 +311,10 @@ func (ld *leader) sparse() (waiting, live uint64, sparse bool) {
 	return waiting, live, ld.s.sc.mode == Eager && len(ld.cutsInflight) == 0 && waiting > 0 && waiting <= order.SparseRecordsPerShardMax*live
 }
 
-// onBeat is a backup's heartbeat reaching the leader.
-func (ld *leader) onBeat(server string) {
+// onBeat is a server's heartbeat reaching the leader.
+func (ld *leader) onBeat(server string, incarnation uint64) {
 	if ld.l != nil {
-		ld.l.Beat(server, 1, ld.s.now)
+		ld.l.Beat(server, incarnation, ld.s.now)
 	}
 }
 
