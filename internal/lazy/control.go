@@ -104,6 +104,8 @@ type Control struct {
 	// that runs the recorded view before it seals it.
 	claimed uint64
 	rc      *Reconfig
+	// sealing is when rc began sealing.
+	sealing time.Time
 	// starts is the start of the view this control plane recorded, with
 	// what its flush bound, for the replicas still to start.
 	starts *StartView
@@ -187,7 +189,7 @@ func (c *Control) begin(now time.Time) ControlOutput {
 	// new view is the claimed one.
 	rc.next.View = view
 	c.rc = rc
-	c.sentAt = now
+	c.sentAt, c.sealing = now, now
 	return c.carry(out)
 }
 
@@ -254,6 +256,14 @@ func (c *Control) Tick(now time.Time) ControlOutput {
 		}
 		c.sentAt = now
 		return ControlOutput{Claim: &Claim{View: c.claiming, Owner: c.owner}}
+	case c.rc != nil && c.rc.step == stepSeal && now.Sub(c.sealing) >= c.cfg.FailureTimeout:
+		// No replica of the new configuration could recover the view
+		// (the detector dropped the one that could, after a delay, while
+		// the others failed or restarted without their rings): the view
+		// change is given up, which is safe before its flush, and decided
+		// again below from the probes' fresh answers under a newer claim.
+		// Waiting on would leave the view sealed for good.
+		c.rc = nil
 	case c.rc != nil:
 		if !due {
 			return ControlOutput{}

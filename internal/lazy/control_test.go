@@ -109,3 +109,51 @@ func TestControlOvertakenDropsItsViewChange(t *testing.T) {
 		t.Fatalf("started another's view: %+v", out)
 	}
 }
+
+// The detector dropped replica 1 after its answers were delayed, while
+// replica 2 crashed and came back without its ring: no replica of the
+// new configuration [2] can recover the view. After the failure timeout
+// the control plane gives the view change up (nothing was flushed) and
+// claims a newer view from fresh probes, which keeps replica 1 and
+// recovers from it; waiting on left the view sealed for good.
+func TestControlGivesUpASealNoReplicaCanRecover(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	shards := []cut.ShardID{0}
+	cur := SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 1}
+	c := NewControl(controlConfig(), "a", t0)
+	c.Applied(ControlState{Config: &cur, Shards: shards}, t0)
+	now := t0.Add(11 * time.Millisecond)
+	c.Status(2, ReplicaStatus{View: 1}, now)
+	claim := *c.Tick(now).Claim
+	if out := c.Applied(ControlState{Config: &cur, Claim: &claim, Shards: shards}, now); out.Seal == nil {
+		t.Fatalf("no seal under the applied claim: %+v", out)
+	}
+	m := meta(7, 1, 0, 1)
+	c.Sealed(2, SealReply{View: 1, Amnesiac: true})
+	c.Sealed(1, SealReply{View: 1, Entries: []Meta{m}})
+	now = now.Add(5 * time.Millisecond)
+	c.Status(1, ReplicaStatus{View: 1, Sealed: true}, now)
+	c.Status(2, ReplicaStatus{View: 1, Sealed: true, Amnesiac: true}, now)
+	if out := c.Tick(now); out.Seal == nil || out.Claim != nil {
+		t.Fatalf("before the failure timeout: %+v, want the seal sent again", out)
+	}
+	now = now.Add(6 * time.Millisecond)
+	c.Status(1, ReplicaStatus{View: 1, Sealed: true}, now)
+	c.Status(2, ReplicaStatus{View: 1, Sealed: true, Amnesiac: true}, now)
+	out := c.Tick(now)
+	if out.Claim == nil || out.Claim.View != 3 {
+		t.Fatalf("after the failure timeout: %+v, want a claim of view 3", out)
+	}
+	claim = *out.Claim
+	if out := c.Applied(ControlState{Config: &cur, Claim: &claim, Shards: shards}, now); out.Seal == nil {
+		t.Fatalf("no seal under the newer claim: %+v", out)
+	}
+	out = c.Sealed(1, SealReply{View: 1, Entries: []Meta{m}})
+	if out.Map == nil || out.Map.View != 3 || len(out.Map.Records) != 1 || out.Map.Records[0] != m {
+		t.Fatalf("flush: %+v, want replica 1's entry in view 3", out)
+	}
+	out = c.MapAcked(MappingAck{Shard: 0, View: 3, End: 1})
+	if r := out.Record; r == nil || r.Leader != 1 || len(r.Replicas) != 1 || r.Replicas[0] != 1 {
+		t.Fatalf("recorded %+v, want view 3 of [1] led by 1", out.Record)
+	}
+}
