@@ -240,28 +240,12 @@ func (s *Server) askRejoin(ctx context.Context, id uint32, epoch, held uint64) e
 	}
 	req := &pb.RejoinShardRequest{ClusterId: s.cfg.ClusterID, Shard: id, Epoch: epoch, Held: held,
 		Replica: &pb.ReplicaAddr{Id: s.cfg.ID, Addr: addr, Incarnation: s.incarnation}}
-	lastErr := errors.New("no ordering replica answered")
-	for _, a := range s.orderingAddrs() {
-		c, err := s.conn(a)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		resp, err := pb.NewOrderingClient(c).RejoinShard(ctx, req)
-		if status.Code(err) == codes.FailedPrecondition {
-			// The leader refused: asking another replica cannot help.
-			return err
-		}
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if resp.NotLeader {
-			s.setLeader(resp.LeaderAddr)
-			lastErr = fmt.Errorf("%s is not the leader", a)
-			continue
-		}
-		return nil
+	err := s.callLeader(ctx, func(ctx context.Context, c pb.OrderingClient) (string, bool, error) {
+		resp, err := c.RejoinShard(ctx, req)
+		return resp.GetLeaderAddr(), resp.GetNotLeader(), err
+	})
+	if err != nil {
+		return fmt.Errorf("rejoin shard %d: %w", id, err)
 	}
-	return fmt.Errorf("rejoin shard %d: %w", id, lastErr)
+	return nil
 }
