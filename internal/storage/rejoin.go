@@ -118,7 +118,7 @@ func (r *replica) rejoin(ctx context.Context) {
 			}
 			continue
 		}
-		r.showRejoin(true)
+		r.showAsked()
 		err := r.srv.askRejoin(ctx, r.id, epoch, held)
 		if err == nil {
 			r.log.Info("rejoin: the ordering leader added this copy back", "epoch", epoch+1, "held", held)
@@ -177,11 +177,11 @@ func (r *replica) catchUpTail(ctx context.Context, plan shard.RejoinPlan, srcs [
 	return nil
 }
 
-// showRejoin marks r's catch-up progress as asked.
-func (r *replica) showRejoin(asked bool) {
+// showAsked marks r's catch-up progress as asked of the leader.
+func (r *replica) showAsked() {
 	r.rejoinShow.mu.Lock()
 	if p := r.rejoinShow.progress; p != nil {
-		p.Asked = asked
+		p.Asked = true
 	}
 	r.rejoinShow.mu.Unlock()
 }
