@@ -135,7 +135,10 @@ func (r *replica) rejoin(ctx context.Context) {
 			r.log.Warn("rejoin: not supported; the copy stays out of the shard's configuration", "err", err)
 			return
 		}
-		r.log.Info("rejoin: refused; catching up again", "epoch", epoch, "held", held, "err", err)
+		// The leader refused, or no replica took the ask in time (a stopped
+		// leader, a proposal dropped while leadership moved): catch up
+		// again and ask again.
+		r.log.Info("rejoin: not taken; catching up again", "epoch", epoch, "held", held, "err", err)
 		if !r.srv.sleep(retryInterval) {
 			return
 		}
