@@ -193,3 +193,71 @@ func TestCatchUpPaces(t *testing.T) {
 		t.Fatalf("ReadyAt = %v after a full refill, want at once", at)
 	}
 }
+
+// appendHookLog is a MemLog that runs beforeAppend, once, when the next
+// append comes.
+type appendHookLog struct {
+	*MemLog
+	beforeAppend func()
+}
+
+func (l *appendHookLog) Append(entries []segment.Entry) (uint64, error) {
+	if f := l.beforeAppend; f != nil {
+		l.beforeAppend = nil
+		f()
+	}
+	return l.MemLog.Append(entries)
+}
+
+// TestCatchUpWriteDoesNotInterleaveWithAJoin: a copy that asked to rejoin
+// fetches one more batch (a second round, the first ask's answer lost)
+// while the configuration that takes it in applies, and its primary joins
+// it and sends what follows its length, on the replication stream. The
+// join must come wholly before or wholly after the fetched write: one
+// between the write's checks and its append would have the backup hold
+// the fetched entry after the primary's, where the primary holds none.
+// The test lets the join in just before the write's append whenever
+// nothing keeps it out.
+func TestCatchUpWriteDoesNotInterleaveWithAJoin(t *testing.T) {
+	l := &appendHookLog{MemLog: NewMemLog()}
+	if _, err := l.Append([]segment.Entry{rec(1, 1), rec(1, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, l)
+	r.Reconfigure(Membership{Epoch: 3, Role: RoleFenced}, t0, &Output[string]{})
+	if _, err := r.PrepareRejoin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := r.RejoinReady(); !ok {
+		t.Fatal("a copy with nothing ordered is not ready")
+	}
+	joined := false
+	var joinLength uint64
+	join := func() {
+		joined = true
+		n, _, err := r.Join(4)
+		if err != nil {
+			t.Fatalf("the primary of configuration 4 could not join: %v", err)
+		}
+		joinLength = n
+		if _, err := r.Replicated(4, n, []segment.Entry{rec(2, 1)}); err != nil {
+			t.Fatalf("the primary's batch was refused: %v", err)
+		}
+	}
+	l.beforeAppend = func() {
+		if r.replMu.TryLock() {
+			r.replMu.Unlock()
+			join()
+		}
+	}
+	err := r.Repair(Write{First: l.MemLog.Len(), Entries: []segment.Entry{rec(1, 3)}})
+	if !joined {
+		if err != nil {
+			t.Fatalf("the fetched write before the join failed: %v", err)
+		}
+		join()
+	}
+	if got, want := l.Len(), joinLength+1; got != want {
+		t.Fatalf("the backup holds %d entries; the join found %d and the primary sent 1 (fetched write: %v)", got, joinLength, err)
+	}
+}

@@ -241,7 +241,8 @@ type Replica[W comparable] struct {
 	// join: until they did, it admits nothing and reports nothing, as a
 	// backup may hold entries it lacks. Only the owner sets it.
 	syncing atomic.Bool
-	// replMu serializes a backup's Join and Replicated: a join's length
+	// replMu serializes a backup's Join and Replicated, and a rejoining
+	// copy's catch-up appends and its move to backup: a join's length
 	// must be the log's length until the next batch of its configuration.
 	replMu sync.Mutex
 
@@ -1000,12 +1001,16 @@ func (r *Replica[W]) Gaps() []Gap {
 
 // Repair stores a catch-up's write (CatchUp.Received): a damaged range
 // put back in place, or, on a copy out of its shard's configuration that
-// prepared to rejoin, entries appended at its length. It only touches the
-// log, which serializes it with the other writers, so it is safe for
-// concurrent use; the owner then wakes subscribers (the range reads
-// again) and ticks the copy (cuts may wait for the entries).
+// prepared to rejoin, entries appended at its length. It is safe for
+// concurrent use: a repair only touches the log, which serializes it with
+// the other writers; an append holds replMu, so a join that makes the
+// copy a backup, and the primary's batches after it, come wholly before
+// or after it. The owner then wakes subscribers (the range reads again)
+// and ticks the copy (cuts may wait for the entries).
 func (r *Replica[W]) Repair(w Write) error {
 	if !w.InPlace {
+		r.replMu.Lock()
+		defer r.replMu.Unlock()
 		role := r.Role()
 		if role != RoleRecovered && role != RoleFenced {
 			return fmt.Errorf("shard %d: catch-up write at %d: a %v copy takes its entries from its primary: %w", r.id, w.First, role, ErrRejoined)

@@ -140,8 +140,9 @@ type stats struct {
 	// ranges repaired from the other copy, sourceDeaths the repairs
 	// whose source died mid-copy.
 	damaged, repairs, sourceDeaths uint64
-	// rejoins counts the copies taken back into their configuration.
-	rejoins uint64
+	// rejoins counts the copies taken back into their configuration,
+	// rejoinsBehind those of them that asked behind (bugRejoinBehind).
+	rejoins, rejoinsBehind uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.

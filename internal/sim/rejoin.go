@@ -216,6 +216,7 @@ func (sh *shard) rejoinAsk(c, src *copyOf, plan core.RejoinPlan, inc int) {
 		// A storage server that asks before its copy caught up, saying it
 		// holds what its source holds.
 		s.planted = true
+		c.askedBehind = inc + 1
 		epoch, held, ok = plan.Epoch, src.log.Len(), true
 		c.r.RejoinReady()
 	}
@@ -306,6 +307,10 @@ func (sh *shard) checkMembersHoldOrdered() {
 func (sh *shard) checkRejoined(c *copyOf, ordered uint64) {
 	s := sh.s
 	s.stats.rejoins++
+	if c.up && c.askedBehind == c.inc+1 {
+		s.stats.rejoinsBehind++
+	}
+	c.askedBehind = 0
 	if n := c.log.Len(); c.up && n < ordered {
 		s.errorf("invariant 1: shard %d: %s was added back to the configuration holding %d entries, but %d are ordered", sh.id, c.name(), n, ordered)
 	}

@@ -110,6 +110,9 @@ type copyOf struct {
 	// planRejoin).
 	rejoinFor                       int
 	rejoinSourceDies, diesRejoining bool
+	// askedBehind is one more than the incarnation that asked to rejoin
+	// behind (the planted bugRejoinBehind; 0: none).
+	askedBehind int
 	// repairing says the copy's repair of damaged ranges runs: a rejoin,
 	// which may drop some of them with the tail, waits for it.
 	repairing bool

@@ -287,8 +287,10 @@ type Result struct {
 	// other ordering replicas (RaftCrashes its ordering replicas'
 	// crashes).
 	CutOffLeaders uint64
-	// planted says the bug a test planted struck.
-	planted bool
+	// planted says the bug a test planted struck; rejoinsBehind counts
+	// the copies taken back that asked behind (bugRejoinBehind).
+	planted       bool
+	rejoinsBehind uint64
 }
 
 // Failed reports whether the run found a violation.
@@ -352,7 +354,7 @@ func Run(seed uint64, o Options) Result {
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
 		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths, Rejoins: s.stats.rejoins,
-		planted: s.planted,
+		planted: s.planted, rejoinsBehind: s.stats.rejoinsBehind,
 	}
 	if p := s.player; p != nil {
 		res.Player, res.TargetCrashes, res.PlayerRestarts = true, p.stats.targetCrashes, p.stats.restarts

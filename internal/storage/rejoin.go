@@ -118,7 +118,7 @@ func (r *replica) rejoin(ctx context.Context) {
 			}
 			continue
 		}
-		r.showRejoin(true)
+		r.showAsked()
 		err := r.srv.askRejoin(ctx, r.id, epoch, held)
 		if err == nil {
 			r.log.Info("rejoin: the ordering leader added this copy back", "epoch", epoch+1, "held", held)
@@ -135,7 +135,10 @@ func (r *replica) rejoin(ctx context.Context) {
 			r.log.Warn("rejoin: not supported; the copy stays out of the shard's configuration", "err", err)
 			return
 		}
-		r.log.Info("rejoin: refused; catching up again", "epoch", epoch, "held", held, "err", err)
+		// The leader refused, or no replica took the ask in time (a stopped
+		// leader, a proposal dropped while leadership moved): catch up
+		// again and ask again.
+		r.log.Info("rejoin: not taken; catching up again", "epoch", epoch, "held", held, "err", err)
 		if !r.srv.sleep(retryInterval) {
 			return
 		}
@@ -177,11 +180,11 @@ func (r *replica) catchUpTail(ctx context.Context, plan shard.RejoinPlan, srcs [
 	return nil
 }
 
-// showRejoin marks r's catch-up progress as asked.
-func (r *replica) showRejoin(asked bool) {
+// showAsked marks r's catch-up progress as asked of the leader.
+func (r *replica) showAsked() {
 	r.rejoinShow.mu.Lock()
 	if p := r.rejoinShow.progress; p != nil {
-		p.Asked = asked
+		p.Asked = true
 	}
 	r.rejoinShow.mu.Unlock()
 }
@@ -240,28 +243,12 @@ func (s *Server) askRejoin(ctx context.Context, id uint32, epoch, held uint64) e
 	}
 	req := &pb.RejoinShardRequest{ClusterId: s.cfg.ClusterID, Shard: id, Epoch: epoch, Held: held,
 		Replica: &pb.ReplicaAddr{Id: s.cfg.ID, Addr: addr, Incarnation: s.incarnation}}
-	lastErr := errors.New("no ordering replica answered")
-	for _, a := range s.orderingAddrs() {
-		c, err := s.conn(a)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		resp, err := pb.NewOrderingClient(c).RejoinShard(ctx, req)
-		if status.Code(err) == codes.FailedPrecondition {
-			// The leader refused: asking another replica cannot help.
-			return err
-		}
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if resp.NotLeader {
-			s.setLeader(resp.LeaderAddr)
-			lastErr = fmt.Errorf("%s is not the leader", a)
-			continue
-		}
-		return nil
+	err := s.callLeader(ctx, func(ctx context.Context, c pb.OrderingClient) (string, bool, error) {
+		resp, err := c.RejoinShard(ctx, req)
+		return resp.GetLeaderAddr(), resp.GetNotLeader(), err
+	})
+	if err != nil {
+		return fmt.Errorf("rejoin shard %d: %w", id, err)
 	}
-	return fmt.Errorf("rejoin shard %d: %w", id, lastErr)
+	return nil
 }

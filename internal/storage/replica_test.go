@@ -34,7 +34,7 @@ func TestReleaseThatFinalizesAnswersEveryAppend(t *testing.T) {
 		entries = append(entries, &pb.AppendEntry{Seq: seq, Record: &pb.Record{Payload: fmt.Appendf(nil, "r%d", seq)}})
 	}
 	r.appendLoop([]appendReq{{stream: as, clientID: 7, entries: entries}})
-	if acks := as.take(); len(acks) != 0 {
+	if acks, _ := as.take(); len(acks) != 0 {
 		t.Fatalf("acknowledged before any cut: %v", acks)
 	}
 
@@ -57,7 +57,8 @@ func TestReleaseThatFinalizesAnswersEveryAppend(t *testing.T) {
 	}
 
 	got := map[uint64]*pb.AppendAck{}
-	for _, a := range as.take() {
+	acks, _ := as.take()
+	for _, a := range acks {
 		got[a.Seq] = a
 	}
 	for seq := uint64(1); seq <= 4; seq++ {
@@ -287,7 +288,7 @@ func TestRetryQueuedWithItsOriginalIsStoredOnce(t *testing.T) {
 	if n := st.Len(); n != 1 {
 		t.Fatalf("the store holds %d entries after an append and its retry, want 1", n)
 	}
-	if acks := fresh.take(); len(acks) != 1 || acks[0].Code != pb.Code_PENDING {
+	if acks, _ := fresh.take(); len(acks) != 1 || acks[0].Code != pb.Code_PENDING {
 		t.Fatalf("the retry's stream got %v before the cut, want one PENDING", acks)
 	}
 }

@@ -62,13 +62,9 @@ func (a *appendStream) push(acks []*pb.AppendAck) {
 	}
 }
 
-func (a *appendStream) take() []*pb.AppendAck {
-	acks, _ := a.takeTimed()
-	return acks
-}
-
-// takeTimed is take that also says when the oldest was pushed.
-func (a *appendStream) takeTimed() ([]*pb.AppendAck, time.Time) {
+// take returns the acks pushed since the last take, and when the oldest
+// of them was pushed.
+func (a *appendStream) take() ([]*pb.AppendAck, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := a.acks
@@ -91,7 +87,7 @@ func (s *Server) Append(stream pb.Log_AppendServer) error {
 		for {
 			select {
 			case <-as.wake:
-				if acks, pushedAt := as.takeTimed(); len(acks) > 0 {
+				if acks, pushedAt := as.take(); len(acks) > 0 {
 					if err := stream.Send(&pb.AppendResponse{Acks: acks, MembershipVersion: s.membershipVersion()}); err != nil {
 						sendErr <- err
 						return

@@ -24,7 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
@@ -395,6 +397,43 @@ func (s *Server) orderingAddrs() []string {
 		}
 	}
 	return out
+}
+
+// orderingCallTimeout bounds one call to an ordering replica that waits
+// for a command to commit: Raft drops a proposal without a word when no
+// leader holds it, and a stopped replica accepts calls it never answers.
+const orderingCallTimeout = 5 * time.Second
+
+// callLeader calls the ordering replicas in turn, the believed leader
+// first, until one answers as the leader. call returns the leader a
+// replica names and whether it said it does not lead. Each call has its
+// own deadline, so the next replica is asked after a silent one; the
+// leader's refusal (FailedPrecondition) ends the search, as no other
+// replica would decide otherwise.
+func (s *Server) callLeader(ctx context.Context, call func(context.Context, pb.OrderingClient) (leaderAddr string, notLeader bool, err error)) error {
+	lastErr := errors.New("no ordering replica answered")
+	for _, a := range s.orderingAddrs() {
+		c, err := s.conn(a)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, orderingCallTimeout)
+		leader, notLeader, err := call(cctx, pb.NewOrderingClient(c))
+		cancel()
+		switch {
+		case status.Code(err) == codes.FailedPrecondition:
+			return err
+		case err != nil:
+			lastErr = err
+		case notLeader:
+			s.setLeader(leader)
+			lastErr = fmt.Errorf("%s is not the leader", a)
+		default:
+			return nil
+		}
+	}
+	return lastErr
 }
 
 func (s *Server) setLeader(addr string) {
@@ -1155,29 +1194,13 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 		close(done)
 	}()
 	var id cut.ShardID
-	var lastErr error
-	registered := false
-	for _, addr := range s.orderingAddrs() {
-		c, err := s.conn(addr)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		resp, err := pb.NewOrderingClient(c).RegisterShard(ctx, &pb.RegisterShardRequest{ClusterId: s.cfg.ClusterID, Group: s.cfg.GroupName, Replicas: reps})
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if resp.NotLeader {
-			s.setLeader(resp.LeaderAddr)
-			lastErr = fmt.Errorf("%s is not the leader", addr)
-			continue
-		}
-		id, registered = resp.Shard, true
-		break
-	}
-	if !registered {
-		return 0, fmt.Errorf("register shard: %w", lastErr)
+	err := s.callLeader(ctx, func(ctx context.Context, c pb.OrderingClient) (string, bool, error) {
+		resp, err := c.RegisterShard(ctx, &pb.RegisterShardRequest{ClusterId: s.cfg.ClusterID, Group: s.cfg.GroupName, Replicas: reps})
+		id = resp.GetShard()
+		return resp.GetLeaderAddr(), resp.GetNotLeader(), err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("register shard: %w", err)
 	}
 	st, err := s.openStore(id)
 	if err != nil {

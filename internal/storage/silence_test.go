@@ -55,6 +55,8 @@ type fakeOrdering struct {
 	heartbeats     chan string
 	watches        chan string
 	heartbeatCalls atomic.Int64
+	// rejoins receives the shard of each rejoin asked.
+	rejoins chan uint32
 }
 
 func startFakeOrdering(t *testing.T, mode fakeMode) *fakeOrdering {
@@ -64,7 +66,7 @@ func startFakeOrdering(t *testing.T, mode fakeMode) *fakeOrdering {
 		t.Fatal(err)
 	}
 	f := &fakeOrdering{addr: l.Addr().String(), mode: mode,
-		heartbeats: make(chan string, 64), watches: make(chan string, 64)}
+		heartbeats: make(chan string, 64), watches: make(chan string, 64), rejoins: make(chan uint32, 64)}
 	g := grpc.NewServer()
 	pb.RegisterOrderingServer(g, f)
 	go g.Serve(l)
@@ -84,6 +86,15 @@ func (f *fakeOrdering) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Sta
 		return &pb.StatusResponse{LeaderId: "other", LeaderAddr: fakeOtherLeader}, nil
 	}
 	return &pb.StatusResponse{LeaderId: "live", LeaderAddr: f.addr}, nil
+}
+
+func (f *fakeOrdering) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*pb.RejoinShardResponse, error) {
+	if f.mode == fakeStopped {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	f.rejoins <- req.Shard
+	return &pb.RejoinShardResponse{Epoch: req.Epoch + 1}, nil
 }
 
 func (f *fakeOrdering) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
@@ -277,5 +288,34 @@ func TestPickerTriesASilentReplicaLast(t *testing.T) {
 	}
 	if got := p.order(addrs, t0.Add(bound)); !slices.Equal(got, addrs) {
 		t.Fatalf("a bound after o1 went silent: %v, want %v", got, addrs)
+	}
+}
+
+// TestRejoinAskPassesAStoppedLeader checks that a copy asking to rejoin
+// does not wait for good on an ordering replica it believes the leader
+// that accepts the call and never answers (stopped, or holding a
+// proposal Raft dropped): it gives up on it after a bound and asks the
+// next replica.
+func TestRejoinAskPassesAStoppedLeader(t *testing.T) {
+	stopped := startFakeOrdering(t, fakeStopped)
+	live := startFakeOrdering(t, fakeLive)
+	s := silenceTestServer(t, stopped.addr, live.addr)
+	s.setLeader(stopped.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*orderingCallTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := s.askRejoin(ctx, 7, 1, 10); err != nil {
+		t.Fatalf("the rejoin was not asked of the live replica: %v", err)
+	}
+	if took := time.Since(start); took > orderingCallTimeout+silenceTestSlack {
+		t.Errorf("the rejoin waited %v on the stopped replica, want at most %v", took, orderingCallTimeout)
+	}
+	select {
+	case id := <-live.rejoins:
+		if id != 7 {
+			t.Errorf("the live replica was asked to rejoin shard %d, want 7", id)
+		}
+	default:
+		t.Error("the live replica was not asked")
 	}
 }
