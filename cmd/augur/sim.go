@@ -31,7 +31,7 @@ func newSimCmd() *cobra.Command {
 		Long: `Run the seeded whole-cluster simulation: the ordering replicas (Raft), the
 storage servers' shard replicas (a primary and one or two backups, on logs
 that lose what was not synced in a crash; --replicas, or by default even
-seeds 2 and odd seeds 3 servers per shard), clients, subscribers and, in some seeds, a
+seeds 2 and odd seeds 3 servers per shard; lazy order's 2), clients, subscribers and, in some seeds, a
 player with its targets, of one cluster in one goroutine on a simulated
 clock and network, with the faults --faults selects, through a safety
 phase and a heal phase that must converge. Each seed's history is checked
@@ -66,8 +66,10 @@ violation.`,
 			case trace && seed < 0:
 				return errors.New("--trace needs --seed: a trace of many seeds is unreadable")
 			}
-			if err := sim.CheckReplicas(replicas); err != nil {
-				return err
+			for _, m := range ms {
+				if err := sim.CheckReplicas(m, replicas); err != nil {
+					return err
+				}
 			}
 			out := cmd.OutOrStdout()
 			bad := 0
@@ -116,7 +118,7 @@ violation.`,
 	fl.Uint64Var(&first, "first", 0, "the first seed of --seeds")
 	fl.Int64Var(&seed, "seed", -1, "run only this seed")
 	fl.BoolVar(&trace, "trace", false, "print every step of the run (with --seed)")
-	fl.IntVar(&replicas, "replicas", 0, "storage servers per shard, 2 or 3 (eager and spec); 0: even seeds 2, odd seeds 3")
+	fl.IntVar(&replicas, "replicas", 0, "storage servers per shard, 2 or 3 (lazy: 2); 0: even seeds 2, odd seeds 3 (lazy: 2)")
 	fl.StringVar(&faults, "faults", "all", "faults to inject, comma-separated: delay, reorder, loss, partition, crash; or all, none")
 	return cmd
 }

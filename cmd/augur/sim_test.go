@@ -28,6 +28,8 @@ func TestSimCommand(t *testing.T) {
 		{"sim --faults fire", `unknown fault "fire"`},
 		{"sim --seeds 0", "--seeds must be at least 1"},
 		{"sim --trace", "--trace needs --seed"},
+		{"sim --mode lazy --replicas 3 --seeds 1", "the simulation of lazy order runs 2"},
+		{"sim --mode spec,lazy --replicas 3 --seeds 1", "the simulation of lazy order runs 2"},
 	} {
 		if _, err := runAugur(t, strings.Fields(c.args)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.args, err, c.want)

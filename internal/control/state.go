@@ -578,21 +578,38 @@ func (s *State) Clone() *State {
 		}
 		n.Spec = &sp
 	}
+	lz := s.LazyControl()
+	n.Lazy, n.LazyClaim, n.LazyFlush = lz.Config, lz.Claim, lz.Flush
+	return &n
+}
+
+// LazyControl is what lazy order's control plane reads from the state:
+// copies of the sequencing configuration, claim and flush, and the shards
+// a view change's flush goes to. A finalized shard is not one of them: it
+// never grows again (nor holds a position of a later flush), and a failed
+// one has no replica left to acknowledge the flush.
+func (s *State) LazyControl() lazy.ControlState {
+	var st lazy.ControlState
 	if s.Lazy != nil {
-		lz := *s.Lazy
-		lz.Replicas = slices.Clone(s.Lazy.Replicas)
-		n.Lazy = &lz
+		c := *s.Lazy
+		c.Replicas = slices.Clone(s.Lazy.Replicas)
+		st.Config = &c
 	}
 	if s.LazyClaim != nil {
-		cl := *s.LazyClaim
-		n.LazyClaim = &cl
+		c := *s.LazyClaim
+		st.Claim = &c
 	}
 	if s.LazyFlush != nil {
 		f := *s.LazyFlush
 		f.Records = slices.Clone(s.LazyFlush.Records)
-		n.LazyFlush = &f
+		st.Flush = &f
 	}
-	return &n
+	for _, sh := range s.Shards {
+		if sh.State != Finalized {
+			st.Shards = append(st.Shards, sh.ID)
+		}
+	}
+	return st
 }
 
 func assert(ok bool, msg string) {

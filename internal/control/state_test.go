@@ -3,7 +3,9 @@ package control
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
@@ -383,5 +385,51 @@ func TestSeqFlushRecordsOncePerSealedView(t *testing.T) {
 	s.Apply(Command{SeqFlush: flush(4, 40)})
 	if f := s.LazyFlush; f == nil || f.View != 4 || f.From != 40 {
 		t.Fatalf("flush %+v, want the next view change's, of view 4 from 40", f)
+	}
+}
+
+// A lazy shard finalized because every replica failed never answers a
+// flush: a sequencing view change goes to the live shards only and
+// records its view on their acknowledgements, and the failed shard's
+// record gets no position. Waiting for every shard left the sequencing
+// layer sealed for good.
+func TestLazyViewChangeSkipsAFinalizedShard(t *testing.T) {
+	s := New("test")
+	mustApply(t, s, reg("a", Replica{ID: "a1"}))
+	mustApply(t, s, reg("b", Replica{ID: "b1"}))
+	mustApply(t, s, reconfig(1, FirstEpoch, nil, "b1"))
+	if sh := s.Shard(1); sh.State != Finalized {
+		t.Fatalf("shard 1 with no replica left: %+v", sh)
+	}
+	apply := func(c Command) { s.Apply(c) } //nolint:errcheck // a repeat changes nothing
+	cfg := lazy.ControlConfig{Replicas: []lazy.ReplicaID{1, 2}, FailureTimeout: 10 * time.Millisecond, ResendAfter: 5 * time.Millisecond}
+	t0 := time.Unix(0, 0)
+	ctl := lazy.NewControl(cfg, "a", t0)
+	apply(Command{SeqConfig: ctl.Tick(t0).Record})
+	ctl.Applied(s.LazyControl(), t0)
+	now := t0.Add(11 * time.Millisecond)
+	ctl.Status(2, lazy.ReplicaStatus{View: 1}, now)
+	out := ctl.Tick(now)
+	if out.Claim == nil {
+		t.Fatalf("replica 1 silent: %+v, want a claim", out)
+	}
+	apply(Command{SeqClaim: out.Claim})
+	out = ctl.Applied(s.LazyControl(), now)
+	if out.Seal == nil {
+		t.Fatalf("after the claim: %+v, want a seal", out)
+	}
+	live, dead := lazy.Meta{ID: lazy.RecordID{Client: 1, Seq: 1}, Shard: 0, View: 1}, lazy.Meta{ID: lazy.RecordID{Client: 2, Seq: 1}, Shard: 1, View: 1}
+	out = ctl.Sealed(2, lazy.SealReply{View: 1, Entries: []lazy.Meta{dead, live}})
+	if out.Flush == nil || len(out.Flush.Records) != 1 || out.Flush.Records[0] != live {
+		t.Fatalf("flush: %+v, want the live shard's record alone", out.Flush)
+	}
+	apply(Command{SeqFlush: out.Flush})
+	out = ctl.Applied(s.LazyControl(), now)
+	if out.Map == nil || !slices.Equal(out.MapTo, []cut.ShardID{0}) {
+		t.Fatalf("flush out: %+v, want it to shard 0 alone", out)
+	}
+	out = ctl.MapAcked(lazy.MappingAck{Shard: 0, View: out.Map.View, End: out.Map.End()})
+	if out.Record == nil || out.Record.View != 2 || out.Record.Stable != 1 {
+		t.Fatalf("after the live shard acknowledged: %+v, want view 2 recorded at stable 1", out)
 	}
 }

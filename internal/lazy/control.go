@@ -29,7 +29,8 @@ type ReplicaStatus struct {
 
 // ControlState is what the control plane reads from the control state
 // (as applied on its ordering replica): the recorded configuration (nil
-// before the first view), the newest claim, and the cluster's shards.
+// before the first view), the newest claim, and the cluster's shards
+// that may still grow (control.State.LazyControl builds it).
 type ControlState struct {
 	Config *SeqConfig
 	Claim  *Claim
@@ -65,8 +66,10 @@ type ControlOutput struct {
 	// Seal goes to every replica of SealTo, who answer Sealed.
 	Seal   *Seal
 	SealTo []ReplicaID
-	// Map goes to every shard's primary, who answer MapAcked.
-	Map *Mapping
+	// Map goes to the primary of every shard of MapTo, who answer
+	// MapAcked.
+	Map   *Mapping
+	MapTo []cut.ShardID
 	// Stable goes to every replica of every shard.
 	Stable *StableGP
 	// Start goes to every replica of StartTo.
@@ -336,6 +339,9 @@ func (c *Control) MapAcked(a MappingAck) ControlOutput {
 
 func (c *Control) carry(o ReconfigOutput) ControlOutput {
 	out := ControlOutput{Map: o.Map, Flush: o.Flush, Record: o.Record, Stable: o.Stable}
+	if o.Map != nil {
+		out.MapTo = slices.Clone(c.rc.shards)
+	}
 	if o.Seal != nil {
 		out.Seal, out.SealTo = o.Seal, slices.Clone(c.rc.old.Replicas)
 	}

@@ -33,8 +33,9 @@ type ReconfigOutput struct {
 	// Flush is the flush to record in the control state before it goes
 	// to the shards: call FlushRecorded once it is applied.
 	Flush *Mapping
-	// Map goes to every shard's primary: the flush of the recovery
-	// replica's unordered entries. Shards answer with MappingAck.
+	// Map goes to the primary of every shard of the view change: the
+	// flush of the recovery replica's unordered entries. Shards answer
+	// with MappingAck.
 	Map *Mapping
 	// Record is the new configuration: propose it to the control state,
 	// and call Recorded once it is committed.
@@ -93,7 +94,9 @@ const (
 
 // NewReconfig starts the view change of cur that drops the failed
 // replicas and adds the added ones (with empty rings), over the cluster's
-// shards. Its first output seals cur's view.
+// shards that may still grow (a finalized one is left out: it would never
+// acknowledge the flush, and the view would stay sealed). Its first output
+// seals cur's view.
 func NewReconfig(cur SeqConfig, failed, added []ReplicaID, shards []cut.ShardID) (*Reconfig, ReconfigOutput, error) {
 	var members []ReplicaID
 	for _, r := range cur.Replicas {
@@ -134,14 +137,18 @@ func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
 		panic(fmt.Sprintf("lazy: replica %d ordered to %d below the view's stable %d", from, rep.Ordered, rc.old.Stable))
 	}
 	rc.next.Leader = from
-	rc.from, rc.end = rep.Ordered, rep.Ordered+uint64(len(rep.Entries))
-	if len(rep.Entries) == 0 {
+	// A record of a shard outside the view change's shards (finalized)
+	// gets no position: that shard never grows again, and when it failed
+	// no replica is left to hold or acknowledge it.
+	entries := slices.DeleteFunc(slices.Clone(rep.Entries), func(m Meta) bool { return !slices.Contains(rc.shards, m.Shard) })
+	rc.from, rc.end = rep.Ordered, rep.Ordered+uint64(len(entries))
+	if len(entries) == 0 {
 		rc.step = stepRecord
 		return rc.record()
 	}
-	rc.flush = &Mapping{View: rc.next.View, From: rep.Ordered, Records: slices.Clone(rep.Entries)}
-	rc.ids = make([]RecordID, len(rep.Entries))
-	for i, e := range rep.Entries {
+	rc.flush = &Mapping{View: rc.next.View, From: rep.Ordered, Records: entries}
+	rc.ids = make([]RecordID, len(entries))
+	for i, e := range entries {
 		rc.ids[i] = e.ID
 	}
 	rc.step = stepRecordFlush

@@ -106,3 +106,27 @@ func TestReconfigNeverRecoversFromAnAmnesiacReplica(t *testing.T) {
 		t.Error("a configuration without replicas was accepted")
 	}
 }
+
+// A view change over the shards that may still grow (a finalized one left
+// out) gives a record of a finalized shard no position, and records the
+// view once those shards acknowledged the flush.
+func TestReconfigLeavesOutShardsNotItsOwn(t *testing.T) {
+	live, gone := meta(1, 1, 0, 1), meta(2, 1, 1, 1)
+	cur := SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 1}
+	rc, _, err := NewReconfig(cur, []ReplicaID{1}, nil, []cut.ShardID{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := rc.Sealed(2, SealReply{View: 1, Entries: []Meta{gone, live}})
+	if out.Flush == nil || len(out.Flush.Records) != 1 || out.Flush.Records[0] != live {
+		t.Fatalf("flush %+v, want the live shard's record alone", out.Flush)
+	}
+	out = rc.FlushRecorded()
+	out = rc.MapAcked(MappingAck{Shard: 0, View: 2, End: out.Map.End()})
+	if out.Record == nil || out.Record.Stable != 1 {
+		t.Fatalf("after shard 0 acknowledged: %+v, want the view recorded at stable 1", out)
+	}
+	if out := rc.Recorded(); out.Start == nil || len(out.Start.Flushed) != 1 || out.Start.Flushed[0] != live.ID {
+		t.Fatalf("start %+v, want the live record alone flushed", out.Start)
+	}
+}

@@ -270,6 +270,46 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 	return s
 }
 
+// OpenShard returns a replica restarted from st under its shard's
+// configuration cfg. A primary that opens with placements on disk of an
+// older term than its configuration's epoch (it was promoted while it was
+// down, or its configuration changed since): the placements are another
+// term's (its backups may hold a longer tail of them), so it takes over as
+// a promoted backup does, restating its order in a base of its own term,
+// which out carries to persist and send before anything else. One whose
+// placements are of its own term goes on with them: a base of the same
+// term would not replace what its backups hold.
+func OpenShard[W comparable](cfg ShardConfig, st ShardState, out *ShardOutput[W]) *Shard[W] {
+	var term uint64
+	for _, p := range st.Placements {
+		term = max(term, p.Term)
+	}
+	if !cfg.Primary || len(st.Placements) == 0 || cfg.Epoch <= term {
+		return NewShard[W](cfg, st)
+	}
+	epoch, backups := cfg.Epoch, cfg.Backups
+	cfg.Primary, cfg.Epoch, cfg.Backups = false, 0, nil
+	s := NewShard[W](cfg, st)
+	s.Promote(epoch, backups, out)
+	return s
+}
+
+// Follow brings the replica to its shard's configuration of epoch, whose
+// members are in order, the primary first, by self's place in it: a
+// replica taken out leaves, a backup that became primary is promoted (its
+// primary was taken out), and any other follows the configuration's
+// backups (a primary that stays no longer waits for one taken out).
+func (s *Shard[W]) Follow(epoch uint64, members []string, self string, out *ShardOutput[W]) {
+	switch i := slices.Index(members, self); {
+	case i < 0:
+		s.Leave(epoch)
+	case i == 0 && !s.Primary():
+		s.Promote(epoch, slices.Clone(members[1:]), out)
+	default:
+		s.Reconfigure(epoch, slices.Clone(members[1:]), out)
+	}
+}
+
 // StableEnd returns the stable end heard; Readable the end below which
 // this replica serves reads (it may lag the stable end until it applied
 // the placements).

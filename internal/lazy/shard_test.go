@@ -614,3 +614,56 @@ func TestShardNeverScrubsARecordRestoredWithoutItsView(t *testing.T) {
 		t.Fatal("a, restored without its view, was scrubbed")
 	}
 }
+
+// A primary reopening with placements on disk takes over with a base of
+// its configuration's epoch when that is newer than their term: its
+// backups drop what the old term left unacknowledged. One reopening in
+// its own term goes on with its placements (a base of the same term would
+// not replace a backup's tail).
+func TestShardOpenedPrimaryTakesOverOnlyInANewerTerm(t *testing.T) {
+	_, _, c, a, d, pl2 := failoverShard(t)
+	pl1 := Placement{Seq: 1, Term: 1, View: 1, From: 0, End: 1, Runs: []Run{{0, 1, 0}}, Slots: []Slot{{Pos: 0, ID: a.ID}}}
+	disk := func(ps ...Placement) ShardState {
+		return ShardState{Len: 2, Records: []StoredRecord{{ID: a.ID, Local: 0}, {ID: d.ID, Local: 1}}, Placements: ps, Stable: 1, StableView: 1}
+	}
+	var o out
+	same := OpenShard(ShardConfig{ID: 0, Primary: true, Epoch: 1, Backups: []string{"b", "c"}}, disk(pl1, pl2), &o)
+	if o.Place != nil || !same.Primary() || same.PlacedEnd() != 2 {
+		t.Fatalf("reopened in its own term: placement %+v, placed end %d", o.Place, same.PlacedEnd())
+	}
+	// Reopened in epoch 2 without placement 2 (c holds it): the base of
+	// term 2 replaces c's tail.
+	o = out{}
+	p := OpenShard(ShardConfig{ID: 0, Primary: true, Epoch: 2, Backups: []string{"b", "c"}}, disk(pl1), &o)
+	base := o.Place
+	if !p.Primary() || base == nil || !base.Base || base.Term != 2 || base.From != 1 {
+		t.Fatalf("reopened in a newer epoch: primary %v, base %+v", p.Primary(), base)
+	}
+	var co out
+	if err := c.Place(*base, &co); err != nil || !co.Applied || c.PlacedEnd() != 1 {
+		t.Fatalf("c takes the base: %+v, %v, placed end %d", co, err, c.PlacedEnd())
+	}
+}
+
+// Follow picks the call by the replica's place in its configuration.
+func TestShardFollowByPlaceInTheConfiguration(t *testing.T) {
+	_, b, c, _, _, _ := failoverShard(t)
+	var o out
+	b.Follow(2, []string{"b", "c"}, "b", &o)
+	if !b.Primary() || o.Place == nil || !o.Place.Base {
+		t.Fatalf("b first in epoch 2: primary %v, placement %+v, want promoted with a base", b.Primary(), o.Place)
+	}
+	o = out{}
+	c.Follow(2, []string{"b", "c"}, "c", &o)
+	if c.Primary() || c.Out() || c.Epoch() != 2 {
+		t.Fatalf("c a backup in epoch 2: primary %v, out %v, epoch %d", c.Primary(), c.Out(), c.Epoch())
+	}
+	b.Follow(3, []string{"b"}, "b", &o)
+	if !b.Primary() || b.Epoch() != 3 || len(b.Resend("c")) != 0 {
+		t.Fatalf("b stays primary in epoch 3 without c: primary %v, epoch %d", b.Primary(), b.Epoch())
+	}
+	c.Follow(3, []string{"b"}, "c", &o)
+	if !c.Out() {
+		t.Fatal("c taken out in epoch 3 did not leave")
+	}
+}

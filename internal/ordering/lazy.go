@@ -139,27 +139,7 @@ func (s *Server) lazyControl(ctx context.Context) {
 func (s *Server) lazyControlState() lazy.ControlState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var st lazy.ControlState
-	if c := s.state.Lazy; c != nil {
-		cc := *c
-		cc.Replicas = slices.Clone(c.Replicas)
-		st.Config = &cc
-	}
-	if c := s.state.LazyClaim; c != nil {
-		cc := *c
-		st.Claim = &cc
-	}
-	if f := s.state.LazyFlush; f != nil {
-		ff := *f
-		ff.Records = slices.Clone(f.Records)
-		st.Flush = &ff
-	}
-	for _, sh := range s.state.Shards {
-		// Every shard keeps the whole position table: the flush goes to
-		// each, finalized ones too.
-		st.Shards = append(st.Shards, sh.ID)
-	}
-	return st
+	return s.state.LazyControl()
 }
 
 // lazyCarry carries out one output of the control plane and feeds the
@@ -189,7 +169,7 @@ func (s *Server) lazyCarry(ctx context.Context, ctl *lazy.Control, out lazy.Cont
 		}
 	}
 	if out.Map != nil {
-		acks, err := s.flushToShards(ctx, out.Map)
+		acks, err := s.flushToShards(ctx, out.Map, out.MapTo)
 		if err != nil {
 			s.log.Warn("lazy control: flush", "view", out.Map.View, "err", err)
 		}
@@ -279,10 +259,10 @@ func (s *Server) lazyShards() []*pb.ShardInfo {
 	return wire.ShardsToProto(s.state.Shards)
 }
 
-// flushToShards sends the flush mapping to every shard's primary and
-// returns their acknowledgements.
-func (s *Server) flushToShards(ctx context.Context, m *lazy.Mapping) ([]lazy.MappingAck, error) {
-	shards := s.lazyShards()
+// flushToShards sends the flush mapping to the primary of every shard of
+// to and returns their acknowledgements.
+func (s *Server) flushToShards(ctx context.Context, m *lazy.Mapping, to []cut.ShardID) ([]lazy.MappingAck, error) {
+	shards := slices.DeleteFunc(s.lazyShards(), func(sh *pb.ShardInfo) bool { return !slices.Contains(to, cut.ShardID(sh.GetId())) })
 	acks := make([]lazy.MappingAck, 0, len(shards))
 	var mu sync.Mutex
 	errs := make([]error, len(shards))

@@ -556,11 +556,13 @@ func (n *shardNode) boot() {
 	for i, r := range n.log {
 		st.Records = append(st.Records, lazy.StoredRecord{ID: n.w.recs[r.rec].id, Local: uint64(i), View: r.view})
 	}
-	n.core = lazy.NewShard[int](n.shardConfig(), st)
+	var out lazy.ShardOutput[int]
+	n.core = lazy.OpenShard(n.shardConfig(), st, &out)
 	if !n.w.isMember(n) && n.w.plant != bugLazyOutStaysIn {
 		n.core.Leave(n.w.shardConf[n.shard].epoch)
 	}
 	n.reads = map[int]func(lazy.ReadAnswer[int], error){}
+	n.carry(out)
 	n.w.every(&n.node, lazyResendEvery, func() {
 		if n.core.Epoch() < n.w.shardConf[n.shard].epoch {
 			// The shard table's events reach every server in the end

@@ -12,7 +12,6 @@ package sim
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/augur-log/augur/internal/control"
@@ -35,9 +34,9 @@ type ordNode struct {
 }
 
 func (w *lazyRun) startOrdering() {
-	w.truth = control.New("sim")
+	w.truth = w.newControlState()
 	optOut := false
-	w.raft = newRaftGroup(&w.world, func() *control.State { return control.New("sim") },
+	w.raft = newRaftGroup(&w.world, w.newControlState,
 		func() time.Duration { return w.uniform(w.sc.delayLo, w.sc.delayHi) }, &optOut)
 	for _, r := range w.raft.replicas {
 		w.ords = append(w.ords, &ordNode{node: node{name: fmt.Sprintf("o%d", r.id), up: true}, w: w, r: r})
@@ -102,23 +101,19 @@ func (w *lazyRun) applyRaft(n *replica, index uint64, c control.Command) {
 	}
 }
 
+// newControlState is the control state every ordering replica starts
+// from: the run's shards registered, as a cluster's servers register
+// theirs.
+func (w *lazyRun) newControlState() *control.State {
+	st := control.New("sim")
+	for _, id := range w.shardIDs() {
+		st.Apply(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: []control.Replica{{ID: fmt.Sprintf("shard%d", id)}}}})
+	}
+	return st
+}
+
 func (w *lazyRun) controlState(st *control.State) lazy.ControlState {
-	cs := lazy.ControlState{Shards: w.shardIDs()}
-	if st.Lazy != nil {
-		c := *st.Lazy
-		c.Replicas = slices.Clone(st.Lazy.Replicas)
-		cs.Config = &c
-	}
-	if st.LazyClaim != nil {
-		cl := *st.LazyClaim
-		cs.Claim = &cl
-	}
-	if st.LazyFlush != nil {
-		f := *st.LazyFlush
-		f.Records = slices.Clone(st.LazyFlush.Records)
-		cs.Flush = &f
-	}
-	return cs
+	return st.LazyControl()
 }
 
 // tick probes every sequencing replica and steps the control plane.
@@ -205,8 +200,8 @@ func (o *ordNode) carry(out lazy.ControlOutput) {
 		}
 	}
 	if m := out.Map; m != nil {
-		for _, sh := range w.shards {
-			w.primary(sh[0].shard).sendMap(&o.node, *m, func(a lazy.MappingAck) {
+		for _, id := range out.MapTo {
+			w.primary(id).sendMap(&o.node, *m, func(a lazy.MappingAck) {
 				if o.gen == gen {
 					o.carry(o.ctl.MapAcked(a))
 				}
@@ -268,7 +263,7 @@ func (w *lazyRun) crashOrdering(leader bool, down time.Duration) bool {
 	}
 	w.after(down, func() {
 		n.rn = startNode(n.id, n.store)
-		n.st = control.New("sim")
+		n.st = w.newControlState()
 		n.down = false
 		victim.up = true
 		w.tracef("%s: restarts", victim.name)

@@ -62,21 +62,19 @@ func (w *lazyRun) takeOut(n *shardNode) {
 func (n *shardNode) follow() {
 	w := n.w
 	conf := w.shardConf[n.shard]
-	var backups []string
-	for _, b := range w.members(n.shard)[1:] {
-		backups = append(backups, b.name)
+	if !w.isMember(n) && w.plant == bugLazyOutStaysIn {
+		w.planted = true
+		return
+	}
+	var members []string
+	for _, m := range w.members(n.shard) {
+		members = append(members, m.name)
 	}
 	var out lazy.ShardOutput[int]
-	switch {
-	case !w.isMember(n) && w.plant == bugLazyOutStaysIn:
-		w.planted = true
-	case !w.isMember(n):
-		n.core.Leave(conf.epoch)
-	case w.primary(n.shard) == n && !n.core.Primary():
-		n.core.Promote(conf.epoch, backups, &out)
+	wasPrimary := n.core.Primary()
+	n.core.Follow(conf.epoch, members, n.name, &out)
+	if n.core.Primary() && !wasPrimary {
 		w.tracef("%s: promoted to primary of shard %d in epoch %d", n.name, n.shard, conf.epoch)
-	default:
-		n.core.Reconfigure(conf.epoch, backups, &out)
 	}
 	n.carry(out)
 }

@@ -206,7 +206,10 @@ func (w *lazyRun) healedView() {
 		}
 	}
 	for _, q := range w.seqs {
-		if v, sealed := q.core.View(); v != cfg.View || sealed || !slices.Contains(cfg.Replicas, q.id) {
+		switch v, sealed := q.core.View(); {
+		case v > cfg.View:
+			w.errorf("heal: %s runs view %d, which the control state never recorded (it recorded view %d of %v)", q.name, v, cfg.View, cfg.Replicas)
+		case v != cfg.View || sealed || !slices.Contains(cfg.Replicas, q.id):
 			w.errorf("heal: %s in view %d (sealed %v), the recorded view is %d of %v", q.name, v, sealed, cfg.View, cfg.Replicas)
 		}
 	}

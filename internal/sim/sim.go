@@ -132,7 +132,7 @@ type Options struct {
 	Faults Faults
 	// Replicas is how many storage servers each shard has, 2 or 3 (the
 	// group sizes of a cluster file); 0 lets the seed choose: even seeds
-	// run 2, odd ones 3. Lazy order's shards always have 2.
+	// run 2, odd ones 3. Lazy order's shards have 2 (CheckReplicas refuses 3).
 	Replicas int
 	// Trace, when set, receives every step of the run.
 	Trace func(string)
@@ -313,10 +313,13 @@ func replicasOf(seed uint64, o Options) int {
 	return copiesMin + int(seed%2)
 }
 
-// CheckReplicas checks a shard size given to Options.Replicas.
-func CheckReplicas(n int) error {
-	if n != 0 && (n < copiesMin || n > copiesMax) {
+// CheckReplicas checks a shard size given to Options.Replicas in mode m.
+func CheckReplicas(m Mode, n int) error {
+	switch {
+	case n != 0 && (n < copiesMin || n > copiesMax):
 		return fmt.Errorf("sim: %d servers per shard; a storage group has %d or %d", n, copiesMin, copiesMax)
+	case m == Lazy && n != 0 && n != copiesMin:
+		return fmt.Errorf("sim: %d servers per shard; the simulation of lazy order runs %d", n, copiesMin)
 	}
 	return nil
 }
@@ -326,11 +329,11 @@ func Run(seed uint64, o Options) Result {
 	if o.Mode == "" {
 		o.Mode = Spec
 	}
+	if err := CheckReplicas(o.Mode, o.Replicas); err != nil {
+		panic(err)
+	}
 	if o.Mode == Lazy {
 		return runLazy(seed, o)
-	}
-	if err := CheckReplicas(o.Replicas); err != nil {
-		panic(err)
 	}
 	s := newCluster(seed, o.Mode, o.Faults, replicasOf(seed, o), o.Trace, o.plant)
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {

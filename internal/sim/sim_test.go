@@ -358,13 +358,13 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// first: the replicas run a view the control state never
 		// recorded, whose seal the new leader cannot make, and the heal
 		// check finds them there.
-		{"a deposed ordering leader starts a view it never recorded", bugLazyTrustProposal, "heal: "},
+		{"a deposed ordering leader starts a view it never recorded", bugLazyTrustProposal, "which the control state never recorded"},
 		// stable-gp advances to a flush's end as its configuration is
 		// proposed: when the proposal never commits (its leader was
 		// deposed), the next view change's flush would rebind positions
-		// readers may have seen; the shards refuse it, and the view
-		// never changes again.
-		{"stable-gp advances before the flush is recorded through Raft", bugLazyStableBeforeRecord, "heal: "},
+		// readers may have seen; the shards refuse it, and the control
+		// plane stays in its view change.
+		{"stable-gp advances before the flush is recorded through Raft", bugLazyStableBeforeRecord, "is still changing the view"},
 	}
 	const seeds = 200
 	for _, c := range cases {

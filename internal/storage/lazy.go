@@ -169,18 +169,16 @@ func (ls *lazyShard) startBackupLoopsLocked(backups []Peer) {
 }
 
 // followConfig follows the shard's configuration info, as the control
-// plane changed it. The core decides what each change means; this picks
-// the call by this server's place in the configuration: a primary that
-// stays follows its backups (one taken out is no longer waited for), a
-// backup that became primary is promoted (its primary was taken out), a
-// replica taken out leaves; every replica learns who the primary is.
+// plane changed it (the core's Follow decides what the change means to
+// this server); every replica learns who the primary is.
 func (ls *lazyShard) followConfig(info *pb.ShardInfo) {
 	reps := info.GetReplicas()
 	self := slices.IndexFunc(reps, func(r *pb.ReplicaAddr) bool { return r.GetId() == ls.s.cfg.ID })
 	var backups []Peer
-	var ids []string
-	if len(reps) > 0 {
-		for _, r := range reps[1:] {
+	var members, ids []string
+	for i, r := range reps {
+		members = append(members, r.GetId())
+		if i > 0 {
 			backups = append(backups, Peer{ID: r.GetId(), Addr: r.GetAddr()})
 			ids = append(ids, r.GetId())
 		}
@@ -192,14 +190,7 @@ func (ls *lazyShard) followConfig(info *pb.ShardInfo) {
 	}
 	was, wasPrimary := ls.core.Epoch(), ls.core.Primary()
 	var out lazy.ShardOutput[*lazyRead]
-	switch {
-	case self < 0:
-		ls.core.Leave(info.GetEpoch())
-	case self == 0 && !wasPrimary:
-		ls.core.Promote(info.GetEpoch(), ids, &out)
-	default:
-		ls.core.Reconfigure(info.GetEpoch(), ids, &out)
-	}
+	ls.core.Follow(info.GetEpoch(), members, ls.s.cfg.ID, &out)
 	if ls.core.Epoch() == was {
 		ls.mu.Unlock()
 		return
@@ -321,19 +312,8 @@ func (ls *lazyShard) open() error {
 	for _, b := range ls.backups {
 		cfg.Backups = append(cfg.Backups, b.ID)
 	}
-	if !ls.primary || len(applied) == 0 {
-		ls.core = lazy.NewShard[*lazyRead](cfg, state)
-		return nil
-	}
-	// A primary with placements on disk restarted, or was promoted while
-	// it was down: the placements are another term's (its backups may
-	// hold a longer tail of them), so it takes over as a promoted backup
-	// does, restating its order in a base.
-	backups := cfg.Backups
-	cfg.Primary, cfg.Epoch, cfg.Backups = false, 0, nil
-	ls.core = lazy.NewShard[*lazyRead](cfg, state)
 	var out lazy.ShardOutput[*lazyRead]
-	ls.core.Promote(ls.epoch, backups, &out)
+	ls.core = lazy.OpenShard(cfg, state, &out)
 	if out.Place != nil {
 		if err := ls.places.append(out.Place); err != nil {
 			return fmt.Errorf("persist base placement: %w", err)
