@@ -239,10 +239,6 @@ func (sh *shard) rejoinAsk(c, src *copyOf, plan core.RejoinPlan, inc int) {
 		if c.inc != inc {
 			return
 		}
-		if errors.Is(err, order.ErrRejoinUnsupported) {
-			s.tracef("shard %d: %s stays out: %v", sh.id, c.name(), err)
-			return
-		}
 		if err != nil {
 			s.tracef("shard %d: %s: rejoin refused: %v", sh.id, c.name(), err)
 			again(catchUpRetryEvery)

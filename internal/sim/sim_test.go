@@ -47,8 +47,9 @@ func TestSeeds(t *testing.T) {
 				t.Errorf("no seed failed a shard while it held the only quota")
 			}
 			// Restarted and fenced replicas rejoin their shards in eager
-			// order; that path must not drop out of the mix either.
-			if m == Eager && faults.Crash && n >= 40 && tally.Rejoins == 0 {
+			// and speculative order; that path must not drop out of the
+			// mix either.
+			if (m == Eager || m == Spec) && faults.Crash && n >= 40 && tally.Rejoins == 0 {
 				t.Errorf("no replica rejoined its shard: %v", tally)
 			}
 			if m == Lazy {
