@@ -139,6 +139,9 @@ type stats struct {
 	damaged, repairs, sourceDeaths uint64
 	// rejoins counts the copies taken back into their configuration.
 	rejoins uint64
+	// primaryDeathsOnJoin counts the primaries crashed as a copy was
+	// taken back in (see planRejoin).
+	primaryDeathsOnJoin uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
@@ -277,7 +280,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 			}
 			target := sh.copies[min(x.copy, copiesN-1)]
 			target.damage, target.killSource = x.damage, x.sourceDies
-			target.rejoinSourceDies, target.diesRejoining = x.rejoinSourceDies, x.diesRejoining
+			target.rejoinSourceDies, target.diesRejoining, target.primaryDies = x.rejoinSourceDies, x.diesRejoining, x.primaryDies
 			if x.copy == copiesN {
 				// A power loss takes the whole replica group.
 				s.tracef("shard %d loses power", sh.id)

@@ -96,6 +96,11 @@ type copyOf struct {
 	// planRejoin).
 	rejoinFor                       int
 	rejoinSourceDies, diesRejoining bool
+	// primaryDies crashes the shard's primary once the copy is back in
+	// its configuration (see planRejoin); primaryDiesArmed says it is
+	// due.
+	primaryDies      primaryDeath
+	primaryDiesArmed bool
 	// repairing says the copy's repair of damaged ranges runs: a rejoin,
 	// which may drop some of them with the tail, waits for it.
 	repairing bool
@@ -117,7 +122,10 @@ type shard struct {
 	copies [copiesN]*copyOf
 	prim   int
 	member [copiesN]bool
-	epoch  uint64
+	// pending says a member joined in speculative order and its primary
+	// has not vouched for it yet: it is no survivor of the primary.
+	pending [copiesN]bool
+	epoch   uint64
 	// split says the primary's replication to the backup is cut off (a
 	// partition between them); the primary notices at splitSeen.
 	split     bool
@@ -561,9 +569,15 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 		}
 		sh.carry(c, &out)
 	}
+	if row != nil {
+		for i, c := range sh.copies {
+			sh.pending[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server && r.Pending })
+		}
+	}
 	if row != nil && !sh.finalized && row.Epoch > sh.epoch {
 		sh.reconfigure(row, snap)
 	}
+	sh.primaryDiesOnJoin()
 	if len(mine) > 0 {
 		sh.checkMembersHoldOrdered()
 	}
@@ -954,7 +968,7 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 		// is on its way out of the configuration: whether it, or the
 		// crashed primary, leaves first is a race.
 		leaving := sh.split && o == sh.backup() && !s.now.Before(sh.splitSeen)
-		survivor = survivor || (o != c && o.up && sh.member[i] && !leaving && (role == core.RolePrimary || role == core.RoleBackup))
+		survivor = survivor || (o != c && o.up && sh.member[i] && !sh.pending[i] && !leaving && (role == core.RolePrimary || role == core.RoleBackup))
 	}
 	switch {
 	case sh.alive && survivor && s.plant != bugFinalizeOnReplicaFailure:

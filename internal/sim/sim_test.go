@@ -472,3 +472,33 @@ func TestPlantedRejoinBehindIsCaught(t *testing.T) {
 		t.Errorf("the rejoin check caught a copy added back behind in only %d seeds, want %d", found, want)
 	}
 }
+
+// TestPlantedSpecJoinUnvouchedIsCaught plants, in speculative seeds where
+// a copy rejoins its shard, a leader that confirms the joined copy with
+// its Join instead of waiting for its primary to vouch that the copy holds
+// everything the primary acknowledged. Where the primary then dies
+// before it resent what the copy lacks, the copy takes over without
+// acknowledged appends, and the invariant checks must say so. The same
+// seeds pass without the bug.
+func TestPlantedSpecJoinUnvouchedIsCaught(t *testing.T) {
+	const want = 2
+	found := 0
+	for seed := uint64(0); seed < 150 && found < want; seed++ {
+		o := Options{Mode: Spec, Faults: AllFaults()}
+		r := Run(seed, o)
+		if r.Rejoins == 0 || r.PrimaryDeathsOnJoin == 0 {
+			continue
+		}
+		if r.Failed() {
+			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+		}
+		o.plant = bugSpecJoinUnvouched
+		if r = Run(seed, o); r.planted && r.Failed() {
+			found++
+			t.Logf("seed %d: %s", seed, r.Errs[0])
+		}
+	}
+	if found < want {
+		t.Errorf("the checks caught a copy confirmed without its primary's word in only %d seeds, want %d", found, want)
+	}
+}
