@@ -90,7 +90,7 @@ func TestBenchCommandsRun(t *testing.T) {
 	}
 	dir := t.TempDir()
 	plot := filepath.Join(dir, "e2e.svg")
-	out, err := runAugur(t, "bench", "e2e", "--shards", "1", "--replicas", "1", "--rate", "200", "--clients", "1",
+	out, err := runAugur(t, "bench", "e2e", "--shards", "1", "--replicas", "2", "--rate", "200", "--clients", "1",
 		"--duration", "200ms", "--warmup", "50ms", "--compute", "1ms", "--plot", plot)
 	if err != nil {
 		t.Fatal(err)
@@ -107,12 +107,12 @@ func TestBenchCommandsRun(t *testing.T) {
 	}
 
 	// The README documents these two.
-	out, err = runAugur(t, "bench", "append", "--shards", "1", "--replicas", "1", "--rate", "0", "--clients", "1",
+	out, err = runAugur(t, "bench", "append", "--shards", "1", "--replicas", "2", "--rate", "0", "--clients", "1",
 		"--duration", "200ms", "--warmup", "50ms")
 	if err != nil || !strings.HasPrefix(out, `{"workload":"append","mode":"eager"`) {
 		t.Fatalf("bench append: %v: %s", err, out)
 	}
-	out, err = runAugur(t, "bench", "idle", "--shards", "1", "--replicas", "1", "--duration", "100ms", "--warmup", "50ms")
+	out, err = runAugur(t, "bench", "idle", "--shards", "1", "--replicas", "2", "--duration", "100ms", "--warmup", "50ms")
 	if err != nil || !strings.Contains(out, `"cpu_percent_of_one_core"`) {
 		t.Fatalf("bench idle: %v: %s", err, out)
 	}

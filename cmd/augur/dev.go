@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
 	"github.com/augur-log/augur/internal/mode"
 )
@@ -36,8 +37,8 @@ Without --data the data lives in a temporary directory removed on exit.`,
 			switch {
 			case opts.Shards < 1:
 				return fmt.Errorf("--shards must be at least 1, got %d", opts.Shards)
-			case opts.Replicas < 1:
-				return fmt.Errorf("--replicas must be at least 1, got %d", opts.Replicas)
+			case opts.Replicas < config.GroupServersMin || opts.Replicas > config.GroupServersMax:
+				return fmt.Errorf("--replicas must be %d or %d (the storage servers of a group), got %d", config.GroupServersMin, config.GroupServersMax, opts.Replicas)
 			case opts.OrderingReplicas < 1:
 				return fmt.Errorf("--ordering-replicas must be at least 1, got %d", opts.OrderingReplicas)
 			case opts.OrderingInterval < 0:

@@ -34,7 +34,7 @@ func TestPlayerStatusOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: filepath.Join(dir, "cluster"), Shards: 1, Replicas: 1, OrderingReplicas: 1, TLS: true})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: filepath.Join(dir, "cluster"), Shards: 1, Replicas: 2, OrderingReplicas: 1, TLS: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,13 +22,16 @@ func newSimCmd() *cobra.Command {
 		seed   int64
 		trace  bool
 		faults string
+		// replicas is the servers per shard (0: the seed chooses).
+		replicas int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the seeded whole-cluster simulation and check its invariants",
 		Long: `Run the seeded whole-cluster simulation: the ordering replicas (Raft), the
-storage servers' shard replicas (primary and backup, on logs that lose what
-was not synced in a crash), clients, subscribers and, in some seeds, a
+storage servers' shard replicas (a primary and one or two backups, on logs
+that lose what was not synced in a crash; --replicas, or by default even
+seeds 2 and odd seeds 3 servers per shard), clients, subscribers and, in some seeds, a
 player with its targets, of one cluster in one goroutine on a simulated
 clock and network, with the faults --faults selects, through a safety
 phase and a heal phase that must converge. Each seed's history is checked
@@ -63,10 +66,13 @@ violation.`,
 			case trace && seed < 0:
 				return errors.New("--trace needs --seed: a trace of many seeds is unreadable")
 			}
+			if err := sim.CheckReplicas(replicas); err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			bad := 0
 			for _, m := range ms {
-				o := sim.Options{Mode: m, Faults: f}
+				o := sim.Options{Mode: m, Faults: f, Replicas: replicas}
 				if seed >= 0 {
 					if trace {
 						o.Trace = func(line string) { fmt.Fprintln(out, line) }
@@ -110,6 +116,7 @@ violation.`,
 	fl.Uint64Var(&first, "first", 0, "the first seed of --seeds")
 	fl.Int64Var(&seed, "seed", -1, "run only this seed")
 	fl.BoolVar(&trace, "trace", false, "print every step of the run (with --seed)")
+	fl.IntVar(&replicas, "replicas", 0, "storage servers per shard, 2 or 3 (eager and spec); 0: even seeds 2, odd seeds 3")
 	fl.StringVar(&faults, "faults", "all", "faults to inject, comma-separated: delay, reorder, loss, partition, crash; or all, none")
 	return cmd
 }

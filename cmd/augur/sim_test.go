@@ -10,7 +10,11 @@ func TestSimCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sim: %v\n%s", err, out)
 	}
-	for _, want := range []string{"eager (faults all): 4 seeds, 0 failing", "spec (faults all): 4 seeds, 0 failing", "lazy (faults all): 4 seeds, 0 failing"} {
+	for _, want := range []string{
+		"eager (faults all): 4 seeds (2 with 3 servers per shard), 0 failing",
+		"spec (faults all): 4 seeds (2 with 3 servers per shard), 0 failing",
+		"lazy (faults all): 4 seeds, 0 failing",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sim output lacks %q:\n%s", want, out)
 		}

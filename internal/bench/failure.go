@@ -31,9 +31,6 @@ func (failureWorkload) Defaults(p *Params) {
 func (failureWorkload) Check(p Params) error {
 	var errs []error
 	errs = append(errs, needEmbedded("failure", "stops and restarts servers", p), checkLoad(p, true), needFollowLog("failure", p))
-	if p.Cluster == nil && p.Replicas < 2 {
-		errs = append(errs, fmt.Errorf("failure stops one replica of a shard, so it needs --replicas 2 or more, got %d", p.Replicas))
-	}
 	return errors.Join(errs...)
 }
 

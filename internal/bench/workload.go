@@ -35,7 +35,6 @@ const (
 	clientsMax     = 1024
 	inflightMax    = 4096
 	shardsMax      = 64
-	replicasMax    = 9
 	subscribersMax = 64
 	windowMax      = 1 << 20
 	computeMax     = time.Minute
@@ -415,8 +414,8 @@ func (p Params) checkCommon() error {
 		if dup := firstDuplicate(p.Shards); dup != nil {
 			errs = append(errs, fmt.Errorf("shard count %d is named twice", *dup))
 		}
-		if p.Replicas < 1 || p.Replicas > replicasMax {
-			errs = append(errs, fmt.Errorf("replicas must be in [1, %d], got %d", replicasMax, p.Replicas))
+		if p.Replicas < config.GroupServersMin || p.Replicas > config.GroupServersMax {
+			errs = append(errs, fmt.Errorf("replicas (storage servers per group) must be %d or %d, got %d", config.GroupServersMin, config.GroupServersMax, p.Replicas))
 		}
 		if p.OrderingInterval <= 0 {
 			errs = append(errs, fmt.Errorf("ordering interval must be positive, got %v", p.OrderingInterval))

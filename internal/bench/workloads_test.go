@@ -80,7 +80,8 @@ func TestCheckRejectsBadParams(t *testing.T) {
 			p.Cluster = config.Default()
 		}, "straggler delays one server's reports, so it needs the embedded cluster"},
 		{"failure on a running cluster", "failure", func(p *Params) { p.Cluster = config.Default() }, "failure stops and restarts servers, so it needs the embedded cluster"},
-		{"failure without a backup", "failure", func(p *Params) { p.Replicas = 1 }, "needs --replicas 2 or more"},
+		{"a group of one server", "failure", func(p *Params) { p.Replicas = 1 }, "replicas (storage servers per group) must be 2 or 3, got 1"},
+		{"a group of four servers", "append", func(p *Params) { p.Replicas = 4 }, "replicas (storage servers per group) must be 2 or 3, got 4"},
 		{"scale on a running cluster", "scale", func(p *Params) { p.Cluster = config.Default() }, "scale sweeps cluster sizes"},
 		{"idle on a running cluster", "idle", func(p *Params) { p.Cluster = config.Default() }, "needs the embedded cluster"},
 		{"emulate on a running cluster", "scale", func(p *Params) {
@@ -390,7 +391,6 @@ func TestSmoke(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		p := smokeParams(t, "idle")
 		p.Shards = []int{1}
-		p.Replicas = 1
 		rep := runSmoke(t, "idle", p, true)
 		if rep.Points[0].Results[0].CPUPercentOfOneCore == nil {
 			t.Fatal("no CPU figure")

@@ -108,6 +108,20 @@ const (
 	lazyRingEntriesMax = 1 << 24
 )
 
+// The replication factor: how many storage servers a group lists, each
+// holding a copy of every shard of the group. A shard fails over inside
+// itself while one copy survives, so fewer than two leave it no failover;
+// more than three add a network copy and an fsync to every append for
+// failures the other two already mask.
+const (
+	GroupServersMin = 2
+	GroupServersMax = 3
+	// DefaultGroupServers is the replication factor of the clusters augur
+	// generates (dev, demo, bench) and of examples/cluster.yaml: f = 1,
+	// the least that survives a failure (see README, Fault budget).
+	DefaultGroupServers = 2
+)
+
 // Cluster is the content of a cluster file.
 type Cluster struct {
 	ClusterID string `yaml:"cluster_id"`
@@ -127,8 +141,9 @@ type Cluster struct {
 	StaggerAbove int `yaml:"stagger_above"`
 	// OrderingInterval is, in eager order, how long the leader batches
 	// reports while a cut awaits commit or while they fill a cut (a few
-	// with none in flight are cut at once); in speculative order, the
-	// period quotas are sized for.
+	// with none in flight are cut at once, at most once per three fifths
+	// of the interval); in speculative order, the period quotas are sized
+	// for.
 	OrderingInterval Duration `yaml:"ordering_interval"`
 	// FailureTimeout is how long a storage server may stay silent before its
 	// shards are finalized; storage servers heartbeat five times per timeout.
@@ -161,7 +176,8 @@ type Cluster struct {
 	Ordering []OrderingNode `yaml:"ordering"`
 	// Storage lists the storage servers; servers with the same group form
 	// one replica group, and the first of a group in this list is its
-	// primary.
+	// primary. A group lists GroupServersMin to GroupServersMax servers:
+	// its size is the replication factor of its shards.
 	Storage []StorageNode `yaml:"storage"`
 	// Sequencing lists the sequencing replicas of a cluster in lazy mode
 	// (f+1 of them tolerate f failures); the first leads the first view.
@@ -392,6 +408,15 @@ func (c *Cluster) Group(group string) []StorageNode {
 		}
 	}
 	return nodes
+}
+
+// groupIDs lists the ids of group's servers in file order.
+func (c *Cluster) groupIDs(group string) []string {
+	var ids []string
+	for _, s := range c.Group(group) {
+		ids = append(ids, s.ID)
+	}
+	return ids
 }
 
 // Addr returns the listen address of server id.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,6 +21,7 @@ ordering:
   - {id: o1, addr: 127.0.0.1:7101}
 storage:
   - {id: a1, group: a, addr: 127.0.0.1:7201}
+  - {id: a2, group: a, addr: 127.0.0.1:7202}
 `
 
 func TestDefaults(t *testing.T) {
@@ -31,7 +33,7 @@ func TestDefaults(t *testing.T) {
 	want.ClusterID = "test"
 	want.Insecure = true
 	want.Ordering = []OrderingNode{{ID: "o1", Addr: "127.0.0.1:7101"}}
-	want.Storage = []StorageNode{{ID: "a1", Group: "a", Addr: "127.0.0.1:7201"}}
+	want.Storage = []StorageNode{{ID: "a1", Group: "a", Addr: "127.0.0.1:7201"}, {ID: "a2", Group: "a", Addr: "127.0.0.1:7202"}}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
@@ -109,6 +111,54 @@ storage: [{id: a1, group: a, addr: "127.0.0.1:2"}]`, "names a data directory"},
 				t.Fatalf("error %q does not contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestGroupSize: a group lists 2 or 3 servers (its replication factor);
+// one error names every group of another size, with the other problems of
+// the file.
+func TestGroupSize(t *testing.T) {
+	for _, n := range []int{GroupServersMin, GroupServersMax} {
+		file := "cluster_id: x\ninsecure: true\nordering: [{id: o1, addr: \"127.0.0.1:1\"}]\nstorage:\n"
+		for i := range n {
+			file += fmt.Sprintf("  - {id: a%d, group: a, addr: \"127.0.0.1:%d\"}\n  - {id: b%d, group: b, addr: \"127.0.0.1:%d\"}\n", i, 10+i, i, 20+i)
+		}
+		c, err := Parse([]byte(file))
+		if err != nil {
+			t.Fatalf("groups of %d: %v", n, err)
+		}
+		if got := len(c.Group("b")); got != n {
+			t.Fatalf("group b has %d servers, want %d", got, n)
+		}
+	}
+	_, err := Parse([]byte(`
+cluster_id: x
+insecure: true
+ordering: [{id: o1, addr: "127.0.0.1:1"}]
+record_bytes_max: 0
+storage:
+  - {id: a1, group: a, addr: "127.0.0.1:2"}
+  - {id: b1, group: b, addr: "127.0.0.1:3"}
+  - {id: b2, group: b, addr: "127.0.0.1:4"}
+  - {id: c1, group: c, addr: "127.0.0.1:5"}
+  - {id: c2, group: c, addr: "127.0.0.1:6"}
+  - {id: c3, group: c, addr: "127.0.0.1:7"}
+  - {id: c4, group: c, addr: "127.0.0.1:8"}
+`))
+	if err == nil {
+		t.Fatal("groups of 1 and 4 servers: no error")
+	}
+	for _, want := range []string{
+		`storage group "a" lists 1 server (a1); a group needs 2 or 3`,
+		`storage group "c" lists 4 servers (c1, c2, c3, c4); a group needs 2 or 3`,
+		"record_bytes_max must be in",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), `group "b"`) {
+		t.Errorf("error %q blames group b, which has 2 servers", err)
 	}
 }
 

@@ -14,6 +14,7 @@ ordering:
   - {id: o1, addr: 127.0.0.1:7101}
 storage:
   - {id: a1, group: a, addr: 127.0.0.1:7201}
+  - {id: a2, group: a, addr: 127.0.0.1:7202}
 sequencing:
   - {id: q1, addr: 127.0.0.1:7301}
   - {id: q2, addr: 127.0.0.1:7302}

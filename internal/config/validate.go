@@ -161,6 +161,15 @@ func (c *Cluster) validate(needStorage bool) error {
 	}
 	// A group exists only through its servers, so every group named above
 	// has at least one; the storage list as a whole must not be empty.
+	for _, g := range c.Groups() {
+		if g == "" {
+			continue // reported above, per server
+		}
+		if n := len(c.Group(g)); n < GroupServersMin || n > GroupServersMax {
+			bad("storage group %q lists %d server%s (%s); a group needs %d or %d, its replication factor (%d survive one failure, %d stay replicated through one)",
+				g, n, plural(n), strings.Join(c.groupIDs(g), ", "), GroupServersMin, GroupServersMax, GroupServersMin, GroupServersMax)
+		}
+	}
 	if id, clash := addrs[c.MetricsAddr]; c.MetricsAddr != "" && clash {
 		bad("metrics_addr %s is also the listen addr of %s", c.MetricsAddr, id)
 	}
@@ -194,6 +203,13 @@ func checkAddr(addr string, allowZeroPort bool) error {
 		return fmt.Errorf("%q: port 0 cannot be reached by other servers; give a fixed port", addr)
 	}
 	return nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func validName(s string) bool {

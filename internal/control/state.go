@@ -105,6 +105,10 @@ type State struct {
 	// claimed, and which control plane (an ordering leader's term) owns
 	// it; a view's configuration is recorded only under its claim.
 	LazyClaim *lazy.Claim `json:"lazyClaim,omitempty"`
+	// LazyFlush is the newest view change's flush, recorded under its
+	// claim before any shard sees it: a later view change of the same
+	// sealed view flushes it again.
+	LazyFlush *lazy.Mapping `json:"lazyFlush,omitempty"`
 }
 
 // New returns the state of a fresh cluster.
@@ -128,6 +132,8 @@ type Command struct {
 	// SeqClaim claims the next view of the sequencing layer for one view
 	// change, before it seals the current one.
 	SeqClaim *lazy.Claim `json:"seqclaim,omitempty"`
+	// SeqFlush records the flush of the claimed view change.
+	SeqFlush *lazy.Mapping `json:"seqflush,omitempty"`
 }
 
 // CutCommand proposes the next cut from reported lengths. Force asks for a
@@ -276,6 +282,8 @@ func (s *State) Apply(c Command) (Event, bool) {
 		ev.LazyChanged = s.applySeqConfig(*c.SeqConfig)
 	case c.SeqClaim != nil:
 		s.applySeqClaim(*c.SeqClaim)
+	case c.SeqFlush != nil:
+		s.applySeqFlush(*c.SeqFlush)
 	}
 	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 && ev.Window == nil && !ev.LazyChanged {
 		return Event{}, false
@@ -307,6 +315,20 @@ func (s *State) applySeqConfig(c lazy.SeqConfig) bool {
 	c.Replicas = slices.Clone(c.Replicas)
 	s.Lazy = &c
 	return true
+}
+
+// applySeqFlush records the flush of the claimed view change: one per
+// sealed view (the first one recorded after the view was recorded), from
+// at or above its stable end, under the newest claim.
+func (s *State) applySeqFlush(m lazy.Mapping) {
+	if s.Lazy == nil || s.LazyClaim == nil || m.View != s.LazyClaim.View || m.From < s.Lazy.Stable {
+		return
+	}
+	if f := s.LazyFlush; f != nil && f.View > s.Lazy.View {
+		return
+	}
+	m.Records = slices.Clone(m.Records)
+	s.LazyFlush = &m
 }
 
 // applySeqClaim records a claim of a view newer than every view recorded
@@ -597,6 +619,11 @@ func (s *State) Clone() *State {
 	if s.LazyClaim != nil {
 		cl := *s.LazyClaim
 		n.LazyClaim = &cl
+	}
+	if s.LazyFlush != nil {
+		f := *s.LazyFlush
+		f.Records = slices.Clone(s.LazyFlush.Records)
+		n.LazyFlush = &f
 	}
 	return &n
 }

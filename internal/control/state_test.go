@@ -343,3 +343,45 @@ func TestSeqConfigRecordsOnlyUnderTheNewestClaim(t *testing.T) {
 		t.Fatal("the claim is not cloned")
 	}
 }
+
+// A view change's flush is recorded only under the newest claim, from at
+// or above the recorded stable end, and once per sealed view: a later
+// view change of the same view (the first one's leader fell) finds the
+// first flush, not its own.
+func TestSeqFlushRecordsOncePerSealedView(t *testing.T) {
+	s := New("c")
+	first := lazy.SeqConfig{View: 1, Replicas: []lazy.ReplicaID{1, 2}, Leader: 1, Stable: 30}
+	s.Apply(Command{SeqConfig: &first})
+	flush := func(view, from uint64) *lazy.Mapping {
+		return &lazy.Mapping{View: view, From: from, Records: []lazy.Meta{{ID: lazy.RecordID{Client: 1, Seq: from}}}}
+	}
+	s.Apply(Command{SeqFlush: flush(2, 34)})
+	if s.LazyFlush != nil {
+		t.Fatal("a flush recorded without a claim")
+	}
+	s.Apply(Command{SeqClaim: &lazy.Claim{View: 2, Owner: "a"}})
+	s.Apply(Command{SeqFlush: flush(2, 20)})
+	if s.LazyFlush != nil {
+		t.Fatal("a flush below the stable end recorded")
+	}
+	s.Apply(Command{SeqFlush: flush(3, 34)})
+	if s.LazyFlush != nil {
+		t.Fatal("a flush of an unclaimed view recorded")
+	}
+	s.Apply(Command{SeqFlush: flush(2, 34)})
+	s.Apply(Command{SeqClaim: &lazy.Claim{View: 3, Owner: "b"}})
+	s.Apply(Command{SeqFlush: flush(3, 42)})
+	if f := s.LazyFlush; f == nil || f.View != 2 || f.From != 34 {
+		t.Fatalf("flush %+v, want the first one, of view 2 from 34", f)
+	}
+	if c := s.Clone(); c.LazyFlush == nil || c.LazyFlush == s.LazyFlush || c.LazyFlush.From != 34 {
+		t.Fatalf("the clone's flush %+v", c.LazyFlush)
+	}
+	three := lazy.SeqConfig{View: 3, Replicas: []lazy.ReplicaID{1}, Leader: 1, Stable: 36, From: 34}
+	s.Apply(Command{SeqConfig: &three})
+	s.Apply(Command{SeqClaim: &lazy.Claim{View: 4, Owner: "b"}})
+	s.Apply(Command{SeqFlush: flush(4, 40)})
+	if f := s.LazyFlush; f == nil || f.View != 4 || f.From != 40 {
+		t.Fatalf("flush %+v, want the next view change's, of view 4 from 40", f)
+	}
+}

@@ -34,10 +34,11 @@ import (
 const (
 	DefaultClusterID        = "dev"
 	DefaultShards           = 2
-	DefaultReplicas         = 2
+	DefaultReplicas         = config.DefaultGroupServers
 	DefaultOrderingReplicas = 3
 	// shardsMax and replicasMax keep a dev cluster within one machine's
-	// ports and file handles.
+	// ports and file handles (replicasMax bounds the ordering and
+	// sequencing replicas; config bounds the storage groups).
 	shardsMax   = 64
 	replicasMax = 9
 	// readyPollInterval paces WaitReady's and AddGroup's Status polls.
@@ -342,8 +343,8 @@ func (o *Options) defaults() error {
 	switch {
 	case o.Shards < 0 || o.Shards > shardsMax:
 		return fmt.Errorf("devcluster: shards must be in [1, %d], got %d", shardsMax, o.Shards)
-	case o.Replicas < 0 || o.Replicas > replicasMax:
-		return fmt.Errorf("devcluster: replicas must be in [1, %d], got %d", replicasMax, o.Replicas)
+	case !o.NoStorage && (o.Replicas < config.GroupServersMin || o.Replicas > config.GroupServersMax):
+		return fmt.Errorf("devcluster: replicas (storage servers per group) must be %d or %d, got %d", config.GroupServersMin, config.GroupServersMax, o.Replicas)
 	case o.SequencingReplicas < 0 || o.SequencingReplicas > replicasMax:
 		return fmt.Errorf("devcluster: sequencing replicas must be in [1, %d], got %d", replicasMax, o.SequencingReplicas)
 	case o.OrderingReplicas < 0 || o.OrderingReplicas > replicasMax:

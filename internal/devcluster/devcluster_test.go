@@ -212,7 +212,7 @@ func startReady(ctx context.Context, t *testing.T, o Options) *Cluster {
 }
 
 func TestBadOptions(t *testing.T) {
-	for _, o := range []Options{{Shards: -1}, {Replicas: 100}, {OrderingReplicas: -3}, {Fsync: "sometimes"}} {
+	for _, o := range []Options{{Shards: -1}, {Replicas: 1}, {Replicas: 4}, {OrderingReplicas: -3}, {Fsync: "sometimes"}} {
 		if c, err := Start(context.Background(), o); err == nil {
 			c.Close()
 			t.Errorf("%+v: no error", o)

@@ -33,6 +33,10 @@ type ReplicaStatus struct {
 type ControlState struct {
 	Config *SeqConfig
 	Claim  *Claim
+	// Flush is the newest flush recorded (under the claim of its view);
+	// one of a view newer than Config's is an unfinished view change's,
+	// which the next one flushes again.
+	Flush  *Mapping
 	Shards []cut.ShardID
 }
 
@@ -52,10 +56,11 @@ type ControlConfig struct {
 // ControlOutput is what one step of the control plane asks its shell (the
 // leading ordering replica) to do.
 type ControlOutput struct {
-	// Claim and Record go to the control state through Raft; the shell
-	// calls Applied once they are applied (whether they changed it or
-	// not).
+	// Claim, Flush and Record go to the control state through Raft; the
+	// shell calls Applied once they are applied (whether they changed it
+	// or not).
 	Claim  *Claim
+	Flush  *Mapping
 	Record *SeqConfig
 	// Seal goes to every replica of SealTo, who answer Sealed.
 	Seal   *Seal
@@ -71,7 +76,7 @@ type ControlOutput struct {
 
 // Empty says the output asks for nothing.
 func (o ControlOutput) Empty() bool {
-	return o.Claim == nil && o.Record == nil && o.Seal == nil && o.Map == nil && o.Stable == nil && o.Start == nil
+	return o.Claim == nil && o.Flush == nil && o.Record == nil && o.Seal == nil && o.Map == nil && o.Stable == nil && o.Start == nil
 }
 
 // Control is the control plane of lazy order, as the leading ordering
@@ -104,6 +109,8 @@ type Control struct {
 	// that runs the recorded view before it seals it.
 	claimed uint64
 	rc      *Reconfig
+	// sealing is when rc began sealing.
+	sealing time.Time
 	// starts is the start of the view this control plane recorded, with
 	// what its flush bound, for the replicas still to start.
 	starts *StartView
@@ -153,6 +160,9 @@ func (c *Control) Applied(st ControlState, now time.Time) ControlOutput {
 	case (c.rc != nil || c.claimed != 0) && !(mine && st.Claim.View == c.changeView()):
 		// A newer claim took over: this view change never records.
 		c.rc, c.claimed = nil, 0
+	case c.rc != nil && c.rc.step == stepRecordFlush && st.Flush != nil && st.Flush.View == c.rc.View():
+		c.sentAt = now
+		return c.carry(c.rc.FlushRecorded())
 	case c.claiming != 0 && mine && st.Claim.View == c.claiming && cur != nil:
 		c.claimed, c.claiming = c.claiming, 0
 		return c.begin(now)
@@ -187,7 +197,10 @@ func (c *Control) begin(now time.Time) ControlOutput {
 	// new view is the claimed one.
 	rc.next.View = view
 	c.rc = rc
-	c.sentAt = now
+	c.sentAt, c.sealing = now, now
+	if f := c.st.Flush; f != nil && f.View > cur.View {
+		return c.carry(rc.Adopt(*f))
+	}
 	return c.carry(out)
 }
 
@@ -254,6 +267,14 @@ func (c *Control) Tick(now time.Time) ControlOutput {
 		}
 		c.sentAt = now
 		return ControlOutput{Claim: &Claim{View: c.claiming, Owner: c.owner}}
+	case c.rc != nil && c.rc.step == stepSeal && now.Sub(c.sealing) >= c.cfg.FailureTimeout:
+		// No replica of the new configuration could recover the view
+		// (the detector dropped the one that could, after a delay, while
+		// the others failed or restarted without their rings): the view
+		// change is given up, which is safe before its flush, and decided
+		// again below from the probes' fresh answers under a newer claim.
+		// Waiting on would leave the view sealed for good.
+		c.rc = nil
 	case c.rc != nil:
 		if !due {
 			return ControlOutput{}
@@ -314,7 +335,7 @@ func (c *Control) MapAcked(a MappingAck) ControlOutput {
 }
 
 func (c *Control) carry(o ReconfigOutput) ControlOutput {
-	out := ControlOutput{Map: o.Map, Record: o.Record, Stable: o.Stable}
+	out := ControlOutput{Map: o.Map, Flush: o.Flush, Record: o.Record, Stable: o.Stable}
 	if o.Seal != nil {
 		out.Seal, out.SealTo = o.Seal, slices.Clone(c.rc.old.Replicas)
 	}

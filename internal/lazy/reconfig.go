@@ -30,6 +30,9 @@ type Seal struct{ View uint64 }
 type ReconfigOutput struct {
 	// Seal goes to every replica of the old view that has not answered.
 	Seal *Seal
+	// Flush is the flush to record in the control state before it goes
+	// to the shards: call FlushRecorded once it is applied.
+	Flush *Mapping
 	// Map goes to every shard's primary: the flush of the recovery
 	// replica's unordered entries. Shards answer with MappingAck.
 	Map *Mapping
@@ -52,6 +55,15 @@ type ReconfigOutput struct {
 // stable-gp and tell the shards; start the new view on its replicas.
 // Recording the configuration before stable-gp advances keeps a
 // partitioned old replica from rebinding positions a reader may see.
+//
+// The flush is recorded too, before any shard sees it, and a later view
+// change of the same sealed view (its control plane crashed or was
+// deposed before recording the view) flushes the recorded one again
+// instead of recovering anew. Replicas answer the seal with different
+// ordered ends (one collected a batch another had not): a second flush
+// from a higher end than the first left the first's rebinding below it on
+// the shards that got the first, one position bound to two shards and a
+// record the second did not carry unbound.
 type Reconfig struct {
 	old    SeqConfig
 	next   SeqConfig
@@ -59,8 +71,11 @@ type Reconfig struct {
 	shards []cut.ShardID
 	step   reconfigStep
 	flush  *Mapping
-	ids    []RecordID
-	acked  map[cut.ShardID]bool
+	// adopted is an earlier view change's recorded flush, sent once the
+	// seal is answered.
+	adopted *Mapping
+	ids     []RecordID
+	acked   map[cut.ShardID]bool
 	// from and end bound the flush: the recovery replica's ordered end,
 	// and the new view's stable end.
 	from, end uint64
@@ -70,6 +85,7 @@ type reconfigStep int
 
 const (
 	stepSeal reconfigStep = iota
+	stepRecordFlush
 	stepFlush
 	stepRecord
 	stepDone
@@ -107,7 +123,10 @@ func (rc *Reconfig) View() uint64 { return rc.next.View }
 // old view that did not fail, ran the view (not amnesiac) and is part of
 // the new configuration makes it the recovery replica and the new leader.
 func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
-	if rc.step != stepSeal || rep.View != rc.old.View || rep.Amnesiac ||
+	if rc.step == stepSeal && rc.adopted != nil && rep.View == rc.old.View && slices.Contains(rc.old.Replicas, from) {
+		return rc.flushAdopted(from)
+	}
+	if rc.step != stepSeal || rc.adopted != nil || rep.View != rc.old.View || rep.Amnesiac ||
 		!slices.Contains(rc.old.Replicas, from) || !slices.Contains(rc.next.Replicas, from) {
 		return ReconfigOutput{}
 	}
@@ -125,9 +144,54 @@ func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
 	for i, e := range rep.Entries {
 		rc.ids[i] = e.ID
 	}
+	rc.step = stepRecordFlush
+	return ReconfigOutput{Flush: rc.flush}
+}
+
+// FlushRecorded says the control state holds the flush: it goes to the
+// shards.
+func (rc *Reconfig) FlushRecorded() ReconfigOutput {
+	if rc.step != stepRecordFlush {
+		return ReconfigOutput{}
+	}
 	rc.acked = map[cut.ShardID]bool{}
 	rc.step = stepFlush
 	return ReconfigOutput{Map: rc.flush}
+}
+
+// Adopt takes the flush an earlier view change of the same sealed view
+// recorded (and may have sent to some shards) in place of a recovery: it
+// holds every append the view acknowledged and did not order (it came from
+// a sealed replica, and nothing commits after a seal). The view is still
+// sealed first (a replica may have started it since, and its orderer must
+// stop); the first answer then sends the recorded flush under this view.
+func (rc *Reconfig) Adopt(f Mapping) ReconfigOutput {
+	if rc.step != stepSeal || f.View <= rc.old.View || f.From < rc.old.Stable {
+		return ReconfigOutput{}
+	}
+	rc.adopted = &Mapping{View: rc.next.View, From: f.From, Records: slices.Clone(f.Records)}
+	return ReconfigOutput{Seal: &Seal{View: rc.old.View}}
+}
+
+// flushAdopted answers the seal of an adopted flush's view change.
+func (rc *Reconfig) flushAdopted(from ReplicaID) ReconfigOutput {
+	rc.next.Leader = rc.next.Replicas[0]
+	if slices.Contains(rc.next.Replicas, from) {
+		rc.next.Leader = from
+	}
+	f := rc.adopted
+	rc.from, rc.end = f.From, f.End()
+	if len(f.Records) == 0 {
+		rc.step = stepRecord
+		return rc.record()
+	}
+	rc.flush = f
+	rc.ids = make([]RecordID, len(f.Records))
+	for i, e := range f.Records {
+		rc.ids[i] = e.ID
+	}
+	rc.step = stepRecordFlush
+	return rc.FlushRecorded()
 }
 
 func (rc *Reconfig) record() ReconfigOutput {
@@ -170,6 +234,8 @@ func (rc *Reconfig) Pending() ReconfigOutput {
 	switch rc.step {
 	case stepSeal:
 		return ReconfigOutput{Seal: &Seal{View: rc.old.View}}
+	case stepRecordFlush:
+		return ReconfigOutput{Flush: rc.flush}
 	case stepFlush:
 		return ReconfigOutput{Map: rc.flush}
 	case stepRecord:

@@ -37,6 +37,13 @@ func TestReconfigFlushesTheRecoveryReplicaFromItsOrderedEnd(t *testing.T) {
 	}
 	rep, _ = follower.Seal(1)
 	out = rc.Sealed(2, rep)
+	if out.Flush == nil || out.Map != nil {
+		t.Fatalf("after the seal: %+v, want the flush to record before it goes out", out)
+	}
+	if out := rc.Pending(); out.Flush == nil {
+		t.Fatal("the flush's record is not sent again")
+	}
+	out = rc.FlushRecorded()
 	m := out.Map
 	if m == nil || m.View != 2 || m.From != 4 || len(m.Records) != 3 || m.Records[1] != b {
 		t.Fatalf("flush %+v, want [4:a 5:b 6:c] of view 2", m)

@@ -13,7 +13,8 @@ import (
 // final one.
 //
 // Cuts are group commits. Reports that find no cut in flight are cut at
-// once if they add at most SparseRecordsPerShardMax records per shard:
+// once if they add at most SparseRecordsPerShardMax records per shard and
+// the last cut went out at least AtOnceCutSpacing ago:
 // waiting for an interval tick would only add latency, as there is little
 // to batch them with. While a cut is in flight, reports are batched until
 // it commits (then the same test applies) or an ordering interval has
@@ -43,6 +44,18 @@ var _ Policy = (*Eager)(nil)
 // each at Raft's pace cost a quarter of the throughput (bench append
 // closed loop).
 const SparseRecordsPerShardMax = 1
+
+// AtOnceCutSpacing is the least time between a cut and the next one
+// proposed at once, three fifths of the ordering interval. A cut costs the
+// cluster about the same CPU whatever it carries (a Raft round on every
+// ordering replica, an event to every primary, a notice to every
+// subscriber): cutting every sparse report as soon as the cut before
+// committed made about 1,450 cuts/s at 2,000 records/s over 2 shards,
+// against about 900 on the interval tick, and a fifth more CPU. With this
+// spacing a model of that load (Poisson reports, 0.45 ms Raft rounds)
+// makes about 1,250 cuts/s, and the median report waits 0.32 ms for its
+// cut, against 0.17 ms cutting at once and 0.47 ms on the tick.
+func AtOnceCutSpacing(interval time.Duration) time.Duration { return interval * 3 / 5 }
 
 // NewEager returns the eager policy with ordering interval interval.
 func NewEager(interval time.Duration) *Eager {
@@ -96,8 +109,13 @@ func (e *Eager) Step(now time.Time, free int) Plan {
 	}
 	// A finalizing shard's grace cuts come one per interval; they carry
 	// nothing that is waiting.
-	atOnce := grew && free >= cutsInflightMax && waiting <= SparseRecordsPerShardMax*live
-	if since := now.Sub(e.last); since < e.interval && !atOnce {
+	sparse := grew && free >= cutsInflightMax && waiting <= SparseRecordsPerShardMax*live
+	since := now.Sub(e.last)
+	spacing := AtOnceCutSpacing(e.interval)
+	if since < e.interval && !(sparse && since >= spacing) {
+		if sparse {
+			return Plan{Wake: spacing - since}
+		}
 		return Plan{Wake: e.interval - since}
 	}
 	if free <= 0 {

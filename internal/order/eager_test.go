@@ -65,14 +65,15 @@ func TestEagerPacesAtTheOrderingInterval(t *testing.T) {
 }
 
 // TestEagerCutsAtOnceWhenNothingIsInFlight checks that a report that finds
-// no cut in flight is cut at once, however soon after the last cut: there
-// is nothing to batch it with, so an interval tick would only add latency.
+// no cut in flight is cut at once, AtOnceCutSpacing after the last cut:
+// there is nothing to batch it with, so an interval tick would only add
+// latency.
 func TestEagerCutsAtOnceWhenNothingIsInFlight(t *testing.T) {
 	w := newEagerWorld(t, 2)
 	w.report(0, 1)
 	w.apply(control.Command{Cut: w.oneCut(w.l.Step(w.now))}, true)
 	for i := range uint64(5) {
-		w.after(tord / 10)
+		w.after(AtOnceCutSpacing(tord))
 		if !w.report(1, i+1) {
 			t.Fatal("a longer report is not news")
 		}
@@ -84,10 +85,37 @@ func TestEagerCutsAtOnceWhenNothingIsInFlight(t *testing.T) {
 	}
 }
 
+// TestEagerSpacesAtOnceCuts checks that a sparse report arriving sooner
+// than AtOnceCutSpacing after the last cut waits until
+// then, not for the whole interval: each cut costs CPU whatever it
+// carries, and reports that come that close together can share one.
+func TestEagerSpacesAtOnceCuts(t *testing.T) {
+	w := newEagerWorld(t, 2)
+	w.report(0, 1)
+	w.apply(control.Command{Cut: w.oneCut(w.l.Step(w.now))}, true)
+	spacing := AtOnceCutSpacing(tord)
+	w.after(spacing / 5)
+	w.report(1, 1)
+	out := w.l.Step(w.now)
+	w.none(out)
+	if out.Wake != spacing*4/5 {
+		t.Fatalf("wake %v, want the rest of the spacing %v", out.Wake, spacing*4/5)
+	}
+	w.after(spacing / 5)
+	w.report(0, 2)
+	w.none(w.l.Step(w.now))
+	w.after(spacing * 3 / 5)
+	c := w.oneCut(w.l.Step(w.now))
+	if want := []cut.Length{{Shard: 0, Length: 2}, {Shard: 1, Length: 1}}; !slices.Equal(c.Lengths, want) {
+		t.Fatalf("cut %+v, want both reports in it %v", c, want)
+	}
+}
+
 // TestEagerBatchesWhileACutIsInFlight checks the group commit: reports that
 // arrive while a cut awaits commit wait for it, and its commit (news)
 // releases them in one cut before the interval is over, as they are few
-// (a record per shard).
+// (a record per shard) and the cut in flight went out AtOnceCutSpacing
+// ago.
 func TestEagerBatchesWhileACutIsInFlight(t *testing.T) {
 	w := newEagerWorld(t, 2)
 	w.report(0, 1)
@@ -102,7 +130,7 @@ func TestEagerBatchesWhileACutIsInFlight(t *testing.T) {
 	w.after(tord / 10)
 	w.report(1, 1)
 	w.none(w.l.Step(w.now))
-	w.after(tord / 10)
+	w.after(AtOnceCutSpacing(tord))
 	if !w.apply(control.Command{Cut: first}, true) {
 		t.Fatal("the commit of the cut in flight is not news")
 	}
@@ -135,7 +163,7 @@ func TestEagerFullBatchWaitsForTheInterval(t *testing.T) {
 	}
 	w.apply(control.Command{Cut: c}, true)
 	// A batch one record smaller goes at once.
-	w.after(tord / 4)
+	w.after(AtOnceCutSpacing(tord))
 	w.report(0, full+SparseRecordsPerShardMax*shards)
 	if c := w.oneCut(w.l.Step(w.now)); c.Lengths[0].Length != full+SparseRecordsPerShardMax*shards {
 		t.Fatalf("cut %+v, want shard 0 at %d", c, full+SparseRecordsPerShardMax*shards)

@@ -20,7 +20,7 @@ import (
 func TestFinalizingTheLastLiveShardIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 2, Replicas: 1, OrderingReplicas: 1})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 2, Replicas: 2, OrderingReplicas: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,6 +149,11 @@ func (s *Server) lazyControlState() lazy.ControlState {
 		cc := *c
 		st.Claim = &cc
 	}
+	if f := s.state.LazyFlush; f != nil {
+		ff := *f
+		ff.Records = slices.Clone(f.Records)
+		st.Flush = &ff
+	}
 	for _, sh := range s.state.Shards {
 		// Every shard keeps the whole position table: the flush goes to
 		// each, finalized ones too.
@@ -164,8 +169,8 @@ func (s *Server) lazyCarry(ctx context.Context, ctl *lazy.Control, out lazy.Cont
 	if out.Empty() || ctx.Err() != nil {
 		return
 	}
-	for _, cmd := range []control.Command{{SeqClaim: out.Claim}, {SeqConfig: out.Record}} {
-		if cmd.SeqClaim == nil && cmd.SeqConfig == nil {
+	for _, cmd := range []control.Command{{SeqClaim: out.Claim}, {SeqFlush: out.Flush}, {SeqConfig: out.Record}} {
+		if cmd.SeqClaim == nil && cmd.SeqFlush == nil && cmd.SeqConfig == nil {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, lazyCallTimeout)

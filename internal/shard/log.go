@@ -68,6 +68,27 @@ var (
 	_ Log = (*MemLog)(nil)
 )
 
+// AppendID names one client append: what a retry repeats.
+type AppendID struct{ Client, Seq uint64 }
+
+// Holdings returns the local index at which l holds each append that want
+// accepts, among the entries it can read (see ScanReadable), for Resolve.
+// An append held twice (a retry stored again by a primary whose retry
+// memory no longer knew it) counts at its first index: a log's entries are
+// ordered in turn, so only the first may have been ordered, and the second
+// must not deny it.
+func Holdings(l Log, want func(AppendID) bool) (map[AppendID]uint64, error) {
+	held := map[AppendID]uint64{}
+	err := ScanReadable(l, func(local uint64, e segment.Entry) bool {
+		id := AppendID{e.ClientID, e.Seq}
+		if _, dup := held[id]; !dup && e.Noops == 0 && want(id) {
+			held[id] = local
+		}
+		return true
+	})
+	return held, err
+}
+
 // ScanReadable calls fn with each entry of l it can read, from local index
 // 0 on, stepping over the damaged ranges (Scan stops at one) until fn
 // returns false. A copy answers from it which appends it holds: a record

@@ -673,3 +673,31 @@ func names(n int) []string {
 	}
 	return out
 }
+
+// TestHoldingsResolveTheFirstCopy: a log may hold an append twice (a
+// retry stored again by a primary whose retry memory no longer knew it),
+// once below a final shard's length, ordered, and once past it. Resolve
+// must go by the first: the second alone would deny an ordered append.
+func TestHoldingsResolveTheFirstCopy(t *testing.T) {
+	log := NewMemLog()
+	if _, err := log.Append([]segment.Entry{rec(7, 1), rec(7, 2), rec(7, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	b := NewReplica[string](Config{ID: 1, Role: RoleBackup}, log)
+	b.ApplyCut(Cut{Index: 1, Start: 40, End: 42, Slice: cut.Slice{Shard: 1, LocalStart: 0, GlobalStart: 40, Count: 2}}, &Output[string]{})
+	b.Finalize(2, &Output[string]{})
+	held, err := Holdings(log, func(id AppendID) bool { return id.Client == 7 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, ok := held[AppendID{Client: 7, Seq: 1}]
+	if !ok || local != 0 {
+		t.Fatalf("Holdings places the append held twice at %d (%v), want its first index 0", local, ok)
+	}
+	if res, pos := b.Resolve(local, true); res != ResolveOrdered || pos != 40 {
+		t.Fatalf("the first copy resolves %v at %d, want ordered at 40", res, pos)
+	}
+	if res, _ := b.Resolve(2, true); res != ResolveNotOrdered {
+		t.Fatalf("the retry's copy past the final length resolves %v: the test no longer shows why the first counts", res)
+	}
+}

@@ -2,7 +2,7 @@ package sim
 
 // Damaged files and their repair: a storage server restarts with a range
 // of its log damaged (bytes flipped on disk, found by recovery), and its
-// copy runs the shard core's CatchUp against the shard's other copy, as
+// copy runs the shard core's CatchUp against the shard's other copies, as
 // the storage server runs it against its group (internal/storage's
 // catchup.go). The simulator carries the fetches: each batch is read
 // from the source's log and arrives a little later; a source that
@@ -65,15 +65,21 @@ func (sh *shard) damageOnRestart(c *copyOf) {
 }
 
 // catchUp runs copy c's catch-up of its damaged ranges from the shard's
-// other copy, for as long as c's server stays up.
+// other copies (the core's sources, in copy order), for as long as c's
+// server stays up.
 func (sh *shard) catchUp(c *copyOf) {
 	gaps := c.r.Gaps()
 	if len(gaps) == 0 {
 		return
 	}
 	s := sh.s
-	src := sh.copies[1-c.idx]
-	cu, err := core.NewCatchUp(core.CatchUpConfig{Gaps: gaps, Sources: 1})
+	var sources []*copyOf
+	for _, o := range sh.copies {
+		if o != c {
+			sources = append(sources, o)
+		}
+	}
+	cu, err := core.NewCatchUp(core.CatchUpConfig{Gaps: gaps, Sources: len(sources)})
 	if err != nil {
 		s.errorf("shard %d %s: %v", sh.id, c.name(), err)
 		return
@@ -98,12 +104,13 @@ func (sh *shard) catchUp(c *copyOf) {
 			s.after(catchUpRetryEvery, func() { cu.Retry(); step() })
 			return
 		}
+		src := sources[f.Source]
 		if !src.up {
 			cu.Ended(false)
 			s.after(catchUpRetryEvery, step)
 			return
 		}
-		entries, sums := sh.fetchBatch(src, f)
+		entries, sums := sh.fetchBatch(src, f, c.log.Ordered())
 		if len(entries) == 0 {
 			cu.Ended(true) // the source holds none of it
 			s.after(0, step)
@@ -148,14 +155,16 @@ func (sh *shard) catchUp(c *copyOf) {
 
 // fetchBatch reads what copy src serves of fetch f: at most
 // catchUpBatchMax entries from f.First, stopping where its log does
-// (damaged, trimmed or shorter), with their checksums.
-func (sh *shard) fetchBatch(src *copyOf, f core.Fetch) ([]segment.Entry, []uint32) {
+// (damaged, trimmed or shorter), with their checksums. served is how many
+// entries of its log the copy repaired with them serves to readers.
+func (sh *shard) fetchBatch(src *copyOf, f core.Fetch, served uint64) ([]segment.Entry, []uint32) {
 	s := sh.s
 	if src.r.Lost() || src.log.Start() > f.First {
 		return nil, nil
 	}
 	var entries []segment.Entry
 	var sums []uint32
+	var locals []uint64
 	next := f.First
 	src.log.Scan(f.First, func(local uint64, e segment.Entry) bool {
 		if local != next || local >= f.End || len(entries) == catchUpBatchMax {
@@ -166,12 +175,17 @@ func (sh *shard) fetchBatch(src *copyOf, f core.Fetch) ([]segment.Entry, []uint3
 		}
 		entries = append(entries, e)
 		sums = append(sums, segment.Checksum(e))
+		locals = append(locals, local)
 		next = local + max(e.Noops, 1)
 		return true
 	})
 	if s.plant == bugCopyUnchecked && !s.planted {
 		for i := range entries {
-			if entries[i].Noops == 0 {
+			// Only a record the repaired copy serves can be seen
+			// altered; one past what it serves (a copy back from a
+			// crash serves what the cuts before its exclusion ordered)
+			// is never read from it, and altering it proves nothing.
+			if entries[i].Noops == 0 && locals[i] < served {
 				// A source that serves what it read without checking its
 				// frame: the checksum it sends covers the bad bytes.
 				s.planted = true

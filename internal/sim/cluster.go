@@ -130,9 +130,12 @@ type stats struct {
 	lostTails                 uint64 // crashes that lost an unsynced tail
 	retries                   uint64
 	failovers                 uint64
-	specLead                  time.Duration // summed over confirmed speculative deliveries
-	specLeadN                 uint64
-	maxQuota                  uint64
+	// joins counts the backups that joined a new configuration,
+	// pairCrashes the crashes of two servers of three at once.
+	joins, pairCrashes uint64
+	specLead           time.Duration // summed over confirmed speculative deliveries
+	specLeadN          uint64
+	maxQuota           uint64
 	// damaged counts the restarts with a damaged file, repairs the
 	// ranges repaired from the other copy, sourceDeaths the repairs
 	// whose source died mid-copy.
@@ -145,9 +148,10 @@ type stats struct {
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
-func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug) *cluster {
+func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(string), plant bug) *cluster {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	sc := newScenario(r, mode, f)
+	sc.planCopies(replicas, rand.New(rand.NewPCG(seed, 0xc0b1e5)))
 	sc.planDamage(rand.New(rand.NewPCG(seed, 0xda3a6e)))
 	sc.planRejoin(rand.New(rand.NewPCG(seed, 0x2e7015)))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -190,7 +194,7 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 	joinRates := map[string]float64{}
 	register := func(name string, quota uint64) {
 		s.ld.operator(control.Command{Register: &control.RegisterCommand{
-			Group: name, Replicas: groupReplicas(name), Quota: quota}})
+			Group: name, Replicas: groupReplicas(name, s.sc.replicas), Quota: quota}})
 	}
 	for i := range sc.shards {
 		register(fmt.Sprintf("s%d", i), sc.quotas[i])
@@ -262,34 +266,45 @@ func newCluster(seed uint64, mode Mode, f Faults, trace func(string), plant bug)
 	if sc.splitAt > 0 {
 		s.after(sc.splitAt, func() {
 			if sh := s.pick(2, func(sh *shard) bool { return sh.alive && !sh.leaving && !sh.finalized && !sh.degraded() }); sh != nil {
-				sh.split, sh.splitSeen = true, s.now.Add(crashReportDelay)
+				p, bks := sh.primary(), sh.backups()
+				bk := bks[0]
+				if len(bks) > 1 {
+					bk = bks[s.r.IntN(len(bks))]
+				}
+				sh.split, sh.splitSeen = &[2]*copyOf{p, bk}, s.now.Add(crashReportDelay)
 				s.splitShards[sh.id] = true
-				s.tracef("shard %d: primary %s cut off from its backup", sh.id, sh.primary().server)
+				s.tracef("shard %d: primary %s cut off from its backup %s", sh.id, p.server, bk.server)
 			}
 		})
 	}
 	for _, x := range sc.crashes {
 		s.after(x.at, func() {
-			// A shard down to one server takes no second crash that loses
-			// what that server did not sync: beyond the fault budget.
+			// A crash that loses what the crashed servers did not sync
+			// needs a serving server that holds it: fewer are beyond the
+			// fault budget.
 			sh := s.pick(2, func(sh *shard) bool {
-				return sh.alive && !sh.leaving && !sh.finalized && (s.sc.sync == syncAlways || !sh.degraded())
+				return sh.alive && !sh.leaving && !sh.finalized && (s.sc.sync == syncAlways || sh.serving() > len(x.copies))
 			})
 			if sh == nil {
 				return
 			}
-			target := sh.copies[min(x.copy, copiesN-1)]
-			target.damage, target.killSource = x.damage, x.sourceDies
+			target := sh.copies[x.copies[0]]
+			// A damaged file is within the fault budget only while
+			// another copy holds what it damages: not once the shard
+			// serves on fewer servers than it has.
+			damage := x.damage && !sh.degraded()
+			target.damage, target.killSource = damage, damage && x.sourceDies
 			target.rejoinSourceDies, target.diesRejoining, target.primaryDies = x.rejoinSourceDies, x.diesRejoining, x.primaryDies
-			if x.copy == copiesN {
+			if len(x.copies) == len(sh.copies) {
 				// A power loss takes the whole replica group.
 				s.tracef("shard %d loses power", sh.id)
-				for _, c := range sh.copies {
-					sh.crash(c, x.keep, x.down)
-				}
-				return
 			}
-			sh.crash(sh.copies[x.copy], x.keep, x.down)
+			if len(x.copies) == 2 && len(sh.copies) == 3 {
+				s.stats.pairCrashes++
+			}
+			for _, c := range x.copies {
+				sh.crash(sh.copies[c], x.keep, x.down)
+			}
 		})
 	}
 	for _, x := range sc.raftOneWay {
@@ -413,7 +428,7 @@ func (s *cluster) addReplacement() {
 	name := fmt.Sprintf("replacement%d", s.replacements)
 	s.replacements++
 	s.ld.operator(control.Command{Register: &control.RegisterCommand{
-		Group: name, Replicas: groupReplicas(name)}})
+		Group: name, Replicas: groupReplicas(name, s.sc.replicas)}})
 }
 
 // rescueEvery is how often, once the faults stop, the operator looks for
@@ -430,7 +445,7 @@ func (s *cluster) rescue() {
 		s.rescues++
 		s.tracef("no shard takes appends: registering %s", name)
 		s.ld.operator(control.Command{Register: &control.RegisterCommand{
-			Group: name, Replicas: groupReplicas(name)}})
+			Group: name, Replicas: groupReplicas(name, s.sc.replicas)}})
 	}
 	if s.now.Before(s.start.Add(s.sc.runFor - s.sc.healAt/2)) {
 		s.after(rescueEvery, s.rescue)

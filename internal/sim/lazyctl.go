@@ -97,7 +97,7 @@ func (w *lazyRun) applyRaft(n *replica, index uint64, c control.Command) {
 			}
 		}
 	}
-	if o := w.ords[n.id-1]; o.ctl != nil && (c.SeqClaim != nil || c.SeqConfig != nil) {
+	if o := w.ords[n.id-1]; o.ctl != nil && (c.SeqClaim != nil || c.SeqFlush != nil || c.SeqConfig != nil) {
 		o.carry(o.ctl.Applied(w.controlState(n.st), w.now))
 	}
 }
@@ -112,6 +112,11 @@ func (w *lazyRun) controlState(st *control.State) lazy.ControlState {
 	if st.LazyClaim != nil {
 		cl := *st.LazyClaim
 		cs.Claim = &cl
+	}
+	if st.LazyFlush != nil {
+		f := *st.LazyFlush
+		f.Records = slices.Clone(st.LazyFlush.Records)
+		cs.Flush = &f
 	}
 	return cs
 }
@@ -149,6 +154,9 @@ func (o *ordNode) carry(out lazy.ControlOutput) {
 	if out.Claim != nil {
 		o.propose(control.Command{SeqClaim: out.Claim})
 	}
+	if out.Flush != nil {
+		o.propose(control.Command{SeqFlush: out.Flush})
+	}
 	if out.Record != nil {
 		o.propose(control.Command{SeqConfig: out.Record})
 		if w.plant == bugLazyStableBeforeRecord {
@@ -158,13 +166,16 @@ func (o *ordNode) carry(out lazy.ControlOutput) {
 			w.planted = w.planted || w.now.Before(o.r.isolatedUntil)
 		}
 	}
-	if w.plant == bugLazyTrustProposal && (out.Claim != nil || out.Record != nil) {
+	if w.plant == bugLazyTrustProposal && (out.Claim != nil || out.Flush != nil || out.Record != nil) {
 		// The shell takes its proposal for committed: a deposed leader
 		// seals, flushes, advances stable-gp and starts a view its claim
 		// or record never made it to the control state.
 		st := w.controlState(o.r.st)
 		if out.Claim != nil {
 			st.Claim = out.Claim
+		}
+		if out.Flush != nil {
+			st.Flush = out.Flush
 		}
 		if out.Record != nil {
 			st.Config = out.Record
@@ -314,6 +325,9 @@ func describeControl(out lazy.ControlOutput) string {
 	}
 	if out.Seal != nil {
 		s += fmt.Sprintf(" seal view %d;", out.Seal.View)
+	}
+	if out.Flush != nil {
+		s += fmt.Sprintf(" record flush [%d, %d) of view %d;", out.Flush.From, out.Flush.End(), out.Flush.View)
 	}
 	if out.Map != nil {
 		s += fmt.Sprintf(" flush [%d, %d) in view %d;", out.Map.From, out.Map.End(), out.Map.View)

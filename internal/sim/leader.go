@@ -46,6 +46,9 @@ type leader struct {
 	// reported is the longest length each shard reported to the current
 	// leader core.
 	reported map[cut.ShardID]uint64
+	// lastCut is when the current leader core last proposed a cut (zero:
+	// never).
+	lastCut time.Time
 }
 
 func newLeader(s *cluster) *leader {
@@ -105,6 +108,7 @@ func (ld *leader) leadership(n *replica, leads bool) {
 		ld.wakeAt = time.Time{}
 		ld.cutsInflight = map[string]bool{}
 		ld.reported = map[cut.ShardID]uint64{}
+		ld.lastCut = time.Time{}
 		s.tracef("leader: raft %d leads", n.id)
 		q := ld.queued
 		ld.queued = nil
@@ -191,6 +195,7 @@ func (ld *leader) step() {
 			s.tracef("leader: plan window %+v", *c.Window)
 		case c.Cut != nil:
 			s.stats.proposals++
+			ld.lastCut = s.now
 			s.tracef("leader: propose cut %+v (last %d)", *c.Cut, ld.st.LastCut.Index)
 		case c.Finalize != nil:
 			s.tracef("leader: shard %d suspected", c.Finalize.Shard)
@@ -242,21 +247,60 @@ func (ld *leader) sendLagFix(f cut.Length) {
 
 // onReport is a shard's report reaching the leader on its heartbeat
 // stream: a beat for the failure detector and a report for the policy.
-func (ld *leader) onReport(sh *shard, server string, r order.Report) {
+func (ld *leader) onReport(sh *shard, server string, incarnation uint64, r order.Report) {
 	s := ld.s
 	if ld.l == nil {
 		return // no leader: the report is lost
 	}
 	s.stats.reports++
-	ld.l.Beat(server, 1, s.now)
+	ld.l.Beat(server, incarnation, s.now)
 	s.tracef("leader: report from shard %d: length %d, records %d", r.Shard, r.Length, r.Records)
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
-	ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
+	st := ld.node.st
+	if row := st.Shard(r.Shard); row != nil && row.Epoch == r.Epoch {
+		// A report of another configuration is dropped (a late one of
+		// the configuration before).
+		ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
+	}
 	// Eager cuts are group commits: reports that find no cut in flight
 	// and add at most order.SparseRecordsPerShardMax records per live
-	// shard are cut at once, never held for an interval tick.
-	var waiting, live uint64
+	// shard are cut at once, or, within order.AtOnceCutSpacing of the
+	// last cut, when that time is up; never held for an interval tick.
+	waiting, live, sparse := ld.sparse()
+	if !ld.l.Report(r, s.now) {
+		return
+	}
+	proposed, l := s.stats.proposals, ld.l
+	ld.step()
+	if !sparse || s.stats.proposals != proposed {
+		return
+	}
+	due := ld.lastCut.Add(order.AtOnceCutSpacing(s.sc.interval))
+	if !s.now.Before(due) || ld.lastCut.IsZero() {
+		s.errorf("eager: %d records reported beyond the last cut over %d live shards, no cut in flight, but the leader proposed none at once (report of shard %d at %d)",
+			waiting, live, r.Shard, r.Length)
+		return
+	}
+	// Checked after every event of the due time that was scheduled
+	// before it: the leader's wake-up among them.
+	s.at(due, func() {
+		s.after(0, func() {
+			if ld.l != l || s.stats.proposals != proposed {
+				return
+			}
+			if waiting, live, sparse := ld.sparse(); sparse {
+				s.errorf("eager: %d records reported beyond the last cut over %d live shards, no cut in flight, but the leader proposed none when the at-once spacing was up (report of shard %d at %d)",
+					waiting, live, r.Shard, r.Length)
+			}
+		})
+	})
+}
+
+// sparse says whether the reports to the leader add records beyond the
+// last cut, at most order.SparseRecordsPerShardMax per live shard, with no
+// cut in flight: eager order must cut those at once.
+func (ld *leader) sparse() (waiting, live uint64, sparse bool) {
 	st := ld.node.st
 	for i := range st.Shards {
 		if sh := &st.Shards[i]; sh.State != control.Finalized {
@@ -264,22 +308,13 @@ func (ld *leader) onReport(sh *shard, server string, r order.Report) {
 			waiting += ld.reported[sh.ID] - min(ld.reported[sh.ID], st.LastCut.Len(sh.ID))
 		}
 	}
-	atOnce := s.sc.mode == Eager && len(ld.cutsInflight) == 0 && waiting > 0 && waiting <= order.SparseRecordsPerShardMax*live
-	if !ld.l.Report(r, s.now) {
-		return
-	}
-	proposed := s.stats.proposals
-	ld.step()
-	if atOnce && s.stats.proposals == proposed {
-		s.errorf("eager: %d records reported beyond the last cut over %d live shards, no cut in flight, but the leader proposed none at once (report of shard %d at %d)",
-			waiting, live, r.Shard, r.Length)
-	}
+	return waiting, live, ld.s.sc.mode == Eager && len(ld.cutsInflight) == 0 && waiting > 0 && waiting <= order.SparseRecordsPerShardMax*live
 }
 
-// onBeat is a backup's heartbeat reaching the leader.
-func (ld *leader) onBeat(server string) {
+// onBeat is a server's heartbeat reaching the leader.
+func (ld *leader) onBeat(server string, incarnation uint64) {
 	if ld.l != nil {
-		ld.l.Beat(server, 1, ld.s.now)
+		ld.l.Beat(server, incarnation, ld.s.now)
 	}
 }
 

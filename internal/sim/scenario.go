@@ -68,14 +68,18 @@ func (d linkDir) String() string {
 	return "both ways"
 }
 
-// crash crashes one storage server of a live shard: copy is primaryCopy
-// or backupCopy, or copiesN for both (a power loss; only with the durable
-// default, which promises to survive it), keep how many whole unsynced frames its log keeps (a
-// torn write), down how long until it restarts.
+// crash crashes storage servers of a live shard at once: copies are the
+// crashed copies' indexes (primaryCopy is the primary at registration),
+// all of them a power loss (only with the durable default, which promises
+// to survive it); keep is how many whole unsynced frames each log keeps
+// (a torn write), down how long until they restart.
 type crash struct {
 	at, down time.Duration
-	copy     int
-	keep     int
+	// kind is what the seed drew (crashPrimary, crashBackup, crashAll),
+	// which planCopies turns into copies once the shard size is known.
+	kind   int
+	copies []int
+	keep   int
 	// damage restarts the crashed server with a range of its log
 	// damaged, which it repairs from the other copy; sourceDies crashes
 	// that copy after the repair's first batch (see planDamage).
@@ -97,6 +101,14 @@ const (
 	primaryLives primaryDeath = iota
 	primaryDiesAtJoin
 	primaryDiesAtConfirm
+)
+
+// What a crash takes, as drawn.
+const (
+	crashPrimary = iota
+	crashBackup
+	crashAll
+	crashKinds
 )
 
 // raftCrash crashes ordering replica node for down.
@@ -123,6 +135,9 @@ type scenario struct {
 	// failureTimeout is how long a storage server may stay silent before
 	// the leader's failure detector finalizes its shards.
 	failureTimeout time.Duration
+	// replicas is how many storage servers each group has: the copies of
+	// its shard (copiesMin or copiesMax).
+	replicas int
 
 	shards    int
 	rates     []float64 // records per millisecond, per initial shard
@@ -166,8 +181,8 @@ type scenario struct {
 	dupProb    float64
 	partitions []partition
 	raftOneWay []raftOneWay
-	// splitAt, if not 0, cuts a shard's primary off from its backup for
-	// good (a partition between the two storage servers).
+	// splitAt, if not 0, cuts a shard's primary off from one of its
+	// backups for good (a partition between two storage servers).
 	splitAt time.Duration
 	// crashes and raftCrashes crash and restart storage and ordering
 	// servers.
@@ -297,7 +312,7 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	}
 	var crashes []crash
 	for range r.IntN(3) {
-		crashes = append(crashes, crash{at: time.Duration(15+r.IntN(220)) * t, copy: r.IntN(copiesN + 1), keep: r.IntN(3),
+		crashes = append(crashes, crash{at: time.Duration(15+r.IntN(220)) * t, kind: r.IntN(crashKinds), keep: r.IntN(3),
 			down: time.Duration(2+r.IntN(60)) * t})
 	}
 	var raftCrashes []raftCrash
@@ -330,10 +345,10 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 		sc.crashes, sc.raftCrashes = crashes, raftCrashes
 	}
 	for i := range sc.crashes {
-		if sc.crashes[i].copy == copiesN && sc.sync != syncAlways {
-			// Beyond the budget: the other replica holds what a crash
-			// loses unsynced, unless both crash.
-			sc.crashes[i].copy = primaryCopy
+		if sc.crashes[i].kind == crashAll && sc.sync != syncAlways {
+			// Beyond the budget: another replica holds what a crash
+			// loses unsynced, unless all crash.
+			sc.crashes[i].kind = crashPrimary
 		}
 	}
 	if mode != Spec {
@@ -343,8 +358,52 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 	return sc
 }
 
+// planCopies sets the copies per shard to n and turns each crash's kind
+// into the copies it takes, drawing from its own random source so that the
+// rest of the scenario stays as the seed drew it. A shard of three may
+// lose a backup of its choosing, and some crashes take two copies at once
+// (the third holds everything durable).
+func (sc *scenario) planCopies(n int, r *rand.Rand) {
+	sc.replicas = n
+	for i := range sc.crashes {
+		x := &sc.crashes[i]
+		switch x.kind {
+		case crashAll:
+			for c := range n {
+				x.copies = append(x.copies, c)
+			}
+			continue
+		case crashPrimary:
+			x.copies = []int{primaryCopy}
+		default:
+			x.copies = []int{1 + r.IntN(n-1)}
+		}
+		if n > copiesMin && r.IntN(3) == 0 {
+			other := (x.copies[0] + 1 + r.IntN(n-1)) % n
+			x.copies = append(x.copies, other)
+		}
+	}
+}
+
+// copyNames says which copies a crash takes.
+func (x crash) copyNames(n int) string {
+	if len(x.copies) == n {
+		return "servers"
+	}
+	var names []string
+	for _, c := range x.copies {
+		if c == primaryCopy {
+			names = append(names, "primary")
+		} else {
+			names = append(names, "backup "+itoa(c))
+		}
+	}
+	return strings.Join(names, " and ")
+}
+
 func (sc scenario) String() string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "%d servers per shard; ", sc.replicas)
 	if sc.mode == Spec {
 		fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (confirmed only %v, late from %d) and one of shard #%d (from %d, confirmed only %v)",
 			sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.staggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard, sc.oneShardFrom, sc.oneShardConfirmed)
@@ -397,7 +456,7 @@ func (sc scenario) String() string {
 		fmt.Fprintf(&b, "; partition of #%d from the leader at %v for %v (%v)", p.shard, p.at, p.dur, p.dir)
 	}
 	if sc.splitAt > 0 {
-		fmt.Fprintf(&b, "; a shard's primary cut off from its backup at %v", sc.splitAt)
+		fmt.Fprintf(&b, "; a shard's primary cut off from a backup at %v", sc.splitAt)
 	}
 	for _, x := range sc.raftOneWay {
 		fmt.Fprintf(&b, "; ordering replica %d %s at %v for %v", x.node+1, map[linkDir]string{fromShardOnly: "unheard", toShardOnly: "deaf"}[x.dir], x.at, x.dur)
@@ -407,7 +466,7 @@ func (sc scenario) String() string {
 		fmt.Fprintf(&b, " every %v", sc.syncEvery)
 	}
 	for _, x := range sc.crashes {
-		fmt.Fprintf(&b, "; a shard's %s crash at %v (keep %d unsynced frames), restart %v later", []string{"primary", "backup", "servers"}[x.copy], x.at, x.keep, x.down)
+		fmt.Fprintf(&b, "; a shard's %s crash at %v (keep %d unsynced frames), restart %v later", x.copyNames(sc.replicas), x.at, x.keep, x.down)
 		if x.damage {
 			b.WriteString(" with a damaged file")
 		}

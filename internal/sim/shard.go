@@ -13,32 +13,39 @@ import (
 	"github.com/augur-log/augur/internal/spec"
 )
 
-// A shard is f+1 = 2 storage servers' copies of it, each the storage
-// server's replica core (shard.Replica) over an in-memory log
-// (shard.MemLog) that loses what was not synced when its server crashes.
-// The simulator plays the storage servers' part around the cores: it
-// batches appends into the primary's turns, carries replicate batches and
-// backup acknowledgements over the simulated network, syncs the logs as
+// A shard is f+1 storage servers' copies of it (scenario.replicas: 2 or
+// 3, the group sizes a cluster file allows), each the storage server's
+// replica core (shard.Replica) over an in-memory log (shard.MemLog) that
+// loses what was not synced when its server crashes. The simulator plays
+// the storage servers' part around the cores: it batches appends into the
+// primary's turns, carries replicate batches, joins and backup
+// acknowledgements over the simulated network, syncs the logs as
 // the sync policy says, sends reports and heartbeats, hands the copies
 // the control events their watch streams bring, answers clients only
 // with what the cores' outputs answer (or, for the appends a crash left
 // unanswered, what the copies' Replica.Resolve says), and feeds
 // subscribers.
 
-// The copies of a shard: which is primary at registration. A failover
-// makes the other one primary (shard.prim).
+// primaryCopy is the copy that is primary at registration; a failover
+// makes another one primary (shard.prim). The others are backups: a cut
+// orders only what every copy of the configuration holds.
+const primaryCopy = 0
+
+// The copies per shard a scenario may choose: a cluster file's group
+// sizes (config.GroupServersMin and GroupServersMax).
 const (
-	primaryCopy = 0
-	backupCopy  = 1
-	// copiesN is f+1 with f = 1: a cut orders only what every copy of
-	// the configuration holds.
-	copiesN = 2
+	copiesMin = 2
+	copiesMax = 3
 )
 
-// groupReplicas names the storage servers of a group's shard, its first
+// groupReplicas names the n storage servers of a group's shard, its first
 // copy the primary.
-func groupReplicas(group string) []control.Replica {
-	return []control.Replica{{ID: group + "/0", Addr: group, Incarnation: 1}, {ID: group + "/1", Addr: group, Incarnation: 1}}
+func groupReplicas(group string, n int) []control.Replica {
+	reps := make([]control.Replica, n)
+	for i := range reps {
+		reps[i] = control.Replica{ID: group + "/" + itoa(i), Addr: group, Incarnation: 1}
+	}
+	return reps
 }
 
 // syncPolicy says when a storage server fsyncs its logs.
@@ -91,6 +98,13 @@ type copyOf struct {
 	// in the order the events came.
 	leftOut      bool
 	leftOutAfter uint64
+	// repl carries the primary's joins and batches to this copy as a
+	// backup, acks its answers back: one replication stream, FIFO each
+	// way. refusedIn is the configuration in which this copy refused the
+	// primary's join (the stream broke): the primary's heartbeat says it
+	// cannot reach it until the leader takes it out.
+	repl, acks link
+	refusedIn  uint64
 	// rejoinFor is one more than the incarnation whose rejoin runs (0:
 	// none); rejoinSourceDies and diesRejoining fail that rejoin (see
 	// planRejoin).
@@ -117,22 +131,24 @@ type shard struct {
 	id   cut.ShardID
 	name string
 	feed streamRules
-	// copies are the shard's two copies; prim is the primary's index, and
-	// member says which copies the configuration (epoch) holds.
-	copies [copiesN]*copyOf
+	// copies are the shard's copies, one per server of its group; prim
+	// is the primary's index, and member says which copies the
+	// configuration (epoch) holds.
+	copies []*copyOf
 	prim   int
-	member [copiesN]bool
+	member []bool
 	// pending says a member joined in speculative order and its primary
 	// has not vouched for it yet: it is no survivor of the primary.
-	pending [copiesN]bool
+	pending []bool
 	epoch   uint64
-	// split says the primary's replication to the backup is cut off (a
-	// partition between them); the primary notices at splitSeen.
-	split     bool
+	// split, if not nil, names two copies whose servers a partition cut
+	// off from each other for good: replication between them is lost,
+	// and a primary notices at splitSeen.
+	split     *[2]*copyOf
 	splitSeen time.Time
-	// repl carries replicate batches to the backup, acks the backup's
-	// acknowledgements back.
-	repl, acks link
+	// reported lists the crashed servers a survivor reports at the next
+	// crash report (one command for a crash of several at once).
+	reported []string
 	// log mirrors what the primary stored, by local index (record ids and
 	// no-ops): the truth the committed cuts order. records counts its
 	// records; durable is the most the primary ever held durably.
@@ -199,13 +215,22 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 	sh.feed = s.newStream(sh)
 	row := snap.Shard(id)
 	sh.epoch = row.Epoch
-	servers := [copiesN]string{row.Replicas[primaryCopy].ID, row.Replicas[backupCopy].ID}
-	p := &copyOf{sh: sh, idx: primaryCopy, server: servers[primaryCopy], log: core.NewMemLog(), up: true, ord: s.md.NewShardOrdering(id, 0, s.now)}
-	p.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RolePrimary, Epoch: row.Epoch, Backups: servers[backupCopy:], LastCut: snap.LastCut.Index, Ordering: p.ord}, p.log)
-	b := &copyOf{sh: sh, idx: backupCopy, server: servers[backupCopy], log: core.NewMemLog(), up: true}
-	b.r = core.NewReplica[int64](core.Config{ID: id, Role: core.RoleBackup, Epoch: row.Epoch, LastCut: snap.LastCut.Index}, b.log)
-	sh.copies = [copiesN]*copyOf{p, b}
-	sh.member = [copiesN]bool{true, true}
+	var backups []string
+	for _, r := range row.Replicas[1:] {
+		backups = append(backups, r.ID)
+	}
+	for i, r := range row.Replicas {
+		c := &copyOf{sh: sh, idx: i, server: r.ID, log: core.NewMemLog(), up: true}
+		cfg := core.Config{ID: id, Role: core.RoleBackup, Epoch: row.Epoch, LastCut: snap.LastCut.Index}
+		if i == primaryCopy {
+			c.ord = s.md.NewShardOrdering(id, 0, s.now)
+			cfg.Role, cfg.Backups, cfg.Ordering = core.RolePrimary, backups, c.ord
+		}
+		c.r = core.NewReplica[int64](cfg, c.log)
+		sh.copies = append(sh.copies, c)
+		sh.member = append(sh.member, true)
+		sh.pending = append(sh.pending, false)
+	}
 	for range s.subs {
 		sh.streams = append(sh.streams, &stream{})
 	}
@@ -220,25 +245,58 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 // primary is the copy that is (or was last) the shard's primary.
 func (sh *shard) primary() *copyOf { return sh.copies[sh.prim] }
 
-// backup is the primary's backup in the configuration, if it has one.
-func (sh *shard) backup() *copyOf {
-	if o := 1 - sh.prim; sh.member[o] {
-		return sh.copies[o]
+// backups are the primary's backups in the configuration.
+func (sh *shard) backups() []*copyOf {
+	var bs []*copyOf
+	for i, c := range sh.copies {
+		if i != sh.prim && sh.member[i] {
+			bs = append(bs, c)
+		}
 	}
-	return nil
+	return bs
 }
 
-// degraded says a failover left the shard with fewer servers than it
-// started with: one more failure is beyond its fault budget unless it
-// loses nothing (a crash of a server that syncs every write).
-func (sh *shard) degraded() bool {
-	for _, m := range sh.member {
-		if !m {
+// serves says copy i is in the configuration, up and serving in it (a
+// copy back from a crash is read-only and does not), and is a survivor of
+// its primary (not pending its primary's word, control.Replica.Pending).
+func (sh *shard) serves(i int) bool {
+	c := sh.copies[i]
+	role := c.r.Role()
+	return sh.member[i] && !sh.pending[i] && c.up && (role == core.RolePrimary || role == core.RoleBackup)
+}
+
+// serving counts the copies that serve (see serves).
+func (sh *shard) serving() int {
+	n := 0
+	for i := range sh.copies {
+		if sh.serves(i) {
+			n++
+		}
+	}
+	return n
+}
+
+// survivesSplit says a copy that serves survives that no partition cuts
+// off from the (last) primary.
+func (sh *shard) survivesSplit() bool {
+	for i, c := range sh.copies {
+		if sh.serves(i) && !sh.severed(sh.primary(), c) {
 			return true
 		}
 	}
 	return false
 }
+
+// severed says a partition cuts copies a and b off from each other.
+func (sh *shard) severed(a, b *copyOf) bool {
+	return sh.split != nil && (sh.split[0] == a && sh.split[1] == b || sh.split[0] == b && sh.split[1] == a)
+}
+
+// degraded says the shard serves on fewer servers than it started with:
+// a failover left some out, or a crash took some that it has not left out
+// yet. One more failure is beyond its fault budget unless it loses
+// nothing (a crash of a server that syncs every write).
+func (sh *shard) degraded() bool { return sh.serving() < len(sh.copies) }
 
 // forgetfulClient is the client id of a planted retry (bugRetryTwice): a
 // client that lost its identity, whose answers nobody waits for.
@@ -282,27 +340,35 @@ func (sh *shard) turn() {
 	sh.carry(p, &out)
 }
 
-// replicate sends a batch to the backup on the replication stream, in the
-// primary's configuration. The entries are the core's buffer: they are
-// copied, as the storage server encodes them.
+// replicate sends a batch to every backup on its replication stream, in
+// the primary's configuration. The entries are the core's buffer: they
+// are copied, as the storage server encodes them.
 func (sh *shard) replicate(b core.Batch) {
-	s := sh.s
-	p, bk := sh.primary(), sh.backup()
-	if bk == nil {
+	p := sh.primary()
+	bks := sh.backups()
+	if len(bks) == 0 {
 		return
 	}
-	first, entries, epoch := b.First, slices.Clone(b.Entries), p.r.Epoch()
+	entries := slices.Clone(b.Entries)
+	for _, bk := range bks {
+		sh.replicateTo(p, bk, p.r.Epoch(), b.First, entries)
+	}
+}
+
+// replicateTo sends one batch from primary p to backup bk.
+func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segment.Entry) {
+	s := sh.s
 	pinc, binc := p.inc, bk.inc
-	if sh.split {
+	if sh.severed(p, bk) {
 		return // the partition between them drops it
 	}
-	s.at(sh.repl.arrival(s.now, s.netDelay()), func() {
-		if !bk.up || bk.inc != binc || p.inc != pinc || sh.split {
+	s.at(bk.repl.arrival(s.now, s.netDelay()), func() {
+		if !bk.up || bk.inc != binc || p.inc != pinc || sh.severed(p, bk) {
 			return // either end restarted, or a partition: the stream broke
 		}
 		held, err := bk.r.Replicated(epoch, first, entries)
 		if err != nil {
-			s.tracef("shard %d: backup: %v", sh.id, err)
+			s.tracef("shard %d: backup %s: %v", sh.id, bk.name(), err)
 			return
 		}
 		bk.unsynced()
@@ -310,8 +376,8 @@ func (sh *shard) replicate(b core.Batch) {
 			if !bk.up || bk.inc != binc {
 				return
 			}
-			s.at(sh.acks.arrival(s.now, s.netDelay()), func() {
-				if p.up && p.inc == pinc && !sh.split {
+			s.at(bk.acks.arrival(s.now, s.netDelay()), func() {
+				if p.up && p.inc == pinc && !sh.severed(p, bk) {
 					sh.acked(p, bk, epoch, held)
 				}
 			})
@@ -319,10 +385,75 @@ func (sh *shard) replicate(b core.Batch) {
 	})
 }
 
+// join asks every backup of primary p's configuration to join it, as a
+// storage server's primary does on each new configuration (a new
+// replication stream per backup): each answers how much it holds and the
+// entries it holds past p's log, and p goes on once all of them answered.
+func (sh *shard) join(p *copyOf) {
+	s := sh.s
+	epoch, tailFrom := p.r.Epoch(), p.log.Len()
+	pinc := p.inc
+	for _, bk := range sh.backups() {
+		binc := bk.inc
+		if sh.severed(p, bk) {
+			bk.refusedIn = epoch
+			continue
+		}
+		s.at(bk.repl.arrival(s.now, s.netDelay()), func() {
+			if !bk.up || bk.inc != binc || p.inc != pinc || sh.severed(p, bk) {
+				return // the stream broke: a crash report takes bk out
+			}
+			length, held, err := bk.r.Join(epoch)
+			if err != nil {
+				s.tracef("shard %d: %s refuses the join of configuration %d: %v", sh.id, bk.name(), epoch, err)
+				bk.refusedIn = epoch
+				return
+			}
+			tail, ok := readEntries(bk.log, tailFrom, length)
+			if !ok {
+				s.errorf("shard %d: %s cannot read its tail [%d, %d) for a join", sh.id, bk.name(), tailFrom, length)
+				return
+			}
+			s.at(bk.acks.arrival(s.now, s.netDelay()), func() {
+				if !p.up || p.inc != pinc || sh.severed(p, bk) {
+					return
+				}
+				var out core.Output[int64]
+				p.r.BackupJoined(bk.server, epoch, length, held, tailFrom, tail, s.now, &out)
+				s.stats.joins++
+				sh.carry(p, &out)
+				sh.tick()
+			})
+		})
+	}
+}
+
+// resend sends backup rs.Backup the entries [rs.From, rs.To) of primary
+// c's log, which it lacks after joining.
+func (sh *shard) resend(c *copyOf, rs core.Resend) {
+	i := slices.IndexFunc(sh.copies, func(o *copyOf) bool { return o.server == rs.Backup })
+	if i < 0 {
+		return
+	}
+	entries, ok := readEntries(c.log, rs.From, rs.To)
+	if !ok {
+		sh.s.errorf("shard %d: %s cannot read [%d, %d) to resend", sh.id, c.name(), rs.From, rs.To)
+		return
+	}
+	sh.replicateTo(c, sh.copies[i], c.r.Epoch(), rs.From, entries)
+}
+
 // acked takes backup bk's acknowledgement, in configuration epoch, that
 // it holds held entries.
 func (sh *shard) acked(p, bk *copyOf, epoch, held uint64) {
 	advanced, step := p.r.BackupAcked(bk.server, epoch, held)
+	if sh.s.plant == bugDurableOnOneBackup {
+		// The first backup's word counts for all of them.
+		for _, o := range sh.backups() {
+			a, st := p.r.BackupAcked(o.server, epoch, held)
+			advanced, step = advanced || a, step || st
+		}
+	}
 	if !advanced {
 		return
 	}
@@ -615,6 +746,7 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 		}
 	}
 	s.tracef("shard %d: configuration %d: %v", sh.id, row.Epoch, row.Replicas)
+	var joining *copyOf
 	for i, c := range sh.copies {
 		if !c.up {
 			continue
@@ -641,17 +773,16 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 			continue
 		}
 		var out core.Output[int64]
-		c.r.Reconfigure(m, s.now, &out)
+		if c.r.Reconfigure(m, s.now, &out) && m.Role == core.RolePrimary && len(m.Backups) > 0 {
+			joining = c
+		}
 		sh.carry(c, &out)
 		sh.maybeRejoin(c)
 	}
-	if p := sh.primary(); p.up && p.r.Role() == core.RolePrimary {
-		// A primary joins every backup of its new configuration.
-		for i, bk := range sh.copies {
-			if i != sh.prim && sh.member[i] {
-				sh.joinBackup(p, bk, row.Epoch)
-			}
-		}
+	if joining != nil {
+		// Once the truth follows the new configuration: a join may adopt
+		// a backup's tail.
+		defer sh.join(joining)
 	}
 	p := sh.primary()
 	if sh.prim == old || !p.up || p.r.Role() != core.RolePrimary {
@@ -662,7 +793,7 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 	// ordered it: the new primary's entries replace it.
 	if n := p.log.Len(); uint64(len(sh.log)) > n {
 		if ordered := snap.LastCut.Len(sh.id); ordered > n {
-			s.errorf("shard %d: the new primary holds %d entries, but %d are ordered", sh.id, n, ordered)
+			s.errorf("invariant 1: shard %d: the new primary holds %d entries, but %d are ordered", sh.id, n, ordered)
 		}
 		sh.log = sh.log[:n]
 		sh.records = 0
@@ -728,25 +859,14 @@ func (sh *shard) resolve() {
 // resolve its append.
 const resolveRetryEvery = 10 * time.Millisecond
 
-// resolveKey identifies an append in a log.
-type resolveKey struct{ client, seq uint64 }
-
 func (sh *shard) resolveIDs(ids []int64) {
 	s := sh.s
-	var held [copiesN]map[resolveKey]uint64
+	held := make([]map[core.AppendID]uint64, len(sh.copies))
 	for i, c := range sh.copies {
-		if !c.up {
-			continue
+		if c.up {
+			// As a storage server answers Resolve.
+			held[i], _ = core.Holdings(c.log, func(core.AppendID) bool { return true })
 		}
-		m := map[resolveKey]uint64{}
-		// As a storage server answers Resolve: around damaged ranges.
-		_ = core.ScanReadable(c.log, func(local uint64, e segment.Entry) bool {
-			if e.Noops == 0 {
-				m[resolveKey{e.ClientID, e.Seq}] = local
-			}
-			return true
-		})
-		held[i] = m
 	}
 	var pending []int64
 	for _, id := range ids {
@@ -754,7 +874,7 @@ func (sh *shard) resolveIDs(ids []int64) {
 		if r.at != sh.id || r.acked || r.rerouting {
 			continue // an answer or another shard settled it
 		}
-		k := resolveKey{clientIDOf(r.client), uint64(id) + 1}
+		k := core.AppendID{Client: clientIDOf(r.client), Seq: uint64(id) + 1}
 		res, pos := core.ResolvePending, uint64(0)
 		for i, c := range sh.copies {
 			if held[i] == nil {
@@ -805,9 +925,9 @@ func (sh *shard) sendReport() {
 	if s.faulty() && s.r.Float64() < s.sc.reportDup {
 		copies = 2 // resent on a reconnected heartbeat stream
 	}
-	server := p.server
+	server, inc := p.server, p.incarnation()
 	for range copies {
-		s.at(sh.report.arrival(s.now, delay), func() { s.ld.onReport(sh, server, r) })
+		s.at(sh.report.arrival(s.now, delay), func() { s.ld.onReport(sh, server, inc, r) })
 	}
 }
 
@@ -818,9 +938,14 @@ func (sh *shard) beat(c *copyOf) {
 	if !c.up || s.now.Before(sh.deafUntil) {
 		return
 	}
-	server := c.server
-	s.at(sh.report.arrival(s.now, s.netDelay()), func() { s.ld.onBeat(server) })
+	server, inc := c.server, c.incarnation()
+	s.at(sh.report.arrival(s.now, s.netDelay()), func() { s.ld.onBeat(server, inc) })
 }
+
+// incarnation is the incarnation c's server heartbeats with: the
+// registration's 1, one more after each restart (the failure detector
+// takes a member that comes back as another incarnation for failed).
+func (c *copyOf) incarnation() uint64 { return uint64(c.inc) + 1 }
 
 // heartbeat repeats the last report now and then, as a storage server's
 // heartbeat does: a new leader learns the lengths from it, and the failure
@@ -832,18 +957,23 @@ func (sh *shard) heartbeat() {
 			return
 		}
 		sh.sendReport()
-		for i, c := range sh.copies {
-			if sh.member[i] {
-				sh.beat(c)
-			}
+		// Every server that runs heartbeats, in a configuration or not,
+		// as a storage server does: a restarted one that rejoins is
+		// known as its new incarnation by then.
+		for _, c := range sh.copies {
+			sh.beat(c)
 		}
-		if bk := sh.backup(); sh.split && bk != nil && sh.primary().up && !s.now.Before(sh.splitSeen) {
-			// The primary cannot replicate to its backup: its heartbeat
-			// says so until the leader takes the backup out.
-			server, epoch := bk.server, sh.primary().r.Epoch()
-			if !s.now.Before(sh.deafUntil) {
-				s.at(sh.report.arrival(s.now, s.netDelay()), func() { s.ld.onUnreachable(sh.id, server, epoch) })
+		p := sh.primary()
+		for _, bk := range sh.backups() {
+			epoch := p.r.Epoch()
+			if !p.up || p.r.Role() != core.RolePrimary || s.now.Before(sh.deafUntil) ||
+				!(sh.severed(p, bk) && !s.now.Before(sh.splitSeen) || bk.refusedIn == epoch) {
+				continue
 			}
+			// The primary cannot replicate to this backup: its heartbeat
+			// says so until the leader takes the backup out.
+			server := bk.server
+			s.at(sh.report.arrival(s.now, s.netDelay()), func() { s.ld.onUnreachable(sh.id, server, epoch) })
 		}
 		sh.heartbeat()
 	})
@@ -912,10 +1042,10 @@ func (sh *shard) broadcast(add func(*subMsg)) {
 	}
 }
 
-// fail stops the shard's primary server for good and cuts the backup's
-// server off from the leader: a whole-shard failure. The shard takes no
-// appends, reports nothing and stops its heartbeats. Its backup stays up
-// and, in a mode that serves after a failure, serves what was ordered.
+// fail stops the shard's primary server for good and cuts the backups'
+// servers off from the leader: a whole-shard failure. The shard takes no
+// appends, reports nothing and stops its heartbeats. Its backups stay up
+// and, in a mode that serves after a failure, serve what was ordered.
 func (sh *shard) fail() {
 	p := sh.primary()
 	sh.alive, sh.accepting = false, false
@@ -950,6 +1080,19 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	if s.plant == bugSkipSync && synced < sh.durable {
 		s.planted = true
 	}
+	if p := sh.primary(); s.plant == bugDurableOnOneBackup && (c == p || !p.up) {
+		// The bug strikes when, the primary gone, no copy that serves
+		// holds all the primary counted durable.
+		held := uint64(0)
+		for i, o := range sh.copies {
+			if o != c && sh.serves(i) {
+				held = max(held, o.log.Len())
+			}
+		}
+		if held < sh.durable {
+			s.planted = true
+		}
+	}
 	c.log.CrashTorn(keep)
 	if c.log.Len() < before {
 		s.stats.lostTails++
@@ -961,23 +1104,38 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	// A survivor serves in the configuration: a copy back from a crash is
 	// read-only (RoleRecovered never rejoins in place), so it takes no
 	// failover, and the shard has failed.
-	survivor := false
-	for i, o := range sh.copies {
-		role := o.r.Role()
-		// A backup its primary reports unreachable (a split it noticed)
-		// is on its way out of the configuration: whether it, or the
-		// crashed primary, leaves first is a race.
-		leaving := sh.split && o == sh.backup() && !s.now.Before(sh.splitSeen)
-		survivor = survivor || (o != c && o.up && sh.member[i] && !sh.pending[i] && !leaving && (role == core.RolePrimary || role == core.RoleBackup))
+	survivor := sh.serving() > 0
+	if survivor && !sh.survivesSplit() {
+		// Only backups cut off from the primary survive, which the
+		// leader is taking out (or took out, unheard of yet): whether
+		// the crash report or that comes first, the shard may fail
+		// whole.
+		s.failedShards[sh.id] = true
 	}
 	switch {
 	case sh.alive && survivor && s.plant != bugFinalizeOnReplicaFailure:
-		// The other copy holds everything durable: the shard fails over
-		// to it and keeps its id (a surviving server, or the failure
-		// detector, reports the crash).
+		// The survivors hold everything durable: the shard fails over to
+		// them and keeps its id (a surviving server, or the failure
+		// detector, reports the crash; one report names every server
+		// that crashed at once).
 		s.crashedReplicas[sh.id] = true
-		rc := control.ReconfigCommand{Shard: sh.id, Epoch: sh.epoch, Remove: []string{c.server}}
-		s.after(crashReportDelay, func() { s.ld.operator(control.Command{Reconfig: &rc}) })
+		if sh.reported = append(sh.reported, c.server); len(sh.reported) == 1 {
+			s.after(crashReportDelay, func() {
+				// Only servers of the configuration: a command that names
+				// another is refused whole.
+				var rm []string
+				for _, id := range sh.reported {
+					if i := slices.IndexFunc(sh.copies, func(o *copyOf) bool { return o.server == id }); sh.member[i] {
+						rm = append(rm, id)
+					}
+				}
+				sh.reported = nil
+				if len(rm) > 0 {
+					rc := control.ReconfigCommand{Shard: sh.id, Epoch: sh.epoch, Remove: rm}
+					s.ld.operator(control.Command{Reconfig: &rc})
+				}
+			})
+		}
 	case sh.alive:
 		if survivor {
 			s.planted = true
@@ -1014,6 +1172,9 @@ func (sh *shard) restart(c *copyOf) {
 	c.r = core.NewReplica[int64](core.Config{ID: sh.id, Role: core.RoleRecovered, LastCut: last}, c.log)
 	c.ord = nil
 	c.up = true
+	// A storage server heartbeats as it starts: the leader knows its new
+	// incarnation before it can rejoin.
+	sh.beat(c)
 	s.tracef("shard %d: %s restarts read-only (%d entries, %d ordered, last cut %d)", sh.id, c.name(), c.log.Len(), c.log.Ordered(), last)
 	var out core.Output[int64]
 	// As a storage server replays the events: the configuration that left
@@ -1055,6 +1216,28 @@ func (sh *shard) restart(c *copyOf) {
 	}
 	sh.catchUp(c)
 	sh.maybeRejoin(c)
+}
+
+// readEntries returns the entries of log at local [from, to), a no-op run
+// cut to the range, or false if it cannot read them all.
+func readEntries(log *core.MemLog, from, to uint64) ([]segment.Entry, bool) {
+	if to <= from {
+		return nil, true
+	}
+	var out []segment.Entry
+	next := from
+	err := log.Scan(from, func(local uint64, e segment.Entry) bool {
+		if local != next {
+			return false
+		}
+		if e.Noops > 0 {
+			e.Noops = min(e.Noops, to-local)
+		}
+		out = append(out, e)
+		next = local + max(e.Noops, 1)
+		return next < to
+	})
+	return out, err == nil && next == to
 }
 
 // readIDs returns the record ids (noop for no-ops) at local [from, to) of

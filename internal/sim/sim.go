@@ -2,8 +2,8 @@
 // replicas (etcd raft RawNodes, driven deterministically, with leader
 // failovers, crashes and restarts from their persisted storage) whose
 // leader runs the order.Leader core the ordering server runs; shards of
-// two storage servers each, primary and backup, running the storage
-// server's replica core (shard.Replica) over in-memory logs
+// two or three storage servers each, a primary and its backups, running
+// the storage server's replica core (shard.Replica) over in-memory logs
 // (shard.MemLog) that lose what was not synced, and sometimes tear the
 // write in flight, when their server crashes; shards that join, leave,
 // burst, straggle, fail, crash and get cut off; clients that append and
@@ -130,6 +130,10 @@ func (f Faults) String() string {
 type Options struct {
 	Mode   Mode
 	Faults Faults
+	// Replicas is how many storage servers each shard has, 2 or 3 (the
+	// group sizes of a cluster file); 0 lets the seed choose: even seeds
+	// run 2, odd ones 3. Lazy order's shards always have 2.
+	Replicas int
 	// Trace, when set, receives every step of the run.
 	Trace func(string)
 	// plant makes the run misbehave on purpose, so that the tests show
@@ -200,6 +204,11 @@ const (
 	// bugLazyReadAhead: a lazy shard replica answers a read above
 	// stable-gp from the placement it holds, rather than holding it.
 	bugLazyReadAhead
+	// bugDurableOnOneBackup: a primary counts an entry durable once one
+	// of its backups holds it, not every one (with two servers per shard
+	// the same thing): the crash of the primary and that backup loses
+	// what the third never got, though the cuts ordered it.
+	bugDurableOnOneBackup
 	// bugLazyOutStaysIn: a lazy shard primary taken out of its
 	// configuration does not leave it: it follows stable-gp over the
 	// placements the promoted backup's order replaced.
@@ -237,6 +246,8 @@ type Result struct {
 	Seed   uint64
 	Mode   Mode
 	Faults Faults
+	// Replicas is how many storage servers each shard had.
+	Replicas int
 	// Scenario says what the seed chose; Summary what happened.
 	Scenario, Summary string
 	// Errs lists the violations found (at most errorsMax).
@@ -255,8 +266,11 @@ type Result struct {
 	// whose logs lost unsynced writes in the crash, RaftCrashes the
 	// ordering replicas that crashed.
 	Crashes, LostTails, RaftCrashes uint64
-	// Failovers counts the shards that moved to a new primary.
-	Failovers uint64
+	// Failovers counts the shards that moved to a new primary; Joins the
+	// backups that joined a new configuration of their shard (a shard
+	// of three that lost one server), PairCrashes the crashes of two
+	// servers of a shard of three at once.
+	Failovers, Joins, PairCrashes uint64
 	// Damaged counts the storage servers that restarted with a damaged
 	// file, Repairs the ranges repaired from the other copy, and
 	// SourceDeaths the repairs whose source died mid-copy.
@@ -287,7 +301,27 @@ func (r Result) Failed() bool { return len(r.Errs) > 0 }
 
 // Replay returns the one command that replays this seed with a trace.
 func (r Result) Replay() string {
-	return fmt.Sprintf("go run ./cmd/augur sim --mode %s --faults %s --seed %d --trace", r.Mode, r.Faults, r.Seed)
+	replicas := ""
+	if r.Mode != Lazy {
+		replicas = fmt.Sprintf(" --replicas %d", r.Replicas)
+	}
+	return fmt.Sprintf("go run ./cmd/augur sim --mode %s --faults %s%s --seed %d --trace", r.Mode, r.Faults, replicas, r.Seed)
+}
+
+// replicasOf is how many storage servers each shard of seed's run has.
+func replicasOf(seed uint64, o Options) int {
+	if o.Replicas != 0 {
+		return o.Replicas
+	}
+	return copiesMin + int(seed%2)
+}
+
+// CheckReplicas checks a shard size given to Options.Replicas.
+func CheckReplicas(n int) error {
+	if n != 0 && (n < copiesMin || n > copiesMax) {
+		return fmt.Errorf("sim: %d servers per shard; a storage group has %d or %d", n, copiesMin, copiesMax)
+	}
+	return nil
 }
 
 // Run runs one seed.
@@ -298,7 +332,10 @@ func Run(seed uint64, o Options) Result {
 	if o.Mode == Lazy {
 		return runLazy(seed, o)
 	}
-	s := newCluster(seed, o.Mode, o.Faults, o.Trace, o.plant)
+	if err := CheckReplicas(o.Replicas); err != nil {
+		panic(err)
+	}
+	s := newCluster(seed, o.Mode, o.Faults, replicasOf(seed, o), o.Trace, o.plant)
 	if s.powerLoss = o.powerLoss || o.plant == bugSkipSync; s.powerLoss {
 		s.sc.sync = syncAlways // the durable default, which survives it
 	}
@@ -315,7 +352,7 @@ func Run(seed uint64, o Options) Result {
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
 	res := Result{
-		Seed: seed, Mode: o.Mode, Faults: o.Faults,
+		Seed: seed, Mode: o.Mode, Faults: o.Faults, Replicas: s.sc.replicas, Joins: s.stats.joins, PairCrashes: s.stats.pairCrashes,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
@@ -360,8 +397,11 @@ type Tally struct {
 	Adopted      int
 	Fails, Steps uint64
 	// Crashes, LostTails, RaftCrashes and Failovers sum the results'; so
-	// do Damaged, Repairs and SourceDeaths.
+	// do Damaged, Repairs and SourceDeaths, and Joins and PairCrashes.
+	// ThreeServers counts the seeds whose shards had three servers.
 	Crashes, LostTails, RaftCrashes, Failovers uint64
+	Joins, PairCrashes                         uint64
+	ThreeServers                               int
 	Damaged, Repairs, SourceDeaths             uint64
 	Rejoins, PrimaryDeathsOnJoin               uint64
 	// Player counts the seeds that ran the player; TargetCrashes and
@@ -389,6 +429,11 @@ func Count(rs []Result) Tally {
 		t.LostTails += r.LostTails
 		t.RaftCrashes += r.RaftCrashes
 		t.Failovers += r.Failovers
+		t.Joins += r.Joins
+		t.PairCrashes += r.PairCrashes
+		if r.Replicas == 3 && r.Mode != Lazy {
+			t.ThreeServers++
+		}
 		t.Damaged += r.Damaged
 		t.Repairs += r.Repairs
 		t.SourceDeaths += r.SourceDeaths
@@ -432,8 +477,8 @@ func (t Tally) String() string {
 		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off",
 			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders)
 	}
-	return fmt.Sprintf("%d seeds, %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d failovers, %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
-		t.Seeds, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.Failovers, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
+	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
+		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }
 
 func (s *cluster) summary() string {

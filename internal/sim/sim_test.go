@@ -77,6 +77,15 @@ func TestSeeds(t *testing.T) {
 			if faults.Crash && n >= 40 && tally.Failovers == 0 {
 				t.Errorf("no seed failed a shard over to its other server: %v", tally)
 			}
+			// Shards of two and of three servers both run; in shards of
+			// three, two servers crash at once, and the survivors join
+			// the configurations that leave the crashed ones out.
+			if n >= 40 && (tally.ThreeServers == 0 || tally.ThreeServers == tally.Seeds) {
+				t.Errorf("the seeds did not run shards of both two and three servers: %v", tally)
+			}
+			if faults.Crash && n >= 40 && (tally.PairCrashes == 0 || tally.Joins == 0) {
+				t.Errorf("no seed crashed two servers of three at once, or joined a backup to a new configuration: %v", tally)
+			}
 			// And some restart with a damaged file and repair it from the
 			// other copy, some losing their source mid-copy.
 			if faults.Crash && n >= 40 && (tally.Repairs == 0 || tally.SourceDeaths == 0) {
@@ -344,9 +353,13 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// The control plane's shell takes its own claims and records for
 		// committed: an ordering leader cut off from the others, deposed
 		// without knowing it, seals, flushes, advances stable-gp and
-		// starts a view it never recorded, while the new leader changes
-		// the view too: the two flushes bind positions differently.
-		{"a deposed ordering leader starts a view it never recorded", bugLazyTrustProposal, "invariant"},
+		// starts a view it never recorded. Since flushes are recorded
+		// through Raft and a later view change flushes the recorded one
+		// again, the new leader no longer binds positions differently
+		// first: the replicas run a view the control state never
+		// recorded, whose seal the new leader cannot make, and the heal
+		// check finds them there.
+		{"a deposed ordering leader starts a view it never recorded", bugLazyTrustProposal, "heal: "},
 		// stable-gp advances to a flush's end as its configuration is
 		// proposed: when the proposal never commits (its leader was
 		// deposed), the next view change's flush would rebind positions
@@ -433,6 +446,45 @@ func TestPlantedTrustedReplacedTail(t *testing.T) {
 	}
 }
 
+// TestPlantedDurableOnOneBackup plants, in seeds with three servers per
+// shard, a primary that counts an entry durable once one backup holds it:
+// when the primary and that backup crash together, the third copy lacks
+// entries the cuts ordered, and the checks must say so. Without the plant
+// the same seeds pass: a cut orders only what every copy of the
+// configuration holds, so the crash of two copies of three loses nothing.
+// The plant strikes only where such a pair crash follows such an entry,
+// so the test runs seeds until it has caught it twice.
+func TestPlantedDurableOnOneBackup(t *testing.T) {
+	const want, seeds = 2, 120
+	caught, struck := 0, 0
+	for seed := uint64(0); seed < seeds && caught < want; seed++ {
+		o := Options{Mode: Eager, Faults: Faults{Crash: true}, Replicas: 3}
+		if seed%2 == 1 {
+			o.Mode = Spec
+		}
+		if r := Run(seed, o); r.Failed() {
+			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+		}
+		o.plant = bugDurableOnOneBackup
+		r := Run(seed, o)
+		if !r.planted {
+			continue
+		}
+		struck++
+		for _, e := range r.Errs {
+			if strings.Contains(e, "invariant 1") || strings.Contains(e, "completion") {
+				caught++
+				t.Logf("%s seed %d: %s", o.Mode, seed, e)
+				break
+			}
+		}
+	}
+	t.Logf("the planted bug struck in %d seeds and was caught in %d", struck, caught)
+	if caught < want {
+		t.Errorf("the planted bug struck in %d seeds and was caught in %d of the first %d, want %d", struck, caught, seeds, want)
+	}
+}
+
 // TestPlantedRejoinBehindIsCaught plants, in seeds where a restarted or
 // fenced copy rejoins its shard, a storage server that asks to rejoin
 // without catching up, saying it holds what the configuration's replica
@@ -483,7 +535,7 @@ func TestPlantedRejoinBehindIsCaught(t *testing.T) {
 func TestPlantedSpecJoinUnvouchedIsCaught(t *testing.T) {
 	const want = 2
 	found := 0
-	for seed := uint64(0); seed < 150 && found < want; seed++ {
+	for seed := uint64(0); seed < 600 && found < want; seed++ {
 		o := Options{Mode: Spec, Faults: AllFaults()}
 		r := Run(seed, o)
 		if r.Rejoins == 0 || r.PrimaryDeathsOnJoin == 0 {

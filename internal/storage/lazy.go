@@ -339,11 +339,11 @@ func (ls *lazyShard) open() error {
 			return fmt.Errorf("persist base placement: %w", err)
 		}
 		if syncs(s.cfg.Sync) {
-			if err := ls.places.f.Sync(); err != nil {
+			if err := ls.places.syncFile(); err != nil {
 				return fmt.Errorf("sync placements: %w", err)
 			}
 		}
-		ls.places.dirty = false
+		ls.places.synced, ls.places.syncedSeq = ls.places.written, ls.places.lastSeq
 	}
 	if out.Ack != nil {
 		ls.acked, ls.ackedPending = out.Ack.End, out.Ack.End
@@ -394,18 +394,30 @@ func (ls *lazyShard) handleLocked(out *lazy.ShardOutput[*lazyRead]) error {
 
 // flush syncs the placements written (persist before send), then sends
 // them to the backups and publishes the acknowledged end. Every caller of
-// handleLocked calls it after unlocking.
+// handleLocked calls it after unlocking. Flushes run concurrently (a Map
+// handler's and a backup loop's): one that finds placements written and
+// not yet covered by a completed sync syncs them itself, even while
+// another's sync of them is still running, so no acknowledgement (and no
+// stable-gp after it) covers a placement before it is durable here.
 func (ls *lazyShard) flush() error {
 	ls.mu.Lock()
-	unsent, dirty, acked := ls.unsent, ls.places.dirty, ls.ackedPending
-	ls.unsent, ls.places.dirty = false, false
+	unsent, acked := ls.unsent, ls.ackedPending
+	written, last := ls.places.written, ls.places.lastSeq
+	behind := ls.places.synced < written
+	ls.unsent = false
 	ls.mu.Unlock()
-	if dirty && syncs(ls.s.cfg.Sync) {
-		if err := ls.places.f.Sync(); err != nil {
+	if behind && syncs(ls.s.cfg.Sync) {
+		if err := ls.places.syncFile(); err != nil {
+			ls.mu.Lock()
+			ls.unsent = ls.unsent || unsent
+			ls.mu.Unlock()
 			return fmt.Errorf("sync placements: %w", err)
 		}
 	}
 	ls.mu.Lock()
+	if written > ls.places.synced {
+		ls.places.synced, ls.places.syncedSeq = written, last
+	}
 	if unsent {
 		for _, l := range ls.backupLoops {
 			select {
@@ -453,7 +465,16 @@ func (ls *lazyShard) armLocked(at time.Time) {
 func (ls *lazyShard) backupLoop(ctx context.Context, b Peer, wake <-chan struct{}) {
 	for {
 		ls.mu.Lock()
+		// Only placements durable here go out (persist before send): a
+		// loop that runs on its own, after a pause, would otherwise send
+		// one whose sync is still running.
 		todo := ls.core.Resend(b.ID)
+		for i, p := range todo {
+			if p.Seq > ls.places.syncedSeq {
+				todo = todo[:i]
+				break
+			}
+		}
 		ls.mu.Unlock()
 		var err error
 		for _, p := range todo {

@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 	"github.com/augur-log/augur/internal/mode"
+	"github.com/augur-log/augur/internal/segment"
 )
 
 // TestLazyPrimaryWithPlacementsOnDiskTakesOverWithABase: a server that
@@ -79,5 +82,78 @@ func TestLazyPrimaryWithPlacementsOnDiskTakesOverWithABase(t *testing.T) {
 	}
 	if len(persisted) != 2 || !persisted[1].Base || persisted[1].Term != 3 {
 		t.Fatalf("persisted placements %+v; want the old one and the base", persisted)
+	}
+}
+
+// TestLazyAckWaitsForThePrimarysPlacementSync: a Map handler wrote a
+// placement and its flush is inside the fsync of the placements file when
+// another flush runs (a backup loop's, after a backup applied the
+// placement it was sent). That flush must not publish the acknowledgement
+// (after which the sequencing leader advances stable-gp) on the strength of
+// the sync still running: it syncs the placement itself first. Publishing
+// at once let a crash of the primary lose a placement below stable-gp.
+func TestLazyAckWaitsForThePrimarysPlacementSync(t *testing.T) {
+	m, err := mode.Parse(mode.LazyName, mode.Params{OrderingInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{
+		ClusterID: "c", ID: "s1", Group: []Peer{{ID: "s1", Addr: "127.0.0.1:1"}}, GroupName: "g",
+		Ordering: []string{"127.0.0.1:2"}, Dir: t.TempDir(), RecordBytesMax: 1024, Sync: segment.SyncAlways,
+		HeartbeatInterval: time.Second, Mode: m, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Crash()
+	s.view.shards = map[cut.ShardID]*pb.ShardInfo{0: {Id: 0, Epoch: 1, Replicas: []*pb.ReplicaAddr{{Id: "s1", Addr: "s1:1"}}}}
+	ls, err := s.lazyShard(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var completed atomic.Int32
+	sync := ls.places.syncFile
+	first := true
+	ls.places.syncFile = func() error {
+		if first {
+			first = false
+			close(entered)
+			<-release
+		}
+		err := sync()
+		completed.Add(1)
+		return err
+	}
+	mapped := make(chan error, 1)
+	go func() {
+		ls.mu.Lock()
+		var out lazy.ShardOutput[*lazyRead]
+		err := ls.core.Map(lazy.Mapping{View: 1, From: 0, Records: []lazy.Meta{{ID: lazy.RecordID{Client: 5, Seq: 1}, Shard: 1, View: 1}}}, time.Now(), &out)
+		if err == nil && (out.Place == nil || out.Ack == nil || out.Ack.End != 1) {
+			err = fmt.Errorf("mapping of [0, 1) gave %+v, want a placement acknowledged up to 1", out)
+		}
+		if err == nil {
+			err = ls.handleLocked(&out)
+		}
+		ls.mu.Unlock()
+		if err == nil {
+			err = ls.flush()
+		}
+		mapped <- err
+	}()
+	<-entered
+	if err := ls.flush(); err != nil {
+		t.Fatal(err)
+	}
+	ls.mu.Lock()
+	acked := ls.acked
+	ls.mu.Unlock()
+	if n := completed.Load(); acked != 1 || n != 1 {
+		t.Errorf("second flush published acknowledged end %d after %d completed syncs of the placement; want 1 after 1", acked, n)
+	}
+	close(release)
+	if err := <-mapped; err != nil {
+		t.Fatal(err)
 	}
 }

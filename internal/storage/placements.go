@@ -25,8 +25,14 @@ const placementFrameBytesMax = 64 << 20
 // placements it held were not acknowledged (persist before send).
 type placementLog struct {
 	f *os.File
-	// dirty says a placement was written and not synced yet.
-	dirty bool
+	// written counts the placements written, lastSeq is the number of
+	// the last one; synced and syncedSeq are the same as of the last
+	// completed sync (or, under the opt-out policies, the last flush).
+	written, synced    uint64
+	lastSeq, syncedSeq uint64
+	// syncFile makes the file durable (f.Sync; tests hold it to see what
+	// is published while a sync runs).
+	syncFile func() error
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -72,7 +78,11 @@ func openPlacementLog(path string) (*placementLog, []lazy.Placement, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("placements: %w", err)
 	}
-	return &placementLog{f: f}, out, nil
+	l := &placementLog{f: f, syncFile: f.Sync}
+	if len(out) > 0 {
+		l.lastSeq, l.syncedSeq = out[len(out)-1].Seq, out[len(out)-1].Seq
+	}
+	return l, out, nil
 }
 
 // append writes p; sync makes it durable.
@@ -91,7 +101,8 @@ func (l *placementLog) append(p *lazy.Placement) error {
 	if _, err := l.f.Write(frame); err != nil {
 		return err
 	}
-	l.dirty = true
+	l.written++
+	l.lastSeq = p.Seq
 	return nil
 }
 

@@ -318,21 +318,15 @@ func (s *Server) Resolve(_ context.Context, req *pb.ResolveRequest) (*pb.Resolve
 	for _, q := range req.Seqs {
 		want[q] = true
 	}
-	found := map[uint64]uint64{}
-	// Damaged records cannot be read: scan around them.
-	err := shard.ScanReadable(r.store, func(local uint64, e segment.Entry) bool {
-		if e.ClientID == req.ClientId && want[e.Seq] {
-			found[e.Seq] = local
-		}
-		return true
-	})
+	// Damaged records cannot be read: Holdings scans around them.
+	found, err := shard.Holdings(r.store, func(id shard.AppendID) bool { return id.Client == req.ClientId && want[id.Seq] })
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "scan shard %d: %v", r.id, err)
 	}
 	resp := &pb.ResolveResponse{}
 	for _, q := range req.Seqs {
 		ack := &pb.AppendAck{Seq: q, Shard: r.id}
-		local, ok := found[q]
+		local, ok := found[shard.AppendID{Client: req.ClientId, Seq: q}]
 		// A copy that cannot read some of its records may hold the append
 		// among them: the core says when that forbids a denial.
 		switch res, pos := r.core.Resolve(local, ok); res {

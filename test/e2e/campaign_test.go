@@ -223,7 +223,7 @@ func runCampaign(t *testing.T, mode string, seed uint64, faults []fault) {
 		// Speculative order leaves no-op positions, which the random
 		// reader and porcupine's dense model do not expect.
 		readCl := pc.dial(ctx)
-		wg.Go(func() { readPaced(opCtx, stop, readCl, h, clk, procAppenders, seed) })
+		wg.Go(func() { readPaced(opCtx, stop, readCl, h, clk, procAppenders, seed, true) })
 	}
 	waitAcks(t, h, clk, faultRecoverAcksMin, "before the faults")
 
@@ -289,7 +289,7 @@ func runCampaign(t *testing.T, mode string, seed uint64, faults []fault) {
 			t.Errorf("%d appends acknowledged but the largest acknowledged position is %d: positions are not dense or are shared", acked, n-1)
 		}
 		failOn(t, check.Reads(checkReadOps(reads), logs[0]))
-		checkLinearizable(t, appends, reads)
+		checkLinearizable(t, appends, reads, true)
 	}
 	pc.checkAlive()
 	t.Logf("%s campaign (seed %d) of %d faults done in %v; failed %v:\n  %s", mode, seed, len(faults),

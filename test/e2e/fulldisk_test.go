@@ -77,7 +77,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	seed := testSeed(t)
 	readCl := pc.dial(ctx)
-	wg.Go(func() { readPaced(opCtx, stop, readCl, h, clk, procAppenders, seed) })
+	wg.Go(func() { readPaced(opCtx, stop, readCl, h, clk, procAppenders, seed, true) })
 	waitAcks(t, h, clk, procPhaseAcksMin, "before the disk fills")
 
 	filler := filepath.Join(dir, "filler")
@@ -147,7 +147,7 @@ func TestFullDisk(t *testing.T) {
 	failOn(t, check.Order(checkAppends(appends), logs...))
 	failOn(t, check.RealTime(checkAppends(appends)))
 	failOn(t, check.Reads(checkReadOps(reads), logs[0]))
-	checkLinearizable(t, appends, reads)
+	checkLinearizable(t, appends, reads, true)
 	pc.checkAlive()
 	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -124,6 +125,18 @@ func (h *history) tail() uint64 {
 	return h.maxAcked + 1
 }
 
+// ackedPosition returns the position of an acknowledged append chosen by
+// rng; there must be one.
+func (h *history) ackedPosition(rng *rand.Rand) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for {
+		if op := h.appends[rng.IntN(len(h.appends))]; op.err == nil {
+			return op.ack.Position
+		}
+	}
+}
+
 // ackedBy returns how many appends shard acknowledged.
 func (h *history) ackedBy(shard uint32) int {
 	h.mu.Lock()
@@ -241,6 +254,39 @@ func waitCollectors(t *testing.T, timeout time.Duration, n int, cs ...*collector
 	}
 }
 
+// waitCollectorsAt waits until every collector received position pos or
+// one past it (a log with no-ops, whose positions are not dense).
+func waitCollectorsAt(t *testing.T, timeout time.Duration, pos uint64, cs ...*collector) {
+	t.Helper()
+	at := func(c *collector) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.got) > 0 && c.got[len(c.got)-1].Position >= pos
+	}
+	ok := eventually(t, timeout, func() bool {
+		done := true
+		for _, c := range cs {
+			if c.failed() != nil {
+				return true // reported below
+			}
+			done = done && at(c)
+		}
+		return done
+	})
+	for _, c := range cs {
+		if err := c.failed(); err != nil {
+			t.Fatalf("subscriber %s failed after %d entries: %v", c.name, c.len(), err)
+		}
+	}
+	if !ok {
+		var have []string
+		for _, c := range cs {
+			have = append(have, fmt.Sprintf("%s has %d entries", c.name, c.len()))
+		}
+		t.Fatalf("subscribers did not reach position %d within %v: %s", pos, timeout, strings.Join(have, ", "))
+	}
+}
+
 // checkAppends returns the appends as internal/check reads them: the
 // worker is the client, the operation's index its sequence number (the SDK
 // retries inside one operation), the payload names the record.
@@ -312,12 +358,12 @@ func checkLog(t *testing.T, name string, entries []client.Entry, appends []appen
 }
 
 // checkLinearizable runs porcupine over the successful appends and reads
-// of a log without no-ops, and on failure writes its visualization to a
-// temporary file.
-func checkLinearizable(t *testing.T, appends []appendOp, reads []readOp) {
+// of a log, without no-ops if dense, and on failure writes its
+// visualization to a temporary file.
+func checkLinearizable(t *testing.T, appends []appendOp, reads []readOp, dense bool) {
 	t.Helper()
 	start := time.Now()
-	err := check.Linearizable(checkAppends(appends), checkReadOps(reads), true, linearizabilityTimeout)
+	err := check.Linearizable(checkAppends(appends), checkReadOps(reads), dense, linearizabilityTimeout)
 	t.Logf("porcupine: %d appends, %d reads, in %v", len(appends), len(reads), time.Since(start).Round(time.Millisecond))
 	var nl *check.NotLinearizable
 	if !errors.As(err, &nl) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -13,35 +12,15 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/check"
+	"github.com/augur-log/augur/internal/config"
 )
 
 // newLazyProcCluster writes a lazy cluster file: 3 ordering replicas, two
 // groups of two storage servers, two sequencing replicas.
 func newLazyProcCluster(t *testing.T, bin string) *procCluster {
 	t.Helper()
-	dir := t.TempDir()
-	a := freeAddrs(t, 9)
-	// TLS on every connection, as in the other process tests.
-	yaml := fmt.Sprintf(`cluster_id: e2e
-tls: {dir: %s, client: admin}
-mode: lazy
-fsync: interval
-failure_timeout: %v
-data_dir: %s
-ordering:
-  - {id: o1, addr: %s}
-  - {id: o2, addr: %s}
-  - {id: o3, addr: %s}
-storage:
-  - {id: a1, group: a, addr: %s}
-  - {id: a2, group: a, addr: %s}
-  - {id: b1, group: b, addr: %s}
-  - {id: b2, group: b, addr: %s}
-sequencing:
-  - {id: q1, addr: %s}
-  - {id: q2, addr: %s}
-`, filepath.Join(dir, "certs"), procFailureTimeout, filepath.Join(dir, "data"), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
-	return writeProcCluster(t, bin, dir, yaml)
+	return newProcClusterShape(t, bin, time.Millisecond, "mode: lazy\nfsync: interval\n",
+		procShape{groupServers: config.DefaultGroupServers, sequencing: config.DefaultSequencingReplicas})
 }
 
 // lazyReady says what a lazy cluster still lacks to take appends.
@@ -220,7 +199,7 @@ func TestLazyProcessFaults(t *testing.T) {
 	failOn(t, check.RealTime(checkAppends(appends)))
 	failOn(t, check.Returned(nil, checkReadOps(reads)))
 	failOn(t, check.Reads(checkReadOps(reads), logs[0]))
-	checkLinearizable(t, appends, reads)
+	checkLinearizable(t, appends, reads, true)
 	pc.checkAlive()
 	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
 }

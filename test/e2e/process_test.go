@@ -6,10 +6,11 @@
 // TestProcessFaults builds cmd/augur once, runs 3 ordering replicas and 2
 // storage groups of 2 servers as separate processes on loopback, and kill -9s
 // the ordering leader and a group's primary under load (the primary's shard
-// fails over to its backup); TestProcessCleanStops SIGTERMs a server of each
-// group in turn, which its shard's configuration leaves at once:
+// fails over to its backup). TestRollingRestart restarts every storage
+// server in turn under load, with SIGTERM, then with kill -9, in eager and
+// speculative mode, each back in its shards before the next stops:
 //
-//	go test ./test/e2e/ -run Process -v
+//	go test ./test/e2e/ -run 'Process|RollingRestart' -v
 //
 // TestSpecProcess runs the same 7 processes in speculative mode: a burst, a
 // shard added and removed, then a whole shard killed; two applications that
@@ -46,7 +47,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -195,26 +195,53 @@ func newProcCluster(t *testing.T, bin string, interval time.Duration, extra stri
 // (YAML lines) beyond the shape, so the others take their defaults.
 func newProcClusterSettings(t *testing.T, bin string, interval time.Duration, settings string) *procCluster {
 	t.Helper()
+	return newProcClusterShape(t, bin, interval, settings, procShape{groupServers: config.DefaultGroupServers})
+}
+
+// procShape is the servers of a test cluster beyond its 3 ordering
+// replicas: storage groups a and b of groupServers each, and sequencing
+// replicas (mode lazy).
+type procShape struct {
+	groupServers, sequencing int
+}
+
+// procGroups are the storage groups of every test cluster.
+var procGroups = []string{"a", "b"}
+
+// newProcClusterShape writes the cluster file of shape with the ordering
+// interval, the failure timeout procFailureTimeout and the settings given
+// (YAML lines); it starts nothing. Servers are named o1-o3, a1, a2, ...,
+// b1, b2, ... and q1, q2, ...
+func newProcClusterShape(t *testing.T, bin string, interval time.Duration, settings string, shape procShape) *procCluster {
+	t.Helper()
 	dir := t.TempDir()
-	addrs := freeAddrs(t, 7)
+	addrs := freeAddrs(t, 3+len(procGroups)*shape.groupServers+shape.sequencing)
+	next := func() string {
+		a := addrs[0]
+		addrs = addrs[1:]
+		return a
+	}
 	// Every connection is TLS, with certificates from augur certs init:
 	// the secure path is the tested one.
-	yaml := fmt.Sprintf(`cluster_id: e2e
-tls: {dir: %s, client: admin}
-%sordering_interval: %v
-failure_timeout: %v
-data_dir: %s
-ordering:
-  - {id: o1, addr: %s}
-  - {id: o2, addr: %s}
-  - {id: o3, addr: %s}
-storage:
-  - {id: a1, group: a, addr: %s}
-  - {id: a2, group: a, addr: %s}
-  - {id: b1, group: b, addr: %s}
-  - {id: b2, group: b, addr: %s}
-`, filepath.Join(dir, "certs"), settings, interval, procFailureTimeout, filepath.Join(dir, "data"), addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6])
-	return writeProcCluster(t, bin, dir, yaml)
+	var b strings.Builder
+	fmt.Fprintf(&b, "cluster_id: e2e\ntls: {dir: %s, client: admin}\n%sordering_interval: %v\nfailure_timeout: %v\ndata_dir: %s\nordering:\n",
+		filepath.Join(dir, "certs"), settings, interval, procFailureTimeout, filepath.Join(dir, "data"))
+	for i := range 3 {
+		fmt.Fprintf(&b, "  - {id: o%d, addr: %s}\n", i+1, next())
+	}
+	b.WriteString("storage:\n")
+	for _, g := range procGroups {
+		for i := range shape.groupServers {
+			fmt.Fprintf(&b, "  - {id: %s%d, group: %s, addr: %s}\n", g, i+1, g, next())
+		}
+	}
+	if shape.sequencing > 0 {
+		b.WriteString("sequencing:\n")
+		for i := range shape.sequencing {
+			fmt.Fprintf(&b, "  - {id: q%d, addr: %s}\n", i+1, next())
+		}
+	}
+	return writeProcCluster(t, bin, dir, b.String())
 }
 
 // writeProcCluster writes yaml as dir's cluster file, issues its
@@ -531,7 +558,7 @@ func TestProcessFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 7 server processes; skipped under -short")
 	}
-	ld := startProcLoad(t, 0)
+	ld := startProcLoad(t)
 	pc, admin, h, clk := ld.pc, ld.admin, ld.h, ld.clk
 	ctx := t.Context()
 
@@ -582,67 +609,9 @@ func TestProcessFaults(t *testing.T) {
 	ld.finish()
 }
 
-// TestProcessCleanStops stops a server of each group with SIGTERM under
-// load, one at a time (group a's primary, then group b's backup), and
-// restarts it: each says it goes away, its shard's configuration leaves it
-// at once (well within the failure timeout, which the test sets long), the
-// shard keeps its id and stays live, and every acknowledged append is read
-// back once, in a linearizable history. (Rejoining the restarted server
-// needs the catch-up from a live replica; until it lands, the shard runs
-// on its other replica.)
-func TestProcessCleanStops(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts 7 server processes; skipped under -short")
-	}
-	ld := startProcLoad(t, procCleanStopFailureTimeout)
-	pc, admin, h, clk := ld.pc, ld.admin, ld.h, ld.clk
-	ctx := t.Context()
-	st := waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the stops", func(st *pb.StatusResponse) string {
-		return clusterReady(st, "a", "b")
-	})
-	for _, stop := range []struct {
-		group string
-		which int // index in the shard's replicas: 0 the primary
-	}{{"a", 0}, {"b", 1}} {
-		sh := liveShard(st, stop.group)
-		victim := sh.Replicas[stop.which].Id
-		t.Logf("at %v: SIGTERM %s (replica %d of shard %d)", clk.now().Round(time.Millisecond), victim, stop.which, sh.Id)
-		start := time.Now()
-		pc.sigterm(victim)
-		st = waitStatus(t, ctx, admin, procPhaseTimeout, "shard "+stop.group+" without "+victim, func(st *pb.StatusResponse) string {
-			now := shardByID(st, sh.Id)
-			if now == nil || now.State != pb.ShardState_SHARD_LIVE || now.Epoch <= sh.Epoch || slices.ContainsFunc(now.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == victim }) {
-				return fmt.Sprintf("shard %d is %v", sh.Id, now)
-			}
-			return ""
-		})
-		if took := time.Since(start); took >= procCleanStopFailureTimeout {
-			t.Errorf("shard %d left %s only after %v, not before the failure timeout of %v: the stop was not announced", sh.Id, victim, took, procCleanStopFailureTimeout)
-		}
-		waitAcks(t, h, clk, procPhaseAcksMin, "after the stop of "+victim)
-		pc.start(victim)
-		waitAcks(t, h, clk, procPhaseAcksMin, "after the restart of "+victim)
-	}
-	st = waitStatus(t, ctx, admin, procStatusTimeout*2, "status after the stops", func(st *pb.StatusResponse) string {
-		return clusterReady(st, "a", "b")
-	})
-	for _, sh := range st.Shards {
-		if sh.State != pb.ShardState_SHARD_LIVE || sh.Epoch < 2 {
-			t.Errorf("shard %d after the stops: %v, want live at epoch 2 or later", sh.Id, sh)
-		}
-	}
-	if len(st.Shards) != 2 {
-		t.Errorf("%d shards after the stops, want the same 2", len(st.Shards))
-	}
-	ld.finish()
-}
-
-// procCleanStopFailureTimeout is TestProcessCleanStops' failure timeout:
-// long, so that only an announced stop reconfigures a shard in time.
-const procCleanStopFailureTimeout = 8 * time.Second
-
-// procLoad is a cluster of 7 processes under paced appends, reads and two
-// subscribers, its history recorded.
+// procLoad is a cluster of processes under paced appends, reads and two
+// subscribers (and, in speculative mode, two applications that roll back
+// on fail_spec), its history recorded.
 type procLoad struct {
 	t      *testing.T
 	start  time.Time
@@ -651,30 +620,41 @@ type procLoad struct {
 	h      *history
 	clk    clock
 	subs   []*collector
+	apps   []*rollbackApp
 	seed   uint64
 	wg     *sync.WaitGroup
 	stop   chan struct{}
 	giveUp context.CancelFunc
 }
 
-// startProcLoad starts the cluster, with failureTimeout unless it is 0,
-// and the load, and waits for the first phase's acknowledgements.
-func startProcLoad(t *testing.T, failureTimeout time.Duration) *procLoad {
-	testStart := time.Now()
-	bin := augurBinary(t)
-	ctx := t.Context()
-	pc := newProcCluster(t, bin, time.Millisecond, "")
-	if failureTimeout > 0 {
-		pc.cfg.FailureTimeout = config.Duration(failureTimeout)
-		if err := pc.cfg.Save(pc.cfgPath); err != nil {
-			t.Fatal(err)
-		}
+// startProcLoad starts a cluster of 7 processes and the load, and waits
+// for the first phase's acknowledgements.
+func startProcLoad(t *testing.T) *procLoad {
+	return startLoad(t, newProcCluster(t, augurBinary(t), time.Millisecond, ""))
+}
+
+// setFailureTimeout rewrites the cluster file with another failure
+// timeout, before its servers start.
+func (pc *procCluster) setFailureTimeout(d time.Duration) {
+	pc.cfg.FailureTimeout = config.Duration(d)
+	if err := pc.cfg.Save(pc.cfgPath); err != nil {
+		pc.t.Fatal(err)
 	}
+}
+
+// dense says the cluster's order has no no-ops (speculative order has).
+func (pc *procCluster) dense() bool { return pc.cfg.Mode != config.ModeSpec }
+
+// startLoad starts the servers of pc and the load, and waits for the
+// first phase's acknowledgements.
+func startLoad(t *testing.T, pc *procCluster) *procLoad {
+	testStart := time.Now()
+	ctx := t.Context()
 	pc.startAll()
 
 	admin := pc.dial(ctx)
 	st := waitStatus(t, ctx, admin, procReadyTimeout, "cluster ready", func(st *pb.StatusResponse) string {
-		if why := clusterReady(st, "a", "b"); why != "" {
+		if why := clusterReady(st, procGroups...); why != "" {
 			return why
 		}
 		live := 0
@@ -683,8 +663,8 @@ func startProcLoad(t *testing.T, failureTimeout time.Duration) *procLoad {
 				live++
 			}
 		}
-		if live != 2 {
-			return fmt.Sprintf("%d live shards, want 2", live)
+		if live != len(procGroups) {
+			return fmt.Sprintf("%d live shards, want %d", live, len(procGroups))
 		}
 		return ""
 	})
@@ -695,6 +675,16 @@ func startProcLoad(t *testing.T, failureTimeout time.Duration) *procLoad {
 	ld.subs = []*collector{
 		collect(ctx, "s1", subscribe(t, ctx, pc.dial(ctx))),
 		collect(ctx, "s2", subscribe(t, ctx, pc.dial(ctx))),
+	}
+	if !pc.dense() {
+		for _, name := range []string{"app1", "app2"} {
+			sub, err := pc.dial(ctx).SubscribeSpec(ctx, 0, client.Filter{}, false)
+			if err != nil {
+				t.Fatalf("speculative subscription: %v", err)
+			}
+			t.Cleanup(sub.Close)
+			ld.apps = append(ld.apps, runRollbackApp(ctx, name, sub))
+		}
 	}
 	// opCtx bounds the appends and reads; it ends early only when the test
 	// gives up waiting for them.
@@ -707,7 +697,7 @@ func startProcLoad(t *testing.T, failureTimeout time.Duration) *procLoad {
 	}
 	ld.seed = testSeed(t)
 	readCl := pc.dial(ctx)
-	ld.wg.Go(func() { readPaced(opCtx, ld.stop, readCl, ld.h, ld.clk, procAppenders, ld.seed) })
+	ld.wg.Go(func() { readPaced(opCtx, ld.stop, readCl, ld.h, ld.clk, procAppenders, ld.seed, pc.dense()) })
 
 	// Phase 1: healthy.
 	waitAcks(t, ld.h, ld.clk, procPhaseAcksMin, "before the faults")
@@ -715,8 +705,9 @@ func startProcLoad(t *testing.T, failureTimeout time.Duration) *procLoad {
 }
 
 // finish stops the load and checks the history: every append returned,
-// acknowledged positions are dense, the subscribers read every
-// acknowledged append once at its position, and the history is
+// acknowledged positions are dense (in a mode without no-ops), the
+// subscribers read every acknowledged append once at its position, the
+// speculative applications end with their order, and the history is
 // linearizable.
 func (ld *procLoad) finish() {
 	t, pc, admin, h, clk := ld.t, ld.pc, ld.admin, ld.h, ld.clk
@@ -733,25 +724,33 @@ func (ld *procLoad) finish() {
 	}
 
 	// Every acknowledged position is ordered, so the subscribers reach it.
+	dense := pc.dense()
 	n := int(h.tail())
-	if n != acked {
-		t.Errorf("%d appends acknowledged but the largest acknowledged position is %d: positions are not dense or are shared", acked, n-1)
-	}
-	waitCollectors(t, procCatchUpTimeout, n, ld.subs...)
-	if st, err := admin.Status(ctx); err != nil {
-		t.Errorf("final status: %v", err)
-	} else if st.Tail != uint64(n) {
-		t.Errorf("the log holds %d records but %d appends were acknowledged", st.Tail, n)
+	if dense {
+		if n != acked {
+			t.Errorf("%d appends acknowledged but the largest acknowledged position is %d: positions are not dense or are shared", acked, n-1)
+		}
+		waitCollectors(t, procCatchUpTimeout, n, ld.subs...)
+		if st, err := admin.Status(ctx); err != nil {
+			t.Errorf("final status: %v", err)
+		} else if st.Tail != uint64(n) {
+			t.Errorf("the log holds %d records but %d appends were acknowledged", st.Tail, n)
+		}
+	} else {
+		waitCollectorsAt(t, procCatchUpTimeout, uint64(n-1), ld.subs...)
 	}
 	var logs []check.Log
 	for _, s := range ld.subs {
-		logs = append(logs, checkLog(t, s.name, s.entries(), appends, true))
+		logs = append(logs, checkLog(t, s.name, s.entries(), appends, dense))
 	}
 	failOn(t, check.Order(checkAppends(appends), logs...))
 	failOn(t, check.RealTime(checkAppends(appends)))
 	failOn(t, check.Returned(nil, checkReadOps(reads)))
 	failOn(t, check.Reads(checkReadOps(reads), logs[0]))
-	checkLinearizable(t, appends, reads)
+	checkLinearizable(t, appends, reads, dense)
+	for _, a := range ld.apps {
+		a.agrees(t, ld.subs[0].entries(), uint64(n-1))
+	}
 	pc.checkAlive()
 	t.Logf("done in %v", time.Since(ld.start).Round(time.Millisecond))
 }
@@ -770,11 +769,18 @@ func subscribe(t *testing.T, ctx context.Context, cl *client.Client) *client.Sub
 // procPhaseMin has passed.
 func waitAcks(t *testing.T, h *history, clk clock, n int, phase string) {
 	t.Helper()
+	waitAcksFor(t, h, clk, n, procPhaseMin, phase)
+}
+
+// waitAcksFor waits until at least n more appends are acknowledged and
+// least has passed.
+func waitAcksFor(t *testing.T, h *history, clk clock, n int, least time.Duration, phase string) {
+	t.Helper()
 	from, _ := h.counts()
 	start := clk.now()
 	ok := eventually(t, procPhaseTimeout, func() bool {
 		acked, _ := h.counts()
-		return acked-from >= n && clk.now()-start >= procPhaseMin
+		return acked-from >= n && clk.now()-start >= least
 	})
 	if !ok {
 		acked, pending := h.counts()
@@ -812,8 +818,9 @@ func appendEvery(ctx context.Context, stop <-chan struct{}, h *history, clk cloc
 }
 
 // readPaced reads a random ordered position every procReadPace until stop
-// is closed, recording each read.
-func readPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, seed uint64) {
+// is closed, recording each read; in a mode with no-ops (not dense), the
+// position of a random acknowledged append.
+func readPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, seed uint64, dense bool) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	tick := time.NewTicker(procReadPace)
 	defer tick.Stop()
@@ -830,6 +837,9 @@ func readPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *
 			continue
 		}
 		pos := rng.Uint64N(tail)
+		if !dense {
+			pos = h.ackedPosition(rng)
+		}
 		call := clk.now()
 		rctx, cancel := context.WithTimeout(ctx, procReadTimeout)
 		e, err := cl.Read(rctx, pos)

@@ -96,7 +96,7 @@ func TestSlowDisk(t *testing.T) {
 	waitCollectors(t, procCatchUpTimeout, n, sub)
 	checkLog(t, sub.name, sub.entries(), appends, true)
 	failOn(t, check.RealTime(checkAppends(appends)))
-	checkLinearizable(t, appends, nil)
+	checkLinearizable(t, appends, nil, true)
 	pc.checkAlive()
 	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
 }

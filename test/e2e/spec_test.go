@@ -110,6 +110,39 @@ func (a *rollbackApp) snapshot() (applied []client.Entry, state map[string]int, 
 	return append([]client.Entry(nil), a.applied...), maps.Clone(a.state), a.err
 }
 
+// agrees checks that the application computed what the confirmed order
+// gives up to position last, which it must have reached: its sequence
+// starts with the order's (a speculative tail may run past it) and, if it
+// holds no more, its state is the order's.
+func (a *rollbackApp) agrees(t *testing.T, want []client.Entry, last uint64) {
+	t.Helper()
+	if !eventually(t, procCatchUpTimeout, func() bool { return a.reached(last) }) {
+		applied, _, err := a.snapshot()
+		t.Errorf("%s did not reach position %d within %v: %d records applied, err %v", a.name, last, procCatchUpTimeout, len(applied), err)
+		return
+	}
+	applied, state, err := a.snapshot()
+	if err != nil {
+		t.Errorf("%s: %v", a.name, err)
+		return
+	}
+	for i := range min(len(applied), len(want)) {
+		x, y := applied[i], want[i]
+		if x.Position != y.Position || string(x.Record.Payload) != string(y.Record.Payload) {
+			t.Errorf("%s disagrees with the confirmed order at index %d: (pos %d, %q) vs (pos %d, %q)",
+				a.name, i, x.Position, x.Record.Payload, y.Position, y.Record.Payload)
+			return
+		}
+	}
+	wantState := map[string]int{}
+	for _, e := range want {
+		wantState[e.Record.Key]++
+	}
+	if len(applied) == len(want) && !maps.Equal(state, wantState) {
+		t.Errorf("%s computed state %v, the confirmed order gives %v", a.name, state, wantState)
+	}
+}
+
 // speculatingOn reports whether the app computed on a record of shard that
 // is not confirmed yet.
 func (a *rollbackApp) speculatingOn(shard uint32) bool {
