@@ -2478,7 +2478,11 @@ type ReplicaAddr struct {
 	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
 	// incarnation identifies one run of the server process; a heartbeat with
 	// another incarnation means the server restarted and lost its volatile state.
-	Incarnation   uint64 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation uint64 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// pending marks a replica that rejoined in speculative order and that
+	// its primary has not vouched for yet: it is no survivor of the primary
+	// until then (see control.Replica.Pending).
+	Pending       bool `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2532,6 +2536,13 @@ func (x *ReplicaAddr) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *ReplicaAddr) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
 }
 
 type ShardInfo struct {
@@ -6849,11 +6860,12 @@ const file_augur_proto_rawDesc = "" +
 	"\x03end\x18\x03 \x01(\x04R\x03end\x12/\n" +
 	"\alengths\x18\x04 \x03(\v2\x15.augur.v1.ShardLengthR\alengths\x12-\n" +
 	"\x12membership_version\x18\x05 \x01(\x04R\x11membershipVersion\x12\x12\n" +
-	"\x04view\x18\x06 \x01(\x04R\x04view\"S\n" +
+	"\x04view\x18\x06 \x01(\x04R\x04view\"m\n" +
 	"\vReplicaAddr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\xc4\x02\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x18\n" +
+	"\apending\x18\x04 \x01(\bR\apending\"\xc4\x02\n" +
 	"\tShardInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x121\n" +

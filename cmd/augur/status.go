@@ -187,7 +187,12 @@ func printHealth(w io.Writer, st *pb.StatusResponse, answers map[string]healthAn
 	for _, sh := range st.Shards {
 		for i, r := range sh.Replicas {
 			a := answers[r.Addr]
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", sh.Id, r.Id, replicaState(sh, true, i == 0, a), copyState(sh.Id, a))
+			state := replicaState(sh, true, i == 0, a)
+			if r.Pending {
+				// Speculative order: no survivor of its primary yet.
+				state += ", pending its primary's word"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", sh.Id, r.Id, state, copyState(sh.Id, a))
 		}
 		for _, r := range sh.Out {
 			a := answers[r.Addr]

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
 )
 
@@ -243,5 +244,73 @@ func TestSpecReplicaFailureIsNoViewChange(t *testing.T) {
 	ev = mustApply(t, s, reconfig(0, 2, nil, "a2"))
 	if ev.View == nil || ev.View.Void.Shard != 0 || s.Shard(0).State != Finalized {
 		t.Fatalf("the whole shard failed without a view change: %+v", ev)
+	}
+}
+
+func confirm(shard cut.ShardID, epoch uint64) Command {
+	return Command{Reconfig: &ReconfigCommand{Shard: shard, Epoch: epoch, Confirm: true}}
+}
+
+// TestSpecJoinedReplicaIsNoSurvivorUntilConfirmed: in speculative order a
+// joined replica is pending: its primary may have acknowledged entries it
+// lacks, so the primary's failure finalizes the shard (a view change, as
+// without the join) rather than promote it. A Confirm of its epoch makes
+// it a survivor; then the primary's failure is no view change.
+func TestSpecJoinedReplicaIsNoSurvivorUntilConfirmed(t *testing.T) {
+	s := NewSpec("test", 2)
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}))
+	mustApply(t, s, reg("b", Replica{ID: "b1", Incarnation: 1}))
+	mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}, fixante.Quota{Shard: 1, PerCut: 1}))
+	mustApply(t, s, reconfig(0, 1, nil, "a2"))
+	mustApply(t, s, rejoin(0, 2, Replica{ID: "a2", Incarnation: 2}, 0))
+	if sh := s.Shard(0); sh.Epoch != 3 || len(sh.Replicas) != 2 || sh.Replicas[1] != (Replica{ID: "a2", Incarnation: 2, Pending: true}) {
+		t.Fatalf("after a speculative join %+v, want a2 pending", sh)
+	}
+	pendingState := s.Snapshot()
+	for name, c := range map[string]Command{
+		"confirm of an older epoch":   confirm(0, 2),
+		"confirm of a newer epoch":    confirm(0, 4),
+		"confirm with a removal":      {Reconfig: &ReconfigCommand{Shard: 0, Epoch: 3, Remove: []string{"a2"}, Confirm: true}},
+		"confirm of an unknown shard": confirm(7, 3),
+		"confirm of no pending":       confirm(1, 1),
+	} {
+		if _, ok := s.Apply(c); ok {
+			t.Errorf("%s: applied", name)
+		}
+	}
+	if !bytes.Equal(pendingState, s.Snapshot()) {
+		t.Fatal("refused confirms changed the state")
+	}
+
+	ev := mustApply(t, s, reconfig(0, 3, nil, "a1"))
+	if ev.View == nil || ev.View.Void.Shard != 0 || s.Shard(0).State != Finalized {
+		t.Fatalf("the primary's failure promoted a pending replica: %+v, shard %+v", ev, s.Shard(0))
+	}
+
+	s = NewSpec("test", 2)
+	if err := s.Restore(pendingState); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, confirm(0, 3))
+	if sh := s.Shard(0); sh.Epoch != 3 || sh.Replicas[1].Pending {
+		t.Fatalf("after the confirm %+v, want epoch 3 and a2 a survivor", sh)
+	}
+	ev = mustApply(t, s, reconfig(0, 3, nil, "a1"))
+	if sh := s.Shard(0); ev.View != nil || sh.State != Live || sh.Replicas[0].ID != "a2" {
+		t.Fatalf("the primary's failure after the confirm: %+v, shard %+v; want a2 primary, no view change", ev, sh)
+	}
+}
+
+// TestSpecFailoverPromotesAConfirmedReplica: with a confirmed backup
+// beside a pending one, the primary's failure promotes the confirmed one
+// and the pending one stays pending.
+func TestSpecFailoverPromotesAConfirmedReplica(t *testing.T) {
+	s := NewSpec("test", 2)
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}, Replica{ID: "a3", Incarnation: 1}))
+	mustApply(t, s, reconfig(0, 1, nil, "a2"))
+	mustApply(t, s, rejoin(0, 2, Replica{ID: "a2", Incarnation: 2}, 0))
+	ev := mustApply(t, s, reconfig(0, 3, nil, "a1"))
+	if sh := s.Shard(0); ev.View != nil || sh.State != Live || len(sh.Replicas) != 2 || sh.Replicas[0].ID != "a3" || sh.Replicas[0].Pending || !sh.Replicas[1].Pending {
+		t.Fatalf("after the primary failed: %+v, shard %+v; want a3 primary, a2 pending", ev, sh)
 	}
 }

@@ -43,6 +43,12 @@ type Replica struct {
 	ID          string `json:"id"`
 	Addr        string `json:"addr"`
 	Incarnation uint64 `json:"inc"`
+	// Pending marks a replica that joined in speculative order and that
+	// the primary has not vouched for yet: its primary may have
+	// acknowledged entries (streamed to subscribers) that this replica
+	// does not hold yet. It is no survivor of the primary's failure until
+	// a Confirm clears it (see ReconfigCommand).
+	Pending bool `json:"pending,omitempty"`
 }
 
 // FirstEpoch numbers a shard's configuration at registration.
@@ -173,8 +179,7 @@ type FinalizeCommand struct {
 // report covers only what every replica of the configuration holds.
 // Removing every replica finalizes the shard as failed (in speculative
 // mode, a view change) and keeps its last configuration for readers.
-// Join adds a replica that caught up as the last backup (leaving Out), in
-// eager order only (see order.ErrRejoinUnsupported);
+// Join adds a replica that caught up as the last backup (leaving Out);
 // Held is how many of the shard's entries it holds. A Join whose replica
 // holds fewer entries than the last committed cut orders changes nothing:
 // it would serve, and might become primary of, a shard it cannot vouch
@@ -182,12 +187,24 @@ type FinalizeCommand struct {
 // see order.Leader.Rejoin.) A Remove naming a server outside the
 // configuration, or a Join of one inside it, makes the whole command
 // change nothing.
+//
+// In speculative order a primary acknowledges an append once every
+// replica of its configuration holds it, not once a cut orders it, so it
+// may acknowledge entries past Held between the leader's decision and
+// the Join's commit; the new primary's join resends them. A joined
+// replica is therefore Pending: if the primary fails, only a replica that
+// is not pending may take over (none left: the shard failed, as it would
+// have without the join). Confirm (alone, in the same Epoch, which it
+// does not change) clears Pending once the primary reported in that
+// configuration: it reports only when every replica holds everything it
+// ever acknowledged (see shard.Replica.Report).
 type ReconfigCommand struct {
-	Shard  cut.ShardID `json:"shard"`
-	Epoch  uint64      `json:"epoch"`
-	Remove []string    `json:"rm,omitempty"`
-	Join   *Replica    `json:"join,omitempty"`
-	Held   uint64      `json:"held,omitempty"`
+	Shard   cut.ShardID `json:"shard"`
+	Epoch   uint64      `json:"epoch"`
+	Remove  []string    `json:"rm,omitempty"`
+	Join    *Replica    `json:"join,omitempty"`
+	Held    uint64      `json:"held,omitempty"`
+	Confirm bool        `json:"confirm,omitempty"`
 }
 
 // TrimCommand moves the trim point up to Position, which must not pass
@@ -404,8 +421,16 @@ func (s *State) applyRegister(r RegisterCommand) Event {
 // change a removal of every replica caused.
 func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 	sh := s.Shard(c.Shard)
-	if sh == nil || sh.State == Finalized || c.Epoch != sh.Epoch || (len(c.Remove) == 0 && c.Join == nil) {
+	if sh == nil || sh.State == Finalized || c.Epoch != sh.Epoch || (len(c.Remove) == 0 && c.Join == nil) == !c.Confirm {
 		return false, nil
+	}
+	if c.Confirm {
+		changed := false
+		for i := range sh.Replicas {
+			changed = changed || sh.Replicas[i].Pending
+			sh.Replicas[i].Pending = false
+		}
+		return changed, nil
 	}
 	in := func(id string) bool {
 		return slices.ContainsFunc(sh.Replicas, func(r Replica) bool { return r.ID == id })
@@ -415,7 +440,7 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 			return false, nil
 		}
 	}
-	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID) || s.Spec != nil) {
+	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID)) {
 		return false, nil
 	}
 	var kept, out []Replica
@@ -425,6 +450,12 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 		} else {
 			kept = append(kept, r)
 		}
+	}
+	if len(kept) > 0 && kept[0].ID != sh.Replicas[0].ID && kept[0].Pending {
+		// The primary left, and no replica vouched for holds everything
+		// it acknowledged. (Pending replicas come last: a Join appends,
+		// a Confirm clears them all.)
+		kept = nil
 	}
 	if len(kept) == 0 && c.Join == nil {
 		// No replica holds the shard's records any more.
@@ -440,7 +471,9 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 	})
 	sh.Out = append(sh.Out, out...)
 	if c.Join != nil {
-		kept = append(kept, *c.Join)
+		rep := *c.Join
+		rep.Pending = s.Spec != nil
+		kept = append(kept, rep)
 	}
 	sh.Replicas = kept
 	sh.Epoch++

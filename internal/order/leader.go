@@ -30,6 +30,9 @@ type Leader struct {
 	reported map[cut.ShardID]uint64
 	// joins are the Joins in flight (see Rejoin).
 	joins map[cut.ShardID]joining
+	// confirms are the shards whose primary vouched for its pending
+	// replicas, and when this leader proposed the Confirm (see Rejoin).
+	confirms map[cut.ShardID]joining
 	// barrier is the id of the empty command this leader proposed at
 	// barrierAt, settled once it applied: then every entry an earlier
 	// leader left in the Raft log applied before it (see Settled).
@@ -46,7 +49,7 @@ type Leader struct {
 // which it recognizes these commands as its own when they are applied.
 func NewLeader(p Policy, failureTimeout time.Duration, st *control.State, now time.Time, idPrefix string) *Leader {
 	l := &Leader{policy: p, det: NewDetector(failureTimeout, st, now), cuts: NewInflight(p.CutsInflightMax()), st: st, idPrefix: idPrefix,
-		reported: map[cut.ShardID]uint64{}, joins: map[cut.ShardID]joining{}}
+		reported: map[cut.ShardID]uint64{}, joins: map[cut.ShardID]joining{}, confirms: map[cut.ShardID]joining{}}
 	p.Observe(st, now)
 	return l
 }
@@ -108,7 +111,8 @@ func (l *Leader) Report(r Report, now time.Time) (news bool) {
 		return false
 	}
 	l.reported[r.Shard] = max(l.reported[r.Shard], r.Length)
-	return l.policy.Report(r, now)
+	due := l.vouched(r.Shard, r.Epoch)
+	return l.policy.Report(r, now) || due
 }
 
 // Broken records that server's copy of shard is broken, as reported in
@@ -200,6 +204,7 @@ func (l *Leader) Step(now time.Time) Output {
 	}
 	plan := l.policy.Step(now, l.cuts.Free())
 	out := Output{Propose: plan.Propose, Stats: plan.Stats, Wake: plan.Wake}
+	out.Propose = append(out.Propose, l.confirmDue(now)...)
 	for _, id := range plan.Suspects {
 		if rc, ok := l.det.Suspect(id, now); ok {
 			out.Suspects = append(out.Suspects, id)

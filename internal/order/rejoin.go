@@ -29,6 +29,13 @@ import (
 //     configuration go nowhere, so no cut proposed meanwhile orders what
 //     the joining replica may lack. From the new configuration on, the
 //     primary reports only what every replica, the joined one too, holds.
+//   - in speculative order the primary acknowledges (and streams) what
+//     every replica holds, so it may acknowledge entries past Held while
+//     the join is in flight, for the new primary's join to resend. The
+//     joined replica is Pending, no survivor of its primary, until the
+//     primary reported in the new configuration: it reports only once
+//     every replica holds everything it acknowledged. The leader then
+//     proposes a Confirm (confirmDue).
 
 // RejoinRequest is a storage server's ask to add its copy of Shard back
 // to the shard's configuration.
@@ -51,13 +58,6 @@ var (
 	ErrRejoinBehind = errors.New("rejoining copy is behind")
 	// ErrRejoinBusy: another join of the shard is in flight; ask again.
 	ErrRejoinBusy = errors.New("a join of the shard is in flight")
-	// ErrRejoinUnsupported: the cluster's mode does not rejoin replicas
-	// (speculative order: a primary alone makes entries durable, and
-	// streams them, between the leader's decision and the Join's commit,
-	// so a joined replica may lack what subscribers were given; if the
-	// primary then fails, the joined replica would replace them). Asking
-	// again will not help.
-	ErrRejoinUnsupported = errors.New("rejoin is not supported in speculative order")
 )
 
 // joining is a Join this leader proposed and has not seen applied.
@@ -78,8 +78,6 @@ func (l *Leader) Rejoin(req RejoinRequest, now time.Time) (cmd control.Command, 
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: the replica's id and address are required", req.Shard)
 	case sh.State != control.Live:
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: it is %s: %w", req.Shard, sh.State, ErrRejoinStale)
-	case l.st.Spec != nil:
-		return control.Command{}, false, fmt.Errorf("rejoin shard %d: %w", req.Shard, ErrRejoinUnsupported)
 	}
 	if i := slices.IndexFunc(sh.Replicas, func(r control.Replica) bool { return r.ID == req.Replica.ID }); i >= 0 {
 		if sh.Replicas[i].Incarnation == req.Replica.Incarnation {
@@ -140,4 +138,38 @@ func (l *Leader) settleJoins(cmd control.Command, now time.Time) {
 			delete(l.joins, id)
 		}
 	}
+}
+
+// vouched records that shard's primary reported in configuration epoch:
+// every replica of it holds what the primary acknowledged. It says
+// whether a Confirm became due.
+func (l *Leader) vouched(shard cut.ShardID, epoch uint64) bool {
+	if sh := l.st.Shard(shard); sh != nil && sh.Epoch == epoch && slices.ContainsFunc(sh.Replicas, func(r control.Replica) bool { return r.Pending }) {
+		if c, ok := l.confirms[shard]; !ok || c.epoch != epoch {
+			l.confirms[shard] = joining{epoch: epoch}
+			return true
+		}
+	}
+	return false
+}
+
+// confirmDue returns the Confirms to propose at now: one for each shard
+// whose primary vouched for its pending replicas, again after the failure
+// timeout if the last one did not apply.
+func (l *Leader) confirmDue(now time.Time) []control.Command {
+	var out []control.Command
+	for id, c := range l.confirms {
+		sh := l.st.Shard(id)
+		if sh == nil || sh.Epoch != c.epoch || sh.State != control.Live || !slices.ContainsFunc(sh.Replicas, func(r control.Replica) bool { return r.Pending }) {
+			delete(l.confirms, id)
+			continue
+		}
+		if !c.at.IsZero() && now.Sub(c.at) < l.det.timeout {
+			continue
+		}
+		l.confirms[id] = joining{epoch: c.epoch, at: now}
+		out = append(out, control.Command{Reconfig: &control.ReconfigCommand{Shard: id, Epoch: c.epoch, Confirm: true}})
+	}
+	slices.SortFunc(out, func(a, b control.Command) int { return int(a.Reconfig.Shard) - int(b.Reconfig.Shard) })
+	return out
 }

@@ -195,14 +195,68 @@ func TestNewLeaderTakesReportsOnceSettled(t *testing.T) {
 	}
 }
 
-// TestRejoinRefusedInSpeculativeOrder: a speculative primary alone makes
-// entries durable and streams them between the decision and the Join's
-// commit, so the leader does not take a replica back in that mode.
-func TestRejoinRefusedInSpeculativeOrder(t *testing.T) {
+// TestSpecRejoinConfirmedOnceThePrimaryReports: in speculative order the
+// leader takes a caught-up replica in as pending, and proposes the
+// Confirm that makes it a survivor only once the primary reported in the
+// new configuration (which it does only when every replica holds what it
+// acknowledged); once per configuration while in flight.
+func TestSpecRejoinConfirmedOnceThePrimaryReports(t *testing.T) {
 	w := newSpecWorld(t, 1, 4)
+	confirms := func(out Output) (n int) {
+		for _, c := range out.Propose {
+			if rc := c.Reconfig; rc != nil && rc.Confirm {
+				if rc.Shard != 0 || rc.Epoch != w.st.Shard(0).Epoch {
+					t.Fatalf("confirm %+v, shard %+v", rc, w.st.Shard(0))
+				}
+				n++
+			}
+		}
+		return n
+	}
 	sh := w.st.Shard(0)
-	req := RejoinRequest{Shard: 0, Replica: control.Replica{ID: "s9", Addr: "a9", Incarnation: 1}, Epoch: sh.Epoch, Held: 1 << 20}
-	if cmd, member, err := w.l.Rejoin(req, w.now); !errors.Is(err, ErrRejoinUnsupported) || member || cmd.Reconfig != nil {
-		t.Fatalf("rejoin in speculative order: %+v, %v, %v; want ErrRejoinUnsupported", cmd, member, err)
+	req := RejoinRequest{Shard: 0, Replica: control.Replica{ID: "s9", Addr: "a9", Incarnation: 1}, Epoch: sh.Epoch, Held: 0}
+	cmd, member, err := w.l.Rejoin(req, w.now)
+	if err != nil || member || cmd.Reconfig == nil || cmd.Reconfig.Join == nil {
+		t.Fatalf("rejoin in speculative order: %+v, %v, %v; want a Join", cmd, member, err)
+	}
+	w.apply(cmd, true)
+	if sh := w.st.Shard(0); sh.Epoch != 2 || len(sh.Replicas) != 2 || !sh.Replicas[1].Pending {
+		t.Fatalf("after the join %+v, want s9 pending in epoch 2", sh)
+	}
+	if n := confirms(w.l.Step(w.now)); n != 0 {
+		t.Fatal("confirmed before the primary reported in the new configuration")
+	}
+	if w.l.Report(Report{Shard: 0, Epoch: 1, Length: 0}, w.now) || confirms(w.l.Step(w.now)) != 0 {
+		t.Fatal("a report of the configuration before the join vouched for the joined replica")
+	}
+	if !w.report(0, 0) {
+		t.Fatal("a report that makes a confirm due is no news")
+	}
+	out := w.l.Step(w.now)
+	if n := confirms(out); n != 1 {
+		t.Fatalf("%d confirms after the primary reported, want 1", n)
+	}
+	w.report(0, 0)
+	w.after(tord)
+	if n := confirms(w.l.Step(w.now)); n != 0 {
+		t.Fatalf("confirm proposed again (%d) while in flight", n)
+	}
+	w.after(timeout)
+	out = w.l.Step(w.now)
+	if n := confirms(out); n != 1 {
+		t.Fatalf("%d confirms once the first went stale, want 1", n)
+	}
+	for _, c := range out.Propose {
+		if c.Reconfig != nil && c.Reconfig.Confirm {
+			w.apply(c, true)
+		}
+	}
+	if sh := w.st.Shard(0); sh.Epoch != 2 || sh.Replicas[1].Pending {
+		t.Fatalf("after the confirm %+v", sh)
+	}
+	w.report(0, 0)
+	w.after(2 * timeout)
+	if n := confirms(w.l.Step(w.now)); n != 0 {
+		t.Fatalf("confirmed (%d) with no replica pending", n)
 	}
 }

@@ -828,8 +828,6 @@ func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*
 	case l == nil:
 		_, addr := s.leaderAddr()
 		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
-	case errors.Is(err, order.ErrRejoinUnsupported):
-		return nil, status.Error(codes.Unimplemented, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	case member:

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
 	"github.com/augur-log/augur/internal/segment"
 )
 
@@ -197,5 +198,55 @@ func TestRejoinOnlyAfterAsking(t *testing.T) {
 	r2.Reconfigure(Membership{Epoch: 4, Role: RoleFenced}, t0, &Output[string]{})
 	if _, _, ok := r2.RejoinReady(); ok || !r2.Rejoining() {
 		t.Fatalf("ask of configuration 3 still good in 4 (ready %v, rejoining %v)", ok, r2.Rejoining())
+	}
+}
+
+// TestSpecPrimaryVouchesOnlyOnceEveryReplicaHoldsWhatItAcknowledged: a
+// speculative primary alone makes entries durable (acknowledged,
+// streamed) past what a joining replica holds; in the configuration that
+// takes the replica in, it reports nothing (so the leader confirms
+// nothing, control.ReconfigCommand) until the replica holds all of them.
+func TestSpecPrimaryVouchesOnlyOnceEveryReplicaHoldsWhatItAcknowledged(t *testing.T) {
+	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
+	ord.SetWindows([]fixante.Window{specWindow()})
+	pr := newPair(t, 0, ord)
+	pr.append("s", 7, 1, 2, 3)
+	if d := pr.p.Durable(); d != 3 {
+		t.Fatalf("a primary alone: durable %d, want 3", d)
+	}
+	out := &Output[string]{}
+	pr.p.Reconfigure(Membership{Epoch: 2, Role: RolePrimary, Backups: []string{"r"}, Ordering: ord}, t0, out)
+	if _, ok := pr.p.Report(); ok {
+		t.Fatal("reported before the joined replica answered the join")
+	}
+	out = &Output[string]{}
+	pr.p.BackupJoined("r", 2, 1, 1, 3, nil, t0, out)
+	if len(out.Resend) != 1 || out.Resend[0] != (Resend{Backup: "r", From: 1, To: 3}) {
+		t.Fatalf("resend %+v, want [1, 3) to r", out.Resend)
+	}
+	if rep, ok := pr.p.Report(); ok {
+		t.Fatalf("reported %+v while the joined replica lacks acknowledged entries [1, 3)", rep)
+	}
+	pr.p.BackupAcked("r", 2, 2)
+	if rep, ok := pr.p.Report(); ok {
+		t.Fatalf("reported %+v while the joined replica lacks acknowledged entry 2", rep)
+	}
+	pr.p.BackupAcked("r", 2, 3)
+	if rep, ok := pr.p.Report(); !ok || rep.Epoch != 2 {
+		t.Fatalf("report %+v %v once the replica holds everything acknowledged, want one in epoch 2", rep, ok)
+	}
+}
+
+// TestEagerPrimaryReportsWhatEveryReplicaHolds: in eager order nothing is
+// acknowledged before a cut orders it, so a primary reports what every
+// replica holds as soon as its backups joined.
+func TestEagerPrimaryReportsWhatEveryReplicaHolds(t *testing.T) {
+	pr := newPair(t, 0, nil)
+	pr.append("s", 7, 1, 2, 3)
+	out := &Output[string]{}
+	pr.p.Reconfigure(Membership{Epoch: 2, Role: RolePrimary, Backups: []string{"r"}}, t0, out)
+	pr.p.BackupJoined("r", 2, 1, 1, 3, nil, t0, out)
+	if rep, ok := pr.p.Report(); !ok || rep != (Report{Length: 1, Epoch: 2}) {
+		t.Fatalf("report %+v %v, want length 1 in epoch 2", rep, ok)
 	}
 }

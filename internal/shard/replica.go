@@ -250,6 +250,13 @@ type Replica[W comparable] struct {
 	// least of what its log holds and what each backup acknowledged, on a
 	// backup what its own log holds (see held). It only grows.
 	durable atomic.Uint64
+	// acknowledged is the most durable ever was on this copy (setBackups
+	// lowers durable until the backups of a new configuration joined). A
+	// primary whose ordering mode acts on durable entries has answered
+	// or streamed that much, so it reports nothing until every replica of
+	// its configuration holds it: a report in a configuration vouches
+	// for each of its replicas (see control.ReconfigCommand's Confirm).
+	acknowledged atomic.Uint64
 	// heldWhenSynced: see Config.HeldWhenSynced.
 	heldWhenSynced bool
 	// records counts the real records this copy stored, as primary or
@@ -382,6 +389,9 @@ func (r *Replica[W]) Records() uint64 { return r.records.Load() }
 // join has nothing to report.
 func (r *Replica[W]) Report() (Report, bool) {
 	if r.Role() != RolePrimary || r.syncing.Load() {
+		return Report{}, false
+	}
+	if r.ord.ActsOnDurable() && r.durable.Load() < r.acknowledged.Load() {
 		return Report{}, false
 	}
 	rep, ok := r.ord.Report(r.durable.Load(), r.log.Len(), r.records.Load())
@@ -905,6 +915,7 @@ func (r *Replica[W]) setBackups(names []string) {
 		slots[i] = &backupSlot{id: id}
 	}
 	r.syncing.Store(len(names) > 0)
+	r.acknowledged.Store(max(r.acknowledged.Load(), r.durable.Load()))
 	r.backups.Store(&slots)
 	if r.syncing.Load() {
 		// What every replica holds is unknown until they joined: only

@@ -143,6 +143,9 @@ type stats struct {
 	// rejoins counts the copies taken back into their configuration,
 	// rejoinsBehind those of them that asked behind (bugRejoinBehind).
 	rejoins, rejoinsBehind uint64
+	// primaryDeathsOnJoin counts the primaries crashed as a copy was
+	// taken back in (see planRejoin).
+	primaryDeathsOnJoin uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
@@ -292,7 +295,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 			// serves on fewer servers than it has.
 			damage := x.damage && !sh.degraded()
 			target.damage, target.killSource = damage, damage && x.sourceDies
-			target.rejoinSourceDies, target.diesRejoining = x.rejoinSourceDies, x.diesRejoining
+			target.rejoinSourceDies, target.diesRejoining, target.primaryDies = x.rejoinSourceDies, x.diesRejoining, x.primaryDies
 			if len(x.copies) == len(sh.copies) {
 				// A power loss takes the whole replica group.
 				s.tracef("shard %d loses power", sh.id)

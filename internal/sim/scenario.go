@@ -88,7 +88,20 @@ type crash struct {
 	// restart after its first batch, diesRejoining the rejoining copy
 	// (see planRejoin).
 	rejoinSourceDies, diesRejoining bool
+	primaryDies                     primaryDeath
 }
+
+// primaryDeath says when a rejoin's primary crashes: never, as the
+// configuration that takes the copy back in commits (before the primary
+// resent what the copy lacks), or once the copy is confirmed (in eager
+// order, the same).
+type primaryDeath int
+
+const (
+	primaryLives primaryDeath = iota
+	primaryDiesAtJoin
+	primaryDiesAtConfirm
+)
 
 // What a crash takes, as drawn.
 const (

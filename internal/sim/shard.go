@@ -113,6 +113,11 @@ type copyOf struct {
 	// askedBehind is one more than the incarnation that asked to rejoin
 	// behind (the planted bugRejoinBehind; 0: none).
 	askedBehind int
+	// primaryDies crashes the shard's primary once the copy is back in
+	// its configuration (see planRejoin); primaryDiesArmed says it is
+	// due.
+	primaryDies      primaryDeath
+	primaryDiesArmed bool
 	// repairing says the copy's repair of damaged ranges runs: a rejoin,
 	// which may drop some of them with the tail, waits for it.
 	repairing bool
@@ -135,7 +140,10 @@ type shard struct {
 	copies []*copyOf
 	prim   int
 	member []bool
-	epoch  uint64
+	// pending says a member joined in speculative order and its primary
+	// has not vouched for it yet: it is no survivor of the primary.
+	pending []bool
+	epoch   uint64
 	// split, if not nil, names two copies whose servers a partition cut
 	// off from each other for good: replication between them is lost,
 	// and a primary notices at splitSeen.
@@ -224,6 +232,7 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 		c.r = core.NewReplica[int64](cfg, c.log)
 		sh.copies = append(sh.copies, c)
 		sh.member = append(sh.member, true)
+		sh.pending = append(sh.pending, false)
 	}
 	for range s.subs {
 		sh.streams = append(sh.streams, &stream{})
@@ -251,11 +260,12 @@ func (sh *shard) backups() []*copyOf {
 }
 
 // serves says copy i is in the configuration, up and serving in it (a
-// copy back from a crash is read-only and does not).
+// copy back from a crash is read-only and does not), and is a survivor of
+// its primary (not pending its primary's word, control.Replica.Pending).
 func (sh *shard) serves(i int) bool {
 	c := sh.copies[i]
 	role := c.r.Role()
-	return sh.member[i] && c.up && (role == core.RolePrimary || role == core.RoleBackup)
+	return sh.member[i] && !sh.pending[i] && c.up && (role == core.RolePrimary || role == core.RoleBackup)
 }
 
 // serving counts the copies that serve (see serves).
@@ -693,9 +703,15 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 		}
 		sh.carry(c, &out)
 	}
+	if row != nil {
+		for i, c := range sh.copies {
+			sh.pending[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server && r.Pending })
+		}
+	}
 	if row != nil && !sh.finalized && row.Epoch > sh.epoch {
 		sh.reconfigure(row, snap)
 	}
+	sh.primaryDiesOnJoin()
 	if len(mine) > 0 {
 		sh.checkMembersHoldOrdered()
 	}

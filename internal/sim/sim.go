@@ -235,6 +235,10 @@ const (
 	// without catching up, saying it holds what the configuration's
 	// replica holds.
 	bugRejoinBehind
+	// bugSpecJoinUnvouched: in speculative order the leader confirms a
+	// joined replica together with its Join, without waiting for its
+	// primary to vouch that it holds everything acknowledged.
+	bugSpecJoinUnvouched
 )
 
 // Result is the outcome of one seed.
@@ -272,8 +276,9 @@ type Result struct {
 	// SourceDeaths the repairs whose source died mid-copy.
 	Damaged, Repairs, SourceDeaths uint64
 	// Rejoins counts the copies taken back into their shard's
-	// configuration after catching up.
-	Rejoins uint64
+	// configuration after catching up, and PrimaryDeathsOnJoin the
+	// primaries crashed as a copy was taken back in.
+	Rejoins, PrimaryDeathsOnJoin uint64
 	// Player says the seed ran the exactly-once player; TargetCrashes and
 	// PlayerRestarts count its faults.
 	Player                        bool
@@ -356,7 +361,7 @@ func Run(seed uint64, o Options) Result {
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
-		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths, Rejoins: s.stats.rejoins,
+		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths, Rejoins: s.stats.rejoins, PrimaryDeathsOnJoin: s.stats.primaryDeathsOnJoin,
 		planted: s.planted, rejoinsBehind: s.stats.rejoinsBehind,
 	}
 	if p := s.player; p != nil {
@@ -403,7 +408,7 @@ type Tally struct {
 	Joins, PairCrashes                         uint64
 	ThreeServers                               int
 	Damaged, Repairs, SourceDeaths             uint64
-	Rejoins                                    uint64
+	Rejoins, PrimaryDeathsOnJoin               uint64
 	// Player counts the seeds that ran the player; TargetCrashes and
 	// PlayerRestarts sum their faults.
 	Player                        int
@@ -438,6 +443,7 @@ func Count(rs []Result) Tally {
 		t.Repairs += r.Repairs
 		t.SourceDeaths += r.SourceDeaths
 		t.Rejoins += r.Rejoins
+		t.PrimaryDeathsOnJoin += r.PrimaryDeathsOnJoin
 		t.SeqCrashes += r.SeqCrashes
 		t.LeaderCrashes += r.LeaderCrashes
 		t.ClientCrashes += r.ClientCrashes
@@ -476,8 +482,8 @@ func (t Tally) String() string {
 		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off",
 			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders)
 	}
-	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
-		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
+	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
+		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
 }
 
 func (s *cluster) summary() string {

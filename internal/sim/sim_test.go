@@ -47,8 +47,9 @@ func TestSeeds(t *testing.T) {
 				t.Errorf("no seed failed a shard while it held the only quota")
 			}
 			// Restarted and fenced replicas rejoin their shards in eager
-			// order; that path must not drop out of the mix either.
-			if m == Eager && faults.Crash && n >= 40 && tally.Rejoins == 0 {
+			// and speculative order; that path must not drop out of the
+			// mix either.
+			if (m == Eager || m == Spec) && faults.Crash && n >= 40 && tally.Rejoins == 0 {
 				t.Errorf("no replica rejoined its shard: %v", tally)
 			}
 			if m == Lazy {
@@ -520,5 +521,35 @@ func TestPlantedRejoinBehindIsCaught(t *testing.T) {
 	t.Logf("copies were added back behind in %d of %d seeds", struck, seeds)
 	if struck < want {
 		t.Errorf("copies were added back behind in only %d of %d seeds, want %d", struck, seeds, want)
+	}
+}
+
+// TestPlantedSpecJoinUnvouchedIsCaught plants, in speculative seeds where
+// a copy rejoins its shard, a leader that confirms the joined copy with
+// its Join instead of waiting for its primary to vouch that the copy holds
+// everything the primary acknowledged. Where the primary then dies
+// before it resent what the copy lacks, the copy takes over without
+// acknowledged appends, and the invariant checks must say so. The same
+// seeds pass without the bug.
+func TestPlantedSpecJoinUnvouchedIsCaught(t *testing.T) {
+	const want = 2
+	found := 0
+	for seed := uint64(0); seed < 600 && found < want; seed++ {
+		o := Options{Mode: Spec, Faults: AllFaults()}
+		r := Run(seed, o)
+		if r.Rejoins == 0 || r.PrimaryDeathsOnJoin == 0 {
+			continue
+		}
+		if r.Failed() {
+			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
+		}
+		o.plant = bugSpecJoinUnvouched
+		if r = Run(seed, o); r.planted && r.Failed() {
+			found++
+			t.Logf("seed %d: %s", seed, r.Errs[0])
+		}
+	}
+	if found < want {
+		t.Errorf("the checks caught a copy confirmed without its primary's word in only %d seeds, want %d", found, want)
 	}
 }

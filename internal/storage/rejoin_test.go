@@ -27,14 +27,25 @@ func TestRestartedReplicaCatchesUpAndRejoins(t *testing.T) {
 		t.Skip("starts a whole cluster")
 	}
 	for _, restarted := range []int{1, 0} {
-		t.Run([]string{"primary", "backup"}[restarted], func(t *testing.T) { restartAndRejoin(t, restarted) })
+		t.Run([]string{"primary", "backup"}[restarted], func(t *testing.T) { restartAndRejoin(t, "", restarted) })
 	}
 }
 
-func restartAndRejoin(t *testing.T, restarted int) {
+// TestRestartedReplicaRejoinsInSpeculativeOrder: the same in speculative
+// order, where the rejoined copy is pending until its primary vouched
+// that it holds everything the primary acknowledged; then it takes over
+// when the primary dies.
+func TestRestartedReplicaRejoinsInSpeculativeOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	restartAndRejoin(t, "spec", 0)
+}
+
+func restartAndRejoin(t *testing.T, mode string, restarted int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1})
+	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1, Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +89,10 @@ func restartAndRejoin(t *testing.T, restarted int) {
 		t.Fatal(err)
 	}
 	// The shard takes the backup back in, keeping its id.
-	sh := awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 2 && sh.Replicas[1].Id == back })
+	// In speculative order, once its primary vouched for it.
+	sh := awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool {
+		return len(sh.Replicas) == 2 && sh.Replicas[1].Id == back && !sh.Replicas[1].Pending
+	})
 	if sh.Replicas[0].Id != kept || sh.Epoch < epoch+2 || len(sh.Out) != 0 {
 		t.Fatalf("configuration after the rejoin: %v (epoch before %d)", sh, epoch)
 	}

@@ -42,7 +42,7 @@ func ShardsToProto(shards []control.Shard) []*pb.ShardInfo {
 			Epoch:       sh.Epoch,
 		}
 		for _, r := range sh.Replicas {
-			si.Replicas = append(si.Replicas, &pb.ReplicaAddr{Id: r.ID, Addr: r.Addr, Incarnation: r.Incarnation})
+			si.Replicas = append(si.Replicas, &pb.ReplicaAddr{Id: r.ID, Addr: r.Addr, Incarnation: r.Incarnation, Pending: r.Pending})
 		}
 		for _, r := range sh.Out {
 			si.Out = append(si.Out, &pb.ReplicaAddr{Id: r.ID, Addr: r.Addr, Incarnation: r.Incarnation})
