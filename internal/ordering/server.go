@@ -804,6 +804,11 @@ func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*
 	if req.Replica == nil || req.Replica.Id == "" || req.Replica.Addr == "" {
 		return nil, status.Error(codes.InvalidArgument, "rejoin shard: the replica's id and address are required")
 	}
+	if s.cfg.Mode.Sequenced() {
+		// See storage's startReplicaLocked: a lazy replica's rejoin would
+		// not copy its unordered records.
+		return nil, status.Error(codes.Unimplemented, "rejoin shard: not built for lazy order; the replica stays out")
+	}
 	if addr, no := s.notLeader(); no {
 		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
 	}

@@ -256,15 +256,21 @@ func (s *Server) Start() {
 }
 
 func (s *Server) startReplicaLocked(r *replica) {
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		r.run()
 	}()
-	go func() {
-		defer s.wg.Done()
-		r.rejoinLoop(s.ctx)
-	}()
+	// A lazy shard's replica keeps unordered records and placements that
+	// this rejoin does not copy: taken back in without them, it could be
+	// promoted and lose acknowledged appends. Lazy order has no rejoin yet.
+	if !s.cfg.Mode.Sequenced() {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			r.rejoinLoop(s.ctx)
+		}()
+	}
 	if r.syncWake != nil {
 		s.wg.Add(1)
 		go func() {
