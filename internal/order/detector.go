@@ -30,7 +30,7 @@ func DetectInterval(failureTimeout time.Duration) time.Duration {
 
 // Detector is the ordering leader's failure detector, the same in every
 // mode. A replica of a shard's configuration is taken for failed when it
-// stays silent longer than the failure timeout, comes back with another
+// stays silent longer than the failure timeout, comes back with a newer
 // incarnation (it restarted and lost its volatile state), announced that
 // it goes away (a clean stop), or, as the primary, reported its copy
 // broken. For each shard with failed replicas the leader proposes a new
@@ -140,8 +140,14 @@ func (d *Detector) see(now time.Time) {
 	}
 }
 
-// Beat records a heartbeat of server, running as incarnation, at now.
+// Beat records a heartbeat of server, running as incarnation, at now. A
+// server's incarnations grow with each restart (the storage server's is
+// its start time), so a beat of an older incarnation than one heard is a
+// late message of a past life, and forgotten.
 func (d *Detector) Beat(server string, incarnation uint64, now time.Time) {
+	if b, ok := d.beats[server]; ok && b.incarnation > incarnation {
+		return
+	}
 	d.beats[server] = beat{at: now, incarnation: incarnation}
 }
 
@@ -219,12 +225,18 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) []string {
 		// Silence counts from the latest of: the replica first seen in
 		// the configuration, the leader resumed, the replica last heard.
 		last := maxTime(d.seenAt[m], d.resumedAt)
+		// A newer incarnation restarted and lost what it held. An older
+		// one is the life before the restart that the member rejoined
+		// from: heard before it restarted, or late; it says nothing about
+		// the member, whose silence counts from its join.
 		if b, ok := d.beats[r.ID]; ok {
-			if b.incarnation != r.Incarnation {
+			switch {
+			case b.incarnation > r.Incarnation:
 				out = append(out, r.ID)
 				continue
+			case b.incarnation == r.Incarnation:
+				last = maxTime(last, b.at)
 			}
-			last = maxTime(last, b.at)
 		}
 		if now.Sub(last) > d.timeout {
 			out = append(out, r.ID)

@@ -260,3 +260,50 @@ func TestSpecRejoinConfirmedOnceThePrimaryReports(t *testing.T) {
 		t.Fatalf("confirmed (%d) with no replica pending", n)
 	}
 }
+
+// TestRejoinedReplicaIsNotTakenForItsPastLife checks that a replica that
+// restarted and rejoined is not taken for failed for what the leader
+// heard of its previous incarnation: its last beat before the crash, or
+// one of that life arriving late, after the join. Its new incarnation's
+// heartbeats may lag behind the join (a slow heartbeat stream); its
+// silence counts from the join, and a newer incarnation still fails it.
+func TestRejoinedReplicaIsNotTakenForItsPastLife(t *testing.T) {
+	w := rejoinWorld(t)
+	w.l.Beat("s0", 1, w.now)
+	w.l.Beat("s1", 1, w.now) // heard before it crashed
+	cmd, _, err := w.l.Rejoin(RejoinRequest{Shard: 0, Replica: s1Again, Epoch: 2, Held: 4}, w.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.apply(cmd, true)
+	if sh := w.st.Shard(0); sh.Epoch != 3 || len(sh.Replicas) != 2 {
+		t.Fatalf("shard after the join %+v", sh)
+	}
+	// Detect runs every quarter timeout, as the ordering server runs it.
+	quiet := func(why string) {
+		t.Helper()
+		w.l.Beat("s0", 1, w.now)
+		if got := w.reconfigs(); len(got) != 0 {
+			t.Fatalf("at %v: proposed %+v %s", w.now.Sub(t0), got, why)
+		}
+	}
+	for range 2 {
+		w.after(timeout / 4)
+		quiet("for a beat heard before the restart")
+	}
+	w.l.Beat("s1", 2, w.now)
+	w.l.Beat("s1", 1, w.now) // late, from before the crash
+	for range 2 {
+		w.after(timeout / 4)
+		quiet("for a late beat of the past life")
+	}
+	// A timeout after the join: s1 was last heard, as itself, half a
+	// timeout ago.
+	w.after(1)
+	quiet("though s1 was heard half a timeout ago (the late beat hid it)")
+	w.l.Beat("s1", 3, w.now)
+	got := w.reconfigs()
+	if len(got) != 1 || got[0].Epoch != 3 || len(got[0].Remove) != 1 || got[0].Remove[0] != "s1" {
+		t.Fatalf("proposed %+v, want s1 (restarted again) removed at epoch 3", got)
+	}
+}

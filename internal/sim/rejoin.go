@@ -36,9 +36,9 @@ const rejoinAskAgainAfter = 20 * time.Millisecond
 // acknowledged), or the catching-up copy does, or (durable default too)
 // the primary dies as the copy is taken back in, before it resent what
 // the copy lacks (in speculative order the copy is then no survivor,
-// control.Replica.Pending, and the shard fails as a whole), or once the
-// copy is confirmed (then it holds everything acknowledged and takes
-// over).
+// control.Replica.Pending, and the shard fails as a whole; in eager order
+// it holds everything a cut may order and takes over), or once the copy
+// is confirmed (then it holds everything acknowledged and takes over).
 func (sc *scenario) planRejoin(r *rand.Rand) {
 	for i := range sc.crashes {
 		x := &sc.crashes[i]
@@ -48,12 +48,7 @@ func (sc *scenario) planRejoin(r *rand.Rand) {
 		case 1:
 			x.diesRejoining = true
 		case 2, 3:
-			// Speculative order only, for now: in eager order a primary
-			// that dies as the configuration taking the copy back in
-			// commits left the promoted copy taken for failed by the
-			// leader in two seeds of 1,000 (eager 833 and 920), not
-			// investigated yet.
-			if sc.sync == syncAlways && sc.mode == Spec {
+			if sc.sync == syncAlways {
 				x.primaryDies = primaryDiesAtJoin + primaryDeath(r.IntN(2))
 			}
 		}
