@@ -32,6 +32,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/mode"
 	"github.com/augur-log/augur/internal/ordering"
 	"github.com/augur-log/augur/internal/segment"
@@ -115,7 +116,7 @@ const (
 // failures the other two already mask.
 const (
 	GroupServersMin = 2
-	GroupServersMax = 3
+	GroupServersMax = control.ReplicasMax
 	// DefaultGroupServers is the replication factor of the clusters augur
 	// generates (dev, demo, bench) and of examples/cluster.yaml: f = 1,
 	// the least that survives a failure (see README, Fault budget).

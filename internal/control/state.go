@@ -198,6 +198,12 @@ type FinalizeCommand struct {
 // does not change) clears Pending once the primary reported in that
 // configuration: it reports only when every replica holds everything it
 // ever acknowledged (see shard.Replica.Report).
+// ReplicasMax is the most replicas a shard's configuration holds, the
+// largest storage group a cluster file may list (config.GroupServersMax):
+// a Join past it changes nothing. A server that replaces one of a full
+// group joins once the detector took the one it replaces out.
+const ReplicasMax = 3
+
 type ReconfigCommand struct {
 	Shard   cut.ShardID `json:"shard"`
 	Epoch   uint64      `json:"epoch"`
@@ -440,7 +446,8 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 			return false, nil
 		}
 	}
-	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID)) {
+	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID) ||
+		len(sh.Replicas)-len(c.Remove) >= ReplicasMax) {
 		return false, nil
 	}
 	var kept, out []Replica

@@ -433,3 +433,19 @@ func TestLazyViewChangeSkipsAFinalizedShard(t *testing.T) {
 		t.Fatalf("after the live shard acknowledged: %+v, want view 2 recorded at stable 1", out)
 	}
 }
+
+// TestJoinPastReplicasMaxChangesNothing: a server that replaces one of a
+// full group joins only once the one it replaces is out.
+func TestJoinPastReplicasMaxChangesNothing(t *testing.T) {
+	s := New("test")
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}, Replica{ID: "a3", Incarnation: 1}))
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 4}))
+	a4 := Replica{ID: "a4", Addr: "x", Incarnation: 1}
+	if _, ok := s.Apply(rejoin(0, 1, a4, 4)); ok || len(s.Shard(0).Replicas) != 3 || s.Shard(0).Epoch != 1 {
+		t.Fatalf("join of a fourth replica applied: shard %+v", s.Shard(0))
+	}
+	mustApply(t, s, reconfig(0, 1, nil, "a3"))
+	if ev := mustApply(t, s, rejoin(0, 2, a4, 4)); !ev.MembershipChanged || len(s.Shard(0).Replicas) != 3 || s.Shard(0).Replicas[2].ID != "a4" {
+		t.Fatalf("join after a3 left: event %+v, shard %+v", ev, s.Shard(0))
+	}
+}

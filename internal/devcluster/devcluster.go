@@ -612,6 +612,50 @@ func (c *Cluster) AddGroup(ctx context.Context, group string) error {
 	})
 }
 
+// AddStorage starts a new storage server in group, as an operator does by
+// adding one to the group in the cluster file, and returns its id. The
+// running servers keep their own copy of the cluster file: the new server
+// finds the group's live shards and joins them itself.
+func (c *Cluster) AddStorage(group string) (string, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return "", errors.New("devcluster: closed")
+	}
+	n := len(c.cfg.Group(group))
+	c.mu.Unlock()
+	if n == 0 {
+		return "", fmt.Errorf("devcluster: no group %q", group)
+	}
+	next := c.Config()
+	id := storageID(group, n)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("devcluster: listen for %s: %w", id, err)
+	}
+	next.Storage = append(next.Storage, config.StorageNode{ID: id, Group: group, Addr: l.Addr().String()})
+	if err := next.Validate(); err != nil {
+		l.Close()
+		return "", fmt.Errorf("devcluster: add %s to group %q: %w", id, group, err)
+	}
+	if next.TLS != nil {
+		if err := issueServerCerts(next, []string{id}); err != nil {
+			l.Close()
+			return "", fmt.Errorf("devcluster: add %s to group %q: %w", id, group, err)
+		}
+	}
+	c.mu.Lock()
+	c.cfg = next
+	for _, s := range c.servers {
+		s.sec.SetMembers(next.Members())
+	}
+	c.mu.Unlock()
+	if err := c.startServer(id, l); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
 // WaitReady waits until the ordering layer has a leader and every group has
 // a live shard, polling Status through the client SDK and, since a new
 // client may ask any of them first, every running ordering replica.

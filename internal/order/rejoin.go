@@ -88,6 +88,10 @@ func (l *Leader) Rejoin(req RejoinRequest, now time.Time) (cmd control.Command, 
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: configuration %d still holds %s as incarnation %d: %w",
 			req.Shard, sh.Epoch, req.Replica.ID, sh.Replicas[i].Incarnation, ErrRejoinStale)
 	}
+	if len(sh.Replicas) >= control.ReplicasMax {
+		return control.Command{}, false, fmt.Errorf("rejoin shard %d: configuration %d holds %d replicas, the most a shard has; %s joins once one is taken out: %w",
+			req.Shard, sh.Epoch, len(sh.Replicas), req.Replica.ID, ErrRejoinStale)
+	}
 	if req.Epoch != sh.Epoch {
 		return control.Command{}, false, fmt.Errorf("rejoin shard %d: caught up from configuration %d, the shard is in %d: %w", req.Shard, req.Epoch, sh.Epoch, ErrRejoinStale)
 	}

@@ -307,3 +307,18 @@ func TestRejoinedReplicaIsNotTakenForItsPastLife(t *testing.T) {
 		t.Fatalf("proposed %+v, want s1 (restarted again) removed at epoch 3", got)
 	}
 }
+
+// TestRejoinRefusesAFullConfiguration: a shard holds at most
+// control.ReplicasMax replicas; the leader says so to a new server.
+func TestRejoinRefusesAFullConfiguration(t *testing.T) {
+	st := control.New("test")
+	st.Apply(control.Command{Register: &control.RegisterCommand{Group: "g", Replicas: []control.Replica{
+		{ID: "s0", Addr: "a0", Incarnation: 1}, {ID: "s1", Addr: "a1", Incarnation: 1}, {ID: "s2", Addr: "a2", Incarnation: 1}}}})
+	w := &world{t: t, st: st, now: t0, ids: map[*control.CutCommand]string{}}
+	w.l = NewLeader(NewEager(tord), timeout, st, w.now, idPrefix)
+	w.settle()
+	cmd, member, err := w.l.Rejoin(RejoinRequest{Shard: 0, Replica: control.Replica{ID: "s3", Addr: "a3", Incarnation: 1}, Epoch: 1}, w.now)
+	if !errors.Is(err, ErrRejoinStale) || member || cmd.Reconfig != nil {
+		t.Fatalf("join of a fourth replica: %+v member=%v err=%v, want a refusal", cmd, member, err)
+	}
+}

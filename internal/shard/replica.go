@@ -70,6 +70,10 @@ type Config struct {
 	// survives a power loss of all of them at once. Without it an entry
 	// counts once written, and survives only the crash of processes.
 	HeldWhenSynced bool
+	// OrderedAtLeast, for a copy made empty to join a live shard, is how
+	// many of the shard's entries are ordered already: it asks to rejoin
+	// only once it holds their positions.
+	OrderedAtLeast uint64
 }
 
 // Append is one client append offered to a primary. Entry holds the
@@ -322,7 +326,7 @@ type backupSlot struct {
 // entries already.
 func NewReplica[W comparable](cfg Config, log Log) *Replica[W] {
 	r := &Replica[W]{id: cfg.ID, log: log, ord: cfg.Ordering, lastCut: cfg.LastCut,
-		heldWhenSynced: cfg.HeldWhenSynced, cfgEpoch: cfg.Epoch}
+		heldWhenSynced: cfg.HeldWhenSynced, cfgEpoch: cfg.Epoch, orderWant: cfg.OrderedAtLeast}
 	r.role.Store(int32(cfg.Role))
 	r.epoch.Store(cfg.Epoch)
 	r.replacedFrom.Store(math.MaxUint64)

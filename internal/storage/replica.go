@@ -158,6 +158,12 @@ type replica struct {
 }
 
 func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer, epoch uint64) *replica {
+	return newReplicaOrdered(srv, id, r, store, backups, epoch, 0)
+}
+
+// newReplicaOrdered is newReplica for a copy made to join a live shard
+// whose cuts ordered orderedAtLeast of its entries already.
+func newReplicaOrdered(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store, backups []Peer, epoch, orderedAtLeast uint64) *replica {
 	rp := &replica{
 		id:         id,
 		store:      store,
@@ -178,7 +184,7 @@ func newReplica(srv *Server, id cut.ShardID, r shard.Role, store *segment.Store,
 	// Under SyncAlways every write is synced before it returns, so a copy
 	// holds what it synced either way.
 	held := srv.cfg.Sync == segment.SyncGroup || srv.cfg.Sync == segment.SyncAlways
-	cfg := shard.Config{ID: id, Role: r, Epoch: epoch, HeldWhenSynced: held}
+	cfg := shard.Config{ID: id, Role: r, Epoch: epoch, HeldWhenSynced: held, OrderedAtLeast: orderedAtLeast}
 	for _, b := range backups {
 		cfg.Backups = append(cfg.Backups, b.ID)
 	}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -796,6 +797,8 @@ func (s *Server) applySnapshot(st *pb.StatusResponse) {
 		m.member, m.peers = s.memberLocked(id)
 		msgs, targets = append(msgs, m), append(targets, r)
 	}
+	newMsgs, newTargets := s.copyNewShardsLocked()
+	msgs, targets = append(msgs, newMsgs...), append(targets, newTargets...)
 	s.bumpViewLocked()
 	s.mu.Unlock()
 	for i, r := range targets {
@@ -890,6 +893,10 @@ func (s *Server) applyEvent(ev *pb.Event) {
 		}
 		targets[i] = s.replicas[id]
 	}
+	if ev.Shards != nil {
+		newMsgs, newTargets := s.copyNewShardsLocked()
+		msgs, targets = append(msgs, newMsgs...), append(targets, newTargets...)
+	}
 	s.bumpViewLocked()
 	s.mu.Unlock()
 	for i, r := range targets {
@@ -904,6 +911,60 @@ func (s *Server) applyEvent(ev *pb.Event) {
 	if trimmed {
 		s.trimLazy(ev.Trim)
 	}
+}
+
+// copyNewShardsLocked makes an empty copy of each live shard of this
+// server's group that has none here and whose configuration neither lists
+// nor took out this server: a server added to the group (or one that lost
+// its data dir). Each copy hears that the configuration leaves it out
+// (the messages returned, for the caller to send after s.mu), and so
+// catches up and rejoins as a restarted copy does (rejoin.go). A copy
+// starts at the shard's first entry: a trimmed shard's replicas may not
+// hold it any more, so once the cluster trimmed, no copy is made (the
+// server says so) rather than one that could never catch up.
+func (s *Server) copyNewShardsLocked() ([]cutMsg, []*replica) {
+	if s.cfg.Mode.Sequenced() || s.ctx.Err() != nil {
+		// Lazy shards have their own shell; a stopping server starts
+		// nothing Stop would not stop.
+		return nil, nil
+	}
+	var msgs []cutMsg
+	var targets []*replica
+	for id, sh := range s.view.shards {
+		if sh.Group != s.cfg.GroupName || sh.State == pb.ShardState_SHARD_FINALIZED || s.replicas[id] != nil {
+			continue
+		}
+		named := func(r *pb.ReplicaAddr) bool { return r.Id == s.cfg.ID }
+		if slices.ContainsFunc(sh.Replicas, named) || slices.ContainsFunc(sh.Out, named) {
+			continue
+		}
+		if s.view.trim > 0 {
+			s.log.Error("not copying shard: the cluster trimmed its log, and a new copy starts at the shard's first entry", "shard", id, "trim", s.view.trim)
+			continue
+		}
+		st, err := s.openStore(id)
+		if err != nil {
+			s.log.Error("not copying shard", "shard", id, "err", err)
+			continue
+		}
+		if st.Len() > 0 {
+			// A directory this server did not open at start-up.
+			st.Close()
+			s.log.Error("not copying shard: its directory is not empty", "shard", id)
+			continue
+		}
+		r := newReplicaOrdered(s, id, roleRecovered, st, nil, 0, s.orderedLenLocked(s.view.lastCut, id))
+		if sp := s.view.spec; sp != nil {
+			r.spec.Store(sp)
+		}
+		s.replicas[id] = r
+		s.startReplicaLocked(r)
+		s.log.Info("copying shard of this group to join its configuration", "shard", id, "epoch", sh.Epoch)
+		m := cutMsg{slice: cut.Slice{Shard: id}}
+		m.member, m.peers = s.memberLocked(id)
+		msgs, targets = append(msgs, m), append(targets, r)
+	}
+	return msgs, targets
 }
 
 // memberLocked is this server's place in the configuration of shard id

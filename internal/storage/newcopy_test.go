@@ -1,0 +1,64 @@
+package storage
+
+import (
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/mode"
+)
+
+// TestNewServerCopiesOnlyTheShardsItMayJoin: a server makes an empty copy
+// of a live shard of its own group that neither lists nor took it out,
+// and no copy at all once the cluster trimmed (a copy starts at the
+// shard's first entry, which the replicas may no longer hold).
+func TestNewServerCopiesOnlyTheShardsItMayJoin(t *testing.T) {
+	for _, trim := range []uint64{0, 5} {
+		m, err := mode.Parse(mode.EagerName, mode.Params{OrderingInterval: time.Millisecond, FailureTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(Config{
+			ClusterID: "c", ID: "s3", GroupName: "g",
+			Group:    []Peer{{ID: "s1", Addr: "127.0.0.1:1"}, {ID: "s2", Addr: "127.0.0.1:2"}, {ID: "s3", Addr: "127.0.0.1:3"}},
+			Ordering: []string{"127.0.0.1:4"}, Dir: t.TempDir(), RecordBytesMax: 1024,
+			HeartbeatInterval: time.Second, Mode: m, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := func(id string) *pb.ReplicaAddr { return &pb.ReplicaAddr{Id: id, Addr: "x"} }
+		s.mu.Lock()
+		s.view.trim = trim
+		s.view.lastCut = cut.Cut{Index: 1}
+		s.setShardsLocked([]*pb.ShardInfo{
+			{Id: 0, Group: "g", Epoch: 2, Replicas: []*pb.ReplicaAddr{rep("s1"), rep("s2")}},
+			{Id: 1, Group: "g", Epoch: 1, Replicas: []*pb.ReplicaAddr{rep("s1"), rep("s3")}},
+			{Id: 2, Group: "h", Epoch: 1, Replicas: []*pb.ReplicaAddr{rep("h1"), rep("h2")}},
+			{Id: 3, Group: "g", Epoch: 3, Replicas: []*pb.ReplicaAddr{rep("s1")}, Out: []*pb.ReplicaAddr{rep("s3")}},
+			{Id: 4, Group: "g", Epoch: 1, State: pb.ShardState_SHARD_FINALIZED, Replicas: []*pb.ReplicaAddr{rep("s1"), rep("s2")}},
+		})
+		msgs, targets := s.copyNewShardsLocked()
+		var copied []cut.ShardID
+		for id := range s.replicas {
+			copied = append(copied, id)
+		}
+		s.mu.Unlock()
+		want := []cut.ShardID{0}
+		if trim > 0 {
+			want = nil
+		}
+		if !slices.Equal(copied, want) || len(msgs) != len(want) || len(targets) != len(want) {
+			t.Fatalf("trim %d: copies of shards %v (%d messages), want %v", trim, copied, len(msgs), want)
+		}
+		if len(msgs) == 1 {
+			if msgs[0].member == nil || msgs[0].member.Role != roleFenced || msgs[0].member.Epoch != 2 || targets[0].role() != roleRecovered {
+				t.Fatalf("the copy of shard 0 hears %+v; role %v", msgs[0].member, targets[0].role())
+			}
+		}
+		s.Stop()
+	}
+}
