@@ -934,8 +934,10 @@ func (s *Server) copyNewShardsLocked() ([]cutMsg, []*replica) {
 		if sh.Group != s.cfg.GroupName || sh.State == pb.ShardState_SHARD_FINALIZED || s.replicas[id] != nil {
 			continue
 		}
-		named := func(r *pb.ReplicaAddr) bool { return r.Id == s.cfg.ID }
-		if slices.ContainsFunc(sh.Replicas, named) || slices.ContainsFunc(sh.Out, named) {
+		// A server the configuration lists waits to be taken out (it
+		// restarted: a new incarnation). One that is out but holds no
+		// copy lost its data (a replaced disk): it copies like a new one.
+		if slices.ContainsFunc(sh.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == s.cfg.ID }) {
 			continue
 		}
 		if s.view.trim > 0 {
