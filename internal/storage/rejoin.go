@@ -51,7 +51,11 @@ func (r *replica) rejoinLoop(ctx context.Context) {
 // wakeRejoin starts r's rejoin if the core says the copy should rejoin;
 // it runs on the loop.
 func (r *replica) wakeRejoin() {
-	if r.core.Rejoining() {
+	// A copy fenced while this process ran (a primary paused past the
+	// failure timeout, then resumed) does not rejoin yet: its rejoin
+	// stalled the shard in the fault campaign (SIGSTOP of a primary; see
+	// the closing note). It stays out until the server restarts.
+	if r.core.Rejoining() && r.role() != roleFenced {
 		select {
 		case r.rejoinWake <- struct{}{}:
 		default:
