@@ -2,13 +2,10 @@ package storage_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
-	"github.com/augur-log/augur/client"
-	"github.com/augur-log/augur/internal/devcluster"
 )
 
 // TestServerAddedToGroupJoinsItsShard: a storage server added to a group
@@ -28,33 +25,10 @@ func TestServerAddedToGroupJoinsItsShard(t *testing.T) {
 func addServerAndJoin(t *testing.T, mode string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1, Mode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := c.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var acks []client.Ack
-	appendN := func(n int) {
-		t.Helper()
-		for range n {
-			i := len(acks)
-			a, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprintf("newserver-%03d", i))})
-			if err != nil {
-				t.Fatalf("append %d: %v", i, err)
-			}
-			acks = append(acks, a)
-		}
-	}
+	l := startOneShardLoad(ctx, t, mode, "newserver-%03d")
+	c, cl, appendN := l.c, l.cl, l.appendN
 	appendN(30)
-	shardID := acks[0].Shard
+	shardID := l.acks[0].Shard
 	originals := c.StorageIDs()
 	st, err := cl.Status(ctx)
 	if err != nil {
@@ -93,21 +67,9 @@ func addServerAndJoin(t *testing.T, mode string) {
 	}
 	// The new copy alone takes over, and the shard goes on.
 	awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 1 && sh.Replicas[0].Id == added })
-	got, err := cl.ReadRange(ctx, acks[0].Position, len(acks))
-	if err != nil {
-		t.Fatalf("read everything acknowledged from the new copy: %v", err)
-	}
-	byPos := map[uint64]string{}
-	for _, e := range got {
-		byPos[e.Position] = string(e.Record.Payload)
-	}
-	for i, a := range acks {
-		if want := fmt.Sprintf("newserver-%03d", i); byPos[a.Position] != want {
-			t.Fatalf("position %d holds %q, want %q", a.Position, byPos[a.Position], want)
-		}
-	}
+	l.readBackAll("the new copy")
 	appendN(1)
-	if a := acks[len(acks)-1]; a.Shard != shardID {
+	if a := l.acks[len(l.acks)-1]; a.Shard != shardID {
 		t.Fatalf("append after the failover went to shard %d, want %d", a.Shard, shardID)
 	}
 }

@@ -45,33 +45,10 @@ func TestRestartedReplicaRejoinsInSpeculativeOrder(t *testing.T) {
 func restartAndRejoin(t *testing.T, mode string, restarted int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1, Mode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := c.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var acks []client.Ack
-	appendN := func(n int) {
-		t.Helper()
-		for range n {
-			i := len(acks)
-			a, err := cl.Append(ctx, client.Record{Payload: []byte(fmt.Sprintf("rejoin-%03d-payload", i))})
-			if err != nil {
-				t.Fatalf("append %d: %v", i, err)
-			}
-			acks = append(acks, a)
-		}
-	}
+	l := startOneShardLoad(ctx, t, mode, "rejoin-%03d-payload")
+	c, cl, appendN := l.c, l.cl, l.appendN
 	appendN(10)
-	shardID := acks[0].Shard
+	shardID := l.acks[0].Shard
 	ids := c.StorageIDs()
 	// back is the replica that restarts, kept the one that serves.
 	kept, back := ids[1-restarted], ids[restarted]
@@ -109,24 +86,73 @@ func restartAndRejoin(t *testing.T, mode string, restarted int) {
 	if err := c.KillStorage(kept); err != nil {
 		t.Fatal(err)
 	}
-	got, err := cl.ReadRange(ctx, acks[0].Position, len(acks))
+	l.readBackAll("the rejoined copy")
+	// The rejoined copy takes over, and the shard goes on.
+	awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 1 && sh.Replicas[0].Id == back })
+	appendN(1)
+	if a := l.acks[len(l.acks)-1]; a.Shard != shardID {
+		t.Fatalf("append after the failover went to shard %d, want %d", a.Shard, shardID)
+	}
+}
+
+// oneShardLoad is a one-shard cluster of groups of two and a client that
+// appends numbered records and reads every acknowledged one back.
+type oneShardLoad struct {
+	t      *testing.T
+	ctx    context.Context
+	c      *devcluster.Cluster
+	cl     *client.Client
+	format string // of the payload, from the record's number
+	acks   []client.Ack
+}
+
+func startOneShardLoad(ctx context.Context, t *testing.T, mode, format string) *oneShardLoad {
+	t.Helper()
+	c, err := devcluster.Start(ctx, devcluster.Options{Shards: 1, Replicas: 2, OrderingReplicas: 1, Mode: mode})
 	if err != nil {
-		t.Fatalf("read everything acknowledged from the rejoined copy: %v", err)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return &oneShardLoad{t: t, ctx: ctx, c: c, cl: cl, format: format}
+}
+
+// appendN appends n more records and keeps their acknowledgements.
+func (l *oneShardLoad) appendN(n int) {
+	l.t.Helper()
+	for range n {
+		i := len(l.acks)
+		a, err := l.cl.Append(l.ctx, client.Record{Payload: []byte(fmt.Sprintf(l.format, i))})
+		if err != nil {
+			l.t.Fatalf("append %d: %v", i, err)
+		}
+		l.acks = append(l.acks, a)
+	}
+}
+
+// readBackAll reads every acknowledged record back, from the copy named
+// from, and checks each is at its position.
+func (l *oneShardLoad) readBackAll(from string) {
+	l.t.Helper()
+	got, err := l.cl.ReadRange(l.ctx, l.acks[0].Position, len(l.acks))
+	if err != nil {
+		l.t.Fatalf("read everything acknowledged from %s: %v", from, err)
 	}
 	byPos := map[uint64]string{}
 	for _, e := range got {
 		byPos[e.Position] = string(e.Record.Payload)
 	}
-	for i, a := range acks {
-		if want := fmt.Sprintf("rejoin-%03d-payload", i); byPos[a.Position] != want {
-			t.Fatalf("position %d holds %q, want %q", a.Position, byPos[a.Position], want)
+	for i, a := range l.acks {
+		if want := fmt.Sprintf(l.format, i); byPos[a.Position] != want {
+			l.t.Fatalf("position %d holds %q, want %q", a.Position, byPos[a.Position], want)
 		}
-	}
-	// The rejoined copy takes over, and the shard goes on.
-	awaitShard(ctx, t, cl, shardID, func(sh *pb.ShardInfo) bool { return len(sh.Replicas) == 1 && sh.Replicas[0].Id == back })
-	appendN(1)
-	if a := acks[len(acks)-1]; a.Shard != shardID {
-		t.Fatalf("append after the failover went to shard %d, want %d", a.Shard, shardID)
 	}
 }
 
