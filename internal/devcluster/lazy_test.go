@@ -25,14 +25,7 @@ func TestLazyClusterAppendsAndReads(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1})
 	if got := c.SequencingIDs(); len(got) != config.DefaultSequencingReplicas {
 		t.Fatalf("sequencing replicas %v, want %d", got, config.DefaultSequencingReplicas)
 	}
@@ -129,14 +122,7 @@ func TestLazySequencingLeaderCrash(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
 	cl, err := c.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -210,14 +196,7 @@ func TestLazyTrim(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1, SegmentBytes: 4 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1, SegmentBytes: 4 << 10})
 	cl, err := c.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -303,14 +282,7 @@ func TestLazyScrubsOrphans(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{Mode: config.ModeLazy, Shards: 1, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{Mode: config.ModeLazy, Shards: 1, Replicas: 2, OrderingReplicas: 3, FailureTimeout: 300 * time.Millisecond})
 	cl, err := c.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
