@@ -234,14 +234,13 @@ func (s *Server) Stop() {
 // fsm adapts Server to raftnode.FSM.
 type fsm Server
 
-func (f *fsm) Apply(_ uint64, data []byte) {
+func (f *fsm) Apply(_ uint64, data []byte) error {
 	s := (*Server)(f)
 	cmd, err := control.DecodeCommand(data)
 	if err != nil {
-		// Every replica rejects the same bytes the same way, so skipping
-		// keeps them identical; it can only come from a bug.
-		s.log.Error("skipping undecodable command", "err", err)
-		return
+		// A replica of another version may have applied it: stop rather
+		// than diverge. An upgraded binary applies it after a restart.
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -269,6 +268,7 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	if ok || news {
 		s.signal()
 	}
+	return nil
 }
 
 func (f *fsm) Snapshot() ([]byte, error) {
