@@ -1030,8 +1030,21 @@ func (r *Replica[W]) Repair(w Write) error {
 		if role != RoleRecovered && role != RoleFenced {
 			return fmt.Errorf("shard %d: catch-up write at %d: a %v copy takes its entries from its primary: %w", r.id, w.First, role, ErrRejoined)
 		}
-		if n := r.log.Len(); w.First != n {
+		n := r.log.Len()
+		if w.Rebase && w.First > n {
+			// The source's log starts past all this copy holds: the
+			// cluster trimmed it, so nobody reads it, and the copy starts
+			// over where the source's log does.
+			if err := r.log.Rebase(w.First); err != nil {
+				return fmt.Errorf("shard %d: catch-up: start the log at %d: %w", r.id, w.First, err)
+			}
+			n = w.First
+		}
+		if w.First != n {
 			return fmt.Errorf("shard %d: catch-up write at %d, the log holds %d", r.id, w.First, n)
+		}
+		if len(w.Entries) == 0 {
+			return nil
 		}
 		if _, err := r.log.Append(w.Entries); err != nil {
 			return fmt.Errorf("shard %d: catch-up: %w", r.id, err)
