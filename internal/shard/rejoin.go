@@ -128,6 +128,10 @@ func (r *Replica[W]) PrepareRejoin() (RejoinPlan, error) {
 // ordered end, or orders entries it does not hold, is refused (bad
 // source) and the runs before it stay.
 func (r *Replica[W]) AssignFetched(runs []segment.Run, out *Output[W]) error {
+	// A catch-up write may start the log over meanwhile (Repair holds
+	// replMu): the ordered end read here must stay the log's.
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
 	for _, run := range runs {
 		ordered := r.log.Ordered()
 		if run.LocalStart+run.Count <= ordered {
@@ -144,7 +148,7 @@ func (r *Replica[W]) AssignFetched(runs []segment.Run, out *Output[W]) error {
 		out.Changed = true
 		r.lastCut = max(r.lastCut, run.Cut)
 	}
-	r.applyPending(out)
+	r.applyPendingLocked(out)
 	return nil
 }
 
@@ -223,6 +227,15 @@ func (r *Replica[W]) queueCut(c Cut) {
 // applyPending assigns the positions of the kept cuts whose entries the
 // copy holds now, in order.
 func (r *Replica[W]) applyPending(out *Output[W]) {
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
+	r.applyPendingLocked(out)
+}
+
+// applyPendingLocked is applyPending with r.replMu held, so that no
+// catch-up write starts the log over between reading its ordered end and
+// assigning there.
+func (r *Replica[W]) applyPendingLocked(out *Output[W]) {
 	n := 0
 	for ; n < len(r.pending); n++ {
 		c := r.pending[n]

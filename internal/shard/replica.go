@@ -248,6 +248,8 @@ type Replica[W comparable] struct {
 	// replMu serializes a backup's Join and Replicated, and a rejoining
 	// copy's catch-up appends and its move to backup: a join's length
 	// must be the log's length until the next batch of its configuration.
+	// The positions a rejoining copy assigns (AssignFetched, its kept
+	// cuts) hold it too: a catch-up write may start its log over.
 	replMu sync.Mutex
 
 	// durable is how many entries every replica holds: on a primary the
