@@ -150,6 +150,12 @@ func (c *Control) Applied(st ControlState, now time.Time) ControlOutput {
 			c.lastOK[id] = now
 		}
 	}
+	if c.rc != nil {
+		if out := c.carry(c.rc.SetShards(st.Shards)); !out.Empty() {
+			c.sentAt = now
+			return out
+		}
+	}
 	mine := st.Claim != nil && st.Claim.Owner == c.owner
 	switch {
 	case c.rc != nil && cur != nil && cur.View >= c.rc.View():

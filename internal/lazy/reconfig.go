@@ -214,11 +214,32 @@ func (rc *Reconfig) MapAcked(a MappingAck) ReconfigOutput {
 		return ReconfigOutput{}
 	}
 	rc.acked[a.Shard] = true
-	if len(rc.acked) < len(rc.shards) {
-		return ReconfigOutput{}
+	return rc.flushed()
+}
+
+// flushed records the new configuration once every shard of the view
+// change holds the flush.
+func (rc *Reconfig) flushed() ReconfigOutput {
+	for _, s := range rc.shards {
+		if !rc.acked[s] {
+			return ReconfigOutput{}
+		}
 	}
 	rc.step = stepRecord
 	return rc.record()
+}
+
+// SetShards takes the shards that may still grow: one finalized since the
+// view change began gets no flush and is not waited for (its replicas may
+// all be gone for good). A shard added since is not flushed to: it joins
+// the position table with the new view's first batch.
+func (rc *Reconfig) SetShards(live []cut.ShardID) ReconfigOutput {
+	n := len(rc.shards)
+	rc.shards = slices.DeleteFunc(rc.shards, func(s cut.ShardID) bool { return !slices.Contains(live, s) })
+	if rc.step != stepFlush || len(rc.shards) == n {
+		return ReconfigOutput{}
+	}
+	return rc.flushed()
 }
 
 // Recorded says the control state committed the new configuration:

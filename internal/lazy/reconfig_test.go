@@ -130,3 +130,26 @@ func TestReconfigLeavesOutShardsNotItsOwn(t *testing.T) {
 		t.Fatalf("start %+v, want the live record alone flushed", out.Start)
 	}
 }
+
+func TestReconfigStopsWaitingForAShardFinalizedDuringTheFlush(t *testing.T) {
+	q := open(t, 0)
+	a, b := meta(1, 1, 0, 1), meta(1, 2, 1, 1)
+	mustAppend(t, q, a, false)
+	mustAppend(t, q, b, false)
+	rc, _, err := NewReconfig(SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 2}, []ReplicaID{2}, nil, []cut.ShardID{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := q.Seal(1)
+	rc.Sealed(1, rep)
+	if out := rc.FlushRecorded(); out.Map == nil || out.Map.End() != 2 {
+		t.Fatalf("flush %+v", out.Map)
+	}
+	if out := rc.MapAcked(MappingAck{Shard: 0, View: 2, End: 2}); out.Record != nil {
+		t.Fatal("recorded before shard 1 held the flush or was finalized")
+	}
+	out := rc.SetShards([]cut.ShardID{0})
+	if out.Record == nil || out.Record.Stable != 2 {
+		t.Fatalf("after shard 1 was finalized: %+v, want the new view recorded", out)
+	}
+}

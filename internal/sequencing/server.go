@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -106,6 +107,9 @@ type Server struct {
 	// lastGC is the batch collected last, whose appenders learn their
 	// positions once stable-gp covers it.
 	lastGC *lazy.GC
+	// shardsNext is one past the largest shard id of the newest shard
+	// table read: the cluster gave every id below it to a shard.
+	shardsNext atomic.Uint32
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn
