@@ -4700,9 +4700,12 @@ type StartViewRequest struct {
 	State *LazyState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// ordered: every position below it is bound (the flush's end); from:
 	// where the flush started; flushed: the records it bound.
-	Ordered       uint64        `protobuf:"varint,3,opt,name=ordered,proto3" json:"ordered,omitempty"`
-	From          uint64        `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
-	Flushed       []*RecordMeta `protobuf:"bytes,5,rep,name=flushed,proto3" json:"flushed,omitempty"`
+	Ordered uint64        `protobuf:"varint,3,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	From    uint64        `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	Flushed []*RecordMeta `protobuf:"bytes,5,rep,name=flushed,proto3" json:"flushed,omitempty"`
+	// shards_next is one past the shard ids the view change's shard table
+	// knew: the new leader orders only with a table at least as new.
+	ShardsNext    uint32 `protobuf:"varint,6,opt,name=shards_next,json=shardsNext,proto3" json:"shards_next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4770,6 +4773,13 @@ func (x *StartViewRequest) GetFlushed() []*RecordMeta {
 		return x.Flushed
 	}
 	return nil
+}
+
+func (x *StartViewRequest) GetShardsNext() uint32 {
+	if x != nil {
+		return x.ShardsNext
+	}
+	return 0
 }
 
 type StartViewResponse struct {
@@ -7060,14 +7070,16 @@ const file_augur_proto_rawDesc = "" +
 	"\rFlushResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
-	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\"\xba\x01\n" +
+	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\"\xdb\x01\n" +
 	"\x10StartViewRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12)\n" +
 	"\x05state\x18\x02 \x01(\v2\x13.augur.v1.LazyStateR\x05state\x12\x18\n" +
 	"\aordered\x18\x03 \x01(\x04R\aordered\x12\x12\n" +
 	"\x04from\x18\x04 \x01(\x04R\x04from\x12.\n" +
-	"\aflushed\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aflushed\"Q\n" +
+	"\aflushed\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aflushed\x12\x1f\n" +
+	"\vshards_next\x18\x06 \x01(\rR\n" +
+	"shardsNext\"Q\n" +
 	"\x11StartViewResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"8\n" +

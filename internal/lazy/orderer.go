@@ -98,6 +98,7 @@ type Orderer struct {
 	// live was finalized. shards are those the batch in flight waits for.
 	live     []cut.ShardID
 	next     cut.ShardID
+	floor    cut.ShardID
 	shards   []cut.ShardID
 	replicas []ReplicaID
 	// ordered is the end of the positions bound (in flight included),
@@ -154,7 +155,7 @@ func (o *Orderer) BatchMax() int { return o.batchMax }
 // would send its position to no replica of its shard, and skipping it
 // would order the records behind it first.
 func (o *Orderer) Order(entries []Meta) (OrdererOutput, error) {
-	if o.batch != nil || len(entries) == 0 {
+	if o.batch != nil || len(entries) == 0 || o.next < o.floor {
 		return OrdererOutput{}, nil
 	}
 	if len(entries) > o.batchMax {
@@ -274,20 +275,31 @@ func (o *Orderer) MissingReplicas() []ReplicaID {
 	return out
 }
 
+// AtLeast says the orderer's table must be at least as new as one that
+// gave the shard ids below next (StartView.Shards): it orders nothing
+// until SetShards brings one. An older table may lack a shard that placed
+// the view change's flush, which must miss no batch.
+func (o *Orderer) AtLeast(next cut.ShardID) { o.floor = max(o.floor, next) }
+
 // SetShards takes the shard table: live are the shards that may still
 // grow, and every id below next was given to a shard (0 means one past
-// the largest live id). A shard added takes mappings from the next batch
+// the largest live id). A table older than one taken before (a smaller
+// next) changes nothing. A shard added takes mappings from the next batch
 // on (it joins the position table there). A shard finalized takes none
 // from now on, and the batch in flight no longer waits for it: its
 // records in the batch keep their positions on the other shards' tables,
 // but it never placed them, so they are Unplaced. The output is the GC
 // the batch was waiting for, if that shard was the last to answer.
 func (o *Orderer) SetShards(live []cut.ShardID, next cut.ShardID) OrdererOutput {
-	o.live = slices.Clone(live)
 	for _, s := range live {
 		next = max(next, s+1)
 	}
-	o.next = max(o.next, next)
+	if next < o.next {
+		// An older table (read from a replica that lags): it may lack a
+		// shard that placed batches already, which must miss none.
+		return OrdererOutput{}
+	}
+	o.live, o.next = slices.Clone(live), next
 	if o.batch == nil || o.gc != nil {
 		return OrdererOutput{}
 	}

@@ -2,6 +2,8 @@ package lazy
 
 import (
 	"fmt"
+
+	"github.com/augur-log/augur/internal/cut"
 )
 
 // SequencerConfig bounds a sequencing replica.
@@ -273,6 +275,11 @@ type StartView struct {
 	// orderer of the view.
 	Leader   ReplicaID
 	Replicas []ReplicaID
+	// Shards is one past the shard ids the view change's table knew: the
+	// new leader's orderer waits for a table at least as new
+	// (Orderer.AtLeast), since a shard it knew may have placed the flush,
+	// and a shard must miss no batch.
+	Shards cut.ShardID
 }
 
 // Start applies a StartView. Starting the view the replica runs already

@@ -52,6 +52,7 @@ func (s *Server) orderLoop() {
 		}
 		if o == nil || ordView != view {
 			o, ordView = lazy.NewOrderer(lazy.OrdererConfig{BatchMax: s.cfg.BatchMax}, view, s.seq.Ordered(), nil, s.replicaIDsLocked()), view
+			o.AtLeast(s.startShards)
 			// The shards come with the first table read below.
 			answer = nil
 		}

@@ -263,6 +263,7 @@ func (s *Server) startViewLocked(req *pb.StartViewRequest) error {
 		return err
 	}
 	s.config = st
+	s.startShards = cut.ShardID(req.GetShardsNext())
 	if req.GetOrdered() > s.stable {
 		s.stable = req.GetOrdered()
 		close(s.stableChanged)
