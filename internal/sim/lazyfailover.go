@@ -98,6 +98,11 @@ func (w *lazyRun) syncShards() {
 		w.tracef("control: shard %d epoch %d, members %v, %v", s, row.Epoch, next.members, row.State)
 		if row.State == control.Finalized && int(s) == w.lost {
 			w.finalizedAt, w.endAt = w.elapsed(), w.stableEnd()
+			if w.endAt == ^uint64(0) {
+				// No live shard has a table yet (the only one left was
+				// added a moment ago).
+				w.endAt = 0
+			}
 		}
 		for _, m := range w.shards[s] {
 			if added {

@@ -171,7 +171,9 @@ func (w *lazyRun) stableEnd() uint64 {
 	end := ^uint64(0)
 	for s := range w.shards {
 		for _, n := range w.members(cut.ShardID(s)) {
-			if n.core != nil {
+			// A shard added after the last batch has no table yet (had
+			// the orderer waited for it, the other shards would show).
+			if n.core != nil && !(s >= w.sc.shards && n.core.PlacedEnd() == 0) {
 				end = min(end, n.core.Readable())
 			}
 		}
