@@ -667,6 +667,7 @@ func (s *State) LazyControl() lazy.ControlState {
 			st.Shards = append(st.Shards, sh.ID)
 		}
 	}
+	st.NextShard = s.NextShardID
 	return st
 }
 

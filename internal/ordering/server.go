@@ -873,6 +873,13 @@ func (s *Server) FinalizeShard(ctx context.Context, req *pb.FinalizeShardRequest
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return nil, err
 	}
+	if s.cfg.Mode.Sequenced() {
+		// A lazy append is acknowledged before it is ordered, and the
+		// orderer gives no position to a record of a finalized shard: an
+		// append that raced the finalization would be acknowledged and
+		// never ordered. A lazy shard ends only when its last replica fails.
+		return nil, status.Error(codes.FailedPrecondition, "finalize shard: not available in lazy order (an acknowledged append racing it would never be ordered)")
+	}
 	s.finalizeMu.Lock()
 	defer s.finalizeMu.Unlock()
 	s.mu.Lock()
