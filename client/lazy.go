@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // Lazy order (a cluster whose status carries a lazy state): an append
@@ -45,6 +46,10 @@ type lazyOp struct {
 	leader   string
 	position uint64
 	ordered  bool
+	// began is when the append started, when the bench times stages;
+	// dataTimed and metaTimed say its stages were recorded.
+	began                time.Time
+	dataTimed, metaTimed bool
 }
 
 func (o *lazyOp) finish(a Ack, err error) { o.once.Do(func() { o.done(a, err) }) }
@@ -58,12 +63,20 @@ func (o *lazyOp) acked(addr string, meta bool, view uint64) {
 			return
 		}
 		delete(o.metaLeft, addr)
+		if len(o.metaLeft) == 0 && !o.metaTimed {
+			o.metaTimed = true
+			stagetime.Since(stagetime.LazyAppendMeta, o.began)
+		}
 	} else {
 		delete(o.dataLeft, addr)
 		if o.dataAcked == nil {
 			o.dataAcked = map[string]bool{}
 		}
 		o.dataAcked[addr] = true
+		if len(o.dataLeft) == 0 && !o.dataTimed {
+			o.dataTimed = true
+			stagetime.Since(stagetime.LazyAppendData, o.began)
+		}
 	}
 	o.finishIfCompleteLocked()
 }
@@ -705,7 +718,7 @@ func (h *seqHeap) Pop() any {
 // appendLazyAsync starts a lazy append; o's shard is chosen.
 func (c *Client) appendLazyAsync(ctx context.Context, seq uint64, rec *pb.Record, shard uint32, wantPos bool, done func(Ack, error)) {
 	c.startedLazy(seq)
-	o := &lazyOp{seq: seq, rec: rec, shard: shard, wantPos: wantPos, ctx: ctx}
+	o := &lazyOp{seq: seq, rec: rec, shard: shard, wantPos: wantPos, ctx: ctx, began: stagetime.Now()}
 	// A caller that stops waiting frees its in-flight slot; the streams
 	// drop the op when its answers come.
 	stop := context.AfterFunc(ctx, func() {

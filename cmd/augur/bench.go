@@ -245,7 +245,7 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	fs.StringVar(&b.p.Fsync, "fsync", d.Fsync, "embedded cluster: storage fsync policy (group, interval, never, always; default group)")
 	fs.StringVar(&b.durability, "durability", strings.Join(d.Durability, ","), "embedded cluster: run every mode under each of these sync settings, side by side: default (fsync group, raft_fsync true), optout (fsync interval, raft_fsync false); e.g. default,optout")
 	fs.StringVar(&b.security, "security", "", "embedded cluster: run every mode under each of these settings, side by side: insecure (plaintext, the default without this flag), tls (TLS on every connection, clients by certificate); e.g. insecure,tls")
-	fs.BoolVar(&b.p.Stages, "stages", false, "embedded cluster: time each stage of the append path over the window and report it as stages_us (the timing costs a little latency)")
+	fs.BoolVar(&b.p.Stages, "stages", false, "embedded cluster: time each stage of the append path (on a lazy cluster, and of stable-gp's lag) over the window and report it as stages_us (the timing costs a little latency)")
 	fs.DurationVar(&b.p.Duration, "duration", d.Duration, "measured window of each run")
 	fs.DurationVar(&b.p.Warmup, "warmup", d.Warmup, "unmeasured load before the window")
 	fs.Uint64Var(&b.p.Seed, "seed", d.Seed, "seed of the payload bytes and record stamps")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 func init() { Register(lazyAppendWorkload{}) }
@@ -167,6 +168,17 @@ func (lazyReadsWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 			}
 		})
 	}
+	if p.Stages && e.Target.Embedded != nil {
+		// Time the stages of stable-gp's lag over the window.
+		wg.Go(func() {
+			if sleepUntil(runCtx, warmEnd) != nil {
+				return
+			}
+			stagetime.Start()
+			_ = sleepUntil(runCtx, end)
+			stagetime.Stop()
+		})
+	}
 	wg.Wait()
 	res := &Result{
 		DurationS:     round(p.Duration.Seconds(), 3),
@@ -182,6 +194,9 @@ func (lazyReadsWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 			lr.FastPercent = round(100*float64(r.fast)/float64(n), 2)
 		}
 		res.LazyReads = append(res.LazyReads, lr)
+	}
+	if p.Stages && e.Target.Embedded != nil {
+		res.StagesUS = stagetime.Summaries()
 	}
 	return res, nil
 }

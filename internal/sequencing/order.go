@@ -10,6 +10,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // stableResend is how often the leader repeats stable-gp to every shard
@@ -31,6 +32,9 @@ func (s *Server) orderLoop() {
 		table   shardTable
 		answers = make(chan func(*lazy.Orderer) lazy.OrdererOutput, 64)
 		sentAt  time.Time
+		// When stages are timed: the batch in flight was taken at
+		// pickedAt, its mapping or GC round began at roundAt.
+		pickedAt, roundAt time.Time
 	)
 	tick := time.NewTicker(s.cfg.BatchInterval)
 	defer tick.Stop()
@@ -70,10 +74,16 @@ func (s *Server) orderLoop() {
 		case !o.Busy():
 			s.mu.Lock()
 			batch := s.seq.Unordered(o.BatchMax())
+			waited := s.waitingSince
+			if len(batch) > 0 {
+				s.waitingSince = time.Time{}
+			}
 			s.mu.Unlock()
 			if len(batch) == 0 {
 				continue
 			}
+			stagetime.Since(stagetime.LazyRingWait, waited)
+			pickedAt, roundAt = stagetime.Now(), stagetime.Now()
 			if unknown := unknownShard(batch, shards); unknown != nil {
 				// A record of a shard the cached table does not have yet
 				// (just added): its primary must place it, so read the
@@ -94,6 +104,16 @@ func (s *Server) orderLoop() {
 		}
 		if out.Map != nil || out.GC != nil {
 			sentAt = time.Now()
+		}
+		if answer != nil && out.GC != nil {
+			stagetime.Since(stagetime.LazyMapRound, roundAt)
+			roundAt = stagetime.Now()
+		}
+		if answer != nil && out.Stable != nil {
+			stagetime.Since(stagetime.LazyGCRound, roundAt)
+			s.mu.Lock()
+			s.stableAt, s.stableBatchAt = stagetime.Now(), pickedAt
+			s.mu.Unlock()
 		}
 		s.carry(o, out, shards, answers)
 	}
@@ -296,12 +316,17 @@ func (s *Server) stableLoop() {
 		s.mu.Lock()
 		leads := s.leadsLocked()
 		stable, changed := s.stable, s.stableChanged
+		advancedAt, batchAt := s.stableAt, s.stableBatchAt
 		view, _ := s.seq.View()
 		s.mu.Unlock()
 		if leads && (stable != sent || time.Since(last) >= stableResend) {
 			ctx, cancel := context.WithTimeout(s.ctx, callTimeout)
 			if shards, err := table.get(ctx, s); err == nil {
 				s.tellStable(ctx, shards, &pb.StableRequest{ClusterId: s.cfg.ClusterID, View: view, StableGp: stable})
+				if stable != sent {
+					stagetime.Since(stagetime.LazyStableSend, advancedAt)
+					stagetime.Since(stagetime.LazyOrderToStable, batchAt)
+				}
 				sent, last = stable, time.Now()
 			}
 			cancel()

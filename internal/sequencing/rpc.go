@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +12,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // ackStream is the sending side of one client's Append stream. The
@@ -79,9 +81,11 @@ func (s *Server) Append(stream pb.Sequencing_AppendServer) error {
 		if err := s.checkCluster(req.GetClusterId()); err != nil {
 			return err
 		}
+		at := stagetime.Now()
 		if err := acks.send(s.take(req, acks)); err != nil {
 			return err
 		}
+		stagetime.Since(stagetime.LazySeqTake, at)
 	}
 }
 
@@ -105,6 +109,9 @@ func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream) *pb.SeqAppendRe
 			ack.Message = err.Error()
 		} else if req.GetWantPosition() && leads {
 			s.waiters[id] = acks
+		}
+		if err == nil && leads && s.waitingSince.IsZero() {
+			s.waitingSince = stagetime.Now()
 		}
 		resp.Acks = append(resp.Acks, ack)
 	}
@@ -240,6 +247,8 @@ func (s *Server) startViewLocked(req *pb.StartViewRequest) error {
 	s.config = st
 	if req.GetOrdered() > s.stable {
 		s.stable = req.GetOrdered()
+		// Not the orderer's advance: nothing to time.
+		s.stableAt, s.stableBatchAt = time.Time{}, time.Time{}
 		close(s.stableChanged)
 		s.stableChanged = make(chan struct{})
 	}

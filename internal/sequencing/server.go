@@ -106,6 +106,11 @@ type Server struct {
 	// lastGC is the batch collected last, whose appenders learn their
 	// positions once stable-gp covers it.
 	lastGC *lazy.GC
+	// When the bench times stages: waitingSince is when the first record
+	// the leader has not taken into a batch yet arrived; stableAt when
+	// stable last advanced, and stableBatchAt when the batch it covers
+	// was taken.
+	waitingSince, stableAt, stableBatchAt time.Time
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn
