@@ -21,10 +21,19 @@ const stableResend = 100 * time.Millisecond
 // messages before it sends what is missing again.
 const orderResend = 200 * time.Millisecond
 
+// orderCheck is how often the order loop looks for answers overdue
+// (orderResend) and for a change of view or leadership.
+const orderCheck = 20 * time.Millisecond
+
 // orderLoop runs the leader's background ordering: it owns the view's
 // lazy.Orderer, feeds it the ring's front and the answers of shards and
 // followers, and carries out what it asks. The calls go out on their own
 // goroutines and come back through answers.
+//
+// Batches go out as a group commit: the records that waited while a
+// batch was in flight go out as the next batch as soon as that one is
+// stable, and an idle leader is woken by the first record that arrives
+// (take); BatchInterval is the least time between two batches' starts.
 func (s *Server) orderLoop() {
 	var (
 		o       *lazy.Orderer
@@ -35,21 +44,30 @@ func (s *Server) orderLoop() {
 		// When stages are timed: the batch in flight was taken at
 		// pickedAt, its mapping or GC round began at roundAt.
 		pickedAt, roundAt time.Time
+		// lastBatch is when the last batch went out; spacing wakes the
+		// loop when BatchInterval has passed since.
+		lastBatch time.Time
+		spacing   = time.NewTimer(time.Hour)
 	)
-	tick := time.NewTicker(s.cfg.BatchInterval)
-	defer tick.Stop()
+	spacing.Stop()
+	check := time.NewTicker(orderCheck)
+	defer check.Stop()
 	for {
 		var answer func(*lazy.Orderer) lazy.OrdererOutput
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-tick.C:
+		case <-check.C:
+		case <-s.orderKick:
+		case <-spacing.C:
 		case answer = <-answers:
 		}
 		s.mu.Lock()
 		leads := s.leadsLocked()
 		view, _ := s.seq.View()
 		if !leads {
+			// A record taken once this replica leads wakes the loop.
+			s.orderIdle = true
 			s.mu.Unlock()
 			o = nil
 			continue
@@ -68,13 +86,36 @@ func (s *Server) orderLoop() {
 			continue
 		}
 		var out lazy.OrdererOutput
-		switch {
-		case answer != nil:
+		if answer != nil {
 			out = answer(o)
+			if out.Map != nil || out.GC != nil {
+				sentAt = time.Now()
+			}
+			if out.GC != nil {
+				stagetime.Since(stagetime.LazyMapRound, roundAt)
+				roundAt = stagetime.Now()
+			}
+			if out.Stable != nil {
+				stagetime.Since(stagetime.LazyGCRound, roundAt)
+				s.mu.Lock()
+				s.stableAt, s.stableBatchAt = stagetime.Now(), pickedAt
+				s.mu.Unlock()
+			}
+			s.carry(o, out, shards, answers)
+			out = lazy.OrdererOutput{}
+		}
+		switch {
 		case !o.Busy():
+			if wait := s.cfg.BatchInterval - time.Since(lastBatch); wait > 0 {
+				spacing.Reset(wait)
+				continue
+			}
 			s.mu.Lock()
 			batch := s.seq.Unordered(o.BatchMax())
 			waited := s.waitingSince
+			// With nothing to order, the next record taken wakes the
+			// loop.
+			s.orderIdle = len(batch) == 0
 			if len(batch) > 0 {
 				s.waitingSince = time.Time{}
 			}
@@ -82,8 +123,6 @@ func (s *Server) orderLoop() {
 			if len(batch) == 0 {
 				continue
 			}
-			stagetime.Since(stagetime.LazyRingWait, waited)
-			pickedAt, roundAt = stagetime.Now(), stagetime.Now()
 			if unknown := unknownShard(batch, shards); unknown != nil {
 				// A record of a shard the cached table does not have yet
 				// (just added): its primary must place it, so read the
@@ -97,23 +136,16 @@ func (s *Server) orderLoop() {
 				s.log.Error("sequencing: order", "err", err)
 				continue
 			}
-		case time.Since(sentAt) >= orderResend:
+			lastBatch = time.Now()
+			stagetime.Since(stagetime.LazyRingWait, waited)
+			pickedAt, roundAt = stagetime.Now(), stagetime.Now()
+		case answer == nil && time.Since(sentAt) >= orderResend:
 			out = o.Pending()
 		default:
 			continue
 		}
 		if out.Map != nil || out.GC != nil {
 			sentAt = time.Now()
-		}
-		if answer != nil && out.GC != nil {
-			stagetime.Since(stagetime.LazyMapRound, roundAt)
-			roundAt = stagetime.Now()
-		}
-		if answer != nil && out.Stable != nil {
-			stagetime.Since(stagetime.LazyGCRound, roundAt)
-			s.mu.Lock()
-			s.stableAt, s.stableBatchAt = stagetime.Now(), pickedAt
-			s.mu.Unlock()
 		}
 		s.carry(o, out, shards, answers)
 	}

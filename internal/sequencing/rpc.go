@@ -113,6 +113,13 @@ func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream) *pb.SeqAppendRe
 		if err == nil && leads && s.waitingSince.IsZero() {
 			s.waitingSince = stagetime.Now()
 		}
+		if err == nil && leads && s.orderIdle {
+			s.orderIdle = false
+			select {
+			case s.orderKick <- struct{}{}:
+			default:
+			}
+		}
 		resp.Acks = append(resp.Acks, ack)
 	}
 	resp.View, _ = s.seq.View()
