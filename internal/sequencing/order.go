@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
@@ -339,11 +338,56 @@ func (s *Server) collectOn(ctx context.Context, f *pb.SequencingReplica, req *pb
 }
 
 // stableLoop tells every shard replica stable-gp whenever it advances, and
-// again every stableResend.
+// again every stableResend: one sender per replica, so a slow or dead
+// replica delays nobody else's news. It follows the shard table, starting
+// senders for replicas that join and stopping those of replicas that
+// left.
 func (s *Server) stableLoop() {
 	var table shardTable
-	sent := uint64(0)
-	last := time.Time{}
+	senders := map[string]context.CancelFunc{}
+	defer func() {
+		for _, stop := range senders {
+			stop()
+		}
+	}()
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, callTimeout)
+		shards, err := table.get(ctx, s)
+		cancel()
+		if err == nil {
+			live := map[string]bool{}
+			for _, sh := range shards {
+				for _, r := range sh.GetReplicas() {
+					live[r.GetAddr()] = true
+				}
+			}
+			for addr := range live {
+				if senders[addr] == nil {
+					ctx, stop := context.WithCancel(s.ctx)
+					senders[addr] = stop
+					s.wg.Go(func() { s.stableSender(ctx, addr) })
+				}
+			}
+			for addr, stop := range senders {
+				if !live[addr] {
+					stop()
+					delete(senders, addr)
+				}
+			}
+		}
+		if !s.sleep(stableResend) {
+			return
+		}
+	}
+}
+
+// stableSender tells the shard server at addr stable-gp while this
+// replica leads: as soon as it advances (after the call in flight, if
+// any; it never waits for another server's answer), and again every
+// stableResend, until ctx ends.
+func (s *Server) stableSender(ctx context.Context, addr string) {
+	var sent, sentView uint64
+	var last time.Time
 	for {
 		s.mu.Lock()
 		leads := s.leadsLocked()
@@ -351,21 +395,22 @@ func (s *Server) stableLoop() {
 		advancedAt, batchAt := s.stableAt, s.stableBatchAt
 		view, _ := s.seq.View()
 		s.mu.Unlock()
-		if leads && (stable != sent || time.Since(last) >= stableResend) {
-			ctx, cancel := context.WithTimeout(s.ctx, callTimeout)
-			if shards, err := table.get(ctx, s); err == nil {
-				s.tellStable(ctx, shards, &pb.StableRequest{ClusterId: s.cfg.ClusterID, View: view, StableGp: stable})
-				if stable != sent {
-					stagetime.Since(stagetime.LazyStableSend, advancedAt)
-					stagetime.Since(stagetime.LazyOrderToStable, batchAt)
-				}
-				sent, last = stable, time.Now()
-			}
+		if leads && (stable != sent || view != sentView || time.Since(last) >= stableResend) {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			err := s.tellStable(cctx, addr, &pb.StableRequest{ClusterId: s.cfg.ClusterID, View: view, StableGp: stable})
 			cancel()
+			if err != nil {
+				s.log.Debug("sequencing: tell stable-gp", "server", addr, "err", err)
+			} else if stable != sent {
+				stagetime.Since(stagetime.LazyStableSend, advancedAt)
+				stagetime.Since(stagetime.LazyOrderToStable, batchAt)
+			}
+			// A failed call is repeated with the next news or resend.
+			sent, sentView, last = stable, view, time.Now()
 		}
 		t := time.NewTimer(stableResend)
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-changed:
@@ -375,23 +420,15 @@ func (s *Server) stableLoop() {
 	}
 }
 
-// tellStable sends stable-gp to every replica of every shard, without
-// waiting for stragglers beyond ctx.
-func (s *Server) tellStable(ctx context.Context, shards []*pb.ShardInfo, req *pb.StableRequest) {
-	var addrs []string
-	for _, sh := range shards {
-		for _, r := range sh.GetReplicas() {
-			addrs = append(addrs, r.GetAddr())
-		}
-	}
-	_ = s.onEach(ctx, len(addrs), func(ctx context.Context, i int) error {
-		cc, err := s.conn(addrs[i])
-		if err != nil {
-			return err
-		}
-		_, err = pb.NewLazyShardClient(cc).Stable(ctx, req)
+// tellStable sends stable-gp to the shard server at addr, which applies it
+// to every lazy shard it holds.
+func (s *Server) tellStable(ctx context.Context, addr string, req *pb.StableRequest) error {
+	cc, err := s.conn(addr)
+	if err != nil {
 		return err
-	})
+	}
+	_, err = pb.NewLazyShardClient(cc).Stable(ctx, req)
+	return err
 }
 
 // shardTable caches the cluster's shard table, as the ordering layer
@@ -438,20 +475,4 @@ func (s *Server) orderingStatus(ctx context.Context) (*pb.StatusResponse, error)
 // while it leads.
 func (s *Server) controlLoop() {
 	s.stableLoop()
-}
-
-// onEach runs fn for 0..n-1 in parallel and returns the first error.
-func (s *Server) onEach(ctx context.Context, n int, fn func(context.Context, int) error) error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { errs[i] = fn(ctx, i) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -91,12 +91,12 @@ const (
 	// LazyGCRound: every shard held a batch until every sequencing
 	// replica collected it.
 	LazyGCRound
-	// LazyStableSend: stable-gp advanced at the leader until every shard
-	// replica answered that it learned it.
+	// LazyStableSend: stable-gp advanced at the leader until a shard
+	// server answered that it learned it (one pass per server).
 	LazyStableSend
-	// LazyOrderToStable: a batch was taken from the ring until every
-	// shard replica learned the stable-gp that covers it (the map and GC
-	// rounds and the stable send, with the waits between them).
+	// LazyOrderToStable: a batch was taken from the ring until a shard
+	// server learned the stable-gp that covers it (the map and GC rounds
+	// and the stable send, with the waits between them).
 	LazyOrderToStable
 	stageCount
 )
