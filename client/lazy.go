@@ -207,7 +207,7 @@ func (c *Client) lazyStream(addr string, meta bool) *lazyConn {
 	if lc, ok := c.lazyConns[key]; ok && !lc.isFailed() {
 		return lc
 	}
-	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, sentViews: map[uint64][]uint64{}, broken: make(chan struct{})}
+	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, queued: map[uint64]int{}, sentViews: map[uint64][]uint64{}, broken: make(chan struct{})}
 	if c.lazyConns == nil {
 		c.lazyConns = map[lazyKey]*lazyConn{}
 	}
@@ -232,7 +232,10 @@ type lazyConn struct {
 
 	mu    sync.Mutex
 	queue []*lazyOp
-	ops   map[uint64]*lazyOp
+	// queued counts each op's entries in queue, by sequence number, so
+	// an answer need not scan the queue.
+	queued map[uint64]int
+	ops    map[uint64]*lazyOp
 	// sentViews are the views of each op's unanswered sends, oldest
 	// first: answers of one stream come in order, so an answer about a
 	// view the op has left since (it was sent again in a newer one) is
@@ -271,6 +274,7 @@ func (lc *lazyConn) enqueue(o *lazyOp) {
 	}
 	lc.ops[o.seq] = o
 	lc.queue = append(lc.queue, o)
+	lc.queued[o.seq]++
 	lc.flushLocked()
 }
 
@@ -314,7 +318,7 @@ func (lc *lazyConn) run() {
 	lc.mu.Lock()
 	lc.failed = true
 	ops := lc.ops
-	lc.ops, lc.queue = nil, nil
+	lc.ops, lc.queue, lc.queued = nil, nil, nil
 	lc.mu.Unlock()
 	c := lc.c
 	select {
@@ -485,6 +489,11 @@ func (lc *lazyConn) nextBatchLocked() []*lazyOp {
 	}
 	batch := lc.queue[:n:n]
 	lc.queue = lc.queue[n:]
+	for _, o := range batch {
+		if lc.queued[o.seq]--; lc.queued[o.seq] <= 0 {
+			delete(lc.queued, o.seq)
+		}
+	}
 	return batch
 }
 
@@ -520,12 +529,7 @@ func (lc *lazyConn) answeredLocked(seq uint64, keep bool) (*lazyOp, uint64) {
 }
 
 func (lc *lazyConn) queuedLocked(o *lazyOp) bool {
-	for _, q := range lc.queue {
-		if q == o {
-			return true
-		}
-	}
-	return false
+	return lc.queued[o.seq] > 0
 }
 
 // stale says an answer about view is for a send o has since left: o went
