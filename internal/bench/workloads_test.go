@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/internal/config"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 func params(t *testing.T, workload string) Params {
@@ -385,6 +386,29 @@ func TestSmoke(t *testing.T) {
 		for _, f := range []string{"matrix.svg", "matrix.png"} {
 			if st, err := os.Stat(filepath.Join(o.Out, f)); err != nil || st.Size() == 0 {
 				t.Fatalf("%s: %v", f, err)
+			}
+		}
+	})
+	t.Run("lazy-reads --stages", func(t *testing.T) {
+		p := smokeParams(t, "lazy-reads")
+		p.Stages = true
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		rep, err := Run(ctx, "lazy-reads", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rep.Points[0].Results[0]
+		if len(r.LazyReads) != len(lazyReadLags) {
+			t.Fatalf("%d reader figures, want one per lag (%d)", len(r.LazyReads), len(lazyReadLags))
+		}
+		// The breakdown of stable-gp's lag: every stage of a batch's way
+		// to the shards was timed.
+		for _, stage := range []stagetime.Stage{stagetime.LazyAppendData, stagetime.LazyAppendMeta, stagetime.LazyRingWait,
+			stagetime.LazyMapRound, stagetime.LazyPlacePrimary, stagetime.LazyPlaceBackups, stagetime.LazyGCRound,
+			stagetime.LazyStableSend, stagetime.LazyOrderToStable} {
+			if r.StagesUS[stage.String()].Count == 0 {
+				t.Errorf("stage %s not timed; stages_us: %v", stage, r.StagesUS)
 			}
 		}
 	})
