@@ -93,6 +93,17 @@ func (lazyReadsWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 	payload, _ := filler(p.Seed, p.RecordBytes)
 	var acked, failed atomic.Int64
 	var wg sync.WaitGroup
+	if p.Stages && e.Target.Embedded != nil {
+		// Time the stages of stable-gp's lag over the window.
+		wg.Go(func() {
+			if sleepUntil(runCtx, warmEnd) != nil {
+				return
+			}
+			stagetime.Start()
+			_ = sleepUntil(runCtx, end)
+			stagetime.Stop()
+		})
+	}
 	sched := Schedule{Start: start, Rate: p.Rate}
 	for i := range p.Clients {
 		cl, err := dial()
@@ -173,17 +184,6 @@ func (lazyReadsWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 					r.fast++
 				}
 			}
-		})
-	}
-	if p.Stages && e.Target.Embedded != nil {
-		// Time the stages of stable-gp's lag over the window.
-		wg.Go(func() {
-			if sleepUntil(runCtx, warmEnd) != nil {
-				return
-			}
-			stagetime.Start()
-			_ = sleepUntil(runCtx, end)
-			stagetime.Stop()
 		})
 	}
 	wg.Wait()
