@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -12,6 +13,7 @@ import (
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // ackStream is the sending side of one client's Append stream. The
@@ -86,9 +88,11 @@ func (s *Server) Append(stream pb.Sequencing_AppendServer) error {
 				unknown = append(unknown, m.GetShard())
 			}
 		}
+		at := stagetime.Now()
 		if err := acks.send(s.take(req, acks, unknown)); err != nil {
 			return err
 		}
+		stagetime.Since(stagetime.LazySeqTake, at)
 	}
 }
 
@@ -115,6 +119,16 @@ func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream, unknown []uint3
 			ack.Message = err.Error()
 		} else if req.GetWantPosition() && leads {
 			s.waiters[id] = acks
+		}
+		if err == nil && leads && s.waitingSince.IsZero() {
+			s.waitingSince = stagetime.Now()
+		}
+		if err == nil && leads && s.orderIdle {
+			s.orderIdle = false
+			select {
+			case s.orderKick <- struct{}{}:
+			default:
+			}
 		}
 		resp.Acks = append(resp.Acks, ack)
 	}
@@ -266,6 +280,8 @@ func (s *Server) startViewLocked(req *pb.StartViewRequest) error {
 	s.startShards = cut.ShardID(req.GetShardsNext())
 	if req.GetOrdered() > s.stable {
 		s.stable = req.GetOrdered()
+		// Not the orderer's advance: nothing to time.
+		s.stableAt, s.stableBatchAt = time.Time{}, time.Time{}
 		close(s.stableChanged)
 		s.stableChanged = make(chan struct{})
 	}

@@ -104,3 +104,35 @@ func TestFullRingPushesBack(t *testing.T) {
 		t.Fatalf("64th and 65th of a 64-entry ring: %v, %v", got[63], got[64])
 	}
 }
+
+// The leader orders as a group commit: an order loop that found nothing
+// to order waits for the first record taken, which wakes it once; records
+// taken while a batch is in flight (the loop is not idle) wake nothing,
+// and neither do records a follower takes.
+func TestFirstRecordWakesAnIdleLeader(t *testing.T) {
+	s := newTestServer(t, "q1")
+	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, 8), done: make(chan struct{})}
+	startView(t, s, 1, 0, "q1", "q2")
+	s.take(meta(1, 1), acks, nil)
+	if len(s.orderKick) != 0 {
+		t.Fatal("a record taken while the order loop is busy woke it")
+	}
+	s.orderIdle = true
+	s.take(meta(1, 2), acks, nil)
+	if len(s.orderKick) != 1 || s.orderIdle {
+		t.Fatalf("the first record after the loop went idle: kicks %d, idle %v; want 1 kick, not idle", len(s.orderKick), s.orderIdle)
+	}
+	<-s.orderKick
+	s.take(meta(1, 3), acks, nil)
+	if len(s.orderKick) != 0 {
+		t.Fatal("a second record woke the loop again before it looked")
+	}
+
+	f := newTestServer(t, "q2")
+	startView(t, f, 1, 0, "q1", "q2")
+	f.orderIdle = true
+	f.take(meta(1, 1), acks, nil)
+	if len(f.orderKick) != 0 {
+		t.Fatal("a follower's record woke its order loop")
+	}
+}
