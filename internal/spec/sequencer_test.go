@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -66,6 +67,9 @@ func (c *cluster) report(shard cut.ShardID, length, records uint64) {
 func testConfig() Config {
 	cfg := DefaultConfig(tord)
 	cfg.SuspectAfter = 50 * tord
+	// These tests drive fix-ante at a record or so per cut; the eager
+	// fallback has its own (TestEagerFallback...).
+	cfg.EagerAbove = 0
 	return cfg
 }
 
@@ -645,5 +649,44 @@ func TestReportTimes(t *testing.T) {
 		if got, ok := full.at(c.length); ok != c.ok || !got.Equal(c.want) {
 			t.Errorf("wrapped ring: at(%d) = %v, %v; want %v, %v", c.length, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// TestFillsPerRecord checks the estimate the eager fallback judges by: a
+// record's cut needs a fill from every other shard that has no record for
+// it (Poisson), so one shard needs none, two at ln 2 records per interval
+// need half a fill, and four at an eighth of a record need almost three.
+func TestFillsPerRecord(t *testing.T) {
+	for _, c := range []struct {
+		rates []float64
+		want  float64
+	}{
+		{[]float64{0.1}, 0},
+		{[]float64{math.Ln2, math.Ln2}, 0.5},
+		{[]float64{0.125, 0.125, 0.125, 0.125}, 3 * math.Exp(-0.125)},
+		// A shard without records adds a fill to every other's cut.
+		{[]float64{1, 0}, 1},
+	} {
+		if got := fillsPerRecord(c.rates); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("fillsPerRecord(%v) = %v, want %v", c.rates, got, c.want)
+		}
+	}
+}
+
+// TestOneShardNeverFallsBack checks that a sparse single shard keeps its
+// windows: its cuts need no fills from anybody.
+func TestOneShardNeverFallsBack(t *testing.T) {
+	cfg := testConfig()
+	cfg.EagerAbove = EagerAboveDefault
+	c := newCluster(t, 1, 10, cfg)
+	c.plan()
+	c.report(0, 0, 0)
+	for k := uint64(1); k <= 5; k++ {
+		c.now = c.now.Add(tord)
+		c.report(0, k, k/5)
+		c.release()
+	}
+	if w, ok := c.seq.PlanWindow(c.now); !ok || w.Fallback {
+		t.Fatalf("planned %+v %v at one record in five intervals, want a window", w, ok)
 	}
 }
