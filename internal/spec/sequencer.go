@@ -67,10 +67,13 @@ func DefaultConfig(t time.Duration) Config {
 	}
 }
 
-// EagerAboveDefault is the default Config.EagerAbove: half a fill per
-// record. Two shards fall back below about 0.7 records per shard per
-// interval, four below 1.8, eight below 2.6 (see fillsPerRecord).
-const EagerAboveDefault = 0.5
+// EagerAboveDefault is the default Config.EagerAbove: 0.3 fills per
+// record. Two shards fall back below about 1.2 records per shard per
+// interval, four below 2.3, eight below 3.2 (see fillsPerRecord): in
+// bench spec-matrix, two shards at one record per shard per interval and
+// four at two made speculative appends 1.4-3.3x eager's and end-to-end
+// latency no better.
+const EagerAboveDefault = 0.3
 
 // stage is where a shard stands in straggler mitigation.
 type stage int
