@@ -239,14 +239,14 @@ func TestSpecEagerFallback(t *testing.T) {
 	if w.st.LastCut.Index != 11 || w.st.LastCut.Len(1) != 11 || w.st.LastCut.Len(0) != 10 {
 		t.Fatalf("last cut %+v, want shard 1 at 11 in cut 11", w.st.LastCut)
 	}
-	// Three records per shard per interval: fills are rare again.
+	// Four records per shard per interval: fills are rare again.
 	// The eager cuts proposed meanwhile commit after the window.
 	var window *control.WindowCommand
 	var late []control.Command
 	for k := uint64(1); k <= 10 && window == nil; k++ {
 		w.after(tord)
 		for id := range cut.ShardID(4) {
-			report(id, 11+3*k, 3*k)
+			report(id, 11+4*k, 4*k)
 		}
 		for _, c := range w.l.Step(w.now).Propose {
 			if c.Window != nil {

@@ -741,7 +741,11 @@ func (q *Sequencer) Eager() bool {
 // than plan a window. It needs rates measured over half a window at least;
 // until then, and over a stretch without records, the leader keeps what it
 // does (speculation on a fresh cluster). A stretch it judged restarts the
-// measurement, so that the next judgement is on recent rates.
+// measurement, so that the next judgement is on recent rates. Once fallen
+// back, it speculates again only below half of Config.EagerAbove: rates
+// that wobble around the threshold would otherwise switch at every
+// judgement, and each switch back costs a window of fills while the
+// quotas settle.
 func (q *Sequencer) eager(now time.Time) bool {
 	keep := q.st.Spec.Fallback
 	if q.cfg.EagerAbove <= 0 {
@@ -766,7 +770,11 @@ func (q *Sequencer) eager(now time.Time) bool {
 	if total == 0 {
 		return keep
 	}
-	if fillsPerRecord(rates) <= q.cfg.EagerAbove {
+	limit := q.cfg.EagerAbove
+	if keep {
+		limit /= 2
+	}
+	if fillsPerRecord(rates) <= limit {
 		return false
 	}
 	for _, v := range q.shards {

@@ -690,3 +690,54 @@ func TestOneShardNeverFallsBack(t *testing.T) {
 		t.Fatalf("planned %+v %v at one record in five intervals, want a window", w, ok)
 	}
 }
+
+// TestFallbackHysteresis checks that the leader falls back to eager cuts
+// above EagerAbove fills per record but speculates again only below half
+// of it: two shards at one record per interval (0.37 fills) fall back, at
+// 1.6 (0.20) they stay eager, at 2.6 (0.07) a window is planned again.
+func TestFallbackHysteresis(t *testing.T) {
+	cfg := testConfig()
+	cfg.EagerAbove = EagerAboveDefault
+	c := newCluster(t, 2, 10, cfg)
+	c.plan()
+	c.report(0, 0, 0)
+	c.report(1, 0, 0)
+	var records uint64
+	stretch := func(perInterval float64) {
+		for range 5 {
+			c.now = c.now.Add(tord)
+		}
+		records += uint64(perInterval * 5)
+	}
+	stretch(1)
+	for id := range cut.ShardID(2) {
+		c.report(id, 5, records)
+	}
+	c.release()
+	w, ok := c.seq.PlanWindow(c.now)
+	if !ok || !w.Fallback {
+		t.Fatalf("planned %+v %v at one record per shard per interval, want the fallback", w, ok)
+	}
+	c.apply(control.Command{Window: w})
+	for id := range cut.ShardID(2) {
+		c.report(id, 10, records)
+	}
+	c.release()
+	if !c.seq.Eager() {
+		t.Fatal("not eager once the window is released")
+	}
+	stretch(1.6)
+	for id := range cut.ShardID(2) {
+		c.report(id, 10, records)
+	}
+	if w, ok := c.seq.PlanWindow(c.now); ok {
+		t.Fatalf("planned %+v at 0.2 fills per record: the fallback must hold above half the threshold", w)
+	}
+	stretch(2.6)
+	for id := range cut.ShardID(2) {
+		c.report(id, 10, records)
+	}
+	if w, ok := c.seq.PlanWindow(c.now); !ok || w.Fallback {
+		t.Fatalf("planned %+v %v at 0.07 fills per record, want a window", w, ok)
+	}
+}
