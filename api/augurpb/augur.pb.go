@@ -2932,12 +2932,15 @@ func (x *Window) GetQuotas() []*Quota {
 
 // SpecState is the fix-ante state of a cluster in speculative mode.
 type SpecState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	View          uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
-	ConfirmedGp   uint64                 `protobuf:"varint,2,opt,name=confirmed_gp,json=confirmedGp,proto3" json:"confirmed_gp,omitempty"`
-	Windows       []*Window              `protobuf:"bytes,3,rep,name=windows,proto3" json:"windows,omitempty"`
-	Void          []*ViewChange          `protobuf:"bytes,4,rep,name=void,proto3" json:"void,omitempty"`
-	WindowCuts    uint64                 `protobuf:"varint,5,opt,name=window_cuts,json=windowCuts,proto3" json:"window_cuts,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	View        uint64                 `protobuf:"varint,1,opt,name=view,proto3" json:"view,omitempty"`
+	ConfirmedGp uint64                 `protobuf:"varint,2,opt,name=confirmed_gp,json=confirmedGp,proto3" json:"confirmed_gp,omitempty"`
+	Windows     []*Window              `protobuf:"bytes,3,rep,name=windows,proto3" json:"windows,omitempty"`
+	Void        []*ViewChange          `protobuf:"bytes,4,rep,name=void,proto3" json:"void,omitempty"`
+	WindowCuts  uint64                 `protobuf:"varint,5,opt,name=window_cuts,json=windowCuts,proto3" json:"window_cuts,omitempty"`
+	// fallback says the leader falls back to eager cuts once the announced
+	// windows are released, until it announces the next one.
+	Fallback      bool `protobuf:"varint,6,opt,name=fallback,proto3" json:"fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3005,6 +3008,13 @@ func (x *SpecState) GetWindowCuts() uint64 {
 		return x.WindowCuts
 	}
 	return 0
+}
+
+func (x *SpecState) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
 }
 
 type WatchRequest struct {
@@ -6918,14 +6928,15 @@ const file_augur_proto_rawDesc = "" +
 	"\x04cuts\x18\x03 \x01(\x04R\x04cuts\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x16\n" +
 	"\x06groups\x18\x05 \x01(\rR\x06groups\x12'\n" +
-	"\x06quotas\x18\x06 \x03(\v2\x0f.augur.v1.QuotaR\x06quotas\"\xb9\x01\n" +
+	"\x06quotas\x18\x06 \x03(\v2\x0f.augur.v1.QuotaR\x06quotas\"\xd5\x01\n" +
 	"\tSpecState\x12\x12\n" +
 	"\x04view\x18\x01 \x01(\x04R\x04view\x12!\n" +
 	"\fconfirmed_gp\x18\x02 \x01(\x04R\vconfirmedGp\x12*\n" +
 	"\awindows\x18\x03 \x03(\v2\x10.augur.v1.WindowR\awindows\x12(\n" +
 	"\x04void\x18\x04 \x03(\v2\x14.augur.v1.ViewChangeR\x04void\x12\x1f\n" +
 	"\vwindow_cuts\x18\x05 \x01(\x04R\n" +
-	"windowCuts\"^\n" +
+	"windowCuts\x12\x1a\n" +
+	"\bfallback\x18\x06 \x01(\bR\bfallback\"^\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +

@@ -593,6 +593,9 @@ func (r *emuRun) checkShards(shards []*pb.ShardInfo) error {
 func (r *emuRun) setWindows(sp *control.Spec, now time.Time) {
 	ws := sp.Windows
 	key := [4]uint64{uint64(len(ws)), sp.View}
+	if sp.Eager() {
+		key[2] = 1 // no window: the indexes below stay 0
+	}
 	if len(ws) > 0 {
 		key[2], key[3] = ws[0].Index, ws[len(ws)-1].Index
 		if now.Before(r.end) {
@@ -604,6 +607,7 @@ func (r *emuRun) setWindows(sp *control.Spec, now time.Time) {
 	}
 	r.winKey = key
 	for _, s := range r.list {
+		s.eager.Store(sp.Eager())
 		s.windows.Store(&ws)
 		select {
 		case s.winCh <- struct{}{}:
@@ -673,6 +677,7 @@ type emuShard struct {
 	// the shard's goroutine alone uses outside the core.
 	spec    *shard.Speculative
 	windows atomic.Pointer[[]fixante.Window]
+	eager   atomic.Bool
 	winCh   chan struct{}
 	lagCh   chan uint64
 	errCh   chan streamErr
@@ -836,7 +841,7 @@ func (s *emuShard) run(ctx context.Context) {
 		case <-s.winCh:
 			if s.spec != nil {
 				s.mu.Lock()
-				s.spec.SetWindows(*s.windows.Load())
+				s.spec.SetWindows(*s.windows.Load(), s.eager.Load())
 				s.mu.Unlock()
 			}
 		}

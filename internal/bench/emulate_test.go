@@ -25,7 +25,7 @@ func TestEmuShardOrdersThroughTheCore(t *testing.T) {
 	r := &emuRun{spec: true, clusterMode: mode.Spec{FillAfter: time.Hour, IdleAfter: time.Hour}}
 	s := newEmuShard(r, 0, 1)
 	s.start(id)
-	s.spec.SetWindows([]fixante.Window{{Cuts: 100, Groups: 1, Quotas: []fixante.Quota{{Shard: id, PerCut: 3}}}})
+	s.spec.SetWindows([]fixante.Window{{Cuts: 100, Groups: 1, Quotas: []fixante.Quota{{Shard: id, PerCut: 3}}}}, false)
 	now := time.Unix(1000, 0)
 	ingest := func(first, n uint64) {
 		var es []segment.Entry

@@ -135,6 +135,9 @@ type Cluster struct {
 	// for experiments.
 	NoLagFix      bool `yaml:"no_lag_fix,omitempty"`
 	NoQuotaChange bool `yaml:"no_quota_change,omitempty"`
+	// NoEagerFallback keeps speculative mode speculating where fills cost
+	// more than speculation saves (spec.Config.EagerAbove 0).
+	NoEagerFallback bool `yaml:"no_eager_fallback,omitempty"`
 	// StaggerAbove is, in speculative mode, the largest number of shards
 	// that share every cut; more are split into groups of at most this
 	// many, and cut j waits only for group j mod groups (staggered cuts).
@@ -469,6 +472,7 @@ func (c *Cluster) OrderingMode() (mode.Mode, error) {
 		StaggerAbove:     c.StaggerAbove,
 		NoLagFix:         c.NoLagFix,
 		NoQuotaChange:    c.NoQuotaChange,
+		NoEagerFallback:  c.NoEagerFallback,
 	})
 }
 

@@ -25,6 +25,11 @@ type Spec struct {
 	Windows []fixante.Window `json:"windows,omitempty"`
 	// NextWindow is the index the next created window takes.
 	NextWindow uint64 `json:"nextWindow"`
+	// Fallback says the leader plans no window for now (the rates made
+	// fills cost more than speculation saves, spec.Config.EagerAbove):
+	// once the announced windows are released, cuts are eager cuts of
+	// reported lengths (Eager) until the next window is announced.
+	Fallback bool `json:"fallback,omitempty"`
 	// Void lists the failed shards that held slots, oldest first; it is
 	// kept so that subscribers reading old positions learn the no-ops.
 	Void []Void `json:"void,omitempty"`
@@ -56,9 +61,13 @@ type ViewChange struct {
 
 // WindowCommand announces the next lease window. Only Shard, PerCut and
 // Group of each quota are read; the state fixes where the window starts.
+// Fallback instead announces no window: the leader falls back to eager
+// cuts once the announced windows are released (Spec.Fallback), until
+// the next window.
 type WindowCommand struct {
-	Quotas []fixante.Quota `json:"q"`
-	Groups int             `json:"g"`
+	Quotas   []fixante.Quota `json:"q"`
+	Groups   int             `json:"g"`
+	Fallback bool            `json:"fallback,omitempty"`
 }
 
 // NewSpec returns the state of a fresh cluster in speculative mode with
@@ -79,6 +88,12 @@ func (sp *Spec) Window(index uint64) (fixante.Window, bool) {
 	return fixante.Window{}, false
 }
 
+// Eager reports whether cuts are eager cuts of reported lengths now: the
+// leader fell back (Fallback) and the announced windows are released.
+// Windows that run out without a fallback (every shard excluded, a slow
+// plan) leave the shards waiting for the next window as before.
+func (sp *Spec) Eager() bool { return sp.Fallback && len(sp.Windows) == 0 }
+
 // VoidOf returns the void record of shard, if it failed holding slots.
 func (sp *Spec) VoidOf(shard cut.ShardID) (Void, bool) {
 	for _, v := range sp.Void {
@@ -93,6 +108,13 @@ func (s *State) applyWindow(c WindowCommand) (*fixante.Window, error) {
 	sp := s.Spec
 	if sp == nil {
 		return nil, fmt.Errorf("control: window in eager mode")
+	}
+	if c.Fallback {
+		if sp.Fallback || len(c.Quotas) > 0 {
+			return nil, fmt.Errorf("control: fallback already on, or with quotas")
+		}
+		sp.Fallback = true
+		return nil, nil
 	}
 	if len(sp.Windows) >= 2 {
 		return nil, fmt.Errorf("control: next window already announced")
@@ -126,6 +148,7 @@ func (s *State) applyWindow(c WindowCommand) (*fixante.Window, error) {
 	}
 	sp.Windows = append(sp.Windows, w)
 	sp.NextWindow++
+	sp.Fallback = false
 	return &w, nil
 }
 
@@ -192,12 +215,20 @@ func (sp *Spec) holds(shard cut.ShardID) (fixante.Window, bool) {
 // meeting its quotas until the last announced window that holds it ends. A
 // failed shard that holds slots starts a new view: its slots after its
 // length in the last cut become no-ops, filled by the lowest live shard of
-// the windows.
-func (s *State) finalizeSpec(sh *Shard, failed bool) (*ViewChange, bool) {
+// the windows. A shard that holds no slots is stopped as in eager order
+// (with grace cuts while no window is announced).
+func (s *State) finalizeSpec(sh *Shard, grace uint64, failed bool) (*ViewChange, bool) {
 	sp := s.Spec
 	w, held := sp.holds(sh.ID)
 	if !held {
-		return nil, s.finalize(sh.ID, 0, failed)
+		if !sp.Eager() {
+			// Only a window that gives it a quota can order what it
+			// holds beyond the last cut.
+			grace = 0
+		}
+		// Between windows cuts are eager: a leaving shard gets its
+		// grace cuts as in eager order.
+		return nil, s.finalize(sh.ID, grace, failed)
 	}
 	if !failed {
 		if sh.State == Finalizing {

@@ -314,3 +314,57 @@ func TestSpecFailoverPromotesAConfirmedReplica(t *testing.T) {
 		t.Fatalf("after the primary failed: %+v, shard %+v; want a3 primary, a2 pending", ev, sh)
 	}
 }
+
+// TestSpecFallbackCutsEagerBetweenWindows checks the leader's fallback in
+// the replicated state: a cut of lengths commits nothing before the
+// fallback, nor while the announced windows last, and commits as an eager
+// cut once they are released; a shard that leaves then gets its grace
+// cuts; the next window starts at the last eager cut and ends the
+// fallback, after which cuts of lengths commit nothing again.
+func TestSpecFallbackCutsEagerBetweenWindows(t *testing.T) {
+	s := specTwoShards(t, 2)
+	lengths := func(a, b uint64) Command {
+		return Command{Cut: &CutCommand{Lengths: []cut.Length{{Shard: 0, Length: a}, {Shard: 1, Length: b}}}}
+	}
+	if _, ok := s.Apply(lengths(1, 1)); ok {
+		t.Fatal("a cut of lengths committed before any window")
+	}
+	mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}, fixante.Quota{Shard: 1, PerCut: 1}))
+	ev := mustApply(t, s, Command{Window: &WindowCommand{Fallback: true}})
+	if !ev.Fallback || !s.Spec.Fallback || s.Spec.Eager() {
+		t.Fatalf("fallback event %+v, state fallback %v eager %v: want the fallback, not yet eager", ev, s.Spec.Fallback, s.Spec.Eager())
+	}
+	if _, ok := s.Apply(Command{Window: &WindowCommand{Fallback: true}}); ok {
+		t.Fatal("a second fallback changed the state")
+	}
+	if _, ok := s.Apply(lengths(5, 5)); ok {
+		t.Fatal("a cut of lengths committed while a window is announced")
+	}
+	mustApply(t, s, release(s, 2))
+	if !s.Spec.Eager() {
+		t.Fatal("not eager once the announced window is released")
+	}
+	ev = mustApply(t, s, lengths(4, 2))
+	if ev.Cut == nil || ev.Cut.Index != 3 || ev.Cut.Len(0) != 4 || ev.Cut.Len(1) != 2 || ev.Cut.End != 6 {
+		t.Fatalf("eager cut %+v", ev.Cut)
+	}
+	mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 1, GraceCuts: 2}})
+	if sh := s.Shard(1); sh.State != Finalizing || sh.FinalCut != 5 {
+		t.Fatalf("leaving shard %+v, want finalizing until cut 5", *sh)
+	}
+	mustApply(t, s, Command{Cut: &CutCommand{Lengths: []cut.Length{{Shard: 1, Length: 3}}}})
+	ev = mustApply(t, s, Command{Cut: &CutCommand{Force: true}})
+	if sh := s.Shard(1); sh.State != Finalized || sh.FinalLength != 3 || !ev.MembershipChanged {
+		t.Fatalf("left shard %+v, want finalized at 3", *sh)
+	}
+	ev = mustApply(t, s, window(fixante.Quota{Shard: 0, PerCut: 1}))
+	if ev.Window.FirstCut != s.LastCut.Index+1 || ev.Window.Start != s.LastCut.End || ev.Window.Quotas[0].Base != 4 {
+		t.Fatalf("window %+v after last cut %+v", *ev.Window, s.LastCut)
+	}
+	if s.Spec.Fallback || s.Spec.Eager() {
+		t.Fatal("a window left the fallback on")
+	}
+	if _, ok := s.Apply(lengths(9, 3)); ok {
+		t.Fatal("a cut of lengths committed after the next window")
+	}
+}

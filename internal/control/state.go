@@ -140,10 +140,12 @@ type Command struct {
 
 // CutCommand proposes the next cut from reported lengths. Force asks for a
 // cut even when nothing grew, so finalizing shards reach their final cut.
-// In speculative mode only ReleaseThrough is read: it commits the
-// predetermined cuts up to that index, which the leader found satisfied; a
-// repeated or stale release (a proposal of an old leader) commits nothing
-// twice.
+// In speculative mode a non-zero ReleaseThrough commits the predetermined
+// cuts up to that index, which the leader found satisfied; a repeated or
+// stale release (a proposal of an old leader) commits nothing twice.
+// Lengths are read there only between windows (Spec.Eager, the leader's
+// eager fallback); a cut of lengths that finds a window announced commits
+// nothing.
 type CutCommand struct {
 	Lengths        []cut.Length `json:"l,omitempty"`
 	Force          bool         `json:"f,omitempty"`
@@ -275,6 +277,8 @@ type Event struct {
 	Cuts []cut.Cut
 	// LazyChanged says a new sequencing configuration was recorded.
 	LazyChanged bool
+	// Fallback says the leader fell back to eager cuts (Spec.Fallback).
+	Fallback bool
 }
 
 // Apply applies one committed command. It returns the event and whether the
@@ -283,13 +287,21 @@ type Event struct {
 func (s *State) Apply(c Command) (Event, bool) {
 	var ev Event
 	switch {
-	case c.Cut != nil && s.Spec != nil:
+	case c.Cut != nil && s.Spec != nil && c.Cut.ReleaseThrough > 0:
 		ev = s.applyReleases(c.Cut.ReleaseThrough)
+	case c.Cut != nil && s.Spec != nil:
+		// Between windows, a speculative cluster cuts as an eager one
+		// does (the leader's fallback where fills would cost more than
+		// speculation saves); once a window is announced, its
+		// predetermined cuts alone may follow.
+		if s.Spec.Eager() {
+			ev = s.applyCut(*c.Cut)
+		}
 	case c.Cut != nil:
 		ev = s.applyCut(*c.Cut)
 	case c.Window != nil:
 		if w, err := s.applyWindow(*c.Window); err == nil {
-			ev.Window = w
+			ev.Window, ev.Fallback = w, w == nil
 		}
 	case c.Register != nil:
 		ev = s.applyRegister(*c.Register)
@@ -309,7 +321,7 @@ func (s *State) Apply(c Command) (Event, bool) {
 	case c.SeqFlush != nil:
 		s.applySeqFlush(*c.SeqFlush)
 	}
-	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 && ev.Window == nil && !ev.LazyChanged {
+	if ev.Cut == nil && !ev.MembershipChanged && ev.Trim == 0 && ev.Window == nil && !ev.LazyChanged && !ev.Fallback {
 		return Event{}, false
 	}
 	if ev.MembershipChanged {
@@ -515,7 +527,7 @@ func (s *State) stop(id cut.ShardID, grace uint64, failed bool) (bool, *ViewChan
 	if s.Spec == nil {
 		return s.finalize(id, grace, failed), nil
 	}
-	v, changed := s.finalizeSpec(sh, failed)
+	v, changed := s.finalizeSpec(sh, grace, failed)
 	return changed, v
 }
 

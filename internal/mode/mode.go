@@ -72,6 +72,9 @@ type Params struct {
 	StaggerAbove int
 	// NoLagFix and NoQuotaChange turn those mechanisms off (spec).
 	NoLagFix, NoQuotaChange bool
+	// NoEagerFallback turns the leader's fallback to eager cuts off
+	// (spec).
+	NoEagerFallback bool
 }
 
 // kind is one registered mode.

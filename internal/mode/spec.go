@@ -53,6 +53,9 @@ func newSpec(p Params) (Mode, error) {
 	}
 	cfg := spec.DefaultConfig(p.OrderingInterval)
 	cfg.LagFix, cfg.QuotaChange = !p.NoLagFix, !p.NoQuotaChange
+	if p.NoEagerFallback {
+		cfg.EagerAbove = 0
+	}
 	cfg.StaggerAbove = p.StaggerAbove
 	if p.FailureTimeout > 0 {
 		cfg.SuspectAfter = p.FailureTimeout

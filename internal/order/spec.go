@@ -23,6 +23,9 @@ type Spec struct {
 	// released is the furthest release proposed: with several in flight,
 	// the next must reach further.
 	released uint64
+	// eager cuts between windows when the sequencer found fills too dear
+	// for the rates (spec.Config.EagerAbove).
+	eager *Eager
 }
 
 var _ Policy = (*Spec)(nil)
@@ -32,18 +35,27 @@ const windowSlot = "window"
 
 // NewSpec returns the speculative policy with cfg.
 func NewSpec(cfg spec.Config) *Spec {
-	return &Spec{cfg: cfg, seq: spec.NewSequencer(cfg), window: NewInflight(windowsInflightMax)}
+	return &Spec{cfg: cfg, seq: spec.NewSequencer(cfg), window: NewInflight(windowsInflightMax), eager: NewEager(cfg.Interval)}
 }
 
 // Observe implements Policy.
 func (p *Spec) Observe(st *control.State, now time.Time) {
 	p.st = st
 	p.seq.Observe(st, now)
+	p.eager.Observe(st, now)
+	if len(st.Spec.Windows) > 0 {
+		// An eager cut still in flight when a window was announced
+		// commits nothing: after the window, its lengths must be cut
+		// again.
+		p.eager.Forget()
+	}
 }
 
-// Report implements Policy; spec.Sequencer.Report says what is news.
+// Report implements Policy; spec.Sequencer.Report says what is news, and
+// between windows the eager policy too.
 func (p *Spec) Report(r Report, now time.Time) bool {
-	return p.seq.Report(r.Shard, r.Length, r.Records, r.Backlog, now)
+	news := p.seq.Report(r.Shard, r.Length, r.Records, r.Backlog, now)
+	return p.eager.Report(r, now) && p.seq.Eager() || news
 }
 
 // CutsInflightMax implements Policy.
@@ -61,7 +73,10 @@ func (p *Spec) Committed(cmd control.Command) bool {
 }
 
 // Forget implements Policy.
-func (p *Spec) Forget() { p.released = 0 }
+func (p *Spec) Forget() {
+	p.released = 0
+	p.eager.Forget()
+}
 
 // Step implements Policy.
 func (p *Spec) Step(now time.Time, free int) Plan {
@@ -77,6 +92,12 @@ func (p *Spec) Step(now time.Time, free int) Plan {
 	if through := last + p.seq.Releasable(now); through > max(last, p.released) && free > 0 {
 		p.released = through
 		plan.Propose = append(plan.Propose, control.Command{Cut: &control.CutCommand{ReleaseThrough: through}})
+	}
+	if p.seq.Eager() && len(plan.Propose) == 0 {
+		// Eager's at-once test counts its own bound of cuts in flight.
+		ep := p.eager.Step(now, free-(releasesInflightMax-cutsInflightMax))
+		plan.Propose, plan.Wake = ep.Propose, ep.Wake
+		return plan
 	}
 	plan.LagFixes = p.seq.LagFixes(now)
 	plan.Suspects = p.seq.Suspects(now)

@@ -177,3 +177,102 @@ func TestSpecLostSuspectFinalizeRetried(t *testing.T) {
 		t.Fatalf("finalized %v a failure timeout after the lost proposal, want shard 1 again", f)
 	}
 }
+
+// TestSpecEagerFallback checks the leader's fallback to eager cuts where
+// fills cost more than spec.Config.EagerAbove per record: at four shards
+// that share one record per ten intervals it plans no next window, cuts
+// the reported lengths as eager order does once the announced window is
+// released, and announces a window again, from the last eager cut on,
+// once the shards get records every interval; an eager cut that finds
+// that window committed changes nothing.
+func TestSpecEagerFallback(t *testing.T) {
+	w := newSpecWorld(t, 4, 10)
+	report := func(shard cut.ShardID, length, records uint64) {
+		w.l.Report(Report{Shard: shard, Epoch: 1, Length: length, Records: records}, w.now)
+	}
+	step := func() []control.Command {
+		var out []control.Command
+		for _, c := range w.l.Step(w.now).Propose {
+			w.cuts([]control.Command{c})
+			w.apply(c, true)
+			out = append(out, c)
+		}
+		return out
+	}
+	for id := range cut.ShardID(4) {
+		report(id, 0, 0)
+	}
+	// One record in ten intervals over four shards: the window's other
+	// slots are fills.
+	fallbacks := 0
+	for k := uint64(1); k <= 10; k++ {
+		w.after(tord)
+		for id := range cut.ShardID(4) {
+			records := uint64(0)
+			if id == 0 && k >= 3 {
+				records = 1
+			}
+			report(id, k, records)
+		}
+		for _, c := range step() {
+			switch {
+			case c.Window != nil && c.Window.Fallback:
+				fallbacks++
+			case c.Window != nil:
+				t.Fatalf("cut %d: a window planned at about 3 fills per record", k)
+			}
+		}
+	}
+	if fallbacks != 1 || !w.st.Spec.Eager() {
+		t.Fatalf("%d fallbacks proposed, eager %v; want one, and eager cuts", fallbacks, w.st.Spec.Eager())
+	}
+	if len(w.st.Spec.Windows) != 0 || w.st.LastCut.Index != 10 {
+		t.Fatalf("after the window: last cut %d, windows %+v", w.st.LastCut.Index, w.st.Spec.Windows)
+	}
+	// Between windows a report is cut at once, with its length alone.
+	w.after(tord)
+	report(1, 11, 0)
+	cmds := step()
+	if len(cmds) != 1 || cmds[0].Cut == nil || cmds[0].Cut.ReleaseThrough != 0 {
+		t.Fatalf("proposed %+v, want one eager cut", cmds)
+	}
+	if w.st.LastCut.Index != 11 || w.st.LastCut.Len(1) != 11 || w.st.LastCut.Len(0) != 10 {
+		t.Fatalf("last cut %+v, want shard 1 at 11 in cut 11", w.st.LastCut)
+	}
+	// Four records per shard per interval: fills are rare again.
+	// The eager cuts proposed meanwhile commit after the window.
+	var window *control.WindowCommand
+	var late []control.Command
+	for k := uint64(1); k <= 10 && window == nil; k++ {
+		w.after(tord)
+		for id := range cut.ShardID(4) {
+			report(id, 11+4*k, 4*k)
+		}
+		for _, c := range w.l.Step(w.now).Propose {
+			if c.Window != nil {
+				window = c.Window
+				w.apply(c, true)
+				continue
+			}
+			w.cuts([]control.Command{c})
+			late = append(late, c)
+		}
+	}
+	if window == nil {
+		t.Fatal("no window planned at three records per shard per interval")
+	}
+	ws := w.st.Spec.Windows
+	if len(ws) != 1 || ws[0].FirstCut != w.st.LastCut.Index+1 || ws[0].Start != w.st.LastCut.End {
+		t.Fatalf("window %+v after last cut %+v", ws, w.st.LastCut)
+	}
+	if len(late) == 0 {
+		t.Fatal("no eager cut went out before the window")
+	}
+	before := w.st.LastCut
+	for _, c := range late {
+		w.apply(c, true)
+	}
+	if w.st.LastCut.Index != before.Index {
+		t.Fatalf("an eager cut committed after the window: %+v", w.st.LastCut)
+	}
+}

@@ -316,7 +316,7 @@ func (s *Server) appendEventLocked(ev control.Event) {
 		pc.View = view
 		pe.EarlierCuts = append(pe.EarlierCuts, pc)
 	}
-	if s.state.Spec != nil && (ev.Window != nil || ev.View != nil || len(ev.Cuts) > 0 || ev.MembershipChanged) {
+	if s.state.Spec != nil && (ev.Window != nil || ev.View != nil || ev.Cut != nil || ev.MembershipChanged || ev.Fallback) {
 		pe.Spec = wire.SpecToProto(s.state.Spec)
 	}
 	if ev.LazyChanged {

@@ -56,8 +56,9 @@ type Ordering interface {
 // calls Tick.
 type WindowFollower interface {
 	Ordering
-	// SetWindows replaces the announced windows (the current one first).
-	SetWindows(ws []fixante.Window)
+	// SetWindows replaces the announced windows (the current one first);
+	// eager says the cluster is between windows (control.Spec.Eager).
+	SetWindows(ws []fixante.Window, eager bool)
 }
 
 // Eager is Scalog's ordering: report every change of what every replica
@@ -95,7 +96,7 @@ func NewSpeculative(id cut.ShardID, length uint64, fillAfter, idleAfter time.Dur
 var _ WindowFollower = (*Speculative)(nil)
 
 // SetWindows implements WindowFollower.
-func (s *Speculative) SetWindows(ws []fixante.Window) { s.adh.SetWindows(ws) }
+func (s *Speculative) SetWindows(ws []fixante.Window, eager bool) { s.adh.SetWindows(ws, eager) }
 
 // Windows returns the announced windows.
 func (s *Speculative) Windows() []fixante.Window { return s.adh.Windows() }

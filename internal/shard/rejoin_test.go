@@ -211,7 +211,7 @@ func TestRejoinOnlyAfterAsking(t *testing.T) {
 // nothing, control.ReconfigCommand) until the replica holds all of them.
 func TestSpecPrimaryVouchesOnlyOnceEveryReplicaHoldsWhatItAcknowledged(t *testing.T) {
 	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
-	ord.SetWindows([]fixante.Window{specWindow()})
+	ord.SetWindows([]fixante.Window{specWindow()}, false)
 	pr := newPair(t, 0, ord)
 	pr.append("s", 7, 1, 2, 3)
 	if d := pr.p.Durable(); d != 3 {

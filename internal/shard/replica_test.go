@@ -405,7 +405,7 @@ const (
 // when what every replica holds crosses a quota boundary.
 func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
-	ord.SetWindows([]fixante.Window{specWindow()})
+	ord.SetWindows([]fixante.Window{specWindow()}, false)
 	pr := newPair(t, 1, ord)
 	pr.append("s", 7, 1, 2)
 	out := &Output[string]{}
@@ -459,7 +459,7 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 func TestReplicaConcurrentPaths(t *testing.T) {
 	const n = 200
 	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
-	ord.SetWindows([]fixante.Window{specWindow()})
+	ord.SetWindows([]fixante.Window{specWindow()}, false)
 	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: names(1), Ordering: ord}, NewMemLog())
 	blog := NewMemLog()
 	b := NewReplica[string](Config{ID: 1, Role: RoleBackup}, blog)
@@ -509,7 +509,7 @@ func TestReplicaConcurrentPaths(t *testing.T) {
 // step.
 func TestReplicaIngestAndFillWithoutBackups(t *testing.T) {
 	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
-	ord.SetWindows([]fixante.Window{specWindow()})
+	ord.SetWindows([]fixante.Window{specWindow()}, false)
 	log := NewMemLog()
 	p := NewReplica[string](Config{ID: 1, Role: RolePrimary, Ordering: ord}, log)
 	out := &Output[string]{}

@@ -13,6 +13,7 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/fixante"
 	"github.com/augur-log/augur/internal/mode"
+	"github.com/augur-log/augur/internal/spec"
 )
 
 // noop marks a no-op entry in a shard's log and a position without a
@@ -143,6 +144,9 @@ type stats struct {
 	// rejoins counts the copies taken back into their configuration,
 	// rejoinsBehind those of them that asked behind (bugRejoinBehind).
 	rejoins, rejoinsBehind uint64
+	// eagerCuts counts the cuts a speculative cluster made between
+	// windows.
+	eagerCuts uint64
 	// primaryDeathsOnJoin counts the primaries crashed as a copy was
 	// taken back in (see planRejoin).
 	primaryDeathsOnJoin uint64
@@ -155,6 +159,8 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 	sc.planCopies(replicas, rand.New(rand.NewPCG(seed, 0xc0b1e5)))
 	sc.planDamage(rand.New(rand.NewPCG(seed, 0xda3a6e)))
 	sc.planRejoin(rand.New(rand.NewPCG(seed, 0x2e7015)))
+	// Its own stream, so that the other choices of a seed stay as they were.
+	sc.eagerAbove = []float64{0, spec.EagerAboveDefault, 0.01}[rand.New(rand.NewPCG(seed, 0xea9e2)).IntN(3)]
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -510,6 +516,9 @@ func (s *cluster) learn(c control.Command, ev control.Event, snap *control.State
 	cuts := ev.Cuts
 	if len(cuts) == 0 && ev.Cut != nil {
 		cuts = []cut.Cut{*ev.Cut}
+		if snap.Spec != nil {
+			s.stats.eagerCuts++ // between windows (spec.Config.EagerAbove)
+		}
 	}
 	for _, c := range cuts {
 		s.commit(c)

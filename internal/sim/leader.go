@@ -186,6 +186,10 @@ func (ld *leader) step() {
 	for _, c := range out.Propose {
 		switch {
 		case c.Window != nil:
+			if c.Window.Fallback {
+				s.tracef("leader: fall back to eager cuts after the announced windows")
+				break
+			}
 			s.stats.windows++
 			s.checkWindow(c.Window.Quotas)
 			s.tracef("leader: plan window %+v", *c.Window)

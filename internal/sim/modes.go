@@ -25,6 +25,10 @@ func newMode(m Mode, sc *scenario) mode.Mode {
 	if err != nil {
 		panic("sim: " + err.Error())
 	}
+	if sp, ok := md.(mode.Spec); ok {
+		sp.Config.EagerAbove = sc.eagerAbove
+		md = sp
+	}
 	return md
 }
 
@@ -109,39 +113,96 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 }
 
 // changed sends every durable entry of the primary whose position its
-// ordering predicts: records as themselves, no-ops as skips.
+// ordering predicts or a cut placed: records as themselves, no-ops as
+// skips. A failed shard's copies that are up serve what cuts placed below
+// its final length (entries an eager cut between windows ordered, which
+// no prediction streamed before the failure), as a storage server's
+// backups do.
 func (x *specStream) changed() {
 	sh := x.sh
 	p := sh.primary()
-	if !p.up || !sh.alive {
+	if !sh.alive {
+		x.servePlaced()
+		return
+	}
+	if !p.up {
 		return
 	}
 	adh, ok := p.ord.(*core.Speculative)
 	if !ok {
 		return
 	}
-	// The entries to send: the durable ones the windows predict (a
-	// prefix: the windows cover the log up to a point).
+	// The entries to send: the durable ones a cut placed or the windows
+	// predict (a prefix: eager cuts between windows place the log up to
+	// a point, the windows predict it from there).
+	position := func(local uint64) (uint64, bool) {
+		if pos, ok := p.log.GlobalOf(local); ok {
+			return pos, true
+		}
+		if pos, ok := adh.Predict(local); ok {
+			return pos, true
+		}
+		if sh.s.plant == bugGuessBetweenWindows && sh.eager && local >= sh.knownCut.Len(sh.id) {
+			sh.s.planted = true
+			return sh.knownCut.End + local - sh.knownCut.Len(sh.id), true
+		}
+		return 0, false
+	}
+	// What a cut ordered is durable, even where the primary's count of
+	// what every replica holds lags (a backup that rejoined): an eager
+	// cut between windows places entries no prediction streamed.
+	if !x.send(p, position, max(p.r.Durable(), p.log.Ordered())) {
+		sh.s.errorf("shard %d: the primary's log lacks entries from %d on, which it holds durably", sh.id, x.sent)
+	}
+}
+
+// servePlaced streams, from a copy of a failed shard that is up, the
+// entries cuts placed that were not streamed yet, up to the shard's final
+// length (or its length in the last cut it knows, until it knows it is
+// final): past the final length a view change voided the slots.
+func (x *specStream) servePlaced() {
+	sh := x.sh
+	limit := sh.knownCut.Len(sh.id)
+	if sh.finalized {
+		limit = min(limit, sh.finalLen)
+	}
+	for _, c := range sh.copies {
+		// A copy that cannot read them all (damaged) serves none; a
+		// lost one (it cannot follow later cuts, such as those giving
+		// the failed shard's void slots) still serves what it ordered.
+		if c.up && c.log.Ordered() > x.sent && x.send(c, c.log.GlobalOf, min(limit, c.log.Ordered())) {
+			return
+		}
+	}
+}
+
+// send streams c's entries from x.sent on, below limit, at the positions
+// position gives, as far as it gives them; false if c's log cannot read
+// them.
+func (x *specStream) send(c *copyOf, position func(uint64) (uint64, bool), limit uint64) bool {
+	sh := x.sh
 	end := x.sent
-	for durable := p.r.Durable(); end < durable; end++ {
-		if _, ok := adh.Predict(end); !ok {
-			if end < sh.knownCut.Len(sh.id) {
-				sh.s.errorf("shard %d: entry %d is ordered but no window predicts it", sh.id, end)
+	for ; end < limit; end++ {
+		if _, ok := position(end); !ok {
+			// A copy that applied the cut that ordered the entry
+			// places it; one behind (restarted, caught up) streams it
+			// once it applies that cut.
+			if end < sh.knownCut.Len(sh.id) && end < c.log.Ordered() {
+				sh.s.errorf("shard %d: entry %d is ordered but neither its cut nor a window places it", sh.id, end)
 			}
 			break
 		}
 	}
 	if end == x.sent {
-		return
+		return true
 	}
-	ids, ok := readIDs(p.log, x.sent, end)
+	ids, ok := readIDs(c.log, x.sent, end)
 	if !ok {
-		sh.s.errorf("shard %d: the primary's log lacks [%d, %d), which it holds durably", sh.id, x.sent, end)
-		return
+		return false
 	}
 	var items []spec.Item[int64]
 	for _, e := range ids {
-		pos, _ := adh.Predict(x.sent)
+		pos, _ := position(x.sent)
 		x.sent++
 		if e == noop {
 			if n := len(items); n > 0 && items[n-1].Skip > 0 && items[n-1].Pos+items[n-1].Skip == pos {
@@ -154,6 +215,7 @@ func (x *specStream) changed() {
 		items = append(items, spec.Item[int64]{Pos: pos, Shard: sh.id, Rec: e})
 	}
 	sh.stream(items)
+	return true
 }
 
 // replay: a speculative shard whose copy crashed has failed, and a failed

@@ -132,6 +132,9 @@ type scenario struct {
 	interval     time.Duration
 	windowCuts   uint64
 	staggerAbove int
+	// eagerAbove is the leader's spec.Config.EagerAbove: 0 (never eager
+	// cuts), the default, or nearly always once rates are measured.
+	eagerAbove float64
 	// failureTimeout is how long a storage server may stay silent before
 	// the leader's failure detector finalizes its shards.
 	failureTimeout time.Duration
@@ -407,6 +410,7 @@ func (sc scenario) String() string {
 	if sc.mode == Spec {
 		fmt.Fprintf(&b, "%d shards (rates %.2f/ms, quotas %v), W=%d, stagger above %d, %d subscribers (confirmed only %v, late from %d) and one of shard #%d (from %d, confirmed only %v)",
 			sc.shards, sc.rates, sc.quotas, sc.windowCuts, sc.staggerAbove, sc.subs, sc.eagerSub, sc.lateFrom, sc.oneShard, sc.oneShardFrom, sc.oneShardConfirmed)
+		fmt.Fprintf(&b, ", eager cuts above %.2f fills per record", sc.eagerAbove)
 	} else {
 		fmt.Fprintf(&b, "%d shards (rates %.2f/ms), %d subscribers (late from %d) and one of shard #%d (from %d)",
 			sc.shards, sc.rates, sc.subs, sc.lateFrom, sc.oneShard, sc.oneShardFrom)

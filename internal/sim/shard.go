@@ -167,6 +167,8 @@ type shard struct {
 	// appends.
 	alive, accepting, leaving, finalized bool
 	finalLen                             uint64
+	// eager says the cluster is between windows (control.Spec.Eager).
+	eager bool
 	// resolved says the clients resolved the appends the shard's primary
 	// never answered.
 	resolved bool
@@ -659,10 +661,10 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 				continue
 			}
 			sh.view = v.View
-			if sh.alive {
-				vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Shard}
-				sh.broadcast(func(m *subMsg) { m.views = append(m.views, vc) })
-			}
+			// A failed shard's copies that are up still stream what cuts
+			// placed (specStream.servePlaced), after the view change.
+			vc := &viewMsg{view: v.View, cgp: v.ConfirmedGP, failed: v.Shard}
+			sh.broadcast(func(m *subMsg) { m.views = append(m.views, vc) })
 		}
 	}
 	cuts := ev.Cuts
@@ -687,7 +689,8 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 		}
 		var out core.Output[int64]
 		if f, ok := c.ord.(core.WindowFollower); ok && snap.Spec != nil {
-			f.SetWindows(snap.Spec.Windows)
+			f.SetWindows(snap.Spec.Windows, snap.Spec.Eager())
+			sh.eager = snap.Spec.Eager()
 		}
 		for _, m := range mine {
 			// As a storage server does: a failed shard's slots past its
@@ -721,6 +724,8 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 	}
 	if sh.alive || s.servesAfterFailure() {
 		sh.feed.onState(ev, snap, mine)
+	} else if x, ok := sh.feed.(*specStream); ok {
+		x.servePlaced()
 	}
 	sh.tick()
 }
@@ -764,7 +769,7 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 			if c.r.Role() == core.RoleBackup {
 				c.ord = s.md.NewShardOrdering(sh.id, c.log.Ordered(), s.now)
 				if f, ok := c.ord.(core.WindowFollower); ok && snap.Spec != nil {
-					f.SetWindows(snap.Spec.Windows)
+					f.SetWindows(snap.Spec.Windows, snap.Spec.Eager())
 				}
 				m.Ordering = c.ord
 			}

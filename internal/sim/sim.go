@@ -243,6 +243,11 @@ const (
 	// joined replica together with its Join, without waiting for its
 	// primary to vouch that it holds everything acknowledged.
 	bugSpecJoinUnvouched
+	// bugGuessBetweenWindows: between windows (the leader's eager
+	// fallback) a speculative feed streams the durable entries no cut
+	// placed yet at a guessed position: right after the last cut it
+	// knows, as if the next eager cut held its shard alone.
+	bugGuessBetweenWindows
 )
 
 // Result is the outcome of one seed.
@@ -285,6 +290,9 @@ type Result struct {
 	Rejoins, PrimaryDeathsOnJoin uint64
 	// ShardsAdded counts the shards a lazy run added mid-run.
 	ShardsAdded uint64
+	// EagerCuts counts the cuts a speculative cluster made between
+	// windows (its leader's eager fallback).
+	EagerCuts uint64
 	// Player says the seed ran the exactly-once player; TargetCrashes and
 	// PlayerRestarts count its faults.
 	Player                        bool
@@ -368,7 +376,7 @@ func Run(seed uint64, o Options) Result {
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
 		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths, Rejoins: s.stats.rejoins, PrimaryDeathsOnJoin: s.stats.primaryDeathsOnJoin,
-		planted: s.planted, rejoinsBehind: s.stats.rejoinsBehind,
+		planted: s.planted, rejoinsBehind: s.stats.rejoinsBehind, EagerCuts: s.stats.eagerCuts,
 	}
 	if p := s.player; p != nil {
 		res.Player, res.TargetCrashes, res.PlayerRestarts = true, p.stats.targetCrashes, p.stats.restarts
@@ -415,6 +423,9 @@ type Tally struct {
 	ThreeServers                               int
 	Damaged, Repairs, SourceDeaths             uint64
 	Rejoins, PrimaryDeathsOnJoin               uint64
+	// EagerCuts sums the results'; EagerSeeds counts the seeds with any.
+	EagerCuts  uint64
+	EagerSeeds int
 	// Player counts the seeds that ran the player; TargetCrashes and
 	// PlayerRestarts sum their faults.
 	Player                        int
@@ -451,6 +462,10 @@ func Count(rs []Result) Tally {
 		t.Repairs += r.Repairs
 		t.SourceDeaths += r.SourceDeaths
 		t.Rejoins += r.Rejoins
+		t.EagerCuts += r.EagerCuts
+		if r.EagerCuts > 0 {
+			t.EagerSeeds++
+		}
 		t.PrimaryDeathsOnJoin += r.PrimaryDeathsOnJoin
 		t.SeqCrashes += r.SeqCrashes
 		t.LeaderCrashes += r.LeaderCrashes
@@ -491,8 +506,8 @@ func (t Tally) String() string {
 		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d shard configuration changes), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off; %d shards added, %d shards whose every replica died",
 			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders, t.ShardsAdded, t.ShardFailed)
 	}
-	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
-		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)
+	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts); %d eager cuts between windows in %d seeds",
+		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts, t.EagerCuts, t.EagerSeeds)
 }
 
 func (s *cluster) summary() string {

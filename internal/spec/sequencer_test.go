@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -66,6 +67,9 @@ func (c *cluster) report(shard cut.ShardID, length, records uint64) {
 func testConfig() Config {
 	cfg := DefaultConfig(tord)
 	cfg.SuspectAfter = 50 * tord
+	// These tests drive fix-ante at a record or so per cut; the eager
+	// fallback has its own (TestEagerFallback...).
+	cfg.EagerAbove = 0
 	return cfg
 }
 
@@ -645,5 +649,95 @@ func TestReportTimes(t *testing.T) {
 		if got, ok := full.at(c.length); ok != c.ok || !got.Equal(c.want) {
 			t.Errorf("wrapped ring: at(%d) = %v, %v; want %v, %v", c.length, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// TestFillsPerRecord checks the estimate the eager fallback judges by: a
+// record's cut needs a fill from every other shard that has no record for
+// it (Poisson), so one shard needs none, two at ln 2 records per interval
+// need half a fill, and four at an eighth of a record need almost three.
+func TestFillsPerRecord(t *testing.T) {
+	for _, c := range []struct {
+		rates []float64
+		want  float64
+	}{
+		{[]float64{0.1}, 0},
+		{[]float64{math.Ln2, math.Ln2}, 0.5},
+		{[]float64{0.125, 0.125, 0.125, 0.125}, 3 * math.Exp(-0.125)},
+		// A shard without records adds a fill to every other's cut.
+		{[]float64{1, 0}, 1},
+	} {
+		if got := fillsPerRecord(c.rates); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("fillsPerRecord(%v) = %v, want %v", c.rates, got, c.want)
+		}
+	}
+}
+
+// TestOneShardNeverFallsBack checks that a sparse single shard keeps its
+// windows: its cuts need no fills from anybody.
+func TestOneShardNeverFallsBack(t *testing.T) {
+	cfg := testConfig()
+	cfg.EagerAbove = EagerAboveDefault
+	c := newCluster(t, 1, 10, cfg)
+	c.plan()
+	c.report(0, 0, 0)
+	for k := uint64(1); k <= 5; k++ {
+		c.now = c.now.Add(tord)
+		c.report(0, k, k/5)
+		c.release()
+	}
+	if w, ok := c.seq.PlanWindow(c.now); !ok || w.Fallback {
+		t.Fatalf("planned %+v %v at one record in five intervals, want a window", w, ok)
+	}
+}
+
+// TestFallbackHysteresis checks that the leader falls back to eager cuts
+// above EagerAbove fills per record but speculates again only below half
+// of it: two shards at one record per interval (0.37 fills) fall back, at
+// 1.6 (0.20) they stay eager, at 2.6 (0.07) a window is planned again.
+func TestFallbackHysteresis(t *testing.T) {
+	cfg := testConfig()
+	cfg.EagerAbove = EagerAboveDefault
+	c := newCluster(t, 2, 10, cfg)
+	c.plan()
+	c.report(0, 0, 0)
+	c.report(1, 0, 0)
+	var records uint64
+	stretch := func(perInterval float64) {
+		for range 5 {
+			c.now = c.now.Add(tord)
+		}
+		records += uint64(perInterval * 5)
+	}
+	stretch(1)
+	for id := range cut.ShardID(2) {
+		c.report(id, 5, records)
+	}
+	c.release()
+	w, ok := c.seq.PlanWindow(c.now)
+	if !ok || !w.Fallback {
+		t.Fatalf("planned %+v %v at one record per shard per interval, want the fallback", w, ok)
+	}
+	c.apply(control.Command{Window: w})
+	for id := range cut.ShardID(2) {
+		c.report(id, 10, records)
+	}
+	c.release()
+	if !c.seq.Eager() {
+		t.Fatal("not eager once the window is released")
+	}
+	stretch(1.6)
+	for id := range cut.ShardID(2) {
+		c.report(id, 10, records)
+	}
+	if w, ok := c.seq.PlanWindow(c.now); ok {
+		t.Fatalf("planned %+v at 0.2 fills per record: the fallback must hold above half the threshold", w)
+	}
+	stretch(2.6)
+	for id := range cut.ShardID(2) {
+		c.report(id, 10, records)
+	}
+	if w, ok := c.seq.PlanWindow(c.now); !ok || w.Fallback {
+		t.Fatalf("planned %+v %v at 0.07 fills per record, want a window", w, ok)
 	}
 }

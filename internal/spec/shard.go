@@ -33,6 +33,7 @@ type Shard struct {
 	active    time.Time
 
 	windows  []fixante.Window
+	eager    bool
 	stored   uint64
 	durable  uint64
 	ordered  uint64 // entries committed cuts gave positions
@@ -58,8 +59,10 @@ func NewShard(id cut.ShardID, length uint64, fillAfter, idleAfter time.Duration,
 	return &Shard{id: id, fillAfter: fillAfter, idleAfter: idleAfter, stored: length, durable: length, reported: length, lastSent: now}
 }
 
-// SetWindows replaces the announced windows (the current one first).
-func (s *Shard) SetWindows(ws []fixante.Window) { s.windows = ws }
+// SetWindows replaces the announced windows (the current one first);
+// eager says the cluster is between windows (control.Spec.Eager), where
+// cuts are eager cuts of reported lengths.
+func (s *Shard) SetWindows(ws []fixante.Window, eager bool) { s.windows, s.eager = ws, eager }
 
 // Windows returns the announced windows.
 func (s *Shard) Windows() []fixante.Window { return s.windows }
@@ -69,7 +72,7 @@ func (s *Shard) Windows() []fixante.Window { return s.windows }
 func (s *Shard) Stored(length, records uint64, now time.Time) {
 	if records > s.records && length > s.stored {
 		s.active = now
-		if s.stored <= s.reported {
+		if s.stored <= s.reported && !s.eager {
 			s.announce = true
 		}
 		if s.durable >= s.stored && s.ordered >= s.reported {
@@ -120,8 +123,17 @@ func (s *Shard) boundaryAtMost(n uint64) (uint64, bool) {
 
 // Report returns the length to report now: the last quota boundary the
 // durable length crossed, if it crossed one since the last report. Reports at boundaries only keep the
-// leader's load at about one report per cut.
+// leader's load at about one report per cut. Between windows (the
+// leader's eager fallback) it is every durable length, as in eager order:
+// the cuts of that stretch give the entries their positions.
 func (s *Shard) Report(now time.Time) (length uint64, ok bool) {
+	if s.eager {
+		if s.durable <= s.reported {
+			return 0, false
+		}
+		s.reported, s.lastSent = s.durable, now
+		return s.durable, true
+	}
 	b, ok := s.boundaryAtMost(s.durable)
 	if !ok {
 		return 0, false

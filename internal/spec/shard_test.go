@@ -21,12 +21,9 @@ func oneWindow(base uint64) fixante.Window {
 // never entries it cannot place yet.
 func TestShardReportsAtBoundaries(t *testing.T) {
 	s := NewShard(1, 0, 1500*time.Microsecond, time.Second, t0)
+	s.SetWindows([]fixante.Window{oneWindow(0)}, false)
 	s.Stored(2, 2, t0)
 	s.Durable(2)
-	if _, ok := s.Report(t0); ok {
-		t.Fatal("reported with 2 of 3 entries, no window known")
-	}
-	s.SetWindows([]fixante.Window{oneWindow(0)})
 	if _, ok := s.Report(t0); ok {
 		t.Fatal("reported between boundaries")
 	}
@@ -50,7 +47,7 @@ func TestShardReportsAtBoundaries(t *testing.T) {
 	}
 	next := oneWindow(12)
 	next.FirstCut, next.Start = 4, 120
-	s.SetWindows([]fixante.Window{oneWindow(0), next})
+	s.SetWindows([]fixante.Window{oneWindow(0), next}, false)
 	if l, ok := s.Report(t0); !ok || l != 18 {
 		t.Fatalf("report %d %v, want 18 in the next window", l, ok)
 	}
@@ -69,7 +66,7 @@ func TestShardFillsNoops(t *testing.T) {
 	// The shard holds 3 entries and reported them, but no cut ordered
 	// them yet: records that arrive now gather for the next cut.
 	s := NewShard(1, 3, fill, 10*time.Millisecond, t0)
-	s.SetWindows([]fixante.Window{oneWindow(0)})
+	s.SetWindows([]fixante.Window{oneWindow(0)}, false)
 	if _, ok := s.FillAt(); ok {
 		t.Fatal("an idle shard that never stored a record wants to fill")
 	}
@@ -102,7 +99,7 @@ func TestShardFillsNoops(t *testing.T) {
 	s.Report(t2)
 	// Long after its last record the shard stops filling.
 	quiet := NewShard(1, 0, fill, 10*time.Millisecond, t0)
-	quiet.SetWindows([]fixante.Window{oneWindow(0)})
+	quiet.SetWindows([]fixante.Window{oneWindow(0)}, false)
 	quiet.Stored(3, 3, t0)
 	quiet.Durable(3)
 	quiet.Report(t0.Add(20 * time.Millisecond))
@@ -127,7 +124,7 @@ func TestShardFillsNoops(t *testing.T) {
 func TestShardFillsAtOnceWhenSettled(t *testing.T) {
 	fill := 1500 * time.Microsecond
 	s := NewShard(1, 0, fill, 0, t0)
-	s.SetWindows([]fixante.Window{oneWindow(0)})
+	s.SetWindows([]fixante.Window{oneWindow(0)}, false)
 	s.Stored(1, 1, t0)
 	if at, ok := s.FillAt(); !ok || at.After(t0) {
 		t.Fatalf("fill at %v %v, want at once: the record ended an idle spell", at, ok)
@@ -179,7 +176,7 @@ func TestShardFillsAtOnceWhenSettled(t *testing.T) {
 // records joining a backlog, or fills, are not.
 func TestShardAnnouncesRecordsAfterIdle(t *testing.T) {
 	s := NewShard(1, 0, time.Millisecond, 0, t0)
-	s.SetWindows([]fixante.Window{oneWindow(0)})
+	s.SetWindows([]fixante.Window{oneWindow(0)}, false)
 	s.Stored(1, 1, t0)
 	if !s.Announce() {
 		t.Fatal("the first record after an idle spell was not announced")
@@ -219,7 +216,7 @@ func TestShardFillWaitsForItsStaggeredSlot(t *testing.T) {
 	fill := 1500 * time.Microsecond
 	s := NewShard(1, 0, fill, time.Second, t0)
 	s.SetWindows([]fixante.Window{{Cuts: 6, Groups: 3, Start: 100,
-		Quotas: []fixante.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 6, Group: 1}, {Shard: 2, PerCut: 2, Group: 2}}}})
+		Quotas: []fixante.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 6, Group: 1}, {Shard: 2, PerCut: 2, Group: 2}}}}, false)
 	s.Stored(1, 1, t0)
 	s.Fill(t0) // closes the first quota at once: it waited for nothing
 	s.Stored(6, 1, t0)
@@ -234,5 +231,56 @@ func TestShardFillWaitsForItsStaggeredSlot(t *testing.T) {
 	}
 	if n := s.Fill(t0.Add(3 * fill)); n != 5 {
 		t.Fatalf("filled %d, want the 5 missing of the quota", n)
+	}
+}
+
+// TestShardReportsDurableBetweenWindows checks the leader's eager
+// fallback on the shard's side: between windows every durable length is
+// reported (the eager cuts place the entries), nothing is announced or
+// filled, and once a window comes reports are at its boundaries again.
+// Before the first window (not between windows) nothing is reported.
+func TestShardReportsDurableBetweenWindows(t *testing.T) {
+	s := NewShard(1, 0, 1500*time.Microsecond, time.Second, t0)
+	s.Stored(1, 1, t0)
+	s.Durable(1)
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported before the first window")
+	}
+	s.Announce()
+	s.SetWindows(nil, true)
+	if l, ok := s.Report(t0); !ok || l != 1 {
+		t.Fatalf("report %d %v between windows, want the durable length 1", l, ok)
+	}
+	s.Stored(2, 2, t0)
+	if s.Announce() {
+		t.Error("announced records between windows: no cut waits for other shards' fills")
+	}
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported entries that are not durable")
+	}
+	s.Durable(2)
+	if l, ok := s.Report(t0); !ok || l != 2 {
+		t.Fatalf("report %d %v, want the durable length 2", l, ok)
+	}
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported the same length twice")
+	}
+	if n := s.Fill(t0.Add(time.Second)); n != 0 {
+		t.Fatalf("filled %d no-ops with no window", n)
+	}
+	if _, ok := s.Predict(1); ok {
+		t.Fatal("predicted a position with no window")
+	}
+	// A window from local index 2 on (the last cut's length).
+	s.SetWindows([]fixante.Window{oneWindow(2)}, false)
+	s.Stored(4, 4, t0)
+	s.Durable(4)
+	if _, ok := s.Report(t0); ok {
+		t.Fatal("reported between the window's boundaries")
+	}
+	s.Stored(5, 5, t0)
+	s.Durable(5)
+	if l, ok := s.Report(t0); !ok || l != 5 {
+		t.Fatalf("report %d %v, want the boundary 5", l, ok)
 	}
 }

@@ -646,7 +646,7 @@ func (r *replica) applyCut(m cutMsg) {
 	if m.spec != nil {
 		r.spec.Store(m.spec)
 		if r.windows != nil {
-			r.windows.SetWindows(m.spec.Windows)
+			r.windows.SetWindows(m.spec.Windows, m.spec.Eager())
 		}
 	}
 	if m.trim > 0 {
@@ -690,7 +690,7 @@ func (r *replica) reconfigure(m shard.Membership, peers []Peer) {
 	if r.role() == rolePrimary && was == roleBackup {
 		r.windows, _ = m.Ordering.(shard.WindowFollower)
 		if sp := r.spec.Load(); sp != nil && r.windows != nil {
-			r.windows.SetWindows(sp.Windows)
+			r.windows.SetWindows(sp.Windows, sp.Eager())
 		}
 	}
 	if r.role() == rolePrimary {

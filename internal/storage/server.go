@@ -1292,7 +1292,7 @@ func (s *Server) registerShard(ctx context.Context) (cut.ShardID, error) {
 	// Events before this point went to the replicas that existed then.
 	if sp := s.view.spec; sp != nil && r.windows != nil {
 		r.spec.Store(sp)
-		r.windows.SetWindows(sp.Windows)
+		r.windows.SetWindows(sp.Windows, sp.Eager())
 	}
 	s.replicas[id] = r
 	s.registeredAt = time.Now()

@@ -51,7 +51,11 @@ func (fd *specFeed) limit() uint64 {
 	r := fd.r
 	finalLen, final := r.core.Final()
 	if r.role() == rolePrimary && !final {
-		return r.core.Durable()
+		// What a cut ordered is durable, even where the primary's count
+		// of what every replica holds lags (a backup that rejoined): an
+		// eager cut between windows places entries no prediction
+		// streamed.
+		return max(r.core.Durable(), r.store.Ordered())
 	}
 	n := r.store.Ordered()
 	if final {

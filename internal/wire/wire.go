@@ -57,7 +57,7 @@ func SpecToProto(sp *control.Spec) *pb.SpecState {
 	if sp == nil {
 		return nil
 	}
-	out := &pb.SpecState{View: sp.View, ConfirmedGp: sp.ConfirmedGP, WindowCuts: sp.WindowCuts}
+	out := &pb.SpecState{View: sp.View, ConfirmedGp: sp.ConfirmedGP, WindowCuts: sp.WindowCuts, Fallback: sp.Fallback}
 	for _, w := range sp.Windows {
 		pw := &pb.Window{Index: w.Index, FirstCut: w.FirstCut, Cuts: w.Cuts, Start: w.Start, Groups: uint32(w.Groups)}
 		for _, q := range w.Quotas {
@@ -85,7 +85,7 @@ func SpecFromProto(ps *pb.SpecState) *control.Spec {
 	if ps == nil {
 		return nil
 	}
-	sp := &control.Spec{View: ps.View, ConfirmedGP: ps.ConfirmedGp, WindowCuts: ps.WindowCuts}
+	sp := &control.Spec{View: ps.View, ConfirmedGP: ps.ConfirmedGp, WindowCuts: ps.WindowCuts, Fallback: ps.Fallback}
 	for _, pw := range ps.Windows {
 		w := fixante.Window{Index: pw.Index, FirstCut: pw.FirstCut, Cuts: pw.Cuts, Start: pw.Start, Groups: int(pw.Groups)}
 		for _, q := range pw.Quotas {

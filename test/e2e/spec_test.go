@@ -177,7 +177,9 @@ func TestSpecProcess(t *testing.T) {
 	testStart := time.Now()
 	bin := augurBinary(t)
 	ctx := t.Context()
-	pc := newProcCluster(t, bin, specInterval, fmt.Sprintf("mode: spec\nwindow_cuts: %d\n", specWindowCuts))
+	// Its sparse load would have the leader fall back to eager cuts, and
+	// the test needs speculation to void.
+	pc := newProcCluster(t, bin, specInterval, fmt.Sprintf("mode: spec\nwindow_cuts: %d\nno_eager_fallback: true\n", specWindowCuts))
 	// b1 reports late (but is no straggler): what it delivers stays
 	// speculative for a while, so its death voids some speculation.
 	for i := range pc.cfg.Storage {
