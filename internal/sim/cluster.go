@@ -34,6 +34,10 @@ type cluster struct {
 	order   []*shard // by id
 	subs    []*sub
 	clients []*client
+	// probes are the liveness probes, appended by probeClient (see
+	// pause.go).
+	probes      []probe
+	probeClient *client
 	// player is the exactly-once player, in the seeds that run one.
 	player *simPlayer
 
@@ -146,6 +150,8 @@ type stats struct {
 	// primaryDeathsOnJoin counts the primaries crashed as a copy was
 	// taken back in (see planRejoin).
 	primaryDeathsOnJoin uint64
+	// pauses counts the storage servers paused (see pause.go).
+	pauses uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
@@ -155,6 +161,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 	sc.planCopies(replicas, rand.New(rand.NewPCG(seed, 0xc0b1e5)))
 	sc.planDamage(rand.New(rand.NewPCG(seed, 0xda3a6e)))
 	sc.planRejoin(rand.New(rand.NewPCG(seed, 0x2e7015)))
+	sc.planPauses(rand.New(rand.NewPCG(seed, 0x9a05e)), f)
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -314,6 +321,10 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 	for _, x := range sc.raftCrashes {
 		s.after(x.at, func() { s.ld.crash(x.node, x.down) })
 	}
+	for _, x := range sc.pauses {
+		s.after(x.at, func() { s.startPause(x) })
+	}
+	s.after(sc.healAt, s.startProbes)
 	// Once the faults stop, a one-shard subscriber's next poll tells it
 	// what the lost ones did, and an operator makes sure some shard takes
 	// the appends that must still complete.

@@ -258,9 +258,10 @@ func (ld *leader) onReport(sh *shard, server string, incarnation uint64, r order
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
 	st := ld.node.st
-	if row := st.Shard(r.Shard); row != nil && row.Epoch == r.Epoch {
+	if row := st.Shard(r.Shard); row != nil && row.Epoch == r.Epoch && ld.l.Settled() {
 		// A report of another configuration is dropped (a late one of
-		// the configuration before).
+		// the configuration before), and so is any before the leader
+		// settled (order.Leader.Settled): the heartbeat repeats it.
 		ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
 	}
 	// Eager cuts are group commits: reports that find no cut in flight

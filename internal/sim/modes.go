@@ -108,25 +108,33 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 	x.changed()
 }
 
-// changed sends every durable entry of the primary whose position its
-// ordering predicts: records as themselves, no-ops as skips.
+// changed sends every durable entry of the primary whose position a cut
+// gave it or its ordering predicts, as the storage server's feed does:
+// records as themselves, no-ops as skips. A paused primary sends nothing
+// until it runs again.
 func (x *specStream) changed() {
 	sh := x.sh
 	p := sh.primary()
-	if !p.up || !sh.alive {
+	if !p.running() || !sh.alive {
 		return
 	}
 	adh, ok := p.ord.(*core.Speculative)
 	if !ok {
 		return
 	}
-	// The entries to send: the durable ones the windows predict (a
-	// prefix: the windows cover the log up to a point).
+	position := func(local uint64) (uint64, bool) {
+		if pos, ok := p.log.GlobalOf(local); ok {
+			return pos, true
+		}
+		return adh.Predict(local)
+	}
+	// The entries to send: the durable ones placed (a prefix: the cuts
+	// and the windows cover the log up to a point).
 	end := x.sent
 	for durable := p.r.Durable(); end < durable; end++ {
-		if _, ok := adh.Predict(end); !ok {
+		if _, ok := position(end); !ok {
 			if end < sh.knownCut.Len(sh.id) {
-				sh.s.errorf("shard %d: entry %d is ordered but no window predicts it", sh.id, end)
+				sh.s.errorf("shard %d: entry %d is ordered but neither a cut nor a window places it", sh.id, end)
 			}
 			break
 		}
@@ -141,7 +149,7 @@ func (x *specStream) changed() {
 	}
 	var items []spec.Item[int64]
 	for _, e := range ids {
-		pos, _ := adh.Predict(x.sent)
+		pos, _ := position(x.sent)
 		x.sent++
 		if e == noop {
 			if n := len(items); n > 0 && items[n-1].Skip > 0 && items[n-1].Pos+items[n-1].Skip == pos {
