@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // Lazy order (a cluster whose status carries a lazy state): an append
@@ -45,6 +46,10 @@ type lazyOp struct {
 	leader   string
 	position uint64
 	ordered  bool
+	// began is when the append started, when the bench times stages;
+	// dataTimed and metaTimed say its stages were recorded.
+	began                time.Time
+	dataTimed, metaTimed bool
 }
 
 func (o *lazyOp) finish(a Ack, err error) { o.once.Do(func() { o.done(a, err) }) }
@@ -58,12 +63,20 @@ func (o *lazyOp) acked(addr string, meta bool, view uint64) {
 			return
 		}
 		delete(o.metaLeft, addr)
+		if len(o.metaLeft) == 0 && !o.metaTimed {
+			o.metaTimed = true
+			stagetime.Since(stagetime.LazyAppendMeta, o.began)
+		}
 	} else {
 		delete(o.dataLeft, addr)
 		if o.dataAcked == nil {
 			o.dataAcked = map[string]bool{}
 		}
 		o.dataAcked[addr] = true
+		if len(o.dataLeft) == 0 && !o.dataTimed {
+			o.dataTimed = true
+			stagetime.Since(stagetime.LazyAppendData, o.began)
+		}
 	}
 	o.finishIfCompleteLocked()
 }
@@ -194,7 +207,7 @@ func (c *Client) lazyStream(addr string, meta bool) *lazyConn {
 	if lc, ok := c.lazyConns[key]; ok && !lc.isFailed() {
 		return lc
 	}
-	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, sentViews: map[uint64][]uint64{}, broken: make(chan struct{})}
+	lc := &lazyConn{c: c, addr: addr, meta: meta, ops: map[uint64]*lazyOp{}, queued: map[uint64]int{}, sentViews: map[uint64][]uint64{}, broken: make(chan struct{})}
 	if c.lazyConns == nil {
 		c.lazyConns = map[lazyKey]*lazyConn{}
 	}
@@ -219,7 +232,10 @@ type lazyConn struct {
 
 	mu    sync.Mutex
 	queue []*lazyOp
-	ops   map[uint64]*lazyOp
+	// queued counts each op's entries in queue, by sequence number, so
+	// an answer need not scan the queue.
+	queued map[uint64]int
+	ops    map[uint64]*lazyOp
 	// sentViews are the views of each op's unanswered sends, oldest
 	// first: answers of one stream come in order, so an answer about a
 	// view the op has left since (it was sent again in a newer one) is
@@ -258,6 +274,7 @@ func (lc *lazyConn) enqueue(o *lazyOp) {
 	}
 	lc.ops[o.seq] = o
 	lc.queue = append(lc.queue, o)
+	lc.queued[o.seq]++
 	lc.flushLocked()
 }
 
@@ -301,7 +318,7 @@ func (lc *lazyConn) run() {
 	lc.mu.Lock()
 	lc.failed = true
 	ops := lc.ops
-	lc.ops, lc.queue = nil, nil
+	lc.ops, lc.queue, lc.queued = nil, nil, nil
 	lc.mu.Unlock()
 	c := lc.c
 	select {
@@ -472,6 +489,11 @@ func (lc *lazyConn) nextBatchLocked() []*lazyOp {
 	}
 	batch := lc.queue[:n:n]
 	lc.queue = lc.queue[n:]
+	for _, o := range batch {
+		if lc.queued[o.seq]--; lc.queued[o.seq] <= 0 {
+			delete(lc.queued, o.seq)
+		}
+	}
 	return batch
 }
 
@@ -507,12 +529,7 @@ func (lc *lazyConn) answeredLocked(seq uint64, keep bool) (*lazyOp, uint64) {
 }
 
 func (lc *lazyConn) queuedLocked(o *lazyOp) bool {
-	for _, q := range lc.queue {
-		if q == o {
-			return true
-		}
-	}
-	return false
+	return lc.queued[o.seq] > 0
 }
 
 // stale says an answer about view is for a send o has since left: o went
@@ -567,6 +584,12 @@ func (lc *lazyConn) metaAck(a *pb.SeqAck, view uint64) {
 		delete(lc.ops, a.Seq)
 		delete(lc.sentViews, a.Seq)
 		lc.mu.Unlock()
+		if o != nil && a.Code != pb.Code_OK {
+			// The orderer took the record without a position: its shard
+			// was finalized before placing it.
+			o.finish(Ack{}, &ServerError{Code: a.Code.String(), Message: a.Message})
+			return
+		}
 		if o != nil {
 			// The position implies the leader holds the record, even if
 			// this answer overtook its first one.
@@ -705,7 +728,7 @@ func (h *seqHeap) Pop() any {
 // appendLazyAsync starts a lazy append; o's shard is chosen.
 func (c *Client) appendLazyAsync(ctx context.Context, seq uint64, rec *pb.Record, shard uint32, wantPos bool, done func(Ack, error)) {
 	c.startedLazy(seq)
-	o := &lazyOp{seq: seq, rec: rec, shard: shard, wantPos: wantPos, ctx: ctx}
+	o := &lazyOp{seq: seq, rec: rec, shard: shard, wantPos: wantPos, ctx: ctx, began: stagetime.Now()}
 	// A caller that stops waiting frees its in-flight slot; the streams
 	// drop the op when its answers come.
 	stop := context.AfterFunc(ctx, func() {

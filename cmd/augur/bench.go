@@ -242,10 +242,11 @@ func (b *benchFlags) register(cmd *cobra.Command, d bench.Params) {
 	fs.StringVar(&b.shards, "shards", joinInts(d.Shards), "embedded cluster: storage groups, one shard each; a comma list sweeps")
 	fs.IntVar(&b.p.Replicas, "replicas", d.Replicas, "embedded cluster: storage servers per group")
 	fs.DurationVar(&b.p.OrderingInterval, "ordering-interval", d.OrderingInterval, "embedded cluster: cut interval")
+	fs.DurationVar(&b.p.LazyBatchInterval, "lazy-batch-interval", 0, "embedded lazy cluster: least time between two batches of the sequencing leader (0: the cluster file's default, 500µs)")
 	fs.StringVar(&b.p.Fsync, "fsync", d.Fsync, "embedded cluster: storage fsync policy (group, interval, never, always; default group)")
 	fs.StringVar(&b.durability, "durability", strings.Join(d.Durability, ","), "embedded cluster: run every mode under each of these sync settings, side by side: default (fsync group, raft_fsync true), optout (fsync interval, raft_fsync false); e.g. default,optout")
 	fs.StringVar(&b.security, "security", "", "embedded cluster: run every mode under each of these settings, side by side: insecure (plaintext, the default without this flag), tls (TLS on every connection, clients by certificate); e.g. insecure,tls")
-	fs.BoolVar(&b.p.Stages, "stages", false, "embedded cluster: time each stage of the append path over the window and report it as stages_us (the timing costs a little latency)")
+	fs.BoolVar(&b.p.Stages, "stages", false, "embedded cluster: time each stage of the append path (on a lazy cluster, and of stable-gp's lag) over the window and report it as stages_us (the timing costs a little latency)")
 	fs.DurationVar(&b.p.Duration, "duration", d.Duration, "measured window of each run")
 	fs.DurationVar(&b.p.Warmup, "warmup", d.Warmup, "unmeasured load before the window")
 	fs.Uint64Var(&b.p.Seed, "seed", d.Seed, "seed of the payload bytes and record stamps")
@@ -342,7 +343,7 @@ func (b *benchFlags) params(cmd *cobra.Command) (bench.Params, error) {
 		}
 	}
 	if b.clusterPath != "" {
-		for _, f := range []string{"shards", "replicas", "ordering-interval", "fsync", "failure-timeout"} {
+		for _, f := range []string{"shards", "replicas", "ordering-interval", "lazy-batch-interval", "fsync", "failure-timeout"} {
 			if fl := cmd.Flags().Lookup(f); fl != nil && fl.Changed {
 				errs = append(errs, fmt.Errorf("--%s shapes the embedded cluster; with --cluster the cluster file decides", f))
 			}

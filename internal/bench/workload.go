@@ -65,6 +65,10 @@ type Params struct {
 	Emulate []int
 	// OrderingInterval is the embedded cluster's cut interval.
 	OrderingInterval time.Duration
+	// LazyBatchInterval is a lazy embedded cluster's least time between
+	// two batches of the sequencing leader (0: the cluster file's
+	// default).
+	LazyBatchInterval time.Duration
 	// FailureTimeout is the embedded cluster's failure detection timeout
 	// (0: the cluster file's default).
 	FailureTimeout time.Duration
@@ -420,6 +424,9 @@ func (p Params) checkCommon() error {
 		if p.OrderingInterval <= 0 {
 			errs = append(errs, fmt.Errorf("ordering interval must be positive, got %v", p.OrderingInterval))
 		}
+		if p.LazyBatchInterval < 0 || p.LazyBatchInterval > time.Second {
+			errs = append(errs, fmt.Errorf("lazy batch interval must be in [0, 1s] (0: the default), got %v", p.LazyBatchInterval))
+		}
 		if p.FailureTimeout < 0 {
 			errs = append(errs, fmt.Errorf("failure timeout must not be negative, got %v", p.FailureTimeout))
 		}
@@ -514,13 +521,14 @@ func runOne(ctx context.Context, w Workload, m Mode, p Params, v Variant, d, sec
 	t := &Target{Config: p.Cluster}
 	if p.Cluster == nil {
 		opts := devcluster.Options{
-			Shards:           v.Shards,
-			Replicas:         p.Replicas,
-			NoStorage:        v.Emulate > 0,
-			OrderingInterval: p.OrderingInterval,
-			FailureTimeout:   p.FailureTimeout,
-			Fsync:            p.Fsync,
-			Logger:           p.Logger,
+			Shards:            v.Shards,
+			Replicas:          p.Replicas,
+			NoStorage:         v.Emulate > 0,
+			OrderingInterval:  p.OrderingInterval,
+			FailureTimeout:    p.FailureTimeout,
+			LazyBatchInterval: p.LazyBatchInterval,
+			Fsync:             p.Fsync,
+			Logger:            p.Logger,
 		}
 		applyDurability(&opts, d)
 		opts.TLS = sec == SecurityTLS

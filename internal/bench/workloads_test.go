@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/internal/config"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 func params(t *testing.T, workload string) Params {
@@ -385,6 +386,34 @@ func TestSmoke(t *testing.T) {
 		for _, f := range []string{"matrix.svg", "matrix.png"} {
 			if st, err := os.Stat(filepath.Join(o.Out, f)); err != nil || st.Size() == 0 {
 				t.Fatalf("%s: %v", f, err)
+			}
+		}
+	})
+	t.Run("lazy-reads --stages", func(t *testing.T) {
+		p := smokeParams(t, "lazy-reads")
+		p.Stages = true
+		p.Warmup, p.Duration = 500*time.Millisecond, time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		rep, err := Run(ctx, "lazy-reads", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rep.Points[0].Results[0]
+		if len(r.LazyReads) != len(lazyReadLags) {
+			t.Fatalf("%d reader figures, want one per lag (%d)", len(r.LazyReads), len(lazyReadLags))
+		}
+		// The lazy append's stages were timed on every append. (The
+		// stages of stable-gp's lag are timed per batch; how many batches
+		// fall inside so short a window depends on the machine.)
+		for _, stage := range []stagetime.Stage{stagetime.LazyAppendData, stagetime.LazyAppendMeta, stagetime.LazyStore, stagetime.LazySeqTake} {
+			if r.StagesUS[stage.String()].Count == 0 {
+				t.Errorf("stage %s not timed; stages_us: %v", stage, r.StagesUS)
+			}
+		}
+		for name := range r.StagesUS {
+			if !strings.HasPrefix(name, "lazy_") {
+				t.Errorf("a lazy cluster timed stage %s of another mode", name)
 			}
 		}
 	})

@@ -184,8 +184,10 @@ type Cluster struct {
 	// (f+1 of them tolerate f failures); the first leads the first view.
 	// Other modes list none.
 	Sequencing []SequencingNode `yaml:"sequencing,omitempty"`
-	// LazyBatchInterval is how often the sequencing leader orders a batch
-	// (lazy mode).
+	// LazyBatchInterval is the least time between the starts of two of
+	// the sequencing leader's batches (lazy mode): a batch goes out as
+	// soon as records wait and the batch before it is stable, but not
+	// sooner.
 	LazyBatchInterval Duration `yaml:"lazy_batch_interval,omitempty"`
 	// LazyRingEntries bounds each sequencing replica's ring of unordered
 	// record metadata (lazy mode); a full ring pushes back on appenders.

@@ -95,8 +95,8 @@ type Options struct {
 	// cluster (default config.DefaultSequencingReplicas); other modes
 	// have none.
 	SequencingReplicas int
-	// LazyBatchInterval is how often a lazy cluster's sequencing leader
-	// orders a batch (0: the cluster file's default).
+	// LazyBatchInterval is the least time between two batches of a lazy
+	// cluster's sequencing leader (0: the cluster file's default).
 	LazyBatchInterval time.Duration
 	// Logger receives the servers' logs; nil discards them.
 	Logger *slog.Logger

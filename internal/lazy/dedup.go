@@ -109,12 +109,21 @@ func (d *Dedup) Raise(client, floor uint64) {
 	if floor-1 <= c.floor {
 		return
 	}
-	c.floor = floor - 1
-	for s := range c.above {
-		if s <= c.floor {
+	// Drop the done sequence numbers the floor passes: by number when
+	// it moves less far than there are of them (a floor rises by a few
+	// at a time while many above it may be done).
+	if old := c.floor; floor-1-old < uint64(len(c.above)) {
+		for s := old + 1; s <= floor-1; s++ {
 			delete(c.above, s)
 		}
+	} else {
+		for s := range c.above {
+			if s <= floor-1 {
+				delete(c.above, s)
+			}
+		}
 	}
+	c.floor = floor - 1
 	c.compact()
 }
 

@@ -28,6 +28,13 @@ func TestDedupAgreesWithASetOfEverySeqDone(t *testing.T) {
 				d.Mark(id)
 				done[id] = true
 			}
+			for c, cs := range d.clients {
+				for s := range cs.above {
+					if s <= cs.floor {
+						t.Fatalf("seed %d step %d: client %d keeps done seq %d at or below its floor %d", seed, step, c, s, cs.floor)
+					}
+				}
+			}
 			for c := uint64(1); c <= 3; c++ {
 				for s := uint64(1); s <= 40; s++ {
 					q := RecordID{Client: c, Seq: s}

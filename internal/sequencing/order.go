@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // stableResend is how often the leader repeats stable-gp to every shard
@@ -20,10 +20,19 @@ const stableResend = 100 * time.Millisecond
 // messages before it sends what is missing again.
 const orderResend = 200 * time.Millisecond
 
+// orderCheck is how often the order loop looks for answers overdue
+// (orderResend) and for a change of view or leadership.
+const orderCheck = 20 * time.Millisecond
+
 // orderLoop runs the leader's background ordering: it owns the view's
 // lazy.Orderer, feeds it the ring's front and the answers of shards and
 // followers, and carries out what it asks. The calls go out on their own
 // goroutines and come back through answers.
+//
+// Batches go out as a group commit: the records that waited while a
+// batch was in flight go out as the next batch as soon as that one is
+// stable, and an idle leader is woken by the first record that arrives
+// (take); BatchInterval is the least time between two batches' starts.
 func (s *Server) orderLoop() {
 	var (
 		o       *lazy.Orderer
@@ -31,27 +40,40 @@ func (s *Server) orderLoop() {
 		table   shardTable
 		answers = make(chan func(*lazy.Orderer) lazy.OrdererOutput, 64)
 		sentAt  time.Time
+		// When stages are timed: the batch in flight was taken at
+		// pickedAt, its mapping or GC round began at roundAt.
+		pickedAt, roundAt time.Time
+		// lastBatch is when the last batch went out; spacing wakes the
+		// loop when BatchInterval has passed since.
+		lastBatch time.Time
+		spacing   = time.NewTimer(time.Hour)
 	)
-	tick := time.NewTicker(s.cfg.BatchInterval)
-	defer tick.Stop()
+	spacing.Stop()
+	check := time.NewTicker(orderCheck)
+	defer check.Stop()
 	for {
 		var answer func(*lazy.Orderer) lazy.OrdererOutput
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-tick.C:
+		case <-check.C:
+		case <-s.orderKick:
+		case <-spacing.C:
 		case answer = <-answers:
 		}
 		s.mu.Lock()
 		leads := s.leadsLocked()
 		view, _ := s.seq.View()
 		if !leads {
+			// A record taken once this replica leads wakes the loop.
+			s.orderIdle = true
 			s.mu.Unlock()
 			o = nil
 			continue
 		}
 		if o == nil || ordView != view {
 			o, ordView = lazy.NewOrderer(lazy.OrdererConfig{BatchMax: s.cfg.BatchMax}, view, s.seq.Ordered(), nil, s.replicaIDsLocked()), view
+			o.AtLeast(s.startShards)
 			// The shards come with the first table read below.
 			answer = nil
 		}
@@ -64,30 +86,64 @@ func (s *Server) orderLoop() {
 			continue
 		}
 		var out lazy.OrdererOutput
-		switch {
-		case answer != nil:
+		if set := o.SetShards(liveShards(shards)); set.GC != nil {
+			// A shard finalized mid-batch was the last one it waited for.
+			s.carry(o, set, shards, answers)
+		}
+		if answer != nil {
 			out = answer(o)
+			if out.Map != nil || out.GC != nil {
+				sentAt = time.Now()
+			}
+			if out.GC != nil {
+				stagetime.Since(stagetime.LazyMapRound, roundAt)
+				roundAt = stagetime.Now()
+			}
+			if out.Stable != nil {
+				stagetime.Since(stagetime.LazyGCRound, roundAt)
+				s.mu.Lock()
+				s.stableAt, s.stableBatchAt = stagetime.Now(), pickedAt
+				s.mu.Unlock()
+			}
+			s.carry(o, out, shards, answers)
+			out = lazy.OrdererOutput{}
+		}
+		switch {
 		case !o.Busy():
+			if wait := s.cfg.BatchInterval - time.Since(lastBatch); wait > 0 {
+				spacing.Reset(wait)
+				continue
+			}
 			s.mu.Lock()
 			batch := s.seq.Unordered(o.BatchMax())
+			waited := s.waitingSince
+			// With nothing to order, the next record taken wakes the
+			// loop.
+			s.orderIdle = len(batch) == 0
+			if len(batch) > 0 {
+				s.waitingSince = time.Time{}
+			}
 			s.mu.Unlock()
 			if len(batch) == 0 {
 				continue
 			}
-			if unknown := unknownShard(batch, shards); unknown != nil {
-				// A record of a shard the cached table does not have yet
-				// (just added): its primary must place it, so read the
-				// table again before ordering.
-				table.fetched = time.Time{}
-				s.log.Debug("sequencing: batch names a shard not in the table yet", "shard", *unknown)
-				continue
-			}
-			o.SetShards(mapTo(shards))
 			if out, err = o.Order(batch); err != nil {
 				s.log.Error("sequencing: order", "err", err)
 				continue
 			}
-		case time.Since(sentAt) >= orderResend:
+			if out.WaitFor != nil {
+				// A record of a shard the cached table does not have yet
+				// (just added): read the table again.
+				table.fetched = time.Time{}
+				s.log.Debug("sequencing: batch names a shard not in the table yet", "shard", *out.WaitFor)
+			}
+			if out.Map == nil && out.GC == nil {
+				continue
+			}
+			lastBatch = time.Now()
+			stagetime.Since(stagetime.LazyRingWait, waited)
+			pickedAt, roundAt = stagetime.Now(), stagetime.Now()
+		case answer == nil && time.Since(sentAt) >= orderResend:
 			out = o.Pending()
 		default:
 			continue
@@ -157,6 +213,9 @@ func (s *Server) carry(o *lazy.Orderer, out lazy.OrdererOutput, shards []*pb.Sha
 		for _, id := range gc.IDs {
 			req.Ids = append(req.Ids, &pb.RecordMeta{ClientId: id.Client, Seq: id.Seq})
 		}
+		for _, id := range gc.Dropped {
+			req.Dropped = append(req.Dropped, &pb.RecordMeta{ClientId: id.Client, Seq: id.Seq})
+		}
 		if uint64(len(gc.IDs)) != gc.End-gc.From {
 			s.log.Error("sequencing: GC ids do not cover its positions", "from", gc.From, "end", gc.End, "ids", len(gc.IDs))
 			return
@@ -192,7 +251,7 @@ func (s *Server) carry(o *lazy.Orderer, out lazy.OrdererOutput, shards []*pb.Sha
 			s.stableChanged = make(chan struct{})
 		}
 		if gc := s.lastGC; gc != nil && gc.End <= st.Stable {
-			s.answerPositionsLocked(gc.From, gc.IDs)
+			s.answerPositionsLocked(gc.From, gc.IDs, out.Unplaced)
 			s.lastGC = nil
 		}
 		s.mu.Unlock()
@@ -219,27 +278,19 @@ func (s *Server) replicaIDLocked(id string) lazy.ReplicaID {
 	return 0
 }
 
-// unknownShard returns a shard that a record of batch names and the table
-// lacks, if any.
-func unknownShard(batch []lazy.Meta, shards []*pb.ShardInfo) *cut.ShardID {
-	for _, m := range batch {
-		if !slices.ContainsFunc(shards, func(sh *pb.ShardInfo) bool { return cut.ShardID(sh.GetId()) == m.Shard }) {
-			return &m.Shard
+// liveShards returns the shards of the table that may still grow: the
+// orderer maps to them and waits for them. A finalized shard (its
+// replicas may all be gone for good) takes no mapping; the table holds
+// every shard ever registered, so next (one past its largest id) tells a
+// finalized shard from one added after the table was read.
+func liveShards(shards []*pb.ShardInfo) (live []cut.ShardID, next cut.ShardID) {
+	for _, sh := range shards {
+		next = max(next, cut.ShardID(sh.GetId())+1)
+		if sh.GetState() != pb.ShardState_SHARD_FINALIZED {
+			live = append(live, cut.ShardID(sh.GetId()))
 		}
 	}
-	return nil
-}
-
-// mapTo returns the shards a batch's mapping goes to: every shard of the
-// table, finalized ones too. Each shard keeps the whole position table,
-// so none may miss a batch; a finalized shard still places its last
-// records (retries of appends in flight when it was finalized).
-func mapTo(shards []*pb.ShardInfo) []cut.ShardID {
-	out := make([]cut.ShardID, len(shards))
-	for i, sh := range shards {
-		out[i] = cut.ShardID(sh.GetId())
-	}
-	return out
+	return live, next
 }
 
 func mappingToProto(clusterID string, shard uint32, m *lazy.Mapping) *pb.OrderRequest {
@@ -287,28 +338,79 @@ func (s *Server) collectOn(ctx context.Context, f *pb.SequencingReplica, req *pb
 }
 
 // stableLoop tells every shard replica stable-gp whenever it advances, and
-// again every stableResend.
+// again every stableResend: one sender per replica, so a slow or dead
+// replica delays nobody else's news. It follows the shard table, starting
+// senders for replicas that join and stopping those of replicas that
+// left.
 func (s *Server) stableLoop() {
 	var table shardTable
-	sent := uint64(0)
-	last := time.Time{}
+	senders := map[string]context.CancelFunc{}
+	defer func() {
+		for _, stop := range senders {
+			stop()
+		}
+	}()
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, callTimeout)
+		shards, err := table.get(ctx, s)
+		cancel()
+		if err == nil {
+			live := map[string]bool{}
+			for _, sh := range shards {
+				for _, r := range sh.GetReplicas() {
+					live[r.GetAddr()] = true
+				}
+			}
+			for addr := range live {
+				if senders[addr] == nil {
+					ctx, stop := context.WithCancel(s.ctx)
+					senders[addr] = stop
+					s.wg.Go(func() { s.stableSender(ctx, addr) })
+				}
+			}
+			for addr, stop := range senders {
+				if !live[addr] {
+					stop()
+					delete(senders, addr)
+				}
+			}
+		}
+		if !s.sleep(stableResend) {
+			return
+		}
+	}
+}
+
+// stableSender tells the shard server at addr stable-gp while this
+// replica leads: as soon as it advances (after the call in flight, if
+// any; it never waits for another server's answer), and again every
+// stableResend, until ctx ends.
+func (s *Server) stableSender(ctx context.Context, addr string) {
+	var sent, sentView uint64
+	var last time.Time
 	for {
 		s.mu.Lock()
 		leads := s.leadsLocked()
 		stable, changed := s.stable, s.stableChanged
+		advancedAt, batchAt := s.stableAt, s.stableBatchAt
 		view, _ := s.seq.View()
 		s.mu.Unlock()
-		if leads && (stable != sent || time.Since(last) >= stableResend) {
-			ctx, cancel := context.WithTimeout(s.ctx, callTimeout)
-			if shards, err := table.get(ctx, s); err == nil {
-				s.tellStable(ctx, shards, &pb.StableRequest{ClusterId: s.cfg.ClusterID, View: view, StableGp: stable})
-				sent, last = stable, time.Now()
-			}
+		if leads && (stable != sent || view != sentView || time.Since(last) >= stableResend) {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			err := s.tellStable(cctx, addr, &pb.StableRequest{ClusterId: s.cfg.ClusterID, View: view, StableGp: stable})
 			cancel()
+			if err != nil {
+				s.log.Debug("sequencing: tell stable-gp", "server", addr, "err", err)
+			} else if stable != sent {
+				stagetime.Since(stagetime.LazyStableSend, advancedAt)
+				stagetime.Since(stagetime.LazyOrderToStable, batchAt)
+			}
+			// A failed call is repeated with the next news or resend.
+			sent, sentView, last = stable, view, time.Now()
 		}
 		t := time.NewTimer(stableResend)
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-changed:
@@ -318,23 +420,15 @@ func (s *Server) stableLoop() {
 	}
 }
 
-// tellStable sends stable-gp to every replica of every shard, without
-// waiting for stragglers beyond ctx.
-func (s *Server) tellStable(ctx context.Context, shards []*pb.ShardInfo, req *pb.StableRequest) {
-	var addrs []string
-	for _, sh := range shards {
-		for _, r := range sh.GetReplicas() {
-			addrs = append(addrs, r.GetAddr())
-		}
-	}
-	_ = s.onEach(ctx, len(addrs), func(ctx context.Context, i int) error {
-		cc, err := s.conn(addrs[i])
-		if err != nil {
-			return err
-		}
-		_, err = pb.NewLazyShardClient(cc).Stable(ctx, req)
+// tellStable sends stable-gp to the shard server at addr, which applies it
+// to every lazy shard it holds.
+func (s *Server) tellStable(ctx context.Context, addr string, req *pb.StableRequest) error {
+	cc, err := s.conn(addr)
+	if err != nil {
 		return err
-	})
+	}
+	_, err = pb.NewLazyShardClient(cc).Stable(ctx, req)
+	return err
 }
 
 // shardTable caches the cluster's shard table, as the ordering layer
@@ -355,7 +449,38 @@ func (t *shardTable) get(ctx context.Context, s *Server) ([]*pb.ShardInfo, error
 		return nil, err
 	}
 	t.shards, t.fetched = st.GetShards(), time.Now()
+	s.noteShards(t.shards)
 	return t.shards, nil
+}
+
+// noteShards raises the end of the shard ids the replica knows were given.
+func (s *Server) noteShards(shards []*pb.ShardInfo) {
+	_, next := liveShards(shards)
+	for {
+		cur := s.shardsNext.Load()
+		if uint32(next) <= cur || s.shardsNext.CompareAndSwap(cur, uint32(next)) {
+			return
+		}
+	}
+}
+
+// knowsShard says whether the cluster ever had shard id, reading the table
+// again when the replica has not heard of it: a record of a shard that
+// never existed would hold the orderer up for good, while one of a shard
+// added a moment ago must be taken. When the table cannot be read it says
+// yes: the orderer waits for the table before it orders the record.
+func (s *Server) knowsShard(ctx context.Context, id cut.ShardID) bool {
+	if uint32(id) < s.shardsNext.Load() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	st, err := s.orderingStatus(ctx)
+	if err != nil {
+		return true
+	}
+	s.noteShards(st.GetShards())
+	return uint32(id) < s.shardsNext.Load()
 }
 
 // orderingStatus asks the ordering replicas for the cluster status.
@@ -381,20 +506,4 @@ func (s *Server) orderingStatus(ctx context.Context) (*pb.StatusResponse, error)
 // while it leads.
 func (s *Server) controlLoop() {
 	s.stableLoop()
-}
-
-// onEach runs fn for 0..n-1 in parallel and returns the first error.
-func (s *Server) onEach(ctx context.Context, n int, fn func(context.Context, int) error) error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { errs[i] = fn(ctx, i) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

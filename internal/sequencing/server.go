@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 	"github.com/augur-log/augur/internal/rpcopt"
 )
@@ -53,7 +55,9 @@ type Config struct {
 	// Ordering lists the ordering replicas' addresses (the control plane
 	// and the shard table).
 	Ordering []string
-	// BatchInterval is how often the leader orders a batch.
+	// BatchInterval is the least time between the starts of two of the
+	// leader's batches (a batch goes out as soon as records wait and the
+	// one before is stable, but not sooner).
 	BatchInterval time.Duration
 	// RingMax bounds the ring (lazy.SequencerConfig.RingMax).
 	RingMax int
@@ -106,6 +110,21 @@ type Server struct {
 	// lastGC is the batch collected last, whose appenders learn their
 	// positions once stable-gp covers it.
 	lastGC *lazy.GC
+	// shardsNext is one past the largest shard id of the newest shard
+	// table read: the cluster gave every id below it to a shard.
+	shardsNext atomic.Uint32
+	// startShards is the view's StartView.Shards: its orderer waits for a
+	// table at least as new.
+	startShards cut.ShardID
+	// When the bench times stages: waitingSince is when the first record
+	// the leader has not taken into a batch yet arrived; stableAt when
+	// stable last advanced, and stableBatchAt when the batch it covers
+	// was taken.
+	waitingSince, stableAt, stableBatchAt time.Time
+	// orderIdle says the order loop found nothing to order and waits for
+	// orderKick, which take sends it when records arrive.
+	orderIdle bool
+	orderKick chan struct{}
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -136,6 +155,7 @@ func New(cfg Config) (*Server, error) {
 		seq:           lazy.NewSequencer(lazy.SequencerConfig{RingMax: cfg.RingMax}, lazy.SequencerState{}),
 		waiters:       map[lazy.RecordID]*ackStream{},
 		stableChanged: make(chan struct{}),
+		orderKick:     make(chan struct{}, 1),
 		conns:         map[string]*grpc.ClientConn{},
 		ctx:           ctx,
 		cancel:        cancel,

@@ -52,18 +52,21 @@ func ackCodes(resp *pb.SeqAppendResponse) []pb.Code {
 func TestReplicaTakesAppendsInItsOpenViewOnly(t *testing.T) {
 	s := newTestServer(t, "q1")
 	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, 8), done: make(chan struct{})}
-	if got := ackCodes(s.take(meta(1, 1), acks)); got[0] != pb.Code_WRONG_VIEW {
+	if got := ackCodes(s.take(meta(1, 1), acks, nil)); got[0] != pb.Code_WRONG_VIEW {
 		t.Fatalf("before any view started here: %v, want WRONG_VIEW", got)
 	}
 	startView(t, s, 1, 0, "q1", "q2")
-	got := ackCodes(s.take(meta(1, 1, 2, 2), acks))
+	got := ackCodes(s.take(meta(1, 1, 2, 2), acks, nil))
 	if got[0] != pb.Code_OK || got[1] != pb.Code_OK || got[2] != pb.Code_OK {
 		t.Fatalf("in view 1: %v, want OK (a repeat is a duplicate, acknowledged)", got)
 	}
-	if got := ackCodes(s.take(meta(2, 3), acks)); got[0] != pb.Code_WRONG_VIEW {
+	if got := ackCodes(s.take(meta(2, 3), acks, nil)); got[0] != pb.Code_WRONG_VIEW {
 		t.Fatalf("view 2 on a view-1 replica: %v, want WRONG_VIEW", got)
 	}
-	if got := ackCodes(s.take(&pb.SeqAppendRequest{ClusterId: "c", View: 1, Metas: []*pb.RecordMeta{{ClientId: 0, Seq: 1}}}, acks)); got[0] != pb.Code_INVALID {
+	if got := ackCodes(s.take(meta(1, 9), acks, []uint32{1})); got[0] != pb.Code_UNKNOWN_SHARD {
+		t.Fatalf("a shard the cluster never had: %v, want UNKNOWN_SHARD", got)
+	}
+	if got := ackCodes(s.take(&pb.SeqAppendRequest{ClusterId: "c", View: 1, Metas: []*pb.RecordMeta{{ClientId: 0, Seq: 1}}}, acks, nil)); got[0] != pb.Code_INVALID {
 		t.Fatalf("client id 0: %v, want INVALID", got)
 	}
 	tail, err := s.CheckTail(context.Background(), &pb.CheckTailRequest{ClusterId: "c"})
@@ -77,7 +80,7 @@ func TestReplicaTakesAppendsInItsOpenViewOnly(t *testing.T) {
 	if err != nil || seal.GetCode() != pb.Code_OK || len(seal.GetEntries()) != 2 || seal.GetView() != 1 {
 		t.Fatalf("seal %v %v, want both records of view 1", seal, err)
 	}
-	if got := ackCodes(s.take(meta(1, 3), acks)); got[0] != pb.Code_SEALED {
+	if got := ackCodes(s.take(meta(1, 3), acks, nil)); got[0] != pb.Code_SEALED {
 		t.Fatalf("after the seal: %v, want SEALED", got)
 	}
 	startView(t, s, 2, 2, "q2", "q1")
@@ -96,8 +99,40 @@ func TestFullRingPushesBack(t *testing.T) {
 	for i := range 65 {
 		seqs = append(seqs, uint64(i+1))
 	}
-	got := ackCodes(s.take(meta(1, seqs...), acks))
+	got := ackCodes(s.take(meta(1, seqs...), acks, nil))
 	if got[63] != pb.Code_OK || got[64] != pb.Code_FULL {
 		t.Fatalf("64th and 65th of a 64-entry ring: %v, %v", got[63], got[64])
+	}
+}
+
+// The leader orders as a group commit: an order loop that found nothing
+// to order waits for the first record taken, which wakes it once; records
+// taken while a batch is in flight (the loop is not idle) wake nothing,
+// and neither do records a follower takes.
+func TestFirstRecordWakesAnIdleLeader(t *testing.T) {
+	s := newTestServer(t, "q1")
+	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, 8), done: make(chan struct{})}
+	startView(t, s, 1, 0, "q1", "q2")
+	s.take(meta(1, 1), acks, nil)
+	if len(s.orderKick) != 0 {
+		t.Fatal("a record taken while the order loop is busy woke it")
+	}
+	s.orderIdle = true
+	s.take(meta(1, 2), acks, nil)
+	if len(s.orderKick) != 1 || s.orderIdle {
+		t.Fatalf("the first record after the loop went idle: kicks %d, idle %v; want 1 kick, not idle", len(s.orderKick), s.orderIdle)
+	}
+	<-s.orderKick
+	s.take(meta(1, 3), acks, nil)
+	if len(s.orderKick) != 0 {
+		t.Fatal("a second record woke the loop again before it looked")
+	}
+
+	f := newTestServer(t, "q2")
+	startView(t, f, 1, 0, "q1", "q2")
+	f.orderIdle = true
+	f.take(meta(1, 1), acks, nil)
+	if len(f.orderKick) != 0 {
+		t.Fatal("a follower's record woke its order loop")
 	}
 }

@@ -3,16 +3,19 @@ package sim
 import (
 	"slices"
 
+	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 )
 
 // A lazy shard's configuration in the simulator, as the control plane
-// records it in the shard table: a crashed primary is taken out after
-// lazyDetectAfter (its session broke, as a restarted server comes back
-// with another incarnation) and the backup is promoted; the replica
-// taken out stays out (rejoin is not built). A crashed backup restarts in
-// place.
+// records it in the shard table through the ordering replicas' Raft: a
+// crashed primary is taken out after lazyDetectAfter (its session broke,
+// as a restarted server comes back with another incarnation) and the
+// backup is promoted; the replica taken out stays out (rejoin is not
+// built). A crashed backup restarts in place. A shard whose every replica
+// died for good is taken out replica by replica, and the last removal
+// finalizes it. A shard added mid-run registers through Raft too.
 
 // lazyShardConf is one shard's configuration: its epoch and its members
 // (indexes into lazyRun.shards[s]), the primary first.
@@ -21,8 +24,12 @@ type lazyShardConf struct {
 	members []int
 }
 
-// primary is the current primary of shard s.
+// primary is the current primary of shard s; nil once no replica is
+// left.
 func (w *lazyRun) primary(s cut.ShardID) *shardNode {
+	if len(w.shardConf[s].members) == 0 {
+		return nil
+	}
 	return w.shards[s][w.shardConf[s].members[0]]
 }
 
@@ -40,20 +47,70 @@ func (w *lazyRun) isMember(n *shardNode) bool {
 	return slices.Contains(w.shardConf[n.shard].members, n.idx)
 }
 
-// takeOut is the failure detector's verdict on a crashed primary: the
-// control plane commits the shard's configuration without it, and every
-// replica learns it (the shard table's event).
+// takeOut is the failure detector's verdict on a crashed primary (or on
+// a replica gone for good): the ordering leader proposes the shard's
+// configuration without it through Raft, again after lazyDetectAfter
+// until it is applied (the proposal may be lost with a deposed or
+// crashed leader, or refused for an epoch that moved). The last replica
+// is taken out only when it is gone for good: that finalizes the shard.
 func (w *lazyRun) takeOut(n *shardNode) {
-	conf := &w.shardConf[n.shard]
-	if !w.isMember(n) || len(conf.members) < 2 {
+	conf := w.shardConf[n.shard]
+	if !w.isMember(n) || (len(conf.members) < 2 && !n.gone) {
 		return
 	}
-	conf.epoch++
-	conf.members = slices.DeleteFunc(conf.members, func(j int) bool { return j == n.idx })
-	w.stats.failovers++
-	w.tracef("control: shard %d epoch %d without %s, primary %s", n.shard, conf.epoch, n.name, w.primary(n.shard).name)
-	for _, m := range w.shards[n.shard] {
-		w.send("ctl", &m.node, m.follow)
+	if o := w.lead; o != nil && o.ctl != nil {
+		o.propose(control.Command{Reconfig: &control.ReconfigCommand{Shard: n.shard, Epoch: conf.epoch, Remove: []string{n.name}}})
+	}
+	w.after(lazyDetectAfter, func() { w.takeOut(n) })
+}
+
+// syncShards takes the shard table the world learned (the truth): each
+// shard's epoch and members, none once finalized; every replica of a
+// shard whose configuration changed learns it (the shard table's event).
+func (w *lazyRun) syncShards() {
+	for _, row := range w.truth.Shards {
+		s := row.ID
+		added := int(s) >= len(w.shards)
+		if added {
+			// A shard added mid-run: its replicas start now.
+			var reps []*shardNode
+			for j, r := range row.Replicas {
+				reps = append(reps, &shardNode{node: node{name: r.ID, up: true}, w: w, shard: s, idx: j})
+			}
+			w.shards = append(w.shards, reps)
+			w.shardConf = append(w.shardConf, lazyShardConf{})
+			w.stats.added++
+		}
+		conf := &w.shardConf[s]
+		if conf.epoch == row.Epoch && (row.State != control.Finalized || len(conf.members) == 0) {
+			continue
+		}
+		next := lazyShardConf{epoch: row.Epoch}
+		if row.State != control.Finalized {
+			for _, r := range row.Replicas {
+				next.members = append(next.members, slices.IndexFunc(w.shards[s], func(n *shardNode) bool { return n.name == r.ID }))
+			}
+		}
+		if !added {
+			w.stats.failovers++
+		}
+		*conf = next
+		w.tracef("control: shard %d epoch %d, members %v, %v", s, row.Epoch, next.members, row.State)
+		if row.State == control.Finalized && int(s) == w.lost {
+			w.finalizedAt, w.endAt = w.elapsed(), w.stableEnd()
+			if w.endAt == ^uint64(0) {
+				// No live shard has a table yet (the only one left was
+				// added a moment ago).
+				w.endAt = 0
+			}
+		}
+		for _, m := range w.shards[s] {
+			if added {
+				m.boot()
+				continue
+			}
+			w.send("ctl", &m.node, m.follow)
+		}
 	}
 }
 

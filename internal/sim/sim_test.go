@@ -59,10 +59,11 @@ func TestSeeds(t *testing.T) {
 				// primaries fail over, data that never comes turns into
 				// no-ops, full sequencing rings push appends back, and
 				// ordering replicas crash or their leader is cut off from
-				// the others.
+				// the others, shards are added mid-run and every replica
+				// of a shard dies for good.
 				if faults.Crash && n >= 40 && (tally.LeaderCrashes == 0 || tally.SeqCrashes == tally.LeaderCrashes ||
 					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 || tally.Failovers == 0 ||
-					tally.RaftCrashes == 0 || tally.CutOffLeaders == 0) {
+					tally.RaftCrashes == 0 || tally.CutOffLeaders == 0 || tally.ShardsAdded == 0 || tally.ShardFailed == 0) {
 					t.Errorf("some lazy fault never struck: %v", tally)
 				}
 				return
@@ -366,6 +367,11 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// readers may have seen; the shards refuse it, and the control
 		// plane stays in its view change.
 		{"stable-gp advances before the flush is recorded through Raft", bugLazyStableBeforeRecord, "is still changing the view"},
+		// The orderer maps every batch to every shard of the table, a
+		// finalized one too: once every replica of a shard died, no
+		// batch is ever acknowledged again and the order stops for the
+		// whole cluster.
+		{"the orderer waits for a finalized shard", bugLazyMapFinalized, "liveness"},
 	}
 	const seeds = 200
 	for _, c := range cases {

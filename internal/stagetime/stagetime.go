@@ -58,6 +58,46 @@ const (
 	// AckSend: a primary's loop acknowledged an append until the
 	// acknowledgement was handed to the client's stream.
 	AckSend
+
+	// The stages of a lazy append, and then of its order (stable-gp's
+	// lag behind the acknowledgement), in the order they happen.
+	//
+	// LazyAppendData and LazyAppendMeta: the SDK started a lazy append
+	// until every shard replica acknowledged its data, and every
+	// sequencing replica its metadata (the append returns at the later).
+	LazyAppendData
+	LazyAppendMeta
+	// LazyStore: a shard replica received a batch of data until it
+	// answered it (under fsync group, its group commit included);
+	// LazySeqTake: a sequencing replica received metadata until it
+	// answered.
+	LazyStore
+	LazySeqTake
+	// LazyRingWait: the oldest record waiting in the leader's ring
+	// arrived until a batch took it.
+	LazyRingWait
+	// LazyMapRound: the leader sent a batch's mapping until every shard
+	// primary answered that all its replicas hold the placement. Inside
+	// it, at each primary: LazyPlacePrimary (the mapping arrived until
+	// its placement was written, synced per the fsync policy, and handed
+	// to the backups) and LazyPlaceBackups (then until every backup
+	// applied it); at each backup, LazyBackupPlace (a placement arrived
+	// until it was applied and answered, fetches of missing data
+	// included).
+	LazyMapRound
+	LazyPlacePrimary
+	LazyPlaceBackups
+	LazyBackupPlace
+	// LazyGCRound: every shard held a batch until every sequencing
+	// replica collected it.
+	LazyGCRound
+	// LazyStableSend: stable-gp advanced at the leader until a shard
+	// server answered that it learned it (one pass per server).
+	LazyStableSend
+	// LazyOrderToStable: a batch was taken from the ring until a shard
+	// server learned the stable-gp that covers it (the map and GC rounds
+	// and the stable send, with the waits between them).
+	LazyOrderToStable
 	stageCount
 )
 
@@ -76,6 +116,19 @@ var stageNames = [stageCount]string{
 	RaftSaveFollower: "raft_save_follower",
 	CutDelivery:      "cut_delivery",
 	AckSend:          "ack_send",
+
+	LazyAppendData:    "lazy_append_data",
+	LazyAppendMeta:    "lazy_append_meta",
+	LazyStore:         "lazy_store",
+	LazySeqTake:       "lazy_seq_take",
+	LazyRingWait:      "lazy_ring_wait",
+	LazyMapRound:      "lazy_map_round",
+	LazyPlacePrimary:  "lazy_place_primary",
+	LazyPlaceBackups:  "lazy_place_backups",
+	LazyBackupPlace:   "lazy_backup_place",
+	LazyGCRound:       "lazy_gc_round",
+	LazyStableSend:    "lazy_stable_send",
+	LazyOrderToStable: "lazy_order_to_stable",
 }
 
 func (s Stage) String() string { return stageNames[s] }
@@ -155,6 +208,15 @@ func Summaries() map[string]Summary {
 		x.mu.Unlock()
 	}
 	return out
+}
+
+// Since records that one pass through stage s took from at until now;
+// a zero at (taken from Now while timing was off) records nothing.
+func Since(s Stage, at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	Observe(s, time.Since(at))
 }
 
 // Marks follows the batches of one copy of a shard through a chain of

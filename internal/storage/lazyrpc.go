@@ -13,6 +13,7 @@ import (
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 	"github.com/augur-log/augur/internal/segment"
+	"github.com/augur-log/augur/internal/stagetime"
 )
 
 // lazyStoreInflightMax bounds the batches of one Store stream stored and
@@ -59,10 +60,12 @@ func (l *lazyServer) Store(stream pb.LazyShard_StoreServer) error {
 			if err != nil {
 				return nil
 			}
+			at := stagetime.Now()
 			resp, _ := l.store(req)
 			if err := stream.Send(resp.resp); err != nil {
 				return err
 			}
+			stagetime.Since(stagetime.LazyStore, at)
 		}
 	}
 	queue := make(chan lazyPending, lazyStoreInflightMax)
@@ -85,6 +88,7 @@ func (l *lazyServer) Store(stream pb.LazyShard_StoreServer) error {
 					cancel()
 					return
 				}
+				stagetime.Since(stagetime.LazyStore, p.at)
 			case <-ctx.Done():
 				sendErr <- nil
 				return
@@ -97,7 +101,9 @@ func (l *lazyServer) Store(stream pb.LazyShard_StoreServer) error {
 			cancel()
 			return <-sendErr
 		}
+		at := stagetime.Now()
 		p, _ := l.store(req)
+		p.at = at
 		select {
 		case queue <- p:
 		case <-ctx.Done():
@@ -111,6 +117,8 @@ type lazyPending struct {
 	ls   *lazyShard
 	need uint64
 	resp *pb.LazyStoreResponse
+	// at is when the batch arrived, when stages are timed.
+	at time.Time
 }
 
 // store stores one Store batch and returns its answer, to send once the
@@ -149,6 +157,7 @@ func (l *lazyServer) Order(ctx context.Context, req *pb.OrderRequest) (*pb.Order
 	if err != nil {
 		return &pb.OrderResponse{Code: pb.Code_UNKNOWN_SHARD, Message: err.Error()}, nil
 	}
+	at := stagetime.Now()
 	m := lazy.Mapping{View: req.GetView(), From: req.GetFirst()}
 	for _, r := range req.GetIds() {
 		m.Records = append(m.Records, lazy.Meta{ID: lazy.RecordID{Client: r.GetClientId(), Seq: r.GetSeq()}, Shard: cut.ShardID(r.GetShard())})
@@ -167,6 +176,8 @@ func (l *lazyServer) Order(ctx context.Context, req *pb.OrderRequest) (*pb.Order
 	if err != nil {
 		return &pb.OrderResponse{Code: pb.Code_UNAVAILABLE, Message: err.Error()}, nil
 	}
+	stagetime.Since(stagetime.LazyPlacePrimary, at)
+	placed := stagetime.Now()
 	ls.mu.Lock()
 	for ls.acked < m.End() {
 		ch := ls.ackedCh
@@ -180,6 +191,7 @@ func (l *lazyServer) Order(ctx context.Context, req *pb.OrderRequest) (*pb.Order
 	}
 	end := ls.acked
 	ls.mu.Unlock()
+	stagetime.Since(stagetime.LazyPlaceBackups, placed)
 	return &pb.OrderResponse{End: end, View: req.GetView()}, nil
 }
 
@@ -194,6 +206,7 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 	if err != nil {
 		return &pb.PlaceResponse{Code: pb.Code_UNKNOWN_SHARD, Message: err.Error()}, nil
 	}
+	at := stagetime.Now()
 	p := placementFromProto(req)
 	ls.mu.Lock()
 	var out lazy.ShardOutput[*lazyRead]
@@ -217,6 +230,7 @@ func (l *lazyServer) Place(ctx context.Context, req *pb.Placement) (*pb.PlaceRes
 	if !out.Applied {
 		return &pb.PlaceResponse{Code: pb.Code_PENDING, Message: "placement not applied"}, nil
 	}
+	stagetime.Since(stagetime.LazyBackupPlace, at)
 	return &pb.PlaceResponse{AppliedEnd: out.AppliedEnd, AppliedSeq: out.AppliedSeq, AppliedTerm: out.AppliedTerm}, nil
 }
 
