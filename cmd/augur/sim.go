@@ -119,6 +119,6 @@ violation.`,
 	fl.Int64Var(&seed, "seed", -1, "run only this seed")
 	fl.BoolVar(&trace, "trace", false, "print every step of the run (with --seed)")
 	fl.IntVar(&replicas, "replicas", 0, "storage servers per shard, 2 or 3 (lazy: 2); 0: even seeds 2, odd seeds 3 (lazy: 2)")
-	fl.StringVar(&faults, "faults", "all", "faults to inject, comma-separated: delay, reorder, loss, partition, crash; or all, none")
+	fl.StringVar(&faults, "faults", "all", "faults to inject, comma-separated: delay, reorder, loss, partition, crash, pause; or all, none")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package order
 
 import (
+	"slices"
 	"time"
 
 	"github.com/augur-log/augur/internal/control"
@@ -201,11 +202,32 @@ func (d *Detector) Detect(now time.Time) []control.ReconfigCommand {
 	var out []control.ReconfigCommand
 	for i := range d.st.Shards {
 		sh := &d.st.Shards[i]
-		if failed := d.failed(sh, now); len(failed) > 0 && d.propose(sh, now) {
+		if failed := d.failed(sh, now); len(failed) > 0 && !d.failingWhole(sh, failed, now) && d.propose(sh, now) {
 			out = append(out, control.ReconfigCommand{Shard: sh.ID, Epoch: sh.Epoch, Remove: failed})
 		}
 	}
 	return out
+}
+
+// failingWhole says that sh's replicas other than failed have all been
+// silent for half the failure timeout at now, so the shard is likely
+// failing as a whole: the failed ones are taken out with them, once their
+// silence reaches the timeout too (at most half a timeout later), or
+// alone once one of them is heard again. Taken out a detection earlier,
+// a replica that merely fell silent first (its server heartbeated a
+// moment before the other died) would be fenced, and drop the tail the
+// configuration left to its dead peers alone: entries every replica held,
+// which the finalization then orders with no replica to serve them.
+func (d *Detector) failingWhole(sh *control.Shard, failed []string, now time.Time) bool {
+	if len(failed) == len(sh.Replicas) {
+		return false
+	}
+	for _, r := range sh.Replicas {
+		if !slices.Contains(failed, r.ID) && now.Sub(d.heard(sh.ID, r)) <= d.timeout/2 {
+			return false
+		}
+	}
+	return true
 }
 
 // failed returns the replicas of sh's configuration taken for failed at
@@ -222,27 +244,30 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) []string {
 			out = append(out, r.ID)
 			continue
 		}
-		// Silence counts from the latest of: the replica first seen in
-		// the configuration, the leader resumed, the replica last heard.
-		last := maxTime(d.seenAt[m], d.resumedAt)
-		// A newer incarnation restarted and lost what it held. An older
-		// one is the life before the restart that the member rejoined
-		// from: heard before it restarted, or late; it says nothing about
-		// the member, whose silence counts from its join.
-		if b, ok := d.beats[r.ID]; ok {
-			switch {
-			case b.incarnation > r.Incarnation:
-				out = append(out, r.ID)
-				continue
-			case b.incarnation == r.Incarnation:
-				last = maxTime(last, b.at)
-			}
+		// A newer incarnation restarted and lost what it held.
+		if b, ok := d.beats[r.ID]; ok && b.incarnation > r.Incarnation {
+			out = append(out, r.ID)
+			continue
 		}
-		if now.Sub(last) > d.timeout {
+		if now.Sub(d.heard(sh.ID, r)) > d.timeout {
 			out = append(out, r.ID)
 		}
 	}
 	return out
+}
+
+// heard is when replica r of shard was last heard, as far as silence
+// counts: the latest of when it was first seen in the configuration, when
+// the leader resumed, and its last heartbeat. A beat of an older
+// incarnation is the life before the restart that the member rejoined
+// from: heard before it restarted, or late; it says nothing about the
+// member, whose silence counts from its join.
+func (d *Detector) heard(shard cut.ShardID, r control.Replica) time.Time {
+	last := maxTime(d.seenAt[member{shard, r.ID}], d.resumedAt)
+	if b, ok := d.beats[r.ID]; ok && b.incarnation == r.Incarnation {
+		last = maxTime(last, b.at)
+	}
+	return last
 }
 
 // Suspect says that the policy takes shard's primary for failed at now
@@ -250,13 +275,24 @@ func (d *Detector) failed(sh *control.Shard, now time.Time) []string {
 // one is to be proposed (see propose). A configuration younger than the
 // failure timeout is spared: its primary may have been promoted while the
 // lag-fix waited, and gets a full timeout to catch up, as a new replica
-// gets one to start its heartbeats.
+// gets one to start its heartbeats. If replicas of the configuration are
+// taken for failed already (a backup that stopped, say, which keeps the
+// primary from making anything durable), they are taken out instead: they
+// explain the lag, and taking out the primary would leave the shard to
+// them.
 func (d *Detector) Suspect(shard cut.ShardID, now time.Time) (control.ReconfigCommand, bool) {
 	sh := d.st.Shard(shard)
-	if sh == nil || len(sh.Replicas) == 0 || now.Sub(d.configAt[config{sh.ID, sh.Epoch}]) < d.timeout || !d.propose(sh, now) {
+	if sh == nil || len(sh.Replicas) == 0 || now.Sub(d.configAt[config{sh.ID, sh.Epoch}]) < d.timeout {
 		return control.ReconfigCommand{}, false
 	}
-	return control.ReconfigCommand{Shard: sh.ID, Epoch: sh.Epoch, Remove: []string{sh.Replicas[0].ID}}, true
+	remove := d.failed(sh, now)
+	if len(remove) == 0 {
+		remove = []string{sh.Replicas[0].ID}
+	}
+	if !d.propose(sh, now) {
+		return control.ReconfigCommand{}, false
+	}
+	return control.ReconfigCommand{Shard: sh.ID, Epoch: sh.Epoch, Remove: remove}, true
 }
 
 // propose reports whether to propose a new configuration of sh at now,

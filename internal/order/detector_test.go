@@ -262,3 +262,59 @@ func TestSuspectSparesANewConfiguration(t *testing.T) {
 		t.Fatalf("suspect a timeout after the promotion: %+v %v, want b removed at epoch 2", rc, ok)
 	}
 }
+
+// TestSuspectTakesOutASilentBackupRatherThanItsPrimary: a primary whose
+// backup stopped (a paused server) cannot make its entries durable, so it
+// answers no lag-fix; once the backup has been silent for the failure
+// timeout, a suspicion of the primary takes out the backup, which explains
+// the lag, rather than the primary, which would leave the shard to the
+// silent backup alone (and fail it as a whole).
+func TestSuspectTakesOutASilentBackupRatherThanItsPrimary(t *testing.T) {
+	w := replicatedWorld(t)
+	for range 4 {
+		w.after(timeout / 4)
+		w.l.Beat("a", 1, w.now)
+		w.l.Beat("c", 1, w.now)
+	}
+	w.after(1)
+	rc, ok := w.l.det.Suspect(0, w.now)
+	if !ok || rc.Epoch != 1 || !slices.Equal(rc.Remove, []string{"b"}) {
+		t.Fatalf("suspecting the primary of a shard whose backup b is silent: %+v %v, want b removed at epoch 1", rc, ok)
+	}
+}
+
+// TestDetectTakesOutAShardFailingWholeAtOnce: when every replica of a
+// shard falls silent within half a failure timeout (its servers died
+// together, or the primary died and the backups were cut off), they are
+// taken out together, finalizing the shard, rather than the first to fall
+// silent alone: fenced, that one would drop entries the configuration
+// left to its dead peers. A replica still heard within half a timeout is
+// a survivor: the silent ones are taken out at once.
+func TestDetectTakesOutAShardFailingWholeAtOnce(t *testing.T) {
+	// run runs Detect every quarter timeout up to d after t0 (as the
+	// ordering server does), with c heard at cAt, and returns the first
+	// reconfiguration proposed and when.
+	run := func(cAt, d time.Duration) (control.ReconfigCommand, time.Duration) {
+		w := replicatedWorld(t)
+		for w.now.Sub(t0) < d {
+			w.after(timeout / 8)
+			if w.now.Sub(t0) == cAt {
+				w.l.Beat("c", 1, w.now)
+			}
+			if got := w.reconfigs(); len(got) > 0 {
+				return got[0], w.now.Sub(t0)
+			}
+		}
+		return control.ReconfigCommand{}, 0
+	}
+	// a and b fall silent at t0, c a quarter timeout later.
+	rc, at := run(timeout/4, 2*timeout)
+	if !slices.Equal(rc.Remove, []string{"a", "b", "c"}) || at <= timeout*5/4 {
+		t.Fatalf("proposed %+v at %v, want a, b and c taken out together once c was silent a timeout (after %v)", rc, at, timeout*5/4)
+	}
+	// c heard half a timeout after the others: a survivor.
+	rc, at = run(timeout*5/8, 2*timeout)
+	if !slices.Equal(rc.Remove, []string{"a", "b"}) || at > timeout*9/8 {
+		t.Fatalf("proposed %+v at %v, want a and b taken out within a timeout and an eighth, while c was heard", rc, at)
+	}
+}

@@ -253,3 +253,75 @@ func TestEagerPrimaryReportsWhatEveryReplicaHolds(t *testing.T) {
 		t.Fatalf("report %+v %v, want length 1 in epoch 2", rep, ok)
 	}
 }
+
+// TestRejoinedFencedPrimaryAcknowledgesWhatItHolds: a primary paused past
+// the failure timeout is fenced while its process runs, then rejoins as a
+// backup of its successor. It must acknowledge what its log holds, not the
+// least of that and what its own backup acknowledged before the pause: a
+// copy that keeps its old primary's view of its backups holds its new
+// primary's durable length, and so the shard's reports and cuts, still for
+// good (the fault campaign's stall after SIGCONT of a primary).
+func TestRejoinedFencedPrimaryAcknowledgesWhatItHolds(t *testing.T) {
+	pr := newPair(t, 1, nil)
+	pr.append("c", 7, 1, 2)
+	pr.p.BackupAcked(bk(0), 0, pr.deliver(0))
+	pr.cutAt(1, 0, 2, 100)
+	pr.append("c", 7, 3) // never reaches the backup: the primary pauses
+	old := pr.p
+
+	np, nlog := pr.backups[0], pr.blogs[0]
+	np.Reconfigure(Membership{Epoch: 1, Role: RolePrimary}, t0, &Output[string]{})
+	out := &Output[string]{}
+	np.Propose([]Append[string]{{Waiter: "d", Entry: rec(8, 1)}, {Waiter: "d", Entry: rec(8, 2)}}, out)
+	np.Store(out)
+	c2 := cutOf(2, 2, 2, 102)
+	np.ApplyCut(c2, &Output[string]{})
+
+	// The old primary resumes and hears of configuration 1 without it.
+	out = &Output[string]{}
+	old.Reconfigure(Membership{Epoch: 1, Role: RoleFenced}, t0, out)
+	if old.Role() != RoleFenced || !old.Rejoining() {
+		t.Fatalf("the resumed primary is a %v (rejoining %v), want a fenced copy that rejoins", old.Role(), old.Rejoining())
+	}
+	old.ApplyCut(c2, &Output[string]{})
+	plan, err := old.PrepareRejoin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchAll(t, old, plan, nlog)
+	if epoch, held, ok := old.RejoinReady(); !ok || epoch != 1 || held != 4 {
+		t.Fatalf("RejoinReady = %d, %d, %v; want configuration 1, 4 entries", epoch, held, ok)
+	}
+
+	// Configuration 2 takes it in; the membership comes first here.
+	np.Reconfigure(Membership{Epoch: 2, Role: RolePrimary, Backups: []string{"old"}}, t0, &Output[string]{})
+	if !old.Reconfigure(Membership{Epoch: 2, Role: RoleBackup}, t0, &Output[string]{}) || old.Role() != RoleBackup {
+		t.Fatalf("the configuration that takes it in left it a %v", old.Role())
+	}
+	length, held, err := old.Join(2)
+	if err != nil || length != 4 || held != 4 {
+		t.Fatalf("join: %d, %d, %v; want 4, 4", length, held, err)
+	}
+	out = &Output[string]{}
+	np.BackupJoined("old", 2, length, held, nlog.Len(), nil, t0, out)
+	for seq := uint64(3); seq <= 5; seq++ {
+		out = &Output[string]{}
+		np.Propose([]Append[string]{{Waiter: "d", Entry: rec(8, seq)}}, out)
+		b := out.Replicate[0]
+		acked, err := old.Replicated(2, b.First, b.Entries)
+		if err != nil {
+			t.Fatalf("the rejoined copy refused its primary's batch: %v", err)
+		}
+		np.Store(out)
+		if want := b.First + 1; acked != want {
+			t.Fatalf("the rejoined copy acknowledges %d entries holding %d", acked, want)
+		}
+		np.BackupAcked("old", 2, acked)
+		if d := np.Durable(); d != b.First+1 {
+			t.Fatalf("the new primary's durable length is %d with every replica holding %d", d, b.First+1)
+		}
+	}
+	if rep, ok := np.Report(); !ok || rep.Length != 7 {
+		t.Fatalf("report %+v %v, want length 7", rep, ok)
+	}
+}

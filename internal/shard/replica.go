@@ -860,6 +860,10 @@ func (r *Replica[W]) fence(out *Output[W]) {
 	r.lost.Store(true)
 	r.distrustTail()
 	r.syncing.Store(false)
+	// A copy that is no primary has no backups: what a fenced primary's
+	// backups acknowledged would otherwise bound what it holds (held) once
+	// it rejoins as a backup, and so its new primary's durable length.
+	r.backups.Store(&[]*backupSlot{})
 	if r.primary == nil {
 		return
 	}

@@ -105,7 +105,7 @@ func (sh *shard) catchUp(c *copyOf) {
 			return
 		}
 		src := sources[f.Source]
-		if !src.up {
+		if !src.running() {
 			cu.Ended(false)
 			s.after(catchUpRetryEvery, step)
 			return

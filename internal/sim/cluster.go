@@ -35,6 +35,10 @@ type cluster struct {
 	order   []*shard // by id
 	subs    []*sub
 	clients []*client
+	// probes are the liveness probes, appended by probeClient (see
+	// pause.go).
+	probes      []probe
+	probeClient *client
 	// player is the exactly-once player, in the seeds that run one.
 	player *simPlayer
 
@@ -150,6 +154,8 @@ type stats struct {
 	// primaryDeathsOnJoin counts the primaries crashed as a copy was
 	// taken back in (see planRejoin).
 	primaryDeathsOnJoin uint64
+	// pauses counts the storage servers paused (see pause.go).
+	pauses uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
@@ -161,6 +167,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 	sc.planRejoin(rand.New(rand.NewPCG(seed, 0x2e7015)))
 	// Its own stream, so that the other choices of a seed stay as they were.
 	sc.eagerAbove = []float64{0, spec.EagerAboveDefault, 0.01}[rand.New(rand.NewPCG(seed, 0xea9e2)).IntN(3)]
+	sc.planPauses(rand.New(rand.NewPCG(seed, 0x9a05e)), f)
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -320,6 +327,10 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 	for _, x := range sc.raftCrashes {
 		s.after(x.at, func() { s.ld.crash(x.node, x.down) })
 	}
+	for _, x := range sc.pauses {
+		s.after(x.at, func() { s.startPause(x) })
+	}
+	s.after(sc.healAt, s.startProbes)
 	// Once the faults stop, a one-shard subscriber's next poll tells it
 	// what the lost ones did, and an operator makes sure some shard takes
 	// the appends that must still complete.

@@ -113,11 +113,12 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 }
 
 // changed sends every durable entry of the primary whose position its
-// ordering predicts or a cut placed: records as themselves, no-ops as
-// skips. A failed shard's copies that are up serve what cuts placed below
-// its final length (entries an eager cut between windows ordered, which
-// no prediction streamed before the failure), as a storage server's
-// backups do.
+// ordering predicts or a cut placed, as the storage server's feed does:
+// records as themselves, no-ops as skips. A failed shard's copies that
+// are up serve what cuts placed below its final length (entries an eager
+// cut between windows ordered, which no prediction streamed before the
+// failure), as a storage server's backups do. A paused primary sends
+// nothing until it runs again.
 func (x *specStream) changed() {
 	sh := x.sh
 	p := sh.primary()
@@ -125,7 +126,7 @@ func (x *specStream) changed() {
 		x.servePlaced()
 		return
 	}
-	if !p.up {
+	if !p.running() {
 		return
 	}
 	adh, ok := p.ord.(*core.Speculative)
@@ -170,7 +171,7 @@ func (x *specStream) servePlaced() {
 		// A copy that cannot read them all (damaged) serves none; a
 		// lost one (it cannot follow later cuts, such as those giving
 		// the failed shard's void slots) still serves what it ordered.
-		if c.up && c.log.Ordered() > x.sent && x.send(c, c.log.GlobalOf, min(limit, c.log.Ordered())) {
+		if c.running() && c.log.Ordered() > x.sent && x.send(c, c.log.GlobalOf, min(limit, c.log.Ordered())) {
 			return
 		}
 	}

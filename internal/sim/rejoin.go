@@ -122,7 +122,7 @@ func (sh *shard) rejoinRound(c *copyOf) {
 		}
 		f, ok := cu.Next()
 		role := src.r.Role()
-		if !ok || !src.up || role != core.RolePrimary && role != core.RoleBackup {
+		if !ok || !src.running() || role != core.RolePrimary && role != core.RoleBackup {
 			if ok {
 				cu.Ended(false)
 			}
@@ -199,7 +199,7 @@ func (sh *shard) rejoinAsk(c, src *copyOf, plan core.RejoinPlan, inc int) {
 			}
 		})
 	}
-	if !src.up {
+	if !src.running() {
 		again(catchUpRetryEvery)
 		return
 	}

@@ -191,6 +191,8 @@ type scenario struct {
 	// servers.
 	crashes     []crash
 	raftCrashes []raftCrash
+	// pauses stop storage servers without a crash (see pause.go).
+	pauses []pause
 	// sync is the storage servers' fsync policy, syncEvery its interval.
 	sync      syncPolicy
 	syncEvery time.Duration
@@ -480,6 +482,9 @@ func (sc scenario) String() string {
 	}
 	for _, x := range sc.raftCrashes {
 		fmt.Fprintf(&b, "; ordering replica %d crashes at %v for %v", x.node+1, x.at, x.down)
+	}
+	for _, x := range sc.pauses {
+		fmt.Fprintf(&b, "; %v", x)
 	}
 	if sc.playerOn {
 		b.WriteString(sc.player.String())

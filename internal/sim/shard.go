@@ -1,12 +1,14 @@
 package sim
 
 import (
+	"math"
 	"slices"
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/fixante"
 	"github.com/augur-log/augur/internal/order"
 	"github.com/augur-log/augur/internal/segment"
 	core "github.com/augur-log/augur/internal/shard"
@@ -121,6 +123,10 @@ type copyOf struct {
 	// repairing says the copy's repair of damaged ranges runs: a rejoin,
 	// which may drop some of them with the tail, waits for it.
 	repairing bool
+	// pausedUntil is when the server, stopped without dying, runs again
+	// (see pause.go); held is what reached it meanwhile, in order.
+	pausedUntil time.Time
+	held        []func()
 }
 
 func (c *copyOf) name() string {
@@ -261,13 +267,14 @@ func (sh *shard) backups() []*copyOf {
 	return bs
 }
 
-// serves says copy i is in the configuration, up and serving in it (a
-// copy back from a crash is read-only and does not), and is a survivor of
-// its primary (not pending its primary's word, control.Replica.Pending).
+// serves says copy i is in the configuration, runs (up and not paused)
+// and serves in it (a copy back from a crash is read-only and does not),
+// and is a survivor of its primary (not pending its primary's word,
+// control.Replica.Pending).
 func (sh *shard) serves(i int) bool {
 	c := sh.copies[i]
 	role := c.r.Role()
-	return sh.member[i] && !sh.pending[i] && c.up && (role == core.RolePrimary || role == core.RoleBackup)
+	return sh.member[i] && !sh.pending[i] && c.running() && (role == core.RolePrimary || role == core.RoleBackup)
 }
 
 // serving counts the copies that serve (see serves).
@@ -333,6 +340,9 @@ func (sh *shard) turn() {
 	if !p.up || len(sh.queue) == 0 {
 		return // a crash took the batch: its clients resolve it
 	}
+	if p.paused() {
+		return // the batch waits for the primary to run again (resume)
+	}
 	batch := sh.queue
 	sh.queue = nil
 	var out core.Output[int64]
@@ -367,7 +377,7 @@ func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segme
 	if sh.severed(p, bk) {
 		return // the partition between them drops it
 	}
-	s.at(bk.repl.arrival(s.now, s.netDelay()), func() {
+	s.at(bk.repl.arrival(s.now, s.netDelay()), bk.receive(func() {
 		if !bk.up || bk.inc != binc || p.inc != pinc || sh.severed(p, bk) {
 			return // either end restarted, or a partition: the stream broke
 		}
@@ -377,17 +387,17 @@ func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segme
 			return
 		}
 		bk.unsynced()
-		s.after(s.uniform(diskDelayMin, diskDelayMax), func() {
+		s.after(s.uniform(diskDelayMin, diskDelayMax), bk.receive(func() {
 			if !bk.up || bk.inc != binc {
 				return
 			}
-			s.at(bk.acks.arrival(s.now, s.netDelay()), func() {
+			s.at(bk.acks.arrival(s.now, s.netDelay()), p.receive(func() {
 				if p.up && p.inc == pinc && !sh.severed(p, bk) {
 					sh.acked(p, bk, epoch, held)
 				}
-			})
-		})
-	})
+			}))
+		}))
+	}))
 }
 
 // join asks every backup of primary p's configuration to join it, as a
@@ -404,7 +414,7 @@ func (sh *shard) join(p *copyOf) {
 			bk.refusedIn = epoch
 			continue
 		}
-		s.at(bk.repl.arrival(s.now, s.netDelay()), func() {
+		s.at(bk.repl.arrival(s.now, s.netDelay()), bk.receive(func() {
 			if !bk.up || bk.inc != binc || p.inc != pinc || sh.severed(p, bk) {
 				return // the stream broke: a crash report takes bk out
 			}
@@ -419,7 +429,7 @@ func (sh *shard) join(p *copyOf) {
 				s.errorf("shard %d: %s cannot read its tail [%d, %d) for a join", sh.id, bk.name(), tailFrom, length)
 				return
 			}
-			s.at(bk.acks.arrival(s.now, s.netDelay()), func() {
+			s.at(bk.acks.arrival(s.now, s.netDelay()), p.receive(func() {
 				if !p.up || p.inc != pinc || sh.severed(p, bk) {
 					return
 				}
@@ -428,8 +438,8 @@ func (sh *shard) join(p *copyOf) {
 				s.stats.joins++
 				sh.carry(p, &out)
 				sh.tick()
-			})
-		})
+			}))
+		}))
 	}
 }
 
@@ -475,7 +485,7 @@ func (sh *shard) acked(p, bk *copyOf, epoch, held uint64) {
 // tick runs the primary's ordering now: fills, reports, its timer.
 func (sh *shard) tick() {
 	p := sh.primary()
-	if !p.up {
+	if !p.running() {
 		return
 	}
 	var out core.Output[int64]
@@ -486,8 +496,8 @@ func (sh *shard) tick() {
 // lagFix takes a lag-fix from the leader.
 func (sh *shard) lagFix(target uint64) {
 	p := sh.primary()
-	if !p.up {
-		return
+	if !p.running() {
+		return // a paused primary's lag-fix stream waits; the leader asks again
 	}
 	var out core.Output[int64]
 	p.r.LagFix(sh.s.now, target, &out)
@@ -683,28 +693,46 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 	if row != nil && row.State == control.Finalized && !sh.finalized {
 		sh.finalized, sh.finalLen = true, row.FinalLength
 	}
+	// What the event tells a copy of the windows (none, in eager cuts
+	// between windows, when eager).
+	var windows []fixante.Window
+	windowed, eager := snap.Spec != nil, false
+	if windowed {
+		windows, eager = slices.Clone(snap.Spec.Windows), snap.Spec.Eager()
+		sh.eager = eager
+	}
+	failedAt, final, finalLen := uint64(math.MaxUint64), sh.finalized, sh.finalLen
+	if row != nil && row.Failed && row.State == control.Finalized {
+		failedAt = row.FinalLength
+	}
 	for _, c := range sh.copies {
 		if !c.up {
 			continue
 		}
-		var out core.Output[int64]
-		if f, ok := c.ord.(core.WindowFollower); ok && snap.Spec != nil {
-			f.SetWindows(snap.Spec.Windows, snap.Spec.Eager())
-			sh.eager = snap.Spec.Eager()
-		}
-		for _, m := range mine {
-			// As a storage server does: a failed shard's slots past its
-			// final length are no-ops no copy holds (speculative mode).
-			sl := m.slice
-			if row != nil && row.Failed && row.State == control.Finalized && sl.LocalStart+sl.Count > row.FinalLength {
-				sl.Count = row.FinalLength - min(row.FinalLength, sl.LocalStart)
+		// A paused server's watch stream holds the event until it runs.
+		inc := c.inc
+		c.receive(func() {
+			if c.inc != inc {
+				return
 			}
-			c.r.ApplyCut(core.Cut{Index: m.c.Index, Start: m.c.Start, End: m.c.End, Slice: sl}, &out)
-		}
-		if sh.finalized {
-			c.r.Finalize(sh.finalLen, &out)
-		}
-		sh.carry(c, &out)
+			var out core.Output[int64]
+			if f, ok := c.ord.(core.WindowFollower); ok && windowed {
+				f.SetWindows(windows, eager)
+			}
+			for _, m := range mine {
+				// As a storage server does: a failed shard's slots past its
+				// final length are no-ops no copy holds (speculative mode).
+				sl := m.slice
+				if sl.LocalStart+sl.Count > failedAt {
+					sl.Count = failedAt - min(failedAt, sl.LocalStart)
+				}
+				c.r.ApplyCut(core.Cut{Index: m.c.Index, Start: m.c.Start, End: m.c.End, Slice: sl}, &out)
+			}
+			if final {
+				c.r.Finalize(finalLen, &out)
+			}
+			sh.carry(c, &out)
+		})()
 	}
 	if row != nil {
 		for i, c := range sh.copies {
@@ -754,6 +782,11 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 		}
 	}
 	s.tracef("shard %d: configuration %d: %v", sh.id, row.Epoch, row.Replicas)
+	var windows []fixante.Window
+	windowed, eager := snap.Spec != nil, false
+	if windowed {
+		windows, eager = slices.Clone(snap.Spec.Windows), snap.Spec.Eager()
+	}
 	var joining *copyOf
 	for i, c := range sh.copies {
 		if !c.up {
@@ -766,26 +799,47 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 			for _, r := range row.Replicas[1:] {
 				m.Backups = append(m.Backups, r.ID)
 			}
-			if c.r.Role() == core.RoleBackup {
-				c.ord = s.md.NewShardOrdering(sh.id, c.log.Ordered(), s.now)
-				if f, ok := c.ord.(core.WindowFollower); ok && snap.Spec != nil {
-					f.SetWindows(snap.Spec.Windows, snap.Spec.Eager())
-				}
-				m.Ordering = c.ord
-			}
 		case sh.member[i]:
 			m.Role = core.RoleBackup
 		}
-		if c.r.Role() == core.RoleRecovered && m.Role == core.RoleFenced && s.plant == bugTrustReplacedTail {
-			s.planted = true
-			continue
-		}
-		var out core.Output[int64]
-		if c.r.Reconfigure(m, s.now, &out) && m.Role == core.RolePrimary && len(m.Backups) > 0 {
-			joining = c
-		}
-		sh.carry(c, &out)
-		sh.maybeRejoin(c)
+		// A paused server hears of the configuration once it runs again,
+		// after what reached it before (see pause.go).
+		late, inc := c.paused(), c.inc
+		c.receive(func() {
+			if c.inc != inc {
+				return
+			}
+			promoted := m.Role == core.RolePrimary && c.r.Role() == core.RoleBackup
+			if promoted {
+				c.ord = s.md.NewShardOrdering(sh.id, c.log.Ordered(), s.now)
+				if f, ok := c.ord.(core.WindowFollower); ok && windowed {
+					f.SetWindows(windows, eager)
+				}
+				m.Ordering = c.ord
+			}
+			if c.r.Role() == core.RoleRecovered && m.Role == core.RoleFenced && s.plant == bugTrustReplacedTail {
+				s.planted = true
+				return
+			}
+			var out core.Output[int64]
+			applied := c.r.Reconfigure(m, s.now, &out)
+			sh.carry(c, &out)
+			sh.maybeRejoin(c)
+			switch {
+			case !applied || m.Role != core.RolePrimary:
+			case !late:
+				if len(m.Backups) > 0 {
+					joining = c
+				}
+			default:
+				if promoted && c == sh.primary() {
+					sh.tookOver(sh.knownCut.Len(sh.id))
+				}
+				if len(m.Backups) > 0 {
+					sh.join(c)
+				}
+			}
+		})()
 	}
 	if joining != nil {
 		// Once the truth follows the new configuration: a join may adopt
@@ -794,13 +848,22 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 	}
 	p := sh.primary()
 	if sh.prim == old || !p.up || p.r.Role() != core.RolePrimary {
-		return // no failover, or none that serves: a new primary that is down
+		return // no failover, or none that serves: a new primary that is down or paused
 	}
+	sh.tookOver(snap.LastCut.Len(sh.id))
+}
+
+// tookOver follows a failover to the shard's new primary, which holds the
+// ordered entries below ordered: the truth becomes its log, and the
+// clients re-send the appends nobody answered.
+func (sh *shard) tookOver(ordered uint64) {
+	s := sh.s
+	p := sh.primary()
 	s.stats.failovers++
 	// Nothing past the new primary's log was ever durable, so no cut
 	// ordered it: the new primary's entries replace it.
 	if n := p.log.Len(); uint64(len(sh.log)) > n {
-		if ordered := snap.LastCut.Len(sh.id); ordered > n {
+		if ordered > n {
 			s.errorf("invariant 1: shard %d: the new primary holds %d entries, but %d are ordered", sh.id, n, ordered)
 		}
 		sh.log = sh.log[:n]
@@ -871,7 +934,7 @@ func (sh *shard) resolveIDs(ids []int64) {
 	s := sh.s
 	held := make([]map[core.AppendID]uint64, len(sh.copies))
 	for i, c := range sh.copies {
-		if c.up {
+		if c.running() {
 			// As a storage server answers Resolve.
 			held[i], _ = core.Holdings(c.log, func(core.AppendID) bool { return true })
 		}
@@ -910,10 +973,13 @@ func (sh *shard) resolveIDs(ids []int64) {
 
 // sendReport sends the primary's report to the leader, late while
 // straggling, lost while the leader cannot hear the shard.
-func (sh *shard) sendReport() {
+func (sh *shard) sendReport() { sh.sendReportOf(sh.primary()) }
+
+// sendReportOf sends the report of copy p, a primary as far as it knows
+// (a paused one that resumed may not know yet that it was taken out).
+func (sh *shard) sendReportOf(p *copyOf) {
 	s := sh.s
-	p := sh.primary()
-	if !p.up || !sh.alive {
+	if !p.running() || !sh.alive {
 		return
 	}
 	rep, ok := p.r.Report()
@@ -943,7 +1009,7 @@ func (sh *shard) sendReport() {
 // its reports), lost while the leader cannot hear the shard.
 func (sh *shard) beat(c *copyOf) {
 	s := sh.s
-	if !c.up || s.now.Before(sh.deafUntil) {
+	if !c.running() || s.now.Before(sh.deafUntil) {
 		return
 	}
 	server, inc := c.server, c.incarnation()
@@ -967,14 +1033,18 @@ func (sh *shard) heartbeat() {
 		sh.sendReport()
 		// Every server that runs heartbeats, in a configuration or not,
 		// as a storage server does: a restarted one that rejoins is
-		// known as its new incarnation by then.
+		// known as its new incarnation by then. A primary that has not
+		// heard yet that it was taken out (a paused one) reports as well.
 		for _, c := range sh.copies {
 			sh.beat(c)
+			if c != sh.primary() && c.r.Role() == core.RolePrimary {
+				sh.sendReportOf(c)
+			}
 		}
 		p := sh.primary()
 		for _, bk := range sh.backups() {
 			epoch := p.r.Epoch()
-			if !p.up || p.r.Role() != core.RolePrimary || s.now.Before(sh.deafUntil) ||
+			if !p.running() || p.r.Role() != core.RolePrimary || s.now.Before(sh.deafUntil) ||
 				!(sh.severed(p, bk) && !s.now.Before(sh.splitSeen) || bk.refusedIn == epoch) {
 				continue
 			}
@@ -1106,6 +1176,7 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 		s.stats.lostTails++
 	}
 	c.up, c.crashed, c.syncArmed, c.wakeAt, c.repairing = false, true, false, time.Time{}, false
+	c.pausedUntil, c.held = time.Time{}, nil
 	c.inc++
 	s.stats.crashes++
 	s.tracef("shard %d: %s crashes (stored %d, synced %d, kept %d after the crash; durable %d)", sh.id, c.name(), before, synced, c.log.Len(), sh.durable)

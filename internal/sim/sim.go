@@ -74,15 +74,19 @@ type Faults struct {
 	// was synced, and maybe part of the write in flight) and ordering
 	// replicas (a minority at a time), during the safety phase.
 	Crash bool
+	// Pause stops storage servers without a crash, mostly for longer
+	// than the failure timeout, and runs them again on their stale state
+	// (eager and speculative order; see pause.go).
+	Pause bool
 }
 
 // AllFaults enables every fault.
 func AllFaults() Faults {
-	return Faults{Delay: true, Reorder: true, Loss: true, Partition: true, Crash: true}
+	return Faults{Delay: true, Reorder: true, Loss: true, Partition: true, Crash: true, Pause: true}
 }
 
 // ParseFaults reads a comma-separated list of delay, reorder, loss,
-// partition, crash, or "all" or "none".
+// partition, crash, pause, or "all" or "none".
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for _, w := range strings.Split(s, ",") {
@@ -100,8 +104,10 @@ func ParseFaults(s string) (Faults, error) {
 			f.Partition = true
 		case "crash":
 			f.Crash = true
+		case "pause":
+			f.Pause = true
 		default:
-			return Faults{}, fmt.Errorf("sim: unknown fault %q (want delay, reorder, loss, partition, crash, all or none)", w)
+			return Faults{}, fmt.Errorf("sim: unknown fault %q (want delay, reorder, loss, partition, crash, pause, all or none)", w)
 		}
 	}
 	return f, nil
@@ -112,7 +118,7 @@ func (f Faults) String() string {
 	for _, x := range []struct {
 		on   bool
 		name string
-	}{{f.Delay, "delay"}, {f.Reorder, "reorder"}, {f.Loss, "loss"}, {f.Partition, "partition"}, {f.Crash, "crash"}} {
+	}{{f.Delay, "delay"}, {f.Reorder, "reorder"}, {f.Loss, "loss"}, {f.Partition, "partition"}, {f.Crash, "crash"}, {f.Pause, "pause"}} {
 		if x.on {
 			on = append(on, x.name)
 		}
@@ -120,7 +126,7 @@ func (f Faults) String() string {
 	switch len(on) {
 	case 0:
 		return "none"
-	case 5:
+	case 6:
 		return "all"
 	}
 	return strings.Join(on, ",")
@@ -288,6 +294,8 @@ type Result struct {
 	// configuration after catching up, and PrimaryDeathsOnJoin the
 	// primaries crashed as a copy was taken back in.
 	Rejoins, PrimaryDeathsOnJoin uint64
+	// Pauses counts the storage servers paused without a crash.
+	Pauses uint64
 	// ShardsAdded counts the shards a lazy run added mid-run.
 	ShardsAdded uint64
 	// EagerCuts counts the cuts a speculative cluster made between
@@ -376,6 +384,7 @@ func Run(seed uint64, o Options) Result {
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
 		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths, Rejoins: s.stats.rejoins, PrimaryDeathsOnJoin: s.stats.primaryDeathsOnJoin,
+		Pauses:  s.stats.pauses,
 		planted: s.planted, rejoinsBehind: s.stats.rejoinsBehind, EagerCuts: s.stats.eagerCuts,
 	}
 	if p := s.player; p != nil {
@@ -422,7 +431,7 @@ type Tally struct {
 	Joins, PairCrashes                         uint64
 	ThreeServers                               int
 	Damaged, Repairs, SourceDeaths             uint64
-	Rejoins, PrimaryDeathsOnJoin               uint64
+	Rejoins, PrimaryDeathsOnJoin, Pauses       uint64
 	// EagerCuts sums the results'; EagerSeeds counts the seeds with any.
 	EagerCuts  uint64
 	EagerSeeds int
@@ -467,6 +476,7 @@ func Count(rs []Result) Tally {
 			t.EagerSeeds++
 		}
 		t.PrimaryDeathsOnJoin += r.PrimaryDeathsOnJoin
+		t.Pauses += r.Pauses
 		t.SeqCrashes += r.SeqCrashes
 		t.LeaderCrashes += r.LeaderCrashes
 		t.ClientCrashes += r.ClientCrashes
@@ -506,8 +516,8 @@ func (t Tally) String() string {
 		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d shard configuration changes), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off; %d shards added, %d shards whose every replica died",
 			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders, t.ShardsAdded, t.ShardFailed)
 	}
-	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts); %d eager cuts between windows in %d seeds",
-		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts, t.EagerCuts, t.EagerSeeds)
+	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d storage servers paused, %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts); %d eager cuts between windows in %d seeds",
+		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.Pauses, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts, t.EagerCuts, t.EagerSeeds)
 }
 
 func (s *cluster) summary() string {

@@ -37,6 +37,7 @@ func (s *cluster) verify() {
 	// Once the faults stop, every append completes (invariant 1's
 	// liveness half).
 	report(check.Returned(appends, nil))
+	s.checkLiveness()
 	report(check.Acknowledged(appends, logs...))
 	report(check.Order(appends, logs...))
 	report(check.StoredOnce(appends, logs...))

@@ -51,11 +51,7 @@ func (r *replica) rejoinLoop(ctx context.Context) {
 // wakeRejoin starts r's rejoin if the core says the copy should rejoin;
 // it runs on the loop.
 func (r *replica) wakeRejoin() {
-	// A copy fenced while this process ran (a primary paused past the
-	// failure timeout, then resumed) does not rejoin yet: its rejoin
-	// stalled the shard in the fault campaign (SIGSTOP of a primary; see
-	// the closing note). It stays out until the server restarts.
-	if r.core.Rejoining() && r.role() != roleFenced {
+	if r.core.Rejoining() {
 		select {
 		case r.rejoinWake <- struct{}{}:
 		default:

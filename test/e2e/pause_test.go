@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -264,4 +265,94 @@ func (pc *procCluster) logLines(id, text string) []string {
 		}
 	}
 	return out
+}
+
+// TestPausedPrimaryRejoins SIGSTOPs a group's primary while clients append
+// to its shard, until the ordering leader has taken it out of the shard's
+// configuration (its backup took over), then SIGCONTs it. The copy, fenced
+// while its process ran, must rejoin the configuration without a restart,
+// and the shard must keep acknowledging appends with it as a backup (a
+// rejoined old primary once stalled its shard for good: TestFaultCampaign,
+// seed 1795600833821682285). The shard keeps its id; every acknowledged
+// append is read back at its position.
+func TestPausedPrimaryRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 7 server processes; skipped under -short")
+	}
+	testStart := time.Now()
+	bin := augurBinary(t)
+	ctx := t.Context()
+	pc := newProcCluster(t, bin, time.Millisecond, "")
+	pc.startAll()
+	admin := pc.dial(ctx)
+	st := waitStatus(t, ctx, admin, procReadyTimeout, "cluster ready", func(st *pb.StatusResponse) string {
+		return clusterReady(st, "a", "b")
+	})
+	sh := liveShard(st, "a")
+	id, victim := sh.Id, sh.Replicas[0].Id
+	t.Logf("cluster ready after %v: shard %d, primary %s", time.Since(testStart).Round(time.Millisecond), id, victim)
+
+	clk := newClock()
+	h := &history{}
+	sub := collect(ctx, "s1", subscribe(t, ctx, pc.dial(ctx)))
+	opCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range pauseAppendersPerShard {
+		cl := pc.dial(ctx)
+		wg.Go(func() { appendToShardPaced(opCtx, stop, cl, h, clk, w, id, procAppendPace) })
+	}
+	if !eventually(t, procPhaseTimeout, func() bool { return h.ackedBy(id) >= pauseWarmAcksMin }) {
+		t.Fatalf("appends did not start: %d acknowledged", h.ackedBy(id))
+	}
+
+	inConfig := func(st *pb.StatusResponse) (bool, string) {
+		s := shardByID(st, id)
+		if s == nil || s.State != pb.ShardState_SHARD_LIVE {
+			return false, fmt.Sprintf("shard %d is not live: %v", id, s)
+		}
+		return slices.ContainsFunc(s.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == victim }), ""
+	}
+	t.Logf("at %v (%d acked): SIGSTOP %s", clk.now().Round(time.Millisecond), h.ackedBy(id), victim)
+	resume := pc.pause(victim)
+	defer resume()
+	waitStatus(t, ctx, admin, procPhaseTimeout, victim+" taken out of shard's configuration", func(st *pb.StatusResponse) string {
+		if in, why := inConfig(st); why != "" || in {
+			return fmt.Sprintf("%s still in the configuration %s", victim, why)
+		}
+		return ""
+	})
+	resume()
+	t.Logf("at %v (%d acked): taken out; SIGCONT %s", clk.now().Round(time.Millisecond), h.ackedBy(id), victim)
+	waitStatus(t, ctx, admin, procPhaseTimeout, victim+" back in the shard's configuration", func(st *pb.StatusResponse) string {
+		if in, why := inConfig(st); why != "" || !in {
+			return fmt.Sprintf("%s not back in the configuration %s", victim, why)
+		}
+		return ""
+	})
+	back := h.ackedBy(id)
+	t.Logf("at %v (%d acked): %s rejoined without a restart", clk.now().Round(time.Millisecond), back, victim)
+	if !eventually(t, procPhaseTimeout, func() bool { return h.ackedBy(id) >= back+pauseWarmAcksMin }) {
+		t.Fatalf("shard %d acknowledged %d appends in %v after %s rejoined, want %d", id, h.ackedBy(id)-back, procPhaseTimeout, victim, pauseWarmAcksMin)
+	}
+	waitStatus(t, ctx, admin, procStatusTimeout*2, "status after the rejoin", func(st *pb.StatusResponse) string {
+		if in, why := inConfig(st); why != "" || !in {
+			return fmt.Sprintf("%s left the configuration again %s", victim, why)
+		}
+		return ""
+	})
+	pc.checkAlive()
+
+	close(stop)
+	drainAppends(t, h, &wg, giveUp, procDrainTimeout)
+	appends, _ := h.snapshot()
+	acked, _ := h.counts()
+	t.Logf("at %v: %d appends, %d acked", clk.now().Round(time.Millisecond), len(appends), acked)
+	checkAppendsReturned(t, appends)
+	n := int(h.tail())
+	waitCollectors(t, procCatchUpTimeout, n, sub)
+	checkLog(t, sub.name, sub.entries(), appends, true)
+	failOn(t, check.RealTime(checkAppends(appends)))
+	t.Logf("done in %v", time.Since(testStart).Round(time.Millisecond))
 }
