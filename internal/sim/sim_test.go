@@ -435,7 +435,7 @@ func TestLazySeedReplays(t *testing.T) {
 // the copies' check must say so. The plant strikes only where the stale
 // tail differs, so the test runs seeds until it has caught it twice.
 func TestPlantedTrustedReplacedTail(t *testing.T) {
-	const want, seeds = 2, 100
+	const want, seeds = 2, 300
 	caught := 0
 	for seed := uint64(0); seed < seeds && caught < want; seed++ {
 		o := Options{Mode: Spec, Faults: AllFaults()}
