@@ -208,8 +208,13 @@ type Shard[W comparable] struct {
 	// primary; 0 on a backup that applied none).
 	placeSeq, term uint64
 	// out says the replica was taken out of its shard's configuration: it
-	// takes no mapping or placement any more (Leave).
+	// takes no mapping or placement any more (Leave), until it rejoins.
 	out bool
+	// mark is a primary's catch-up mark for its epoch; joined lists the
+	// backups that joined its configuration and have applied none of its
+	// placements yet: they get its whole order first (rejoin.go).
+	mark   CatchUpMark
+	joined map[string]bool
 
 	// On a backup: a placement waiting for fetched data.
 	waiting *Placement
@@ -265,6 +270,9 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 	if cfg.Primary && s.term == 0 {
 		s.term = cfg.Epoch
 	}
+	if cfg.Primary {
+		s.noteMark()
+	}
 	var out ShardOutput[W]
 	s.Stable(StableGP{View: st.StableView, Stable: st.Stable}, &out)
 	return s
@@ -303,6 +311,11 @@ func (s *Shard[W]) Follow(epoch uint64, members []string, self string, out *Shar
 	switch i := slices.Index(members, self); {
 	case i < 0:
 		s.Leave(epoch)
+	case s.out:
+		// Taken back in (it caught up while out): as a backup, whatever
+		// its place, for the control plane promotes no replica that
+		// rejoined before it caught up.
+		s.rejoin(epoch)
 	case i == 0 && !s.Primary():
 		s.Promote(epoch, slices.Clone(members[1:]), out)
 	default:
@@ -537,6 +550,13 @@ func (s *Shard[W]) BackupApplied(b string, term, seq uint64, out *ShardOutput[W]
 	if !ok || term != s.term || seq > s.placeSeq || seq <= at {
 		return
 	}
+	if s.joined[b] && (len(s.sent) == 0 && seq < s.placeSeq || len(s.sent) > 0 && s.sent[0].Seq > seq+1) {
+		// A backup that joined answers for placements it held from
+		// before: the next ones it lacks are forgotten here, so it
+		// still gets the whole order (Resend).
+		return
+	}
+	delete(s.joined, b)
 	s.backupAt[b] = seq
 	s.maybeAck(out)
 }
@@ -559,9 +579,22 @@ func (s *Shard[W]) Reconfigure(epoch uint64, backups []string, out *ShardOutput[
 	}
 	next := make(map[string]uint64, len(backups))
 	for _, b := range backups {
-		next[b] = s.backupAt[b]
+		at, ok := s.backupAt[b]
+		if !ok {
+			if s.joined == nil {
+				s.joined = map[string]bool{}
+			}
+			s.joined[b] = true
+		}
+		next[b] = at
 	}
 	s.backupAt = next
+	for b := range s.joined {
+		if _, ok := next[b]; !ok {
+			delete(s.joined, b)
+		}
+	}
+	s.noteMark()
 	s.maybeAck(out)
 }
 
@@ -584,10 +617,15 @@ func (s *Shard[W]) Promote(epoch uint64, backups []string, out *ShardOutput[W]) 
 	s.apply(base)
 	s.sent = []*Placement{base}
 	s.backupAt = make(map[string]uint64, len(backups))
+	s.joined = make(map[string]bool, len(backups))
 	for _, b := range backups {
 		s.backupAt[b] = 0
+		// One that joined and had not caught up may lack placements
+		// below the base: until it applies one, it gets the whole order.
+		s.joined[b] = true
 	}
 	out.Place = base
+	s.noteMark()
 	s.maybeAck(out)
 }
 
@@ -661,6 +699,10 @@ func (s *Shard[W]) Resend(b string) []Placement {
 	if !ok {
 		return nil
 	}
+	if s.joined[b] && s.placeSeq > 0 {
+		// It joined: the placements it lacks may be forgotten here.
+		return []Placement{*s.joinBase()}
+	}
 	var out []Placement
 	for _, p := range s.sent {
 		if p.Seq > at {
@@ -677,10 +719,12 @@ func (s *Shard[W]) Resend(b string) []Placement {
 // the base's start (those below its readable end are final, the same on
 // every replica, and kept).
 func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
-	if !s.cfg.Primary && s.placeSeq == 0 && p.Seq == 1 {
+	if !s.cfg.Primary && s.placeSeq == 0 && (p.Seq == 1 || p.Base) {
 		s.joinAt(p.From)
 	}
-	rebase := p.Base && p.Term > s.term
+	// A base of a newer primary, or its primary's restatement for a
+	// backup that joined (of its own term, past what the backup applied).
+	rebase := p.Base && (p.Term > s.term || (p.Term == s.term && p.Seq > s.placeSeq))
 	switch {
 	case s.out:
 		return fmt.Errorf("placement [%d, %d) sent to a replica taken out of shard %d: %w", p.From, p.End, s.cfg.ID, ErrNotInConfig)
