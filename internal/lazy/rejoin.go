@@ -11,9 +11,8 @@ import (
 // shard's configuration) comes back in three steps:
 //
 //  1. Copy, while out: it copies the records of a live member's log that
-//     it lacks (CopyRecord; ordered and unordered alike, each with the
-//     view it was appended in), from a cursor into that log, so that
-//     little is left for step 3.
+//     it lacks (CopyRecord; ordered and unordered alike), from a cursor
+//     into that log, so that little is left for step 3.
 //  2. Join: the control plane adds it to the configuration at the next
 //     epoch as a *pending* backup (Follow takes it back in). From that
 //     epoch on, clients send every record to it too; its primary counts
@@ -86,28 +85,24 @@ func (s *Shard[W]) FenceData(epoch uint64) error {
 	return nil
 }
 
-// RecordView returns the view of a record this replica stores (for a
-// joiner's copy); ok is false if it stores none.
-func (s *Shard[W]) RecordView(id RecordID) (view uint64, ok bool) {
-	r, ok := s.byID[id]
-	if !ok {
-		return 0, false
-	}
-	return r.view, true
-}
-
 // CopyRecord takes a record copied from a live member's log by a replica
-// that rejoins, with the view it was appended in there (which keeps it
-// from the scrub as long as there): as Copy, for records bound or not.
-func (s *Shard[W]) CopyRecord(id RecordID, view uint64, out *ShardOutput[W]) (local uint64, fresh bool, err error) {
-	if !id.Valid() || view == 0 {
-		return 0, false, fmt.Errorf("copied record %v of view %d: %w", id, view, ErrBadInput)
+// that rejoins: as Copy, for records bound or not. The scrub never takes
+// it (or any record the replica held before it rejoined) for an orphan:
+// a client may have appended it again in a newer view while the replica
+// was out, which only the configuration it was out of heard of, and
+// whose metadata that view then orders (a record's view raised after the
+// copy passed it is in no catch-up mark). An orphan among them stays
+// until the log is trimmed past it, as a record restored without its
+// view does.
+func (s *Shard[W]) CopyRecord(id RecordID, out *ShardOutput[W]) (local uint64, fresh bool, err error) {
+	if !id.Valid() {
+		return 0, false, fmt.Errorf("copied record %v: %w", id, ErrBadInput)
 	}
 	if r, ok := s.byID[id]; ok {
-		r.view = max(r.view, view)
+		r.view = viewUnknown
 		return r.local, false, nil
 	}
-	return s.store(id, view, out), true, nil
+	return s.store(id, viewUnknown, out), true, nil
 }
 
 // rejoin takes a replica taken out back into the configuration of epoch
@@ -121,6 +116,22 @@ func (s *Shard[W]) rejoin(epoch uint64) {
 	s.out, s.epoch, s.cfg.Primary = false, epoch, false
 	s.pending, s.waiting, s.missing, s.sent = nil, nil, nil, nil
 	clear(s.backupAt)
+	for _, r := range s.byID {
+		if !r.placed {
+			r.view = viewUnknown
+		}
+	}
+	// What it placed above its readable end may be a replaced primary's
+	// or an older view's binding, which the shard's order overrode while
+	// it was out: it goes, or the next stable-gp would make it readable
+	// before the primary's base replaced it.
+	// The placements it kept are numbered in an order it no longer
+	// follows: it applies none of its primary's until the base that
+	// restates them all.
+	if s.placedEnd > s.Readable() {
+		s.truncate(s.Readable())
+	}
+	s.placeSeq = 0
 }
 
 // joinBase is what a primary sends a backup that joined its
@@ -129,6 +140,6 @@ func (s *Shard[W]) rejoin(epoch uint64) {
 // in place of everything it holds above its readable end.
 func (s *Shard[W]) joinBase() *Placement {
 	p := s.restate(s.trimmed)
-	p.Seq, p.Term, p.Base = s.placeSeq, s.term, true
+	p.Seq, p.Term, p.Base, p.Whole = s.placeSeq, s.term, true, true
 	return p
 }

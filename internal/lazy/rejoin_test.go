@@ -47,8 +47,7 @@ func TestShardRejoinedReplicaCatchesUpUnderItsPrimary(t *testing.T) {
 			if local, ok := p.LocalOf(id); !ok || local != copied {
 				t.Fatalf("p holds %v at %d, %v", id, local, ok)
 			}
-			view, _ := p.RecordView(id)
-			if _, _, err := b.CopyRecord(id, view, &bo); err != nil {
+			if _, _, err := b.CopyRecord(id, &bo); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -150,23 +149,33 @@ func TestShardJoinedBackupAnsweringForOldPlacementsStillGetsTheWholeOrder(t *tes
 	}
 }
 
-func TestShardCopyRecordRefusesBadInputAndRaisesTheView(t *testing.T) {
+// TestShardRejoinedReplicaNeverScrubsWhatItHeldOrCopied: a record the
+// replica held in an old view, or copied, may have been appended again in
+// a newer view while it was out; the scrub keeps it.
+func TestShardRejoinedReplicaNeverScrubsWhatItHeldOrCopied(t *testing.T) {
 	s := NewShard[int](ShardConfig{ID: 0, Epoch: 1}, ShardState{})
 	var o out
-	if _, _, err := s.CopyRecord(RecordID{}, 1, &o); !errors.Is(err, ErrBadInput) {
+	if _, _, err := s.CopyRecord(RecordID{}, &o); !errors.Is(err, ErrBadInput) {
 		t.Fatalf("copy of an invalid id: %v", err)
 	}
-	id := RecordID{1, 1}
-	if _, _, err := s.CopyRecord(id, 0, &o); !errors.Is(err, ErrBadInput) {
-		t.Fatalf("copy without a view: %v", err)
-	}
-	if _, fresh, err := s.CopyRecord(id, 1, &o); err != nil || !fresh {
+	held, copied := RecordID{1, 1}, RecordID{1, 2}
+	accept(t, s, held, 1)
+	s.Follow(2, []string{"p"}, "b", &o)
+	if _, fresh, err := s.CopyRecord(copied, &o); err != nil || !fresh {
 		t.Fatalf("copy: %v, %v", fresh, err)
 	}
-	if _, fresh, err := s.CopyRecord(id, 4, &o); err != nil || fresh {
+	if _, fresh, err := s.CopyRecord(copied, &o); err != nil || fresh {
 		t.Fatalf("copy again: %v, %v", fresh, err)
 	}
-	if v, _ := s.RecordView(id); v != 4 {
-		t.Fatalf("view %d, want 4", v)
+	s.Follow(3, []string{"p", "b"}, "b", &o)
+	s.Stable(StableGP{View: 3, Stable: 0}, &o)
+	if got := s.Scrub(); len(got) != 0 {
+		t.Fatalf("scrubbed %v", got)
+	}
+	fresh := RecordID{1, 3}
+	accept(t, s, fresh, 3)
+	s.Stable(StableGP{View: 4, Stable: 0}, &o)
+	if got := s.Scrub(); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("scrubbed %v, want the record appended after the rejoin only (local 2)", got)
 	}
 }

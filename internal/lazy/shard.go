@@ -52,7 +52,11 @@ type Placement struct {
 	// replaces its own placements from there (those are above stable-gp,
 	// never acknowledged: the new primary holds every acknowledged one)
 	// and numbers on from Seq.
-	Base            bool
+	Base bool
+	// Whole says the base restates its primary's whole position table,
+	// from the table's start (for a backup that joined, rejoin.go): one
+	// that placed nothing starts its table there.
+	Whole           bool
 	View, From, End uint64
 	Runs            []Run
 	Slots           []Slot
@@ -719,7 +723,7 @@ func (s *Shard[W]) Resend(b string) []Placement {
 // the base's start (those below its readable end are final, the same on
 // every replica, and kept).
 func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
-	if !s.cfg.Primary && s.placeSeq == 0 && (p.Seq == 1 || p.Base) {
+	if !s.cfg.Primary && s.placeSeq == 0 && (p.Seq == 1 || p.Whole) {
 		s.joinAt(p.From)
 	}
 	// A base of a newer primary, or its primary's restatement for a

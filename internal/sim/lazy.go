@@ -133,6 +133,10 @@ type lazyStats struct {
 	seqCrashes, leaderCrashes, shardCrashes, clientCr uint64
 	fastReads, slowReads, readTimeouts, lost, dups    uint64
 	failovers                                         uint64
+	// rejoins counts the replicas taken back into their configuration;
+	// sourceDeaths the primaries that died while a replica copied their
+	// log; primaryDeathsOnJoin those that died as a replica rejoined.
+	rejoins, sourceDeaths, primaryDeathsOnJoin uint64
 	// ringFull counts the appends a full sequencing ring pushed back.
 	ringFull uint64
 	// ordCrashes and ordPartitions count the ordering replicas' crashes
@@ -195,7 +199,7 @@ type lazyRec struct {
 	acked, known bool
 }
 
-func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
+func newLazyRun(seed uint64, f Faults, replicas int, trace func(string), plant bug) *lazyRun {
 	r := rand.New(rand.NewPCG(seed, 0x1a2e))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := &lazyRun{
@@ -209,12 +213,14 @@ func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
 		w.seqs = append(w.seqs, q)
 	}
 	for s := range w.sc.shards {
-		w.shardConf = append(w.shardConf, lazyShardConf{epoch: 1, members: []int{0, 1}})
+		conf := lazyShardConf{epoch: 1}
 		var reps []*shardNode
-		for j := range 2 {
+		for j := range replicas {
+			conf.members = append(conf.members, j)
 			n := &shardNode{node: node{name: shardNodeName(cut.ShardID(s), j), up: true}, w: w, shard: cut.ShardID(s), idx: j}
 			reps = append(reps, n)
 		}
+		w.shardConf = append(w.shardConf, conf)
 		w.shards = append(w.shards, reps)
 	}
 	for _, n := range w.allShardNodes() {
@@ -324,19 +330,15 @@ func (w *lazyRun) crash(c lazyCrash) {
 	case crashShardPrimary, crashShardBackup:
 		s := cut.ShardID(w.r.IntN(len(w.shards)))
 		sh := w.members(s)
-		if len(sh) < 2 || !sh[0].up || !sh[1].up {
+		n := sh[0]
+		if c.kind == crashShardBackup && len(sh) > 1 {
+			n = sh[1+w.r.IntN(len(sh)-1)]
+		}
+		if len(sh) < 2 || !w.canCrashShard(n) {
 			retry()
 			return
 		}
-		n := sh[0]
-		if c.kind == crashShardBackup {
-			n = sh[1]
-		}
-		w.stats.shardCrashes++
-		n.crash(c.down)
-		if c.kind == crashShardPrimary {
-			w.after(lazyDetectAfter, func() { w.takeOut(n) })
-		}
+		w.crashShard(n, c.down)
 	case crashOrdLeader, crashOrdFollower:
 		if !w.crashOrdering(c.kind == crashOrdLeader, c.down) {
 			retry()
@@ -547,6 +549,11 @@ type shardNode struct {
 	wakeGen int
 	// ackTo answers the sender of the last mapping.
 	ackTo func(lazy.MappingAck)
+	// doomed says it crashed and the detector has not taken it out yet.
+	doomed bool
+	// cursor is how far it copied src's log (lazyrejoin.go).
+	cursor uint64
+	src    string
 }
 
 func shardNodeName(s cut.ShardID, j int) string { return fmt.Sprintf("s%d.%d", s, j) }
@@ -579,6 +586,7 @@ func (n *shardNode) boot() {
 		}
 	})
 	n.w.every(&n.node, lazyScrubEvery, func() { n.w.stats.scrubbed += uint64(len(n.core.Scrub())) })
+	n.w.every(&n.node, lazyResendEvery, n.copyStep)
 }
 
 func (n *shardNode) crash(down time.Duration) {
@@ -592,7 +600,10 @@ func (n *shardNode) crash(down time.Duration) {
 	})
 }
 
-func (n *shardNode) accept(rec int, view uint64) error {
+func (n *shardNode) accept(rec int, view, epoch uint64) error {
+	if err := n.core.FenceData(epoch); err != nil {
+		return err
+	}
 	var out lazy.ShardOutput[int]
 	local, fresh, err := n.core.Accept(n.w.recs[rec].id, view, &out)
 	if err != nil {

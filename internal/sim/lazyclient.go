@@ -105,13 +105,14 @@ func (c *lazyClient) send(op *lazyOp) {
 			})
 		})
 	}
+	epoch := w.shardConf[r.shard].epoch
 	for _, n := range w.members(r.shard) {
 		j := n.idx
 		if op.dataAcked[j] {
 			continue
 		}
 		w.send(c.name, &n.node, func() {
-			err := n.accept(op.rec, view)
+			err := n.accept(op.rec, view, epoch)
 			w.send(n.name, &c.node, func() {
 				if c.inc != inc {
 					return
