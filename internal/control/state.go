@@ -199,10 +199,11 @@ type FinalizeCommand struct {
 // configuration: it reports only when every replica holds everything it
 // ever acknowledged (see shard.Replica.Report).
 //
-// In lazy order every replica acknowledges its data, whichever
-// configuration the client knew: the proposer joins the replica Pending
-// (Join.Pending), and it catches up under its primary before a Confirm
-// naming it (Vouched) clears it alone (see lazy's rejoin notes).
+// In lazy order (once its first sequencing view is recorded: before it,
+// no append was acknowledged) a joined replica is Pending too: the
+// configuration acknowledged appends between its copy and its join. It
+// catches up under its primary before a Confirm naming it (Vouched)
+// clears it alone (see lazy's rejoin notes).
 // ReplicasMax is the most replicas a shard's configuration holds, the
 // largest storage group a cluster file may list (config.GroupServersMax):
 // a Join past it changes nothing. A server that replaces one of a full
@@ -493,7 +494,7 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 	sh.Out = append(sh.Out, out...)
 	if c.Join != nil {
 		rep := *c.Join
-		rep.Pending = rep.Pending || s.Spec != nil
+		rep.Pending = s.Spec != nil || s.Lazy != nil
 		kept = append(kept, rep)
 	}
 	sh.Replicas = kept

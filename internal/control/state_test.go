@@ -450,16 +450,18 @@ func TestJoinPastReplicasMaxChangesNothing(t *testing.T) {
 	}
 }
 
-// TestPendingJoinIsConfirmedByNameAndNeverPromotedBeforeIt: a Join the
-// proposer marks Pending (lazy order) stays pending until a Confirm that
+// TestPendingJoinIsConfirmedByNameAndNeverPromotedBeforeIt: a Join in
+// lazy order stays pending until a Confirm that
 // names it; a primary that leaves is replaced by the first replica
 // confirmed, and by none pending.
 func TestPendingJoinIsConfirmedByNameAndNeverPromotedBeforeIt(t *testing.T) {
 	s := New("test")
 	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}, Replica{ID: "a3", Incarnation: 1}))
 	mustApply(t, s, reconfig(0, 1, nil, "a2", "a3"))
-	mustApply(t, s, rejoin(0, 2, Replica{ID: "a2", Incarnation: 2, Pending: true}, 0))
-	mustApply(t, s, rejoin(0, 3, Replica{ID: "a3", Incarnation: 2, Pending: true}, 0))
+	// Lazy order, once its first view is recorded.
+	s.Lazy = &lazy.SeqConfig{View: 1, Replicas: []lazy.ReplicaID{1}, Leader: 1}
+	mustApply(t, s, rejoin(0, 2, Replica{ID: "a2", Incarnation: 2}, 0))
+	mustApply(t, s, rejoin(0, 3, Replica{ID: "a3", Incarnation: 2}, 0))
 	if sh := s.Shard(0); sh.Epoch != 4 || !sh.Replicas[1].Pending || !sh.Replicas[2].Pending {
 		t.Fatalf("after two pending joins: %+v", sh)
 	}
