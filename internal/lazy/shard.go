@@ -85,7 +85,9 @@ type ShardState struct {
 	// Placements are the placements applied, in order.
 	Placements []Placement
 	// Stable and StableView are the last stable-gp heard, if persisted
-	// (a replica that forgot hears it again from the leader).
+	// (a replica that forgot hears it again from the leader). Persist no
+	// more than Readable: a replica that rejoined drops the placements
+	// above it (in memory) until its primary's base replaces them.
 	Stable, StableView uint64
 	// Trimmed is the trim point; Marks the dedup state of the records
 	// trimmed, as Marks returned it when the shell trimmed.

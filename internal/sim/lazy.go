@@ -601,8 +601,10 @@ func (n *shardNode) crash(down time.Duration) {
 }
 
 func (n *shardNode) accept(rec int, view, epoch uint64) error {
-	if err := n.core.FenceData(epoch); err != nil {
+	if err := n.core.FenceData(epoch); err != nil && n.w.plant != bugLazyNoDataFence {
 		return err
+	} else if err != nil {
+		n.w.planted = true
 	}
 	var out lazy.ShardOutput[int]
 	local, fresh, err := n.core.Accept(n.w.recs[rec].id, view, &out)
@@ -725,8 +727,13 @@ func (n *shardNode) place(ps []lazy.Placement) {
 func (n *shardNode) stable(st lazy.StableGP) {
 	var out lazy.ShardOutput[int]
 	n.core.Stable(st, &out)
-	if st.Stable > n.st.Stable {
-		n.st = st
+	// What survives a restart is the stable end as far as its placements
+	// are the shard's (its readable end): a replica out of its
+	// configuration, or one that rejoined and has not applied its
+	// primary's base yet, may hold placements above it that the shard's
+	// order overrode.
+	if r := n.core.Readable(); !n.core.Out() && (r > n.st.Stable || st.View > n.st.View) {
+		n.st = lazy.StableGP{View: max(n.st.View, st.View), Stable: max(n.st.Stable, r)}
 	}
 	n.carry(out)
 }

@@ -225,6 +225,10 @@ const (
 	// bugLazyJoinerCounts: a lazy shard replica that rejoins counts as
 	// soon as it joins, before it caught up under its primary.
 	bugLazyJoinerCounts
+	// bugLazyNoDataFence: a lazy shard replica takes data a client sent
+	// to an older configuration of the shard (one without a replica that
+	// joined since).
+	bugLazyNoDataFence
 	// bugTrustReplacedTail: a storage server does not tell a copy it
 	// restarted with that a configuration left it out, so the copy
 	// orders a tail its shard never made durable, which the new primary

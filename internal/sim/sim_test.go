@@ -375,6 +375,13 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// primary dies right after the join, the joiner takes over, and
 		// those appends are gone.
 		{"a rejoined shard replica counts before it caught up", bugLazyJoinerCounts, "invariant 1"},
+		// A replica that takes data sent to an older configuration
+		// acknowledges, after a replica joined and copied up to its
+		// primary's mark, an append the joiner never gets: the client
+		// knew the configuration without it. The joiner, caught up by
+		// the mark, takes over when the primary dies, and the append is
+		// gone.
+		{"a shard replica takes data sent to an older configuration", bugLazyNoDataFence, "invariant 1"},
 	}
 	const seeds = 200
 	for _, c := range cases {
