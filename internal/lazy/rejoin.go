@@ -114,7 +114,7 @@ func (s *Shard[W]) rejoin(epoch uint64) {
 		return
 	}
 	s.out, s.epoch, s.cfg.Primary = false, epoch, false
-	s.pending, s.waiting, s.missing, s.sent = nil, nil, nil, nil
+	s.pending, s.waiting, s.missing, s.sent, s.joined = nil, nil, nil, nil, nil
 	clear(s.backupAt)
 	for _, r := range s.byID {
 		if !r.placed {
