@@ -580,6 +580,12 @@ func (lc *lazyConn) metaAck(a *pb.SeqAck, view uint64) {
 		delete(lc.ops, a.Seq)
 		delete(lc.sentViews, a.Seq)
 		lc.mu.Unlock()
+		if o != nil && a.Code != pb.Code_OK {
+			// The orderer took the record without a position: its shard
+			// was finalized before placing it.
+			o.finish(Ack{}, &ServerError{Code: a.Code.String(), Message: a.Message})
+			return
+		}
 		if o != nil {
 			// The position implies the leader holds the record, even if
 			// this answer overtook its first one.

@@ -62,7 +62,7 @@ func (c *Client) locateLazy(ctx context.Context, pos uint64) (shard uint32, ok b
 		return sh, true, nil
 	}
 	var last error
-	for _, sh := range c.cachedStatus().GetShards() {
+	for _, sh := range growingFirst(c.cachedStatus().GetShards()) {
 		for _, r := range sh.GetReplicas() {
 			cc, err := c.conn(r.Addr)
 			if err != nil {
@@ -85,6 +85,24 @@ func (c *Client) locateLazy(ctx context.Context, pos uint64) (shard uint32, ok b
 		}
 	}
 	return 0, false, fmt.Errorf("augur: no shard replica answered for the position table: %w", last)
+}
+
+// growingFirst orders shards for a position table lookup: the shards that
+// may still grow first, since a finalized shard's table ends where it was
+// finalized (and its replicas may all be gone).
+func growingFirst(shards []*pb.ShardInfo) []*pb.ShardInfo {
+	out := make([]*pb.ShardInfo, 0, len(shards))
+	for _, sh := range shards {
+		if sh.GetState() != pb.ShardState_SHARD_FINALIZED {
+			out = append(out, sh)
+		}
+	}
+	for _, sh := range shards {
+		if sh.GetState() == pb.ShardState_SHARD_FINALIZED {
+			out = append(out, sh)
+		}
+	}
+	return out
 }
 
 // cacheRuns adds fetched runs to the cached table, keeping it sorted and
@@ -129,17 +147,16 @@ func (c *Client) readLazy(ctx context.Context, from uint64, n int) ([]Entry, err
 				return out, err
 			}
 		}
-		if !ok {
-			// Not stable yet: any shard holds the read until it is, then
-			// names the shard that has it.
-			live := c.cachedStatus().GetShards()
-			if len(live) == 0 {
-				return out, ErrNoLiveShard
-			}
-			shard = live[0].GetId()
-		}
 		haveHint = false
-		resp, err := c.lazyReadAt(ctx, shard, pos, end-pos)
+		var resp *pb.LazyReadResponse
+		var err error
+		if ok {
+			resp, err = c.lazyReadAt(ctx, shard, pos, end-pos)
+		} else {
+			// Not stable yet: a shard that may still grow holds the read
+			// until it is, then names the shard that has it.
+			resp, shard, err = c.lazyReadGrowing(ctx, pos, end-pos)
+		}
 		if err != nil {
 			return out, fmt.Errorf("augur: read %d..%d: %d records read before: %w", from, end, len(out), err)
 		}
@@ -161,6 +178,35 @@ func (c *Client) readLazy(ctx context.Context, from uint64, n int) ([]Entry, err
 		}
 	}
 	return out, nil
+}
+
+// lazyReadGrowing reads from from on at a shard that may still grow (a
+// finalized shard's table ends where it was finalized, so it would hold
+// the read for good); when none answers, it reads the shard table again
+// (the cached one may not know a shard was finalized) and tries once more.
+func (c *Client) lazyReadGrowing(ctx context.Context, from, n uint64) (*pb.LazyReadResponse, uint32, error) {
+	last := ErrNoLiveShard
+	for attempt := range 2 {
+		if attempt > 0 {
+			if _, err := c.refresh(ctx); err != nil {
+				return nil, 0, errors.Join(last, err)
+			}
+		}
+		for _, sh := range c.cachedStatus().GetShards() {
+			if sh.GetState() == pb.ShardState_SHARD_FINALIZED {
+				continue
+			}
+			resp, err := c.lazyReadAt(ctx, sh.GetId(), from, n)
+			if err == nil {
+				return resp, sh.GetId(), nil
+			}
+			if ctx.Err() != nil {
+				return nil, 0, err
+			}
+			last = err
+		}
+	}
+	return nil, 0, last
 }
 
 // lazyReadAt reads positions from from on at a replica of shard.

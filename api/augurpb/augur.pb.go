@@ -4312,6 +4312,9 @@ type CollectRequest struct {
 	// [last_ordered_gp - len(ids), last_ordered_gp).
 	Ids           []*RecordMeta `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
 	LastOrderedGp uint64        `protobuf:"varint,4,opt,name=last_ordered_gp,json=lastOrderedGp,proto3" json:"last_ordered_gp,omitempty"`
+	// dropped are records the leader took from its ring without a position
+	// (their shard was finalized): the replica drops them too.
+	Dropped       []*RecordMeta `protobuf:"bytes,5,rep,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4372,6 +4375,13 @@ func (x *CollectRequest) GetLastOrderedGp() uint64 {
 		return x.LastOrderedGp
 	}
 	return 0
+}
+
+func (x *CollectRequest) GetDropped() []*RecordMeta {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
 }
 
 type CollectResponse struct {
@@ -4704,9 +4714,12 @@ type StartViewRequest struct {
 	State *LazyState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// ordered: every position below it is bound (the flush's end); from:
 	// where the flush started; flushed: the records it bound.
-	Ordered       uint64        `protobuf:"varint,3,opt,name=ordered,proto3" json:"ordered,omitempty"`
-	From          uint64        `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
-	Flushed       []*RecordMeta `protobuf:"bytes,5,rep,name=flushed,proto3" json:"flushed,omitempty"`
+	Ordered uint64        `protobuf:"varint,3,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	From    uint64        `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	Flushed []*RecordMeta `protobuf:"bytes,5,rep,name=flushed,proto3" json:"flushed,omitempty"`
+	// shards_next is one past the shard ids the view change's shard table
+	// knew: the new leader orders only with a table at least as new.
+	ShardsNext    uint32 `protobuf:"varint,6,opt,name=shards_next,json=shardsNext,proto3" json:"shards_next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4774,6 +4787,13 @@ func (x *StartViewRequest) GetFlushed() []*RecordMeta {
 		return x.Flushed
 	}
 	return nil
+}
+
+func (x *StartViewRequest) GetShardsNext() uint32 {
+	if x != nil {
+		return x.ShardsNext
+	}
+	return 0
 }
 
 type StartViewResponse struct {
@@ -7229,13 +7249,14 @@ const file_augur_proto_rawDesc = "" +
 	"\vleader_addr\x18\x04 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
-	"not_leader\x18\x05 \x01(\bR\tnotLeader\"\x93\x01\n" +
+	"not_leader\x18\x05 \x01(\bR\tnotLeader\"\xc3\x01\n" +
 	"\x0eCollectRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
 	"\x04view\x18\x02 \x01(\x04R\x04view\x12&\n" +
 	"\x03ids\x18\x03 \x03(\v2\x14.augur.v1.RecordMetaR\x03ids\x12&\n" +
-	"\x0flast_ordered_gp\x18\x04 \x01(\x04R\rlastOrderedGp\"O\n" +
+	"\x0flast_ordered_gp\x18\x04 \x01(\x04R\rlastOrderedGp\x12.\n" +
+	"\adropped\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\adropped\"O\n" +
 	"\x0fCollectResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"@\n" +
@@ -7259,14 +7280,16 @@ const file_augur_proto_rawDesc = "" +
 	"\rFlushResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
-	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\"\xba\x01\n" +
+	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\"\xdb\x01\n" +
 	"\x10StartViewRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12)\n" +
 	"\x05state\x18\x02 \x01(\v2\x13.augur.v1.LazyStateR\x05state\x12\x18\n" +
 	"\aordered\x18\x03 \x01(\x04R\aordered\x12\x12\n" +
 	"\x04from\x18\x04 \x01(\x04R\x04from\x12.\n" +
-	"\aflushed\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aflushed\"Q\n" +
+	"\aflushed\x18\x05 \x03(\v2\x14.augur.v1.RecordMetaR\aflushed\x12\x1f\n" +
+	"\vshards_next\x18\x06 \x01(\rR\n" +
+	"shardsNext\"Q\n" +
 	"\x11StartViewResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"8\n" +
@@ -7655,98 +7678,99 @@ var file_augur_proto_depIdxs = []int32{
 	0,   // 46: augur.v1.SeqAck.code:type_name -> augur.v1.Code
 	55,  // 47: augur.v1.SeqAppendResponse.acks:type_name -> augur.v1.SeqAck
 	53,  // 48: augur.v1.CollectRequest.ids:type_name -> augur.v1.RecordMeta
-	0,   // 49: augur.v1.CollectResponse.code:type_name -> augur.v1.Code
-	0,   // 50: augur.v1.SealResponse.code:type_name -> augur.v1.Code
-	53,  // 51: augur.v1.SealResponse.entries:type_name -> augur.v1.RecordMeta
-	0,   // 52: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
-	70,  // 53: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
-	53,  // 54: augur.v1.StartViewRequest.flushed:type_name -> augur.v1.RecordMeta
-	0,   // 55: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
-	69,  // 56: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
-	4,   // 57: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
-	6,   // 58: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
-	53,  // 59: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
-	0,   // 60: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
-	76,  // 61: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
-	77,  // 62: augur.v1.Placement.slots:type_name -> augur.v1.Slot
-	0,   // 63: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
-	53,  // 64: augur.v1.LazyFetchRequest.ids:type_name -> augur.v1.RecordMeta
-	19,  // 65: augur.v1.LazyFetchResponse.records:type_name -> augur.v1.StoredRecord
-	76,  // 66: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
-	19,  // 67: augur.v1.LazyCopyResponse.records:type_name -> augur.v1.StoredRecord
-	12,  // 68: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
-	92,  // 69: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	98,  // 70: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	27,  // 71: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
-	5,   // 72: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,   // 73: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15,  // 74: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20,  // 75: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22,  // 76: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17,  // 77: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	24,  // 78: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
-	30,  // 79: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	40,  // 80: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	42,  // 81: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	44,  // 82: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	46,  // 83: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	50,  // 84: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	48,  // 85: augur.v1.Ordering.RejoinShard:input_type -> augur.v1.RejoinShardRequest
-	54,  // 86: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
-	57,  // 87: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
-	59,  // 88: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
-	61,  // 89: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
-	63,  // 90: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
-	65,  // 91: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
-	67,  // 92: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
-	72,  // 93: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
-	74,  // 94: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
-	78,  // 95: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
-	80,  // 96: augur.v1.LazyShard.Fetch:input_type -> augur.v1.LazyFetchRequest
-	82,  // 97: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
-	84,  // 98: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
-	86,  // 99: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
-	87,  // 100: augur.v1.LazyShard.Copy:input_type -> augur.v1.LazyCopyRequest
-	90,  // 101: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	93,  // 102: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	95,  // 103: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,   // 104: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11,  // 105: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16,  // 106: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21,  // 107: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23,  // 108: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18,  // 109: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	25,  // 110: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
-	32,  // 111: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	41,  // 112: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	43,  // 113: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	45,  // 114: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	47,  // 115: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	52,  // 116: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	49,  // 117: augur.v1.Ordering.RejoinShard:output_type -> augur.v1.RejoinShardResponse
-	56,  // 118: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
-	58,  // 119: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
-	60,  // 120: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
-	62,  // 121: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
-	64,  // 122: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
-	66,  // 123: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
-	68,  // 124: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
-	73,  // 125: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
-	75,  // 126: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
-	79,  // 127: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
-	81,  // 128: augur.v1.LazyShard.Fetch:output_type -> augur.v1.LazyFetchResponse
-	83,  // 129: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
-	85,  // 130: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
-	89,  // 131: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
-	88,  // 132: augur.v1.LazyShard.Copy:output_type -> augur.v1.LazyCopyResponse
-	91,  // 133: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	94,  // 134: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	96,  // 135: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	104, // [104:136] is the sub-list for method output_type
-	72,  // [72:104] is the sub-list for method input_type
-	72,  // [72:72] is the sub-list for extension type_name
-	72,  // [72:72] is the sub-list for extension extendee
-	0,   // [0:72] is the sub-list for field type_name
+	53,  // 49: augur.v1.CollectRequest.dropped:type_name -> augur.v1.RecordMeta
+	0,   // 50: augur.v1.CollectResponse.code:type_name -> augur.v1.Code
+	0,   // 51: augur.v1.SealResponse.code:type_name -> augur.v1.Code
+	53,  // 52: augur.v1.SealResponse.entries:type_name -> augur.v1.RecordMeta
+	0,   // 53: augur.v1.FlushResponse.code:type_name -> augur.v1.Code
+	70,  // 54: augur.v1.StartViewRequest.state:type_name -> augur.v1.LazyState
+	53,  // 55: augur.v1.StartViewRequest.flushed:type_name -> augur.v1.RecordMeta
+	0,   // 56: augur.v1.StartViewResponse.code:type_name -> augur.v1.Code
+	69,  // 57: augur.v1.LazyState.replicas:type_name -> augur.v1.SequencingReplica
+	4,   // 58: augur.v1.LazyStoreRequest.entries:type_name -> augur.v1.AppendEntry
+	6,   // 59: augur.v1.LazyStoreResponse.acks:type_name -> augur.v1.AppendAck
+	53,  // 60: augur.v1.OrderRequest.ids:type_name -> augur.v1.RecordMeta
+	0,   // 61: augur.v1.OrderResponse.code:type_name -> augur.v1.Code
+	76,  // 62: augur.v1.Placement.runs:type_name -> augur.v1.PositionRun
+	77,  // 63: augur.v1.Placement.slots:type_name -> augur.v1.Slot
+	0,   // 64: augur.v1.PlaceResponse.code:type_name -> augur.v1.Code
+	53,  // 65: augur.v1.LazyFetchRequest.ids:type_name -> augur.v1.RecordMeta
+	19,  // 66: augur.v1.LazyFetchResponse.records:type_name -> augur.v1.StoredRecord
+	76,  // 67: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
+	19,  // 68: augur.v1.LazyCopyResponse.records:type_name -> augur.v1.StoredRecord
+	12,  // 69: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
+	92,  // 70: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	98,  // 71: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	27,  // 72: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
+	5,   // 73: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,   // 74: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15,  // 75: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20,  // 76: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22,  // 77: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17,  // 78: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	24,  // 79: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
+	30,  // 80: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	40,  // 81: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	42,  // 82: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	44,  // 83: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	46,  // 84: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	50,  // 85: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	48,  // 86: augur.v1.Ordering.RejoinShard:input_type -> augur.v1.RejoinShardRequest
+	54,  // 87: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
+	57,  // 88: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
+	59,  // 89: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
+	61,  // 90: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
+	63,  // 91: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
+	65,  // 92: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
+	67,  // 93: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
+	72,  // 94: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
+	74,  // 95: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
+	78,  // 96: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
+	80,  // 97: augur.v1.LazyShard.Fetch:input_type -> augur.v1.LazyFetchRequest
+	82,  // 98: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
+	84,  // 99: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
+	86,  // 100: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
+	87,  // 101: augur.v1.LazyShard.Copy:input_type -> augur.v1.LazyCopyRequest
+	90,  // 102: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	93,  // 103: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	95,  // 104: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,   // 105: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11,  // 106: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16,  // 107: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21,  // 108: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23,  // 109: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18,  // 110: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	25,  // 111: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
+	32,  // 112: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	41,  // 113: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	43,  // 114: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	45,  // 115: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	47,  // 116: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	52,  // 117: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	49,  // 118: augur.v1.Ordering.RejoinShard:output_type -> augur.v1.RejoinShardResponse
+	56,  // 119: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
+	58,  // 120: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
+	60,  // 121: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
+	62,  // 122: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
+	64,  // 123: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
+	66,  // 124: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
+	68,  // 125: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
+	73,  // 126: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
+	75,  // 127: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
+	79,  // 128: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
+	81,  // 129: augur.v1.LazyShard.Fetch:output_type -> augur.v1.LazyFetchResponse
+	83,  // 130: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
+	85,  // 131: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
+	89,  // 132: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
+	88,  // 133: augur.v1.LazyShard.Copy:output_type -> augur.v1.LazyCopyResponse
+	91,  // 134: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	94,  // 135: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	96,  // 136: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	105, // [105:137] is the sub-list for method output_type
+	73,  // [73:105] is the sub-list for method input_type
+	73,  // [73:73] is the sub-list for extension type_name
+	73,  // [73:73] is the sub-list for extension extendee
+	0,   // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }

@@ -480,3 +480,54 @@ func TestShardRestrictedToken(t *testing.T) {
 	after := shardTable(t, admin)
 	sameTable(t, before, after)
 }
+
+// TestStorageServerSpeaksOnlyForItself: a storage server's certificate lets
+// it register and rejoin shards as itself, in its own group, and nothing
+// else; each refusal leaves the shard table as it was.
+func TestStorageServerSpeaksOnlyForItself(t *testing.T) {
+	dc := startTLSShards(t, 1, 2)
+	admin, err := dc.Dial(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := t.Context()
+	before := shardTable(t, admin)
+	shardOf := map[string]uint32{}
+	addrOf := map[string]string{}
+	for _, s := range before.Shards {
+		shardOf[s.Group] = s.Id
+		for _, r := range s.Replicas {
+			addrOf[r.Id] = r.Addr
+		}
+	}
+	// a1 serves group a's shard; a2 is its peer; b1 serves group b's.
+	a1 := auth.Files{CA: filepath.Join(dc.CertDir(), auth.CACertFile), Cert: auth.CertPath(dc.CertDir(), "a1"), Key: auth.KeyPath(dc.CertDir(), "a1")}
+	ord := pb.NewOrderingClient(conn(t, dc.OrderingAddrs()[0], tlsConfig(t, a1)))
+	rejoin := func(shard uint32, as string) error {
+		_, err := ord.RejoinShard(ctx, &pb.RejoinShardRequest{ClusterId: dc.ClusterID, Shard: shard, Epoch: 1,
+			Replica: &pb.ReplicaAddr{Id: as, Addr: addrOf[as]}})
+		return err
+	}
+	wantCode(t, "a1 rejoins as a2", rejoin(shardOf["a"], "a2"), codes.PermissionDenied, "only its own copies")
+	wantCode(t, "a1 rejoins group b's shard", rejoin(shardOf["b"], "a1"), codes.PermissionDenied, `belongs to group "b"`)
+	register := func(group string, ids ...string) error {
+		req := &pb.RegisterShardRequest{ClusterId: dc.ClusterID, Group: group}
+		for _, id := range ids {
+			req.Replicas = append(req.Replicas, &pb.ReplicaAddr{Id: id, Addr: addrOf[id]})
+		}
+		_, err := ord.RegisterShard(ctx, req)
+		return err
+	}
+	wantCode(t, "a1 registers a shard of group b", register("b", "b1", "b2"), codes.PermissionDenied, "only a shard of its own group")
+	wantCode(t, "a1 registers a shard it does not serve", register("a", "a2"), codes.PermissionDenied, "that it serves")
+	beat, err := ord.Heartbeat(ctx)
+	if err == nil {
+		err = beat.Send(&pb.HeartbeatRequest{ClusterId: dc.ClusterID, ServerId: "a2", Incarnation: 1, GoingAway: true})
+	}
+	if err == nil {
+		_, err = beat.Recv()
+	}
+	wantCode(t, "a1 beats as a2", err, codes.PermissionDenied, "only for itself")
+	sameTable(t, before, shardTable(t, admin))
+}

@@ -31,6 +31,8 @@ type Member struct {
 	Perm Permission
 	// Host is the host of its address, which its certificate must name.
 	Host string
+	// Group is a storage server's group: the shards it may serve.
+	Group string
 }
 
 // Security is how one process serves and dials: plaintext (only when the
@@ -178,7 +180,26 @@ func (s *Security) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 	if err := who.checkShard(info.FullMethod, req); err != nil {
 		return nil, err
 	}
+	if who.server != "" {
+		ctx = context.WithValue(ctx, serverKey{}, Server{ID: who.server, Group: who.group})
+	}
 	return h(ctx, req)
+}
+
+// Server is a cluster member that called with its node certificate.
+type Server struct {
+	ID    string
+	Group string
+}
+
+type serverKey struct{}
+
+// CallingServer returns the server whose node certificate authenticated a
+// call; ok is false for clients, tokens and insecure clusters, where
+// a caller may claim any identity.
+func CallingServer(ctx context.Context) (srv Server, ok bool) {
+	srv, ok = ctx.Value(serverKey{}).(Server)
+	return srv, ok
 }
 
 func (s *Security) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -189,8 +210,19 @@ func (s *Security) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 	if who.shards != nil {
 		ss = shardCheckedStream{ServerStream: ss, who: who, method: info.FullMethod}
 	}
+	if who.server != "" {
+		ss = serverStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), serverKey{}, Server{ID: who.server, Group: who.group})}
+	}
 	return h(srv, ss)
 }
+
+// serverStream tells a stream's handler which server calls.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s serverStream) Context() context.Context { return s.ctx }
 
 // authorize refuses a call before it reaches its handler, so a refused call
 // changes nothing. It returns who calls (everyone, unrestricted, when
@@ -301,7 +333,7 @@ func (s *Security) certGrant(leaf *x509.Certificate) (grant, error) {
 		if err := leaf.VerifyHostname(m.Host); err != nil {
 			return grant{}, status.Errorf(codes.PermissionDenied, "node certificate %q does not name its server's host %s", name, m.Host)
 		}
-		return grant{name: "server " + name, perm: m.Perm}, nil
+		return grant{name: "server " + name, perm: m.Perm, server: name, group: m.Group}, nil
 	case slices.Contains(ous, ouClient):
 		var perm Permission
 		for _, ou := range ous {

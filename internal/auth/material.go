@@ -54,6 +54,8 @@ type grant struct {
 	perm Permission
 	// shards, when not nil, are the only shards the grant reaches.
 	shards []uint32
+	// server and group name the cluster member of a node certificate.
+	server, group string
 }
 
 // Load reads the files of f.

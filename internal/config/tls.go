@@ -95,7 +95,7 @@ func (c *Cluster) Members() map[string]auth.Member {
 		members[o.ID] = auth.Member{Perm: auth.Ordering, Host: host(o.Addr)}
 	}
 	for _, s := range c.Storage {
-		members[s.ID] = auth.Member{Perm: auth.Storage, Host: host(s.Addr)}
+		members[s.ID] = auth.Member{Perm: auth.Storage, Host: host(s.Addr), Group: s.Group}
 	}
 	for _, q := range c.Sequencing {
 		members[q.ID] = auth.Member{Perm: auth.Sequencing, Host: host(q.Addr)}

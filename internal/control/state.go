@@ -5,7 +5,9 @@
 package control
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -241,10 +243,26 @@ func (c Command) Encode() []byte {
 // DecodeCommand parses a Raft log entry.
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("decode command: %w", err)
+	if err := decodeStrict(b, &c); err != nil {
+		return Command{}, fmt.Errorf("decode command: %w", err)
 	}
 	return c, nil
+}
+
+// decodeStrict parses JSON that this version of augur wrote. A field it does
+// not know can only come from a newer version (a rolling upgrade): applying
+// what it understands and dropping the rest would let the replicas of the
+// two versions diverge in silence, so the field is an error.
+func decodeStrict(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w (written by a newer version of augur?)", err)
+	}
+	if d.More() {
+		return errors.New("data after the JSON value")
+	}
+	return nil
 }
 
 // Event describes one applied change. Cut is set when a cut was committed;
@@ -602,7 +620,7 @@ func (s *State) Snapshot() []byte {
 // Restore replaces the state with a snapshot.
 func (s *State) Restore(b []byte) error {
 	var n State
-	if err := json.Unmarshal(b, &n); err != nil {
+	if err := decodeStrict(b, &n); err != nil {
 		return fmt.Errorf("restore control state: %w", err)
 	}
 	*s = n
@@ -664,6 +682,7 @@ func (s *State) LazyControl() lazy.ControlState {
 			st.Shards = append(st.Shards, sh.ID)
 		}
 	}
+	st.NextShard = s.NextShardID
 	return st
 }
 

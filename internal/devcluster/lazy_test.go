@@ -369,3 +369,79 @@ func TestLazyScrubsOrphans(t *testing.T) {
 		t.Fatalf("read back %v, want real and after once, no orphan", seen)
 	}
 }
+
+// TestLazyOrderGoesOnAfterAShardIsFinalized kills both storage servers of
+// one shard of a lazy cluster. Once the ordering layer has taken them out
+// and finalized the shard, the sequencing leader no longer maps batches to
+// it nor waits for it: AppendSync on the live shard returns its position,
+// and the record reads back there.
+func TestLazyOrderGoesOnAfterAShardIsFinalized(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c := startReady(ctx, t, Options{Mode: config.ModeLazy, Shards: 2, Replicas: 2, OrderingReplicas: 1, FailureTimeout: 300 * time.Millisecond})
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GetShards()) != 2 {
+		t.Fatalf("shards %v, want 2", st.GetShards())
+	}
+	dead, live := st.GetShards()[0], st.GetShards()[1]
+	for i := range 20 {
+		if _, err := cl.AppendToShard(ctx, client.Record{Payload: []byte(fmt.Sprintf("before%d", i))}, dead.GetId()); err != nil {
+			t.Fatalf("append to shard %d: %v", dead.GetId(), err)
+		}
+	}
+	for _, r := range dead.GetReplicas() {
+		if err := c.KillStorage(r.GetId()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.waitFor(ctx, func(st *pb.StatusResponse) string {
+		for _, sh := range st.GetShards() {
+			if sh.GetId() == dead.GetId() && sh.GetState() != pb.ShardState_SHARD_FINALIZED {
+				return fmt.Sprintf("shard %d is %v", sh.GetId(), sh.GetState())
+			}
+		}
+		return ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The order goes on: each AppendSync needs a batch every shard the
+	// leader maps to acknowledged, and every sequencing replica collected.
+	// (A client whose table still has the shard live may pick it, and
+	// that append fails; a new client knows the table as it is now.)
+	cl2, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	cl = cl2
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	for i := range 5 {
+		p := fmt.Sprintf("after%d", i)
+		a, err := cl.AppendSync(sctx, client.Record{Payload: []byte(p)})
+		if err != nil {
+			t.Fatalf("AppendSync %s after shard %d was finalized: %v", p, dead.GetId(), err)
+		}
+		e, err := cl.Read(sctx, a.Position)
+		if err != nil {
+			t.Fatalf("read %s at %d (shard %d): %v", p, a.Position, a.Shard, err)
+		}
+		if string(e.Record.Payload) != p {
+			t.Fatalf("position %d holds %q, AppendSync of %q said it was there", a.Position, e.Record.Payload, p)
+		}
+	}
+	if _, err := cl.AppendToShard(sctx, client.Record{Payload: []byte("live")}, live.GetId()); err != nil {
+		t.Fatalf("append to the live shard %d: %v", live.GetId(), err)
+	}
+}

@@ -39,6 +39,9 @@ type ControlState struct {
 	// which the next one flushes again.
 	Flush  *Mapping
 	Shards []cut.ShardID
+	// NextShard is one past the shard ids the control state gave: a
+	// shard below it that is not in Shards was finalized.
+	NextShard cut.ShardID
 }
 
 // ControlConfig configures the control plane.
@@ -150,6 +153,12 @@ func (c *Control) Applied(st ControlState, now time.Time) ControlOutput {
 			c.lastOK[id] = now
 		}
 	}
+	if c.rc != nil {
+		if out := c.carry(c.rc.SetShards(st.Shards, st.NextShard)); !out.Empty() {
+			c.sentAt = now
+			return out
+		}
+	}
 	mine := st.Claim != nil && st.Claim.Owner == c.owner
 	switch {
 	case c.rc != nil && cur != nil && cur.View >= c.rc.View():
@@ -199,6 +208,7 @@ func (c *Control) begin(now time.Time) ControlOutput {
 	// Views may have been skipped (an earlier claim never recorded): the
 	// new view is the claimed one.
 	rc.next.View = view
+	rc.SetShards(c.st.Shards, c.st.NextShard)
 	c.rc = rc
 	c.sentAt, c.sealing = now, now
 	if f := c.st.Flush; f != nil && f.View > cur.View {

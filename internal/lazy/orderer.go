@@ -11,9 +11,11 @@ import (
 type ReplicaID = uint64
 
 // Mapping binds positions to records: position From+i holds Records[i]
-// (record id and shard). The orderer sends every batch to every shard's
-// primary: each orders its own records by it and keeps the whole table of
-// which shard holds which position, for readers to locate positions.
+// (record id and shard). The orderer sends every batch to the primary of
+// every shard that may still grow: each orders its own records by it and
+// keeps the table of which shard holds which position, for readers to
+// locate positions. A finalized shard's table ends where it was
+// finalized: readers locate later positions on the live shards.
 type Mapping struct {
 	// View is the sequencing view the mapping belongs to. A mapping of a
 	// newer view may rebind positions at or above stable-gp that an older
@@ -67,6 +69,17 @@ type OrdererOutput struct {
 	GC *GC
 	// Stable goes to every replica of every shard.
 	Stable *StableGP
+	// Unplaced comes with the Stable that ends a batch: the batch's records
+	// that got no readable position, for their shard was finalized before
+	// placing them (dropped from the ring, or bound in a batch its shard
+	// never acknowledged). Their appends failed: the shell tells whoever
+	// waits for their positions.
+	Unplaced []RecordID
+	// WaitFor names a shard that a record at the ring's front names and
+	// the orderer's table lacks (added after the table was read): the
+	// batch stopped before that record (the records behind it wait, to
+	// keep the ring's order). Read the table again and call SetShards.
+	WaitFor *cut.ShardID
 }
 
 // Orderer is the sequencing leader's background ordering, one batch at a
@@ -80,6 +93,12 @@ type OrdererOutput struct {
 type Orderer struct {
 	batchMax int
 	view     uint64
+	// live are the shards that may still grow, as the table last said;
+	// every id below next was given to a shard, so one of them that is not
+	// live was finalized. shards are those the batch in flight waits for.
+	live     []cut.ShardID
+	next     cut.ShardID
+	floor    cut.ShardID
 	shards   []cut.ShardID
 	replicas []ReplicaID
 	// ordered is the end of the positions bound (in flight included),
@@ -92,22 +111,25 @@ type Orderer struct {
 	mapAcked  map[cut.ShardID]bool
 	collected map[ReplicaID]bool
 	gc        *GC
-	// nextShards, when not nil, replaces shards once the batch is done.
-	nextShards []cut.ShardID
+	// unplaced are the batch's records of shards finalized before they
+	// placed them.
+	unplaced []RecordID
 }
 
 // NewOrderer returns the orderer of a leader starting view at position
 // ordered (every position below it is bound and final: the new view's
-// StartView.Ordered), over the given shards and sequencing replicas.
+// StartView.Ordered), over the given shards (those that may still grow)
+// and sequencing replicas.
 func NewOrderer(cfg OrdererConfig, view, ordered uint64, shards []cut.ShardID, replicas []ReplicaID) *Orderer {
 	if cfg.BatchMax <= 0 {
 		cfg.BatchMax = BatchMaxDefault
 	}
-	return &Orderer{
-		batchMax: cfg.BatchMax, view: view,
-		shards: slices.Clone(shards), replicas: slices.Clone(replicas),
+	o := &Orderer{
+		batchMax: cfg.BatchMax, view: view, replicas: slices.Clone(replicas),
 		ordered: ordered, stable: ordered,
 	}
+	o.SetShards(shards, 0)
+	return o
 }
 
 // Stable returns the stable end: every position below it is final.
@@ -124,24 +146,57 @@ func (o *Orderer) BatchMax() int { return o.batchMax }
 // most BatchMax; Sequencer.Unordered(o.BatchMax())), to the next
 // positions. It does nothing while a batch is in flight or when entries is
 // empty.
+//
+// A record of a finalized shard gets no position: that shard takes no
+// mapping and gates no stable-gp any more (its replicas may all be gone
+// for good), so it could never place it. The batch's GC drops it from
+// every ring (GC.Dropped) and Unplaced reports it. A record of a shard the
+// table does not have yet ends the batch before it (WaitFor): binding it
+// would send its position to no replica of its shard, and skipping it
+// would order the records behind it first.
 func (o *Orderer) Order(entries []Meta) (OrdererOutput, error) {
-	if o.batch != nil || len(entries) == 0 {
+	if o.batch != nil || len(entries) == 0 || o.next < o.floor {
 		return OrdererOutput{}, nil
 	}
 	if len(entries) > o.batchMax {
 		return OrdererOutput{}, fmt.Errorf("order %d entries, at most %d: %w", len(entries), o.batchMax, ErrBadInput)
 	}
-	m := &Mapping{View: o.view, From: o.ordered, Records: slices.Clone(entries)}
+	var out OrdererOutput
+	var records []Meta
+	var dropped []RecordID
+	for _, e := range entries {
+		if slices.Contains(o.live, e.Shard) {
+			records = append(records, e)
+		} else if e.Shard < o.next {
+			dropped = append(dropped, e.ID)
+		} else {
+			out.WaitFor = &e.Shard
+			break
+		}
+	}
+	if len(records) == 0 && len(dropped) == 0 {
+		return out, nil
+	}
+	m := &Mapping{View: o.view, From: o.ordered, Records: records}
 	o.batch = m
-	o.ids = make([]RecordID, len(entries))
-	for i, e := range entries {
+	o.ids = make([]RecordID, len(records))
+	for i, e := range records {
 		o.ids[i] = e.ID
 	}
 	o.ordered = m.End()
+	o.shards = slices.Clone(o.live)
 	o.mapAcked = map[cut.ShardID]bool{}
 	o.collected = map[ReplicaID]bool{}
 	o.gc = nil
-	return OrdererOutput{Map: m}, nil
+	o.unplaced = dropped
+	if len(records) == 0 {
+		// Nothing to place: the rings drop the records at once.
+		o.gc = &GC{View: o.view, From: m.From, End: m.End(), Dropped: dropped}
+		out.GC = o.gc
+		return out, nil
+	}
+	out.Map = m
+	return out, nil
 }
 
 // MapAcked takes a shard's answer. Once every shard holds the batch it
@@ -151,10 +206,18 @@ func (o *Orderer) MapAcked(a MappingAck) OrdererOutput {
 		return OrdererOutput{}
 	}
 	o.mapAcked[a.Shard] = true
-	if len(o.mapAcked) < len(o.shards) {
-		return OrdererOutput{}
+	return o.mapped()
+}
+
+// mapped asks for the batch's garbage collection once every shard it
+// waits for holds it.
+func (o *Orderer) mapped() OrdererOutput {
+	for _, s := range o.shards {
+		if !o.mapAcked[s] {
+			return OrdererOutput{}
+		}
 	}
-	o.gc = &GC{View: o.view, From: o.batch.From, End: o.batch.End(), IDs: o.ids}
+	o.gc = &GC{View: o.view, From: o.batch.From, End: o.batch.End(), IDs: o.ids, Dropped: o.unplaced}
 	return OrdererOutput{GC: o.gc}
 }
 
@@ -170,11 +233,9 @@ func (o *Orderer) Collected(c Collected) OrdererOutput {
 		return OrdererOutput{}
 	}
 	o.stable = o.gc.End
-	o.batch, o.ids, o.gc, o.mapAcked, o.collected = nil, nil, nil, nil, nil
-	if o.nextShards != nil {
-		o.shards, o.nextShards = o.nextShards, nil
-	}
-	return OrdererOutput{Stable: &StableGP{View: o.view, Stable: o.stable}}
+	out := OrdererOutput{Stable: &StableGP{View: o.view, Stable: o.stable}, Unplaced: o.unplaced}
+	o.batch, o.ids, o.gc, o.mapAcked, o.collected, o.unplaced = nil, nil, nil, nil, nil, nil
+	return out
 }
 
 // Pending returns what to send again after a timeout: the batch's mapping
@@ -214,13 +275,43 @@ func (o *Orderer) MissingReplicas() []ReplicaID {
 	return out
 }
 
-// SetShards replaces the shards the orderer maps to, when the cluster
-// adds one; it takes effect with the next batch (a batch in flight waits
-// for the shards it started with).
-func (o *Orderer) SetShards(shards []cut.ShardID) {
-	if o.batch != nil {
-		o.nextShards = slices.Clone(shards)
-		return
+// AtLeast says the orderer's table must be at least as new as one that
+// gave the shard ids below next (StartView.Shards): it orders nothing
+// until SetShards brings one. An older table may lack a shard that placed
+// the view change's flush, which must miss no batch.
+func (o *Orderer) AtLeast(next cut.ShardID) { o.floor = max(o.floor, next) }
+
+// SetShards takes the shard table: live are the shards that may still
+// grow, and every id below next was given to a shard (0 means one past
+// the largest live id). A table older than one taken before (a smaller
+// next) changes nothing. A shard added takes mappings from the next batch
+// on (it joins the position table there). A shard finalized takes none
+// from now on, and the batch in flight no longer waits for it: its
+// records in the batch keep their positions on the other shards' tables,
+// but it never placed them, so they are Unplaced. The output is the GC
+// the batch was waiting for, if that shard was the last to answer.
+func (o *Orderer) SetShards(live []cut.ShardID, next cut.ShardID) OrdererOutput {
+	for _, s := range live {
+		next = max(next, s+1)
 	}
-	o.shards = slices.Clone(shards)
+	if next < o.next {
+		// An older table (read from a replica that lags): it may lack a
+		// shard that placed batches already, which must miss none.
+		return OrdererOutput{}
+	}
+	o.live, o.next = slices.Clone(live), next
+	if o.batch == nil || o.gc != nil {
+		return OrdererOutput{}
+	}
+	gone := slices.DeleteFunc(slices.Clone(o.shards), func(s cut.ShardID) bool { return slices.Contains(live, s) })
+	if len(gone) == 0 {
+		return OrdererOutput{}
+	}
+	o.shards = slices.DeleteFunc(o.shards, func(s cut.ShardID) bool { return slices.Contains(gone, s) })
+	for _, r := range o.batch.Records {
+		if slices.Contains(gone, r.Shard) && !o.mapAcked[r.Shard] {
+			o.unplaced = append(o.unplaced, r.ID)
+		}
+	}
+	return o.mapped()
 }

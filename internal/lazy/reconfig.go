@@ -80,6 +80,16 @@ type Reconfig struct {
 	// from and end bound the flush: the recovery replica's ordered end,
 	// and the new view's stable end.
 	from, end uint64
+	// nextShard is one past the shard ids the control state gave, as the
+	// view change knows it; sealed is a recovery replica's answer that
+	// waits for a table that knows its records' shards.
+	nextShard cut.ShardID
+	sealed    *sealedBy
+}
+
+type sealedBy struct {
+	from ReplicaID
+	rep  SealReply
 }
 
 type reconfigStep int
@@ -116,6 +126,9 @@ func NewReconfig(cur SeqConfig, failed, added []ReplicaID, shards []cut.ShardID)
 		old: cur, failed: slices.Clone(failed), shards: slices.Clone(shards),
 		next: SeqConfig{View: cur.View + 1, Replicas: members},
 	}
+	for _, s := range shards {
+		rc.nextShard = max(rc.nextShard, s+1)
+	}
 	return rc, ReconfigOutput{Seal: &Seal{View: cur.View}}, nil
 }
 
@@ -136,10 +149,23 @@ func (rc *Reconfig) Sealed(from ReplicaID, rep SealReply) ReconfigOutput {
 	if rep.Ordered < rc.old.Stable {
 		panic(fmt.Sprintf("lazy: replica %d ordered to %d below the view's stable %d", from, rep.Ordered, rc.old.Stable))
 	}
+	if rc.sealed != nil && rc.sealed.from != from {
+		return ReconfigOutput{}
+	}
+	// A record of a shard the control state has not shown this view
+	// change yet (added a moment ago) waits for a table that has it
+	// (SetShards): dropping it would lose an acknowledged append.
+	for _, m := range rep.Entries {
+		if m.Shard >= rc.nextShard {
+			rc.sealed = &sealedBy{from: from, rep: rep}
+			return ReconfigOutput{}
+		}
+	}
+	rc.sealed = nil
 	rc.next.Leader = from
-	// A record of a shard outside the view change's shards (finalized)
-	// gets no position: that shard never grows again, and when it failed
-	// no replica is left to hold or acknowledge it.
+	// A record of a finalized shard gets no position: that shard never
+	// grows again, and when it failed no replica is left to hold or
+	// acknowledge it.
 	entries := slices.DeleteFunc(slices.Clone(rep.Entries), func(m Meta) bool { return !slices.Contains(rc.shards, m.Shard) })
 	rc.from, rc.end = rep.Ordered, rep.Ordered+uint64(len(entries))
 	if len(entries) == 0 {
@@ -214,11 +240,43 @@ func (rc *Reconfig) MapAcked(a MappingAck) ReconfigOutput {
 		return ReconfigOutput{}
 	}
 	rc.acked[a.Shard] = true
-	if len(rc.acked) < len(rc.shards) {
-		return ReconfigOutput{}
+	return rc.flushed()
+}
+
+// flushed records the new configuration once every shard of the view
+// change holds the flush.
+func (rc *Reconfig) flushed() ReconfigOutput {
+	for _, s := range rc.shards {
+		if !rc.acked[s] {
+			return ReconfigOutput{}
+		}
 	}
 	rc.step = stepRecord
 	return rc.record()
+}
+
+// SetShards takes the shard table, as NewReconfig's shards and as
+// Orderer.SetShards: live are the shards that may still grow, every id
+// below next was given. One finalized since the view change began gets no
+// flush and is not waited for (its replicas may all be gone for good); one
+// added since gets the flush too, so that its position table has no gap,
+// and a recovery replica's answer that waited for it goes on. An older
+// table than one taken before changes nothing.
+func (rc *Reconfig) SetShards(live []cut.ShardID, next cut.ShardID) ReconfigOutput {
+	for _, s := range live {
+		next = max(next, s+1)
+	}
+	if next < rc.nextShard || rc.step >= stepRecord {
+		return ReconfigOutput{}
+	}
+	rc.nextShard, rc.shards = next, slices.Clone(live)
+	switch {
+	case rc.sealed != nil && rc.step == stepSeal:
+		return rc.Sealed(rc.sealed.from, rc.sealed.rep)
+	case rc.step == stepFlush:
+		return rc.flushed()
+	}
+	return ReconfigOutput{}
 }
 
 // Recorded says the control state committed the new configuration:
@@ -231,7 +289,7 @@ func (rc *Reconfig) Recorded() ReconfigOutput {
 	return ReconfigOutput{
 		Stable: &StableGP{View: rc.next.View, Stable: rc.end},
 		Start: &StartView{View: rc.next.View, Ordered: rc.end, From: rc.from, Flushed: rc.ids,
-			Leader: rc.next.Leader, Replicas: slices.Clone(rc.next.Replicas)},
+			Leader: rc.next.Leader, Replicas: slices.Clone(rc.next.Replicas), Shards: rc.nextShard},
 	}
 }
 

@@ -117,6 +117,8 @@ func TestReconfigLeavesOutShardsNotItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Shard 1 was given (ids below 2) and is not live: finalized.
+	rc.SetShards([]cut.ShardID{0}, 2)
 	out := rc.Sealed(2, SealReply{View: 1, Entries: []Meta{gone, live}})
 	if out.Flush == nil || len(out.Flush.Records) != 1 || out.Flush.Records[0] != live {
 		t.Fatalf("flush %+v, want the live shard's record alone", out.Flush)
@@ -128,5 +130,79 @@ func TestReconfigLeavesOutShardsNotItsOwn(t *testing.T) {
 	}
 	if out := rc.Recorded(); out.Start == nil || len(out.Start.Flushed) != 1 || out.Start.Flushed[0] != live.ID {
 		t.Fatalf("start %+v, want the live record alone flushed", out.Start)
+	}
+}
+
+func TestReconfigStopsWaitingForAShardFinalizedDuringTheFlush(t *testing.T) {
+	q := open(t, 0)
+	a, b := meta(1, 1, 0, 1), meta(1, 2, 1, 1)
+	mustAppend(t, q, a, false)
+	mustAppend(t, q, b, false)
+	rc, _, err := NewReconfig(SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 2}, []ReplicaID{2}, nil, []cut.ShardID{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := q.Seal(1)
+	rc.Sealed(1, rep)
+	if out := rc.FlushRecorded(); out.Map == nil || out.Map.End() != 2 {
+		t.Fatalf("flush %+v", out.Map)
+	}
+	if out := rc.MapAcked(MappingAck{Shard: 0, View: 2, End: 2}); out.Record != nil {
+		t.Fatal("recorded before shard 1 held the flush or was finalized")
+	}
+	out := rc.SetShards([]cut.ShardID{0}, 2)
+	if out.Record == nil || out.Record.Stable != 2 {
+		t.Fatalf("after shard 1 was finalized: %+v, want the new view recorded", out)
+	}
+}
+
+// A shard added a moment ago: the recovery replica holds an acknowledged
+// append of it, which the view change's table does not know yet. The
+// flush waits for a table that knows the shard, and then goes to it too;
+// the new view's orderer is told to wait for a table as new.
+func TestReconfigWaitsForAShardItsTableDoesNotHaveYet(t *testing.T) {
+	q := open(t, 0)
+	a, b := meta(1, 1, 0, 1), meta(1, 2, 1, 1)
+	mustAppend(t, q, a, false)
+	mustAppend(t, q, b, false)
+	rc, _, err := NewReconfig(SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 2}, []ReplicaID{2}, nil, []cut.ShardID{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := q.Seal(1)
+	if out := rc.Sealed(1, rep); out.Flush != nil || out.Record != nil {
+		t.Fatalf("flushed %+v without shard 1's record (an acknowledged append lost)", out.Flush)
+	}
+	if out := rc.SetShards([]cut.ShardID{0}, 1); out.Flush != nil {
+		t.Fatal("flushed with a table that still lacks shard 1")
+	}
+	out := rc.SetShards([]cut.ShardID{0, 1}, 2)
+	if out.Flush == nil || len(out.Flush.Records) != 2 {
+		t.Fatalf("after the table learned shard 1: %+v, want the flush of a and b", out.Flush)
+	}
+	rc.FlushRecorded()
+	rc.MapAcked(MappingAck{Shard: 0, View: 2, End: 2})
+	if out := rc.MapAcked(MappingAck{Shard: 1, View: 2, End: 2}); out.Record == nil {
+		t.Fatal("not recorded once both shards held the flush")
+	}
+	if out := rc.Recorded(); out.Start == nil || out.Start.Shards != 2 {
+		t.Fatalf("start %+v: want the new orderer told to wait for a table with 2 shard ids", out.Start)
+	}
+}
+
+func TestOrdererWaitsForATableAsNewAsTheViewChangesOne(t *testing.T) {
+	o := NewOrderer(OrdererConfig{}, 2, 5, nil, []ReplicaID{1})
+	o.AtLeast(2)
+	a := meta(1, 1, 0, 2)
+	o.SetShards([]cut.ShardID{0}, 1)
+	if out, _ := o.Order([]Meta{a}); out.Map != nil || out.GC != nil {
+		t.Fatalf("ordered %+v with a table older than the view change's (shard 1 may have placed its flush)", out)
+	}
+	o.SetShards([]cut.ShardID{0, 1}, 2)
+	if out, _ := o.Order([]Meta{a}); out.Map == nil || len(o.MissingShards()) != 2 {
+		t.Fatalf("with a table as new: %+v, waits for %v", out.Map, o.MissingShards())
+	}
+	if o.SetShards([]cut.ShardID{0}, 1); len(o.live) != 2 {
+		t.Fatal("an older table replaced a newer one")
 	}
 }

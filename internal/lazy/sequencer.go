@@ -2,6 +2,8 @@ package lazy
 
 import (
 	"fmt"
+
+	"github.com/augur-log/augur/internal/cut"
 )
 
 // SequencerConfig bounds a sequencing replica.
@@ -141,10 +143,13 @@ func (s *Sequencer) Unordered(max int) []Meta {
 
 // GC tells a sequencing replica that positions [From, End) are ordered and
 // on the shards: the records IDs hold them, so it drops them from its ring
-// and remembers them for good.
+// and remembers them for good. Dropped are records the batch took from
+// the ring without a position (their shard was finalized): the replica
+// drops them too, and forgets them.
 type GC struct {
 	View, From, End uint64
 	IDs             []RecordID
+	Dropped         []RecordID
 }
 
 // Collect applies a garbage collection. It is idempotent: a GC the
@@ -163,8 +168,10 @@ func (s *Sequencer) Collect(gc GC) error {
 		return fmt.Errorf("collect [%d, %d) while ordered up to %d: %w", gc.From, gc.End, s.ordered, ErrBadInput)
 	case gc.End <= s.ordered:
 		s.settle(min(gc.From, s.ordered))
+		s.dropAll(gc.Dropped)
 		return nil
 	}
+	s.dropAll(gc.Dropped)
 	for i, id := range gc.IDs {
 		s.drop(id)
 		s.recent[id] = gc.From + uint64(i)
@@ -185,6 +192,13 @@ func (s *Sequencer) settle(stable uint64) {
 			delete(s.recent, id)
 		}
 	}
+}
+
+func (s *Sequencer) dropAll(ids []RecordID) {
+	for _, id := range ids {
+		s.drop(id)
+	}
+	s.compact()
 }
 
 func (s *Sequencer) drop(id RecordID) {
@@ -261,6 +275,11 @@ type StartView struct {
 	// orderer of the view.
 	Leader   ReplicaID
 	Replicas []ReplicaID
+	// Shards is one past the shard ids the view change's table knew: the
+	// new leader's orderer waits for a table at least as new
+	// (Orderer.AtLeast), since a shard it knew may have placed the flush,
+	// and a shard must miss no batch.
+	Shards cut.ShardID
 }
 
 // Start applies a StartView. Starting the view the replica runs already

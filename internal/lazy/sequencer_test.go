@@ -270,3 +270,22 @@ func TestCollectedRecordComesBackWhenAViewChangeRebindsItsPosition(t *testing.T)
 	x.View = 3
 	mustAppend(t, s, x, true)
 }
+
+func TestCollectDropsTheRecordsOfAFinalizedShardFromTheRing(t *testing.T) {
+	s := open(t, 0)
+	a, b, c := meta(1, 1, 0, 1), meta(1, 2, 1, 1), meta(1, 3, 0, 1)
+	for _, m := range []Meta{a, b, c} {
+		mustAppend(t, s, m, false)
+	}
+	if err := s.Collect(GC{View: 1, From: 0, End: 2, IDs: []RecordID{a.ID, c.ID}, Dropped: []RecordID{b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 0 || len(s.Unordered(10)) != 0 || s.Ordered() != 2 {
+		t.Fatalf("ring holds %d (%v), ordered %d; want it empty at 2", s.Len(), s.Unordered(10), s.Ordered())
+	}
+	// A GC with nothing ordered only drops.
+	mustAppend(t, s, meta(2, 1, 1, 1), false)
+	if err := s.Collect(GC{View: 1, From: 2, End: 2, Dropped: []RecordID{rid(2, 1)}}); err != nil || s.Len() != 0 || s.Ordered() != 2 {
+		t.Fatalf("drop-only GC: %v, ring %d, ordered %d", err, s.Len(), s.Ordered())
+	}
+}

@@ -263,6 +263,9 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 		if p.Seq == 0 {
 			p.Seq = s.placeSeq + 1
 		}
+		// A replica that joined a running order (joinAt) starts its
+		// table where its first placement does, after a restart too.
+		s.joinAt(p.From)
 		s.apply(p)
 		if cfg.Primary {
 			// The backups will say what they hold; until then, they may
@@ -885,7 +888,11 @@ func (s *Shard[W]) release(out *ShardOutput[W]) {
 	}
 	kept := s.held[:0]
 	for _, h := range s.held {
-		if h.pos < end {
+		// A read held below where the replica's table starts (it joined
+		// the order after the read came, joinAt) is not this replica's
+		// to answer: it waits for its caller's deadline, and the reader
+		// asks another shard.
+		if h.pos < end && h.pos >= s.trimmed {
 			out.Reads = append(out.Reads, s.answer(h.w, h.pos))
 		} else {
 			kept = append(kept, h)

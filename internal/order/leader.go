@@ -115,6 +115,9 @@ func (l *Leader) Report(r Report, now time.Time) (news bool) {
 	return l.policy.Report(r, now) || due
 }
 
+// Reported is the longest length of shard this leader took from a report.
+func (l *Leader) Reported(shard cut.ShardID) uint64 { return l.reported[shard] }
+
 // Broken records that server's copy of shard is broken, as reported in
 // configuration epoch (see Detector.Broken). The caller steps the
 // detector now (Detect) rather than at its next tick.

@@ -322,7 +322,7 @@ func (s *Server) tellStable(ctx context.Context, st lazy.StableGP) {
 // started again on a later tick.
 func (s *Server) startView(ctx context.Context, sv lazy.StartView, to []lazy.ReplicaID) error {
 	c := lazy.SeqConfig{View: sv.View, Replicas: sv.Replicas, Leader: sv.Leader, Stable: sv.Ordered}
-	req := &pb.StartViewRequest{ClusterId: s.cfg.ClusterID, State: s.lazyProto(c), Ordered: sv.Ordered, From: sv.From}
+	req := &pb.StartViewRequest{ClusterId: s.cfg.ClusterID, State: s.lazyProto(c), Ordered: sv.Ordered, From: sv.From, ShardsNext: uint32(sv.Shards)}
 	for _, id := range sv.Flushed {
 		req.Flushed = append(req.Flushed, &pb.RecordMeta{ClientId: id.Client, Seq: id.Seq})
 	}

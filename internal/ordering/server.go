@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -233,14 +234,13 @@ func (s *Server) Stop() {
 // fsm adapts Server to raftnode.FSM.
 type fsm Server
 
-func (f *fsm) Apply(_ uint64, data []byte) {
+func (f *fsm) Apply(_ uint64, data []byte) error {
 	s := (*Server)(f)
 	cmd, err := control.DecodeCommand(data)
 	if err != nil {
-		// Every replica rejects the same bytes the same way, so skipping
-		// keeps them identical; it can only come from a bug.
-		s.log.Error("skipping undecodable command", "err", err)
-		return
+		// A replica of another version may have applied it: stop rather
+		// than diverge. An upgraded binary applies it after a restart.
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -268,6 +268,7 @@ func (f *fsm) Apply(_ uint64, data []byte) {
 	if ok || news {
 		s.signal()
 	}
+	return nil
 }
 
 func (f *fsm) Snapshot() ([]byte, error) {
@@ -592,6 +593,9 @@ func (s *Server) Heartbeat(stream pb.Ordering_HeartbeatServer) error {
 		if err := s.checkCluster(req.ClusterId); err != nil {
 			return err
 		}
+		if srv, ok := auth.CallingServer(stream.Context()); ok && srv.ID != req.ServerId {
+			return status.Errorf(codes.PermissionDenied, "heartbeat: server %s may beat only for itself, not for %s", srv.ID, req.ServerId)
+		}
 		if !s.node.IsLeader() {
 			_, addr := s.leaderAddr()
 			return send(&pb.HeartbeatResponse{NotLeader: true, LeaderAddr: addr})
@@ -770,6 +774,11 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 	if len(req.Replicas) == 0 || req.Group == "" {
 		return nil, status.Error(codes.InvalidArgument, "register shard: a group and at least one replica are required")
 	}
+	if srv, ok := auth.CallingServer(ctx); ok {
+		if srv.Group != req.Group || !slices.ContainsFunc(req.Replicas, func(r *pb.ReplicaAddr) bool { return r.GetId() == srv.ID }) {
+			return nil, status.Errorf(codes.PermissionDenied, "register shard: storage server %s of group %q may register only a shard of its own group that it serves, not one of group %q", srv.ID, srv.Group, req.Group)
+		}
+	}
 	if addr, no := s.notLeader(); no {
 		return &pb.RegisterShardResponse{NotLeader: true, LeaderAddr: addr}, nil
 	}
@@ -840,6 +849,10 @@ func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*
 	if req.CaughtUp && !s.cfg.Mode.Sequenced() {
 		return nil, status.Error(codes.InvalidArgument, "rejoin shard: caught_up is lazy order's; other modes' primaries vouch for their replicas")
 	}
+	srv, authenticated := auth.CallingServer(ctx)
+	if authenticated && srv.ID != req.Replica.Id {
+		return nil, status.Errorf(codes.PermissionDenied, "rejoin shard: storage server %s may rejoin only its own copies, not %s's", srv.ID, req.Replica.Id)
+	}
 	if addr, no := s.notLeader(); no {
 		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
 	}
@@ -849,6 +862,10 @@ func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*
 	rq := order.RejoinRequest{Shard: req.Shard, Epoch: req.Epoch, Held: req.Held,
 		Replica: control.Replica{ID: req.Replica.Id, Addr: req.Replica.Addr, Incarnation: req.Replica.Incarnation}}
 	s.mu.Lock()
+	if sh := s.state.Shard(req.Shard); authenticated && sh != nil && sh.Group != srv.Group {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.PermissionDenied, "rejoin shard %d: the shard belongs to group %q; storage server %s is of group %q", req.Shard, sh.Group, srv.ID, srv.Group)
+	}
 	l := s.leader
 	var (
 		cmd    control.Command
@@ -889,6 +906,13 @@ func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*
 func (s *Server) FinalizeShard(ctx context.Context, req *pb.FinalizeShardRequest) (*pb.FinalizeShardResponse, error) {
 	if err := s.checkCluster(req.ClusterId); err != nil {
 		return nil, err
+	}
+	if s.cfg.Mode.Sequenced() {
+		// A lazy append is acknowledged before it is ordered, and the
+		// orderer gives no position to a record of a finalized shard: an
+		// append that raced the finalization would be acknowledged and
+		// never ordered. A lazy shard ends only when its last replica fails.
+		return nil, status.Error(codes.FailedPrecondition, "finalize shard: not available in lazy order (an acknowledged append racing it would never be ordered)")
 	}
 	s.finalizeMu.Lock()
 	defer s.finalizeMu.Unlock()

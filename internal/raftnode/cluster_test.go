@@ -263,3 +263,26 @@ func TestLeaderSeesAStoppedFollowerUnreachable(t *testing.T) {
 		t.Errorf("follower %d calls %d unreachable; only a leader can tell", live, stopped)
 	}
 }
+
+// TestFSMErrorHaltsTheNode: a committed entry the FSM cannot apply halts the
+// node instead of being skipped, since a replica that skipped it would
+// hold another state than its peers.
+func TestFSMErrorHaltsTheNode(t *testing.T) {
+	c := newTestCluster(t, 1, 0)
+	leader := c.waitLeader()
+	c.proposeAll([]string{"before"})
+	c.waitConverged()
+	if err := leader.node.Propose(t.Context(), []byte(refusedPrefix+"x")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitUntil("the node to halt", func() bool { return leader.node.Err() != nil })
+	if err := leader.node.Err(); !strings.Contains(err.Error(), "cannot apply") {
+		t.Errorf("halted with %v, want the FSM's error", err)
+	}
+	if got := leader.fsm.values(); !slices.Equal(got, []string{"before"}) {
+		t.Errorf("applied %q, want only the entry before the refused one", got)
+	}
+	if err := leader.node.Propose(t.Context(), []byte("after")); err == nil {
+		t.Error("a halted node took a proposal")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,7 +85,13 @@ type listState struct {
 	Values []string `json:"values"`
 }
 
-func (f *listFSM) Apply(index uint64, data []byte) {
+// refusedPrefix starts the values listFSM cannot apply.
+const refusedPrefix = "refused:"
+
+func (f *listFSM) Apply(index uint64, data []byte) error {
+	if strings.HasPrefix(string(data), refusedPrefix) {
+		return fmt.Errorf("listFSM cannot apply %q", data)
+	}
 	f.mu.Lock()
 	if index <= f.state.Index && f.err == nil {
 		f.err = fmt.Errorf("apply index %d after %d", index, f.state.Index)
@@ -93,6 +100,7 @@ func (f *listFSM) Apply(index uint64, data []byte) {
 	f.state.Values = append(f.state.Values, string(data))
 	f.mu.Unlock()
 	f.events.signal()
+	return nil
 }
 
 func (f *listFSM) Snapshot() ([]byte, error) {

@@ -36,7 +36,10 @@ import (
 // entries (leader no-ops) and conf changes are not passed. Apply must not
 // modify data. No FSM method may call Stop.
 type FSM interface {
-	Apply(index uint64, data []byte)
+	// Apply applies a committed entry. An error halts the node: the entry
+	// is committed, so skipping it would leave this replica's state apart
+	// from the others'.
+	Apply(index uint64, data []byte) error
 	Snapshot() ([]byte, error) // called from the node goroutine between applies
 	Restore(data []byte) error // on start-up from a snapshot, and when the leader sends one
 }
@@ -602,7 +605,9 @@ func (n *Node) apply(ents []*pb.Entry) error {
 		switch e.GetType() {
 		case pb.EntryNormal:
 			if len(e.GetData()) > 0 {
-				n.fsm.Apply(i, e.GetData())
+				if err := n.fsm.Apply(i, e.GetData()); err != nil {
+					return fmt.Errorf("apply committed entry %d: %w", i, err)
+				}
 			}
 		case pb.EntryConfChange:
 			cc := new(pb.ConfChange)

@@ -45,6 +45,11 @@ func (s *Store) recover() error {
 	if err := removeRepairLeftovers(s.opts.Dir); err != nil {
 		return err
 	}
+	base, err := readBase(s.opts.Dir)
+	if err != nil {
+		return err
+	}
+	s.base = base
 	if err := s.recoverSegments(); err != nil {
 		return err
 	}
@@ -86,6 +91,9 @@ func listSegments(dir string) ([]uint64, error) {
 func (s *Store) recoverSegments() error {
 	bases, err := listSegments(s.opts.Dir)
 	if err != nil {
+		return err
+	}
+	if bases, err = s.finishRebase(bases); err != nil {
 		return err
 	}
 	// One scanner serves every segment, so its read-ahead buffer is
@@ -130,7 +138,7 @@ func (s *Store) recoverSegments() error {
 		}
 	}
 	if len(s.segs) == 0 {
-		g, err := s.createSegment(0)
+		g, err := s.createSegment(s.base)
 		if err != nil {
 			return err
 		}
@@ -243,6 +251,14 @@ func (s *Store) recoverPositions() error {
 			break
 		}
 	}
+	if len(runs) > 0 && runs[0].LocalStart+runs[0].Count <= s.base {
+		// Runs of the store before an interrupted Rebase: it truncates
+		// the positions file before it writes any run of its own.
+		if last := runs[len(runs)-1]; last.LocalStart+last.Count > s.base {
+			return corruptf("positions: runs end below the base %d and past it", s.base)
+		}
+		runs, good = nil, 0
+	}
 	if good != info.Size() {
 		if err := truncateFile(f, good); err != nil {
 			return fmt.Errorf("truncate positions to %d bytes: %w", good, err)
@@ -250,6 +266,7 @@ func (s *Store) recoverPositions() error {
 	}
 	s.posSize = good
 	s.posFileRuns = len(runs)
+	s.ordered = s.base
 
 	if len(runs) > 0 {
 		last := runs[len(runs)-1]

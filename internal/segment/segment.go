@@ -9,6 +9,7 @@
 //	00000000000000004096.seg   their first record (20 zero-padded digits)
 //	positions                  the global positions assigned to records (runs)
 //	positions.tmp              only while Trim rewrites positions; removed by Open
+//	base                       only in a store that Rebase started past 0 (see rebase.go)
 //
 // Every record and every run is one frame: a 4-byte little-endian body
 // length, a 4-byte little-endian CRC-32C (Castagnoli) of the body, then the
@@ -312,6 +313,9 @@ type Store struct {
 	buf         []byte
 	offBuf      []uint32
 	noopBuf     []noopFrame
+	// base is the local index the store started at: 0, or what Rebase
+	// set (see rebase.go).
+	base uint64
 
 	// mu guards the fields below. Mutators write them with wmu and mu held,
 	// so a wmu holder may read them without mu.

@@ -52,6 +52,7 @@ func (s *Server) orderLoop() {
 		}
 		if o == nil || ordView != view {
 			o, ordView = lazy.NewOrderer(lazy.OrdererConfig{BatchMax: s.cfg.BatchMax}, view, s.seq.Ordered(), nil, s.replicaIDsLocked()), view
+			o.AtLeast(s.startShards)
 			// The shards come with the first table read below.
 			answer = nil
 		}
@@ -64,6 +65,10 @@ func (s *Server) orderLoop() {
 			continue
 		}
 		var out lazy.OrdererOutput
+		if set := o.SetShards(liveShards(shards)); set.GC != nil {
+			// A shard finalized mid-batch was the last one it waited for.
+			s.carry(o, set, shards, answers)
+		}
 		switch {
 		case answer != nil:
 			out = answer(o)
@@ -74,17 +79,17 @@ func (s *Server) orderLoop() {
 			if len(batch) == 0 {
 				continue
 			}
-			if unknown := unknownShard(batch, shards); unknown != nil {
-				// A record of a shard the cached table does not have yet
-				// (just added): its primary must place it, so read the
-				// table again before ordering.
-				table.fetched = time.Time{}
-				s.log.Debug("sequencing: batch names a shard not in the table yet", "shard", *unknown)
-				continue
-			}
-			o.SetShards(mapTo(shards))
 			if out, err = o.Order(batch); err != nil {
 				s.log.Error("sequencing: order", "err", err)
+				continue
+			}
+			if out.WaitFor != nil {
+				// A record of a shard the cached table does not have yet
+				// (just added): read the table again.
+				table.fetched = time.Time{}
+				s.log.Debug("sequencing: batch names a shard not in the table yet", "shard", *out.WaitFor)
+			}
+			if out.Map == nil && out.GC == nil {
 				continue
 			}
 		case time.Since(sentAt) >= orderResend:
@@ -157,6 +162,9 @@ func (s *Server) carry(o *lazy.Orderer, out lazy.OrdererOutput, shards []*pb.Sha
 		for _, id := range gc.IDs {
 			req.Ids = append(req.Ids, &pb.RecordMeta{ClientId: id.Client, Seq: id.Seq})
 		}
+		for _, id := range gc.Dropped {
+			req.Dropped = append(req.Dropped, &pb.RecordMeta{ClientId: id.Client, Seq: id.Seq})
+		}
 		if uint64(len(gc.IDs)) != gc.End-gc.From {
 			s.log.Error("sequencing: GC ids do not cover its positions", "from", gc.From, "end", gc.End, "ids", len(gc.IDs))
 			return
@@ -192,7 +200,7 @@ func (s *Server) carry(o *lazy.Orderer, out lazy.OrdererOutput, shards []*pb.Sha
 			s.stableChanged = make(chan struct{})
 		}
 		if gc := s.lastGC; gc != nil && gc.End <= st.Stable {
-			s.answerPositionsLocked(gc.From, gc.IDs)
+			s.answerPositionsLocked(gc.From, gc.IDs, out.Unplaced)
 			s.lastGC = nil
 		}
 		s.mu.Unlock()
@@ -219,27 +227,19 @@ func (s *Server) replicaIDLocked(id string) lazy.ReplicaID {
 	return 0
 }
 
-// unknownShard returns a shard that a record of batch names and the table
-// lacks, if any.
-func unknownShard(batch []lazy.Meta, shards []*pb.ShardInfo) *cut.ShardID {
-	for _, m := range batch {
-		if !slices.ContainsFunc(shards, func(sh *pb.ShardInfo) bool { return cut.ShardID(sh.GetId()) == m.Shard }) {
-			return &m.Shard
+// liveShards returns the shards of the table that may still grow: the
+// orderer maps to them and waits for them. A finalized shard (its
+// replicas may all be gone for good) takes no mapping; the table holds
+// every shard ever registered, so next (one past its largest id) tells a
+// finalized shard from one added after the table was read.
+func liveShards(shards []*pb.ShardInfo) (live []cut.ShardID, next cut.ShardID) {
+	for _, sh := range shards {
+		next = max(next, cut.ShardID(sh.GetId())+1)
+		if sh.GetState() != pb.ShardState_SHARD_FINALIZED {
+			live = append(live, cut.ShardID(sh.GetId()))
 		}
 	}
-	return nil
-}
-
-// mapTo returns the shards a batch's mapping goes to: every shard of the
-// table, finalized ones too. Each shard keeps the whole position table,
-// so none may miss a batch; a finalized shard still places its last
-// records (retries of appends in flight when it was finalized).
-func mapTo(shards []*pb.ShardInfo) []cut.ShardID {
-	out := make([]cut.ShardID, len(shards))
-	for i, sh := range shards {
-		out[i] = cut.ShardID(sh.GetId())
-	}
-	return out
+	return live, next
 }
 
 func mappingToProto(clusterID string, shard uint32, m *lazy.Mapping) *pb.OrderRequest {
@@ -355,7 +355,38 @@ func (t *shardTable) get(ctx context.Context, s *Server) ([]*pb.ShardInfo, error
 		return nil, err
 	}
 	t.shards, t.fetched = st.GetShards(), time.Now()
+	s.noteShards(t.shards)
 	return t.shards, nil
+}
+
+// noteShards raises the end of the shard ids the replica knows were given.
+func (s *Server) noteShards(shards []*pb.ShardInfo) {
+	_, next := liveShards(shards)
+	for {
+		cur := s.shardsNext.Load()
+		if uint32(next) <= cur || s.shardsNext.CompareAndSwap(cur, uint32(next)) {
+			return
+		}
+	}
+}
+
+// knowsShard says whether the cluster ever had shard id, reading the table
+// again when the replica has not heard of it: a record of a shard that
+// never existed would hold the orderer up for good, while one of a shard
+// added a moment ago must be taken. When the table cannot be read it says
+// yes: the orderer waits for the table before it orders the record.
+func (s *Server) knowsShard(ctx context.Context, id cut.ShardID) bool {
+	if uint32(id) < s.shardsNext.Load() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	st, err := s.orderingStatus(ctx)
+	if err != nil {
+		return true
+	}
+	s.noteShards(st.GetShards())
+	return uint32(id) < s.shardsNext.Load()
 }
 
 // orderingStatus asks the ordering replicas for the cluster status.

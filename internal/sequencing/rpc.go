@@ -3,6 +3,7 @@ package sequencing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -79,14 +80,21 @@ func (s *Server) Append(stream pb.Sequencing_AppendServer) error {
 		if err := s.checkCluster(req.GetClusterId()); err != nil {
 			return err
 		}
-		if err := acks.send(s.take(req, acks)); err != nil {
+		var unknown []uint32
+		for _, m := range req.GetMetas() {
+			if !slices.Contains(unknown, m.GetShard()) && !s.knowsShard(ctx, cut.ShardID(m.GetShard())) {
+				unknown = append(unknown, m.GetShard())
+			}
+		}
+		if err := acks.send(s.take(req, acks, unknown)); err != nil {
 			return err
 		}
 	}
 }
 
-// take hands one request's metadata to the ring and returns the answers.
-func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream) *pb.SeqAppendResponse {
+// take hands one request's metadata to the ring and returns the answers;
+// a record of a shard in unknown (the cluster never had it) is refused.
+func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream, unknown []uint32) *pb.SeqAppendResponse {
 	resp := &pb.SeqAppendResponse{Acks: make([]*pb.SeqAck, 0, len(req.GetMetas()))}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,6 +105,8 @@ func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream) *pb.SeqAppendRe
 		var err error
 		if !id.Valid() {
 			err = fmt.Errorf("record id %v: client id and sequence number must not be 0: %w", id, lazy.ErrBadInput)
+		} else if slices.Contains(unknown, m.GetShard()) {
+			err = fmt.Errorf("record %v names shard %d: %w", id, m.GetShard(), lazy.ErrUnknownShard)
 		} else {
 			_, err = s.seq.Append(lazy.Meta{ID: id, Shard: cut.ShardID(m.GetShard()), View: req.GetView(), Floor: m.GetFloor()})
 		}
@@ -123,15 +133,26 @@ func (s *Server) dropWaiters(acks *ackStream) {
 }
 
 // answerPositions tells the streams waiting for ids that they sit at
-// positions from first on. Caller holds s.mu.
-func (s *Server) answerPositionsLocked(first uint64, ids []lazy.RecordID) {
+// positions from first on, and those waiting for unplaced that their
+// records got no readable position (their shard was finalized). Caller
+// holds s.mu.
+func (s *Server) answerPositionsLocked(first uint64, ids, unplaced []lazy.RecordID) {
 	for i, id := range ids {
+		a, ok := s.waiters[id]
+		if !ok || slices.Contains(unplaced, id) {
+			continue
+		}
+		delete(s.waiters, id)
+		a.queue(&pb.SeqAppendResponse{Acks: []*pb.SeqAck{{ClientId: id.Client, Seq: id.Seq, Ordered: true, Position: first + uint64(i)}}})
+	}
+	for _, id := range unplaced {
 		a, ok := s.waiters[id]
 		if !ok {
 			continue
 		}
 		delete(s.waiters, id)
-		a.queue(&pb.SeqAppendResponse{Acks: []*pb.SeqAck{{ClientId: id.Client, Seq: id.Seq, Ordered: true, Position: first + uint64(i)}}})
+		a.queue(&pb.SeqAppendResponse{Acks: []*pb.SeqAck{{ClientId: id.Client, Seq: id.Seq, Ordered: true,
+			Code: pb.Code_UNKNOWN_SHARD, Message: "the record's shard was finalized before it placed the record: not ordered"}}})
 	}
 }
 
@@ -164,13 +185,17 @@ func (s *Server) Collect(_ context.Context, req *pb.CollectRequest) (*pb.Collect
 	for i, m := range req.GetIds() {
 		ids[i] = lazy.RecordID{Client: m.GetClientId(), Seq: m.GetSeq()}
 	}
+	var dropped []lazy.RecordID
+	for _, m := range req.GetDropped() {
+		dropped = append(dropped, lazy.RecordID{Client: m.GetClientId(), Seq: m.GetSeq()})
+	}
 	end := req.GetLastOrderedGp()
 	if uint64(len(ids)) > end {
 		return &pb.CollectResponse{Code: pb.Code_INVALID, Message: fmt.Sprintf("%d records end at %d", len(ids), end)}, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.seq.Collect(lazy.GC{View: req.GetView(), From: end - uint64(len(ids)), End: end, IDs: ids})
+	err := s.seq.Collect(lazy.GC{View: req.GetView(), From: end - uint64(len(ids)), End: end, IDs: ids, Dropped: dropped})
 	if err != nil {
 		return &pb.CollectResponse{Code: codeOf(err), Message: err.Error()}, nil
 	}
@@ -238,6 +263,7 @@ func (s *Server) startViewLocked(req *pb.StartViewRequest) error {
 		return err
 	}
 	s.config = st
+	s.startShards = cut.ShardID(req.GetShardsNext())
 	if req.GetOrdered() > s.stable {
 		s.stable = req.GetOrdered()
 		close(s.stableChanged)

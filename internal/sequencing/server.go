@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 	"github.com/augur-log/augur/internal/rpcopt"
 )
@@ -106,6 +108,12 @@ type Server struct {
 	// lastGC is the batch collected last, whose appenders learn their
 	// positions once stable-gp covers it.
 	lastGC *lazy.GC
+	// shardsNext is one past the largest shard id of the newest shard
+	// table read: the cluster gave every id below it to a shard.
+	shardsNext atomic.Uint32
+	// startShards is the view's StartView.Shards: its orderer waits for a
+	// table at least as new.
+	startShards cut.ShardID
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn

@@ -52,18 +52,21 @@ func ackCodes(resp *pb.SeqAppendResponse) []pb.Code {
 func TestReplicaTakesAppendsInItsOpenViewOnly(t *testing.T) {
 	s := newTestServer(t, "q1")
 	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, 8), done: make(chan struct{})}
-	if got := ackCodes(s.take(meta(1, 1), acks)); got[0] != pb.Code_WRONG_VIEW {
+	if got := ackCodes(s.take(meta(1, 1), acks, nil)); got[0] != pb.Code_WRONG_VIEW {
 		t.Fatalf("before any view started here: %v, want WRONG_VIEW", got)
 	}
 	startView(t, s, 1, 0, "q1", "q2")
-	got := ackCodes(s.take(meta(1, 1, 2, 2), acks))
+	got := ackCodes(s.take(meta(1, 1, 2, 2), acks, nil))
 	if got[0] != pb.Code_OK || got[1] != pb.Code_OK || got[2] != pb.Code_OK {
 		t.Fatalf("in view 1: %v, want OK (a repeat is a duplicate, acknowledged)", got)
 	}
-	if got := ackCodes(s.take(meta(2, 3), acks)); got[0] != pb.Code_WRONG_VIEW {
+	if got := ackCodes(s.take(meta(2, 3), acks, nil)); got[0] != pb.Code_WRONG_VIEW {
 		t.Fatalf("view 2 on a view-1 replica: %v, want WRONG_VIEW", got)
 	}
-	if got := ackCodes(s.take(&pb.SeqAppendRequest{ClusterId: "c", View: 1, Metas: []*pb.RecordMeta{{ClientId: 0, Seq: 1}}}, acks)); got[0] != pb.Code_INVALID {
+	if got := ackCodes(s.take(meta(1, 9), acks, []uint32{1})); got[0] != pb.Code_UNKNOWN_SHARD {
+		t.Fatalf("a shard the cluster never had: %v, want UNKNOWN_SHARD", got)
+	}
+	if got := ackCodes(s.take(&pb.SeqAppendRequest{ClusterId: "c", View: 1, Metas: []*pb.RecordMeta{{ClientId: 0, Seq: 1}}}, acks, nil)); got[0] != pb.Code_INVALID {
 		t.Fatalf("client id 0: %v, want INVALID", got)
 	}
 	tail, err := s.CheckTail(context.Background(), &pb.CheckTailRequest{ClusterId: "c"})
@@ -77,7 +80,7 @@ func TestReplicaTakesAppendsInItsOpenViewOnly(t *testing.T) {
 	if err != nil || seal.GetCode() != pb.Code_OK || len(seal.GetEntries()) != 2 || seal.GetView() != 1 {
 		t.Fatalf("seal %v %v, want both records of view 1", seal, err)
 	}
-	if got := ackCodes(s.take(meta(1, 3), acks)); got[0] != pb.Code_SEALED {
+	if got := ackCodes(s.take(meta(1, 3), acks, nil)); got[0] != pb.Code_SEALED {
 		t.Fatalf("after the seal: %v, want SEALED", got)
 	}
 	startView(t, s, 2, 2, "q2", "q1")
@@ -96,7 +99,7 @@ func TestFullRingPushesBack(t *testing.T) {
 	for i := range 65 {
 		seqs = append(seqs, uint64(i+1))
 	}
-	got := ackCodes(s.take(meta(1, seqs...), acks))
+	got := ackCodes(s.take(meta(1, seqs...), acks, nil))
 	if got[63] != pb.Code_OK || got[64] != pb.Code_FULL {
 		t.Fatalf("64th and 65th of a 64-entry ring: %v, %v", got[63], got[64])
 	}

@@ -37,6 +37,12 @@ import (
 //   - When every source that has not so answered failed since the last
 //     progress, the catch-up stalls: the owner retries after a while
 //     (Retry), as a source may come back.
+//   - An open (Tail) gap is a rejoining copy's tail, and the source
+//     serves it from where its own log starts if that is past the gap's
+//     first index (the cluster trimmed the rest): its first batch then
+//     starts past the copy's length. Everything the copy holds lies below
+//     it, so trimmed everywhere; the write that batch makes says Rebase,
+//     and the copy starts its log over there (Replica.Repair).
 //   - Reading is paced at BytesPerSecond (a token bucket of BurstBytes),
 //     so that a catch-up leaves its source and its own disk to live
 //     traffic: the owner reads the next batch no earlier than ReadyAt.
@@ -70,9 +76,12 @@ type Fetch struct {
 }
 
 // Write is what to store: Entries at local index First, with Log.Repair
-// if InPlace (the whole damaged range), else with Log.Append.
+// if InPlace (the whole damaged range), else with Log.Append. Rebase says
+// First may lie past the log's length: the source's log starts there, and
+// the log starts over at First (Log.Rebase) before the append.
 type Write struct {
 	InPlace bool
+	Rebase  bool
 	First   uint64
 	Entries []segment.Entry
 }
@@ -190,7 +199,8 @@ func (c *CatchUp) Received(now time.Time, first uint64, entries []segment.Entry,
 	}
 	c.take(now, bytes)
 	g := c.gaps[0]
-	if first != c.next {
+	rebase := g.Tail && first > c.next
+	if first != c.next && !rebase {
 		return Write{}, false, fmt.Errorf("catch-up: batch starts at local index %d, want %d", first, c.next)
 	}
 	if len(sums) != len(entries) {
@@ -223,8 +233,8 @@ func (c *CatchUp) Received(now time.Time, first uint64, entries []segment.Entry,
 			w, ok = Write{InPlace: true, First: g.First, Entries: c.pending}, true
 			c.pending = nil
 		}
-	} else if len(entries) > 0 {
-		w, ok = Write{First: first, Entries: entries}, true
+	} else if len(entries) > 0 || rebase {
+		w, ok = Write{First: first, Entries: entries, Rebase: rebase}, true
 	}
 	if at == g.End {
 		c.nextGap()

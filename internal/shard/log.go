@@ -25,6 +25,10 @@ type Log interface {
 	Append(entries []segment.Entry) (first uint64, err error)
 	// Len is the number of local indexes appended.
 	Len() uint64
+	// Start is the first local index the log still holds: 0, or past
+	// entries Trim dropped, or where Rebase started it. Indexes below it
+	// are ordered and trimmed.
+	Start() uint64
 	// Ordered is the number of local indexes that hold a global position:
 	// runs cover [0, Ordered) (or its untrimmed part).
 	Ordered() uint64
@@ -60,6 +64,13 @@ type Log interface {
 	// that from cuts keeps its indexes below from. Once it returns the
 	// truncation survives a crash. Other input changes nothing and fails.
 	Truncate(from uint64) error
+	// Rebase drops every entry and position and starts the log empty at
+	// local index base, at least Len: Start, Len and Ordered are base, and
+	// the first run Assign takes starts there. It serves a copy whose
+	// source's log starts past all it holds (see Replica.Repair). Once it
+	// returns the rebase survives a crash. Other input changes nothing
+	// and fails.
+	Rebase(base uint64) error
 }
 
 // Both logs implement Log.

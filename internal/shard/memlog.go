@@ -21,6 +21,9 @@ type MemLog struct {
 	// indexes [frames[i].first, frames[i].first+covers).
 	frames []memFrame
 	start  uint64 // first retained local index
+	// base is where Rebase started the log (0 if it never did): the
+	// ordered length while no run is retained.
+	base   uint64
 	length uint64
 	runs   []segment.Run
 	// synced is how many local indexes survive a crash; unsyncedRuns how
@@ -99,7 +102,7 @@ func (m *MemLog) Ordered() uint64 {
 
 func (m *MemLog) orderedLocked() uint64 {
 	if len(m.runs) == 0 {
-		return 0
+		return m.base
 	}
 	r := m.runs[len(m.runs)-1]
 	return r.LocalStart + r.Count
@@ -421,5 +424,24 @@ func (m *MemLog) Truncate(from uint64) error {
 			break
 		}
 	}
+	return nil
+}
+
+// Rebase starts the log empty at base, checked as segment.Store checks
+// it. The base survives crashes; nothing else of the old log does.
+func (m *MemLog) Rebase(base uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr != nil {
+		return fmt.Errorf("memlog: rebase: %w", m.failErr)
+	}
+	if base < m.length {
+		return fmt.Errorf("memlog: rebase at %d: below the length %d", base, m.length)
+	}
+	clear(m.frames)
+	m.frames = m.frames[:0]
+	m.runs = nil
+	m.damaged = nil
+	m.base, m.start, m.length, m.synced, m.unsyncedRuns = base, base, base, base, 0
 	return nil
 }

@@ -22,7 +22,25 @@ import (
 //     replicas of that configuration (RejoinSources): everything past its
 //     length (a Tail gap, up to where the source's log ends), and the
 //     positions (runs) the source assigned
-//     from this copy's ordered end on (AssignFetched).
+//     from this copy's ordered end on (AssignFetched). A source whose log
+//     starts past the copy's length (the cluster trimmed what lies
+//     between; a new copy, made empty, always starts at 0) serves from
+//     its start: the copy starts its log over there (CatchUp's Rebase
+//     write) and takes the positions of the run across it from there
+//     on. The trim point may move on while the copy runs: a fetch the
+//     source can no longer serve ends, and the next round starts over at
+//     the source's new start.
+//
+//     A copy whose log starts at a trimmed point holds no append below
+//     it, so it cannot tell a client's retry of one apart from a new
+//     append: once it is primary, such a retry (a client that never got
+//     its answer while the cluster trimmed past it) is stored again, at a
+//     new position. That is no second copy for any reader: every server
+//     refuses positions below the trim point, whatever its segments still
+//     hold, so the log readers see holds the append once, at the position
+//     the retry's answer gives. Every trimmed replica promoted to primary
+//     is in the same place (its retry memory reads back only what its log
+//     holds).
 //  2. Cuts that order entries the copy does not hold yet are kept
 //     (pendingCutsMax of them) and applied once it holds them, rather
 //     than making it lost: its log is the shard's up to its length.
@@ -110,11 +128,16 @@ func (r *Replica[W]) PrepareRejoin() (RejoinPlan, error) {
 // ordered end, or orders entries it does not hold, is refused (bad
 // source) and the runs before it stay.
 func (r *Replica[W]) AssignFetched(runs []segment.Run, out *Output[W]) error {
+	// A catch-up write may start the log over meanwhile (Repair holds
+	// replMu): the ordered end read here must stay the log's.
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
 	for _, run := range runs {
 		ordered := r.log.Ordered()
 		if run.LocalStart+run.Count <= ordered {
 			continue
 		}
+		run = clipToStart(run, ordered, r.log.Start())
 		if run.LocalStart != ordered || run.LocalStart+run.Count > r.log.Len() {
 			return fmt.Errorf("shard %d: fetched run %+v does not extend local [0, %d) within the %d entries held", r.id, run, ordered, r.log.Len())
 		}
@@ -125,8 +148,24 @@ func (r *Replica[W]) AssignFetched(runs []segment.Run, out *Output[W]) error {
 		out.Changed = true
 		r.lastCut = max(r.lastCut, run.Cut)
 	}
-	r.applyPending(out)
+	r.applyPendingLocked(out)
 	return nil
+}
+
+// clipToStart returns the part of run from local index ordered on, when
+// run reaches below it and the log starts there: a copy whose log starts
+// at its source's trimmed start (Log.Rebase) takes the positions of the
+// run across that start from there on, as its source trimmed the rest.
+// Any other run comes back whole, for the caller to check.
+func clipToStart(run segment.Run, ordered, start uint64) segment.Run {
+	if ordered != start || run.LocalStart >= ordered || run.LocalStart+run.Count <= ordered {
+		return run
+	}
+	d := ordered - run.LocalStart
+	run.LocalStart += d
+	run.GlobalStart += d
+	run.Count -= d
+	return run
 }
 
 // RejoinReady says whether a rejoining copy holds every entry the cuts
@@ -188,6 +227,15 @@ func (r *Replica[W]) queueCut(c Cut) {
 // applyPending assigns the positions of the kept cuts whose entries the
 // copy holds now, in order.
 func (r *Replica[W]) applyPending(out *Output[W]) {
+	r.replMu.Lock()
+	defer r.replMu.Unlock()
+	r.applyPendingLocked(out)
+}
+
+// applyPendingLocked is applyPending with r.replMu held, so that no
+// catch-up write starts the log over between reading its ordered end and
+// assigning there.
+func (r *Replica[W]) applyPendingLocked(out *Output[W]) {
 	n := 0
 	for ; n < len(r.pending); n++ {
 		c := r.pending[n]
@@ -196,11 +244,11 @@ func (r *Replica[W]) applyPending(out *Output[W]) {
 		if sl.LocalStart+sl.Count <= ordered {
 			continue // fetched positions covered it
 		}
-		if sl.LocalStart != ordered || sl.LocalStart+sl.Count > r.log.Len() {
+		run := clipToStart(segment.Run{Cut: c.Index, CutStart: c.Start, CutEnd: c.End,
+			LocalStart: sl.LocalStart, GlobalStart: sl.GlobalStart, Count: sl.Count}, ordered, r.log.Start())
+		if run.LocalStart != ordered || run.LocalStart+run.Count > r.log.Len() {
 			break
 		}
-		run := segment.Run{Cut: c.Index, CutStart: c.Start, CutEnd: c.End,
-			LocalStart: sl.LocalStart, GlobalStart: sl.GlobalStart, Count: sl.Count}
 		if err := r.log.Assign(run); err != nil {
 			out.Problems = append(out.Problems, fmt.Errorf("shard %d: assign positions: %w", r.id, err))
 			r.lost.Store(true)
@@ -209,7 +257,7 @@ func (r *Replica[W]) applyPending(out *Output[W]) {
 			return
 		}
 		out.UnsyncedRuns = true
-		out.Ordered += sl.Count
+		out.Ordered += run.Count
 		out.Changed = true
 	}
 	r.pending = slices.Delete(r.pending, 0, n)

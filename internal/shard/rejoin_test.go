@@ -11,7 +11,9 @@ import (
 
 // fetchAll runs one catch-up of plan's gaps from src, as an owner does:
 // one batch per fetch, checksums as the source computes them, the tail up
-// to src's length; then the source's runs from plan.RunsFrom.
+// to src's length, from src's start if that is past the fetch's first
+// index (as the storage server serves a rejoin); then the source's runs
+// from plan.RunsFrom.
 func fetchAll(t *testing.T, r *Replica[string], plan RejoinPlan, src *MemLog) {
 	t.Helper()
 	c := mustCatchUp(t, CatchUpConfig{Gaps: plan.Gaps, Sources: 1})
@@ -20,13 +22,14 @@ func fetchAll(t *testing.T, r *Replica[string], plan RejoinPlan, src *MemLog) {
 		if !ok {
 			t.Fatal("catch-up stalled with a live source")
 		}
-		es := entries(t, src, f.First, min(f.End, src.Len()))
+		first := max(f.First, src.Start())
+		es := entries(t, src, first, min(f.End, src.Len()))
 		sums := make([]uint32, len(es))
 		for i, e := range es {
 			sums[i] = segment.Checksum(e)
 		}
-		if len(es) > 0 {
-			w, ok, err := c.Received(t0, f.First, es, sums, 0)
+		if len(es) > 0 || first > f.First {
+			w, ok, err := c.Received(t0, first, es, sums, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -248,6 +248,8 @@ type Replica[W comparable] struct {
 	// replMu serializes a backup's Join and Replicated, and a rejoining
 	// copy's catch-up appends and its move to backup: a join's length
 	// must be the log's length until the next batch of its configuration.
+	// The positions a rejoining copy assigns (AssignFetched, its kept
+	// cuts) hold it too: a catch-up write may start its log over.
 	replMu sync.Mutex
 
 	// durable is how many entries every replica holds: on a primary the
@@ -1030,8 +1032,21 @@ func (r *Replica[W]) Repair(w Write) error {
 		if role != RoleRecovered && role != RoleFenced {
 			return fmt.Errorf("shard %d: catch-up write at %d: a %v copy takes its entries from its primary: %w", r.id, w.First, role, ErrRejoined)
 		}
-		if n := r.log.Len(); w.First != n {
+		n := r.log.Len()
+		if w.Rebase && w.First > n {
+			// The source's log starts past all this copy holds: the
+			// cluster trimmed it, so nobody reads it, and the copy starts
+			// over where the source's log does.
+			if err := r.log.Rebase(w.First); err != nil {
+				return fmt.Errorf("shard %d: catch-up: start the log at %d: %w", r.id, w.First, err)
+			}
+			n = w.First
+		}
+		if w.First != n {
 			return fmt.Errorf("shard %d: catch-up write at %d, the log holds %d", r.id, w.First, n)
+		}
+		if len(w.Entries) == 0 {
+			return nil
 		}
 		if _, err := r.log.Append(w.Entries); err != nil {
 			return fmt.Errorf("shard %d: catch-up: %w", r.id, err)

@@ -51,6 +51,10 @@ type lazyScenario struct {
 	lossOneIn                      int
 	reorder                        bool
 	crashes                        []lazyCrash
+	// addShardAt is when a shard is added (registered through Raft, as
+	// `augur shard add` does); loseShardAt when every replica of a shard
+	// dies for good, so that it is finalized. Zero: not in this run.
+	addShardAt, loseShardAt time.Duration
 }
 
 type lazyCrashKind int
@@ -106,6 +110,12 @@ func newLazyScenario(r *rand.Rand, f Faults) lazyScenario {
 			})
 		}
 	}
+	if r.IntN(3) == 0 {
+		sc.addShardAt = time.Duration(5+r.IntN(40)) * time.Millisecond
+	}
+	if f.Crash && r.IntN(3) == 0 {
+		sc.loseShardAt = time.Duration(5+r.IntN(40)) * time.Millisecond
+	}
 	return sc
 }
 
@@ -123,6 +133,12 @@ func (sc lazyScenario) String() string {
 	}
 	for _, c := range sc.crashes {
 		s += fmt.Sprintf("; crash %v at %v for %v", c.kind, c.at, c.down)
+	}
+	if sc.addShardAt > 0 {
+		s += fmt.Sprintf("; a shard added at %v", sc.addShardAt)
+	}
+	if sc.loseShardAt > 0 {
+		s += fmt.Sprintf("; every replica of a shard dies for good at %v", sc.loseShardAt)
 	}
 	return s
 }
@@ -142,6 +158,9 @@ type lazyStats struct {
 	// ordCrashes and ordPartitions count the ordering replicas' crashes
 	// and the leaders cut off from the others.
 	ordCrashes, ordPartitions uint64
+	// added counts the shards added mid-run; lostAcked the acknowledged
+	// appends lost with a shard whose every replica died.
+	added, lostAcked uint64
 }
 
 // node is a process of the run: it receives a message only in the
@@ -188,6 +207,15 @@ type lazyRun struct {
 	reads  []check.Read
 	noopRd []check.Read
 	stats  lazyStats
+
+	// replicas is how many servers each shard has (2 or 3).
+	replicas int
+	// lost is the shard whose every replica died for good (-1: none);
+	// finalizedAt is when the control state finalized it, and endAt the
+	// stable end the live shards served then.
+	lost        int
+	finalizedAt time.Duration
+	endAt       uint64
 }
 
 // lazyRec is one append as its client saw it.
@@ -205,7 +233,7 @@ func newLazyRun(seed uint64, f Faults, replicas int, trace func(string), plant b
 	w := &lazyRun{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
 		f:     f, sc: newLazyScenario(r, f), plant: plant,
-		links: map[[2]string]*link{}, byID: map[lazy.RecordID]int{},
+		links: map[[2]string]*link{}, byID: map[lazy.RecordID]int{}, lost: -1, replicas: replicas,
 	}
 	for i := range w.sc.seqs {
 		q := &seqNode{node: node{name: fmt.Sprintf("q%d", i), up: true}, w: w, id: lazy.ReplicaID(i + 1)}
@@ -239,7 +267,70 @@ func newLazyRun(seed uint64, f Faults, replicas int, trace func(string), plant b
 	for _, c := range w.sc.crashes {
 		w.at(w.start.Add(c.at), func() { w.crash(c) })
 	}
+	if w.sc.addShardAt > 0 {
+		w.at(w.start.Add(w.sc.addShardAt), w.addShard)
+	}
+	if w.sc.loseShardAt > 0 {
+		w.at(w.start.Add(w.sc.loseShardAt), w.loseShard)
+	}
 	return w
+}
+
+// liveShards are the shards of the shard table (as the world learned it)
+// that may still grow.
+func (w *lazyRun) liveShards() []cut.ShardID {
+	var out []cut.ShardID
+	for _, row := range w.truth.Shards {
+		if row.State != control.Finalized {
+			out = append(out, row.ID)
+		}
+	}
+	return out
+}
+
+// addShard registers a new shard of the run's replica count through the ordering
+// leader's Raft, as `augur shard add` (or a storage group registering)
+// does; its replicas start once the registration is applied (syncShards).
+// A proposal lost with its leader is made again.
+func (w *lazyRun) addShard() {
+	id := w.truth.NextShardID
+	if int(id) > w.sc.shards {
+		return
+	}
+	if o := w.lead; o != nil && o.ctl != nil {
+		o.propose(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: w.shardReplicas(id)}})
+	}
+	w.after(3*lazyDetectAfter, w.addShard)
+}
+
+// loseShard kills every replica of a live shard for good (not the last
+// live shard); the failure detector takes them out, and the last removal
+// finalizes the shard.
+func (w *lazyRun) loseShard() {
+	if !w.faulty() {
+		return
+	}
+	live := w.liveShards()
+	var cands []cut.ShardID
+	for _, s := range live {
+		// Every replica in its configuration, caught up and running: a
+		// shard whose replicas are all alive dies at once.
+		if int(s) < len(w.shards) && len(w.members(s)) == len(w.shards[s]) && len(w.shardConf[s].pending) == 0 &&
+			!slices.ContainsFunc(w.shards[s], func(n *shardNode) bool { return !n.up || n.doomed }) {
+			cands = append(cands, s)
+		}
+	}
+	if len(live) < 2 || len(cands) == 0 {
+		w.after(2*time.Millisecond, w.loseShard)
+		return
+	}
+	s := cands[w.r.IntN(len(cands))]
+	w.lost = int(s)
+	w.tracef("shard %d: every replica dies for good", s)
+	for _, n := range w.shards[s] {
+		n.gone = true
+		w.crashShard(n, 0)
+	}
 }
 
 func (w *lazyRun) faulty() bool { return w.now.Before(w.start.Add(w.sc.faultyFor)) }
@@ -330,11 +421,15 @@ func (w *lazyRun) crash(c lazyCrash) {
 	case crashShardPrimary, crashShardBackup:
 		s := cut.ShardID(w.r.IntN(len(w.shards)))
 		sh := w.members(s)
+		if len(sh) < 2 {
+			retry()
+			return
+		}
 		n := sh[0]
-		if c.kind == crashShardBackup && len(sh) > 1 {
+		if c.kind == crashShardBackup {
 			n = sh[1+w.r.IntN(len(sh)-1)]
 		}
-		if len(sh) < 2 || !w.canCrashShard(n) {
+		if !w.canCrashShard(n) {
 			retry()
 			return
 		}
@@ -395,6 +490,9 @@ type seqNode struct {
 	core    *lazy.Sequencer
 	saved   lazy.SequencerState
 	orderer *lazy.Orderer
+	// tabled is the orderer that read the shard table: it orders only
+	// then, as the server's loop reads the table before its first batch.
+	tabled *lazy.Orderer
 }
 
 // start applies a StartView; it says whether the replica runs the view.
@@ -407,8 +505,10 @@ func (q *seqNode) start(sv lazy.StartView) bool {
 		return false
 	}
 	if sv.Leader == q.id && (q.orderer == nil) {
-		q.orderer = lazy.NewOrderer(lazy.OrdererConfig{BatchMax: lazyBatchMax}, sv.View, sv.Ordered, q.w.shardIDs(), sv.Replicas)
+		q.orderer = lazy.NewOrderer(lazy.OrdererConfig{BatchMax: lazyBatchMax}, sv.View, sv.Ordered, nil, sv.Replicas)
+		q.orderer.AtLeast(sv.Shards)
 		o := q.orderer
+		q.readTable(o)
 		q.w.every(&q.node, q.w.sc.orderEvery, func() { q.order(o) })
 		q.w.every(&q.node, lazyResendEvery, func() { q.resend(o) })
 	}
@@ -416,7 +516,7 @@ func (q *seqNode) start(sv lazy.StartView) bool {
 }
 
 func (q *seqNode) order(o *lazy.Orderer) {
-	if q.orderer != o || o.Busy() {
+	if q.orderer != o || q.tabled != o || o.Busy() {
 		return
 	}
 	out, err := o.Order(q.core.Unordered(o.BatchMax()))
@@ -428,6 +528,10 @@ func (q *seqNode) order(o *lazy.Orderer) {
 		q.w.stats.batches++
 		q.w.tracef("%s: orders [%d, %d) in view %d", q.name, out.Map.From, out.Map.End(), out.Map.View)
 	}
+	if out.WaitFor != nil {
+		q.w.tracef("%s: waits for shard %d to be in its table", q.name, *out.WaitFor)
+		q.readTable(o)
+	}
 	q.carry(o, out)
 }
 
@@ -437,14 +541,45 @@ func (q *seqNode) resend(o *lazy.Orderer) {
 	}
 	p := o.Pending()
 	if p.Map != nil {
-		for _, s := range o.MissingShards() {
-			q.w.primary(s).sendMap(&q.node, *p.Map, q.mapAcked(o))
-		}
+		q.sendMap(o, *p.Map)
 	}
 	if p.GC != nil {
 		q.sendGC(o, *p.GC, o.MissingReplicas())
 	}
 	q.w.broadcastStable(&q.node, *p.Stable)
+	q.readTable(o)
+}
+
+// sendMap sends a batch's mapping to the primary of every shard the
+// orderer waits for.
+func (q *seqNode) sendMap(o *lazy.Orderer, m lazy.Mapping) {
+	for _, s := range o.MissingShards() {
+		if p := q.w.primary(s); p != nil {
+			p.sendMap(&q.node, m, q.mapAcked(o))
+		}
+	}
+}
+
+// readTable asks an ordering replica for its shard table (which may lag
+// the one clients have) and hands it to the orderer.
+func (q *seqNode) readTable(o *lazy.Orderer) {
+	w := q.w
+	r := w.ords[w.r.IntN(len(w.ords))]
+	w.send(q.name, &r.node, func() {
+		var live []cut.ShardID
+		next := r.r.st.NextShardID
+		for _, row := range r.r.st.Shards {
+			if row.State != control.Finalized || w.plant == bugLazyMapFinalized {
+				live = append(live, row.ID)
+			}
+		}
+		w.send(r.name, &q.node, func() {
+			if q.orderer == o {
+				q.tabled = o
+				q.carry(o, o.SetShards(live, next))
+			}
+		})
+	})
 }
 
 func (q *seqNode) mapAcked(o *lazy.Orderer) func(lazy.MappingAck) {
@@ -458,9 +593,7 @@ func (q *seqNode) mapAcked(o *lazy.Orderer) func(lazy.MappingAck) {
 func (q *seqNode) carry(o *lazy.Orderer, out lazy.OrdererOutput) {
 	w := q.w
 	if out.Map != nil {
-		for _, sh := range w.shards {
-			w.primary(sh[0].shard).sendMap(&q.node, *out.Map, q.mapAcked(o))
-		}
+		q.sendMap(o, *out.Map)
 	}
 	if out.GC != nil {
 		if w.plant == bugLazyEarlyStable {
@@ -554,6 +687,13 @@ type shardNode struct {
 	// cursor is how far it copied src's log (lazyrejoin.go).
 	cursor uint64
 	src    string
+	// gone says the replica died for good: it never restarts.
+	gone bool
+	// outs counts the times it was taken out of its configuration.
+	outs int
+	// askedAt is when it last asked the ordering leader to join it or
+	// confirm it.
+	askedAt time.Time
 }
 
 func shardNodeName(s cut.ShardID, j int) string { return fmt.Sprintf("s%d.%d", s, j) }
@@ -593,6 +733,9 @@ func (n *shardNode) crash(down time.Duration) {
 	w := n.w
 	w.tracef("%s: crashes for %v", n.name, down)
 	n.up, n.inc, n.core = false, n.inc+1, nil
+	if n.gone {
+		return
+	}
 	w.after(down, func() {
 		n.up = true
 		n.boot()

@@ -66,8 +66,9 @@ func (c *lazyClient) next() {
 	c.nextSeq++
 	id := lazy.RecordID{Client: c.id, Seq: c.nextSeq}
 	rec := len(w.recs)
+	live := w.liveShards()
 	w.recs = append(w.recs, lazyRec{id: id, name: fmt.Sprintf("c%d.%d", c.id, c.nextSeq),
-		shard: cut.ShardID(w.r.IntN(len(w.shards))), call: w.elapsed()})
+		shard: live[w.r.IntN(len(live))], call: w.elapsed()})
 	w.byID[id] = rec
 	op := &lazyOp{rec: rec}
 	c.ops[id.Seq] = op
@@ -157,6 +158,12 @@ func (c *lazyClient) answered(op *lazyOp, view uint64, ok func(), err error) {
 		switch {
 		case errors.Is(err, lazy.ErrWrongView) || errors.Is(err, lazy.ErrSealed):
 			c.learn()
+		case errors.Is(err, lazy.ErrLate):
+			// Its position became a no-op: no replica's earlier
+			// acknowledgement of its data counts until a newer view
+			// binds it again (then every replica of the shard takes it
+			// once more).
+			clear(op.dataAcked)
 		case errors.Is(err, lazy.ErrRingFull):
 			// Pushed back: the retry timer tries again.
 			w.stats.ringFull++
@@ -164,6 +171,15 @@ func (c *lazyClient) answered(op *lazyOp, view uint64, ok func(), err error) {
 		return
 	}
 	ok()
+	c.complete(op)
+}
+
+// complete acknowledges op once every sequencing replica of its view
+// holds its metadata and every replica of its shard's configuration its
+// data.
+func (c *lazyClient) complete(op *lazyOp) bool {
+	w := c.w
+	r := &w.recs[op.rec]
 	seqs := len(op.seqAcked)
 	data := op.members != nil && !slices.ContainsFunc(op.members, func(j int) bool { return !op.dataAcked[j] })
 	if w.plant == bugLazyAckEarly && seqs > 0 && seqs < len(c.cfg.Replicas) && data {
@@ -171,13 +187,14 @@ func (c *lazyClient) answered(op *lazyOp, view uint64, ok func(), err error) {
 		w.planted = true
 		seqs = len(c.cfg.Replicas)
 	}
-	if seqs < len(c.cfg.Replicas) || !data {
-		return
+	if op.view == 0 || seqs < len(c.cfg.Replicas) || !data {
+		return false
 	}
 	r.acked, r.ret = true, w.elapsed()
 	w.stats.acked++
 	delete(c.ops, r.id.Seq)
-	w.tracef("%s: %s acknowledged in view %d", c.name, r.name, view)
+	w.tracef("%s: %s acknowledged in view %d", c.name, r.name, op.view)
+	return true
 }
 
 // learn asks an ordering replica for the configuration it applied and
@@ -211,6 +228,13 @@ func (c *lazyClient) retry() {
 	for _, s := range slices.Sorted(mapKeys(c.ops)) {
 		op := c.ops[s]
 		shard := c.w.recs[op.rec].shard
+		if len(c.w.members(shard)) == 0 {
+			// Its shard was finalized: the append fails (the SDK follows
+			// the shard table and gives up).
+			c.w.tracef("%s: %s gives up: shard %d finalized", c.name, c.w.recs[op.rec].name, shard)
+			delete(c.ops, s)
+			continue
+		}
 		if slices.ContainsFunc(op.members, func(j int) bool { return !c.w.isMember(c.w.shards[shard][j]) }) {
 			// A replica it sent to left the configuration: its stream
 			// broke, and the client asks for the configuration again.
@@ -252,7 +276,8 @@ func (rd *lazyReader) step() {
 		return
 	}
 	rd.busy = true
-	sh := w.members(cut.ShardID(w.r.IntN(len(w.shards))))
+	live := w.liveShards()
+	sh := w.members(live[w.r.IntN(len(live))])
 	rd.readAt(sh[w.r.IntN(len(sh))], rd.next, w.elapsed(), 0)
 }
 
@@ -278,6 +303,12 @@ func (rd *lazyReader) readAt(n *shardNode, pos uint64, call time.Duration, hops 
 						return
 					}
 					sh := w.members(a.Shard)
+					if len(sh) == 0 {
+						// Every replica of its shard died for good: the
+						// position cannot be read; the reader moves on.
+						rd.next, rd.busy = pos+1, false
+						return
+					}
 					rd.readAt(sh[w.r.IntN(len(sh))], pos, call, hops+1)
 				case a.Noop:
 					w.noopRd = append(w.noopRd, check.Read{Client: uint64(1000 + len(w.readers)), Pos: pos, Call: call, Return: w.elapsed()})

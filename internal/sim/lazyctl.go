@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/augur-log/augur/internal/control"
+	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 )
 
@@ -88,26 +89,39 @@ func (w *lazyRun) applyRaft(n *replica, index uint64, c control.Command) {
 	n.st.Apply(c)
 	if index > w.truthIndex {
 		w.truthIndex = index
-		if ev, ok := w.truth.Apply(c); ok && ev.LazyChanged {
+		ev, ok := w.truth.Apply(c)
+		if ok && ev.LazyChanged {
 			cfg := w.truth.Lazy
 			w.tracef("control: recorded view %d %v led by %d, stable %d", cfg.View, cfg.Replicas, cfg.Leader, cfg.Stable)
 			if cfg.View > 1 {
 				w.stats.views++
 			}
 		}
+		if ok && ev.MembershipChanged {
+			w.syncShards()
+		}
 	}
-	if o := w.ords[n.id-1]; o.ctl != nil && (c.SeqClaim != nil || c.SeqFlush != nil || c.SeqConfig != nil) {
+	if o := w.ords[n.id-1]; o.ctl != nil && (c.SeqClaim != nil || c.SeqFlush != nil || c.SeqConfig != nil || c.Reconfig != nil || c.Register != nil) {
 		o.carry(o.ctl.Applied(w.controlState(n.st), w.now))
 	}
 }
 
+// shardReplicas are the replicas shard id registers with.
+func (w *lazyRun) shardReplicas(id cut.ShardID) []control.Replica {
+	var reps []control.Replica
+	for j := range w.replicas {
+		reps = append(reps, control.Replica{ID: shardNodeName(id, j)})
+	}
+	return reps
+}
+
 // newControlState is the control state every ordering replica starts
-// from: the run's shards registered, as a cluster's servers register
-// theirs.
+// from: the run's first shards registered, as a cluster's servers
+// register theirs (a shard added mid-run registers through Raft).
 func (w *lazyRun) newControlState() *control.State {
 	st := control.New("sim")
-	for _, id := range w.shardIDs() {
-		st.Apply(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: []control.Replica{{ID: fmt.Sprintf("shard%d", id)}}}})
+	for id := range w.sc.shards {
+		st.Apply(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: w.shardReplicas(cut.ShardID(id))}})
 	}
 	return st
 }
@@ -201,6 +215,9 @@ func (o *ordNode) carry(out lazy.ControlOutput) {
 	}
 	if m := out.Map; m != nil {
 		for _, id := range out.MapTo {
+			if w.primary(id) == nil {
+				continue
+			}
 			w.primary(id).sendMap(&o.node, *m, func(a lazy.MappingAck) {
 				if o.gen == gen {
 					o.carry(o.ctl.MapAcked(a))

@@ -1,20 +1,26 @@
 package sim
 
 import (
+	"maps"
 	"slices"
 	"time"
 
+	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/lazy"
 )
 
 // A lazy shard's configuration in the simulator, as the control plane
-// records it in the shard table: a crashed replica is taken out after
-// lazyDetectAfter (its session broke, as a restarted server comes back
-// with another incarnation); if it was the primary, the first replica
-// left that is not pending is promoted. A replica taken out copies the
-// primary's log and rejoins, pending until it caught up
-// (lazyrejoin.go).
+// records it in the shard table through the ordering replicas' Raft: a
+// crashed replica is taken out after lazyDetectAfter (its session broke,
+// as a restarted server comes back with another incarnation); if it was
+// the primary, the control state promotes the first replica left that is
+// not pending. A replica taken out copies the primary's log and rejoins,
+// pending until it caught up (lazyrejoin.go); its join and confirm are
+// Raft commands too. A shard whose every replica died for good is taken
+// out replica by replica, and the last removal finalizes it. A shard
+// added mid-run registers through Raft. The world follows the applied
+// shard table (syncShards).
 
 // lazyShardConf is one shard's configuration: its epoch and its members
 // (indexes into lazyRun.shards[s]), the primary first; pending are the
@@ -25,8 +31,12 @@ type lazyShardConf struct {
 	pending map[int]bool
 }
 
-// primary is the current primary of shard s.
+// primary is the current primary of shard s; nil once no replica is
+// left.
 func (w *lazyRun) primary(s cut.ShardID) *shardNode {
+	if len(w.shardConf[s].members) == 0 {
+		return nil
+	}
 	return w.shards[s][w.shardConf[s].members[0]]
 }
 
@@ -57,7 +67,7 @@ func (w *lazyRun) survivor(n *shardNode) bool {
 // canCrashShard says whether n may crash within the fault budget: another
 // replica of its configuration survives it.
 func (w *lazyRun) canCrashShard(n *shardNode) bool {
-	if !n.up || n.doomed || !w.isMember(n) {
+	if n == nil || !n.up || n.doomed || n.gone || !w.isMember(n) {
 		return false
 	}
 	for _, m := range w.members(n.shard) {
@@ -73,35 +83,102 @@ func (w *lazyRun) crashShard(n *shardNode, down time.Duration) {
 	w.stats.shardCrashes++
 	n.doomed = true
 	n.crash(down)
-	w.after(lazyDetectAfter, func() { w.takeOut(n) })
+	outs := n.outs
+	w.after(lazyDetectAfter, func() { w.takeOut(n, outs) })
 }
 
-// takeOut is the failure detector's verdict on a crashed replica: the
-// control plane commits the shard's configuration without it, and every
-// replica learns it (the shard table's event). A primary taken out is
-// replaced by the first replica left that is not pending.
-func (w *lazyRun) takeOut(n *shardNode) {
-	conf := &w.shardConf[n.shard]
-	n.doomed = false
-	if !w.isMember(n) || len(conf.members) < 2 {
+// takeOut is the failure detector's verdict on a crashed replica (or on
+// one gone for good): the ordering leader proposes the shard's
+// configuration without it through Raft, again after lazyDetectAfter
+// until it is applied (the proposal may be lost with a deposed or
+// crashed leader, or refused for an epoch that moved). It stops once the
+// replica was taken out since the crash (outs moved: it may have rejoined
+// by now). The last replica is taken out only when it is gone for good:
+// that finalizes the shard.
+func (w *lazyRun) takeOut(n *shardNode, outs int) {
+	conf := w.shardConf[n.shard]
+	if n.outs != outs || !w.isMember(n) || (len(conf.members) < 2 && !n.gone) {
 		return
 	}
-	wasPrimary := w.primary(n.shard) == n
-	conf.epoch++
-	conf.members = slices.DeleteFunc(conf.members, func(j int) bool { return j == n.idx })
-	delete(conf.pending, n.idx)
-	if wasPrimary {
-		i := slices.IndexFunc(conf.members, func(j int) bool { return !conf.pending[j] })
-		if i < 0 {
-			w.errorf("control: shard %d lost its primary %s with no replica caught up", n.shard, n.name)
-			return
-		}
-		first := conf.members[i]
-		conf.members = append([]int{first}, slices.Delete(conf.members, i, i+1)...)
-		w.stats.failovers++
+	if o := w.lead; o != nil && o.ctl != nil {
+		o.propose(control.Command{Reconfig: &control.ReconfigCommand{Shard: n.shard, Epoch: conf.epoch, Remove: []string{n.name}}})
 	}
-	w.tracef("control: shard %d epoch %d without %s, primary %s", n.shard, conf.epoch, n.name, w.primary(n.shard).name)
-	w.announce(n.shard)
+	w.after(lazyDetectAfter, func() { w.takeOut(n, outs) })
+}
+
+// syncShards takes the shard table the world learned (the truth): each
+// shard's epoch, members and pending ones, none once finalized; every
+// replica of a shard whose configuration changed learns it (the shard
+// table's event).
+func (w *lazyRun) syncShards() {
+	for _, row := range w.truth.Shards {
+		s := row.ID
+		added := int(s) >= len(w.shards)
+		if added {
+			// A shard added mid-run: its replicas start now.
+			var reps []*shardNode
+			for j, r := range row.Replicas {
+				reps = append(reps, &shardNode{node: node{name: r.ID, up: true}, w: w, shard: s, idx: j})
+			}
+			w.shards = append(w.shards, reps)
+			w.shardConf = append(w.shardConf, lazyShardConf{})
+			w.stats.added++
+		}
+		conf := &w.shardConf[s]
+		next := lazyShardConf{epoch: row.Epoch}
+		if row.State != control.Finalized {
+			for _, r := range row.Replicas {
+				j := slices.IndexFunc(w.shards[s], func(n *shardNode) bool { return n.name == r.ID })
+				next.members = append(next.members, j)
+				if r.Pending {
+					if next.pending == nil {
+						next.pending = map[int]bool{}
+					}
+					next.pending[j] = true
+				}
+			}
+		}
+		if conf.epoch == next.epoch && slices.Equal(conf.members, next.members) && maps.Equal(conf.pending, next.pending) {
+			continue
+		}
+		old := *conf
+		*conf = next
+		if added {
+			for _, m := range w.shards[s] {
+				m.boot()
+			}
+			continue
+		}
+		w.tracef("control: shard %d epoch %d, members %v, pending %v, %v", s, row.Epoch, next.members, next.pending, row.State)
+		if len(old.members) > 0 && len(next.members) > 0 && old.members[0] != next.members[0] {
+			w.stats.failovers++
+		}
+		for _, j := range old.members {
+			if n := w.shards[s][j]; !slices.Contains(next.members, j) {
+				n.outs++
+				n.doomed = false
+			}
+		}
+		for _, j := range next.members {
+			n := w.shards[s][j]
+			switch {
+			case !slices.Contains(old.members, j):
+				w.stats.rejoins++
+				w.joined(n)
+			case old.pending[j] && !next.pending[j]:
+				w.primaryMayDie(n)
+			}
+		}
+		if row.State == control.Finalized && int(s) == w.lost {
+			w.finalizedAt, w.endAt = w.elapsed(), w.stableEnd()
+			if w.endAt == ^uint64(0) {
+				// No live shard has a table yet (the only one left was
+				// added a moment ago).
+				w.endAt = 0
+			}
+		}
+		w.announce(s)
+	}
 }
 
 // announce brings every replica of shard s the shard table's event.

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/lazy"
 )
 
@@ -26,7 +27,7 @@ func (n *shardNode) copyStep() {
 		return
 	}
 	p := w.primary(n.shard)
-	if p == n || !p.up {
+	if p == nil || p == n || !p.up {
 		return
 	}
 	from := n.cursor
@@ -94,40 +95,55 @@ func (n *shardNode) copied(src string, from, next, total, epoch uint64, recs []i
 	}
 }
 
-// join is the control plane's Join of n, which copied from the
-// configuration of epoch: it takes n back in, pending, at the next epoch,
-// if the shard is still in that configuration and has room.
+// join asks the ordering leader to Join n, which copied from the
+// configuration of epoch: the control state takes it back in, pending, at
+// the next epoch, if the shard is still in that configuration and has
+// room (the copy goes on, and asks again, until it is in).
 func (w *lazyRun) join(n *shardNode, epoch uint64) {
-	conf := &w.shardConf[n.shard]
+	conf := w.shardConf[n.shard]
 	if !n.up || w.isMember(n) || conf.epoch != epoch || len(conf.members) >= len(w.shards[n.shard]) {
 		return
 	}
-	conf.epoch++
-	conf.members = append(conf.members, n.idx)
-	if w.plant == bugLazyJoinerCounts {
-		// Counted at once, as if it held everything acknowledged.
-		w.planted = true
-	} else {
-		if conf.pending == nil {
-			conf.pending = map[int]bool{}
-		}
-		conf.pending[n.idx] = true
-	}
-	w.stats.rejoins++
-	w.tracef("control: %s rejoins shard %d in epoch %d (pending %v), members %v", n.name, n.shard, conf.epoch, conf.pending[n.idx], conf.members)
-	w.announce(n.shard)
-	w.primaryMayDie(n)
+	w.ask(n, control.ReconfigCommand{Shard: n.shard, Epoch: epoch, Join: &control.Replica{ID: n.name}})
 }
 
-// confirm is the control plane's Confirm of pending n in epoch: it holds
-// what its primary's mark names, and counts from now on.
+// confirm asks the ordering leader to Confirm pending n in epoch (the
+// Confirm names it): it holds what its primary's mark names, and counts
+// from then on.
 func (w *lazyRun) confirm(n *shardNode, epoch uint64) {
-	conf := &w.shardConf[n.shard]
-	if conf.epoch != epoch || !conf.pending[n.idx] {
+	if w.shardConf[n.shard].epoch != epoch || !w.isPending(n) {
 		return
 	}
-	delete(conf.pending, n.idx)
-	w.tracef("control: %s confirmed in shard %d, epoch %d", n.name, n.shard, epoch)
+	w.ask(n, control.ReconfigCommand{Shard: n.shard, Epoch: epoch, Confirm: true, Vouched: n.name})
+}
+
+// ask sends n's reconfiguration to the ordering leader, which proposes it
+// through Raft; at most once every lazyDetectAfter (a lost request or
+// proposal is asked again).
+func (w *lazyRun) ask(n *shardNode, c control.ReconfigCommand) {
+	o := w.lead
+	if o == nil || (!n.askedAt.IsZero() && w.now.Sub(n.askedAt) < lazyDetectAfter) {
+		return
+	}
+	n.askedAt = w.now
+	w.send(n.name, &o.node, func() {
+		if o.ctl != nil {
+			o.propose(control.Command{Reconfig: &c})
+		}
+	})
+}
+
+// joined is the applied Join of n.
+func (w *lazyRun) joined(n *shardNode) {
+	conf := w.shardConf[n.shard]
+	w.tracef("control: %s rejoins shard %d in epoch %d (pending %v), members %v", n.name, n.shard, conf.epoch, w.isPending(n), conf.members)
+	if w.plant == bugLazyJoinerCounts && w.isPending(n) {
+		// Counted at once, as if it held everything acknowledged.
+		w.planted = true
+		if o := w.lead; o != nil && o.ctl != nil {
+			o.propose(control.Command{Reconfig: &control.ReconfigCommand{Shard: n.shard, Epoch: conf.epoch, Confirm: true, Vouched: n.name}})
+		}
+	}
 	w.primaryMayDie(n)
 }
 
@@ -152,6 +168,9 @@ func (w *lazyRun) primaryMayDie(n *shardNode) {
 // shard's configuration and caught up.
 func (w *lazyRun) rejoined() {
 	for s, conf := range w.shardConf {
+		if s == w.lost {
+			continue
+		}
 		if len(conf.members) != len(w.shards[s]) || len(conf.pending) > 0 {
 			var out []string
 			for _, n := range w.shards[s] {

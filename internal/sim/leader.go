@@ -43,9 +43,6 @@ type leader struct {
 	// least what the core counts in flight (the core also gives up on
 	// cuts that never commit), so when it is empty the core's is too.
 	cutsInflight map[string]bool
-	// reported is the longest length each shard reported to the current
-	// leader core.
-	reported map[cut.ShardID]uint64
 	// lastCut is when the current leader core last proposed a cut (zero:
 	// never).
 	lastCut time.Time
@@ -107,7 +104,6 @@ func (ld *leader) leadership(n *replica, leads bool) {
 		ld.l = order.NewLeader(s.md.NewPolicy(), s.sc.failureTimeout, n.st, s.now, ld.tag+"-c")
 		ld.wakeAt = time.Time{}
 		ld.cutsInflight = map[string]bool{}
-		ld.reported = map[cut.ShardID]uint64{}
 		ld.lastCut = time.Time{}
 		s.tracef("leader: raft %d leads", n.id)
 		q := ld.queued
@@ -257,18 +253,15 @@ func (ld *leader) onReport(sh *shard, server string, incarnation uint64, r order
 	s.tracef("leader: report from shard %d: length %d, records %d", r.Shard, r.Length, r.Records)
 	// Like the ordering server, step only for news; a heartbeat that
 	// repeats itself waits for the next tick.
-	st := ld.node.st
-	if row := st.Shard(r.Shard); row != nil && row.Epoch == r.Epoch {
-		// A report of another configuration is dropped (a late one of
-		// the configuration before).
-		ld.reported[r.Shard] = max(ld.reported[r.Shard], r.Length)
-	}
 	// Eager cuts are group commits: reports that find no cut in flight
 	// and add at most order.SparseRecordsPerShardMax records per live
 	// shard are cut at once, or, within order.AtOnceCutSpacing of the
 	// last cut, when that time is up; never held for an interval tick.
+	// Only reports the leader takes count (not one of an older
+	// configuration, nor one of a configuration a Join in flight replaces).
+	news := ld.l.Report(r, s.now)
 	waiting, live, sparse := ld.sparse()
-	if !ld.l.Report(r, s.now) {
+	if !news {
 		return
 	}
 	proposed, l := s.stats.proposals, ld.l
@@ -305,7 +298,7 @@ func (ld *leader) sparse() (waiting, live uint64, sparse bool) {
 	for i := range st.Shards {
 		if sh := &st.Shards[i]; sh.State != control.Finalized {
 			live++
-			waiting += ld.reported[sh.ID] - min(ld.reported[sh.ID], st.LastCut.Len(sh.ID))
+			waiting += ld.l.Reported(sh.ID) - min(ld.l.Reported(sh.ID), st.LastCut.Len(sh.ID))
 		}
 	}
 	return waiting, live, ld.s.sc.mode == Eager && len(ld.cutsInflight) == 0 && waiting > 0 && waiting <= order.SparseRecordsPerShardMax*live

@@ -229,6 +229,10 @@ const (
 	// to an older configuration of the shard (one without a replica that
 	// joined since).
 	bugLazyNoDataFence
+	// bugLazyMapFinalized: the lazy orderer takes a finalized shard for
+	// one that may still grow: it maps every batch to it and waits for
+	// its acknowledgement, which never comes once every replica is gone.
+	bugLazyMapFinalized
 	// bugTrustReplacedTail: a storage server does not tell a copy it
 	// restarted with that a configuration left it out, so the copy
 	// orders a tail its shard never made durable, which the new primary
@@ -286,6 +290,8 @@ type Result struct {
 	// configuration after catching up, and PrimaryDeathsOnJoin the
 	// primaries crashed as a copy was taken back in.
 	Rejoins, PrimaryDeathsOnJoin uint64
+	// ShardsAdded counts the shards a lazy run added mid-run.
+	ShardsAdded uint64
 	// Player says the seed ran the exactly-once player; TargetCrashes and
 	// PlayerRestarts count its faults.
 	Player                        bool
@@ -418,6 +424,8 @@ type Tally struct {
 	// lazy run's, and RingFull.
 	SeqCrashes, LeaderCrashes, ClientCrashes, Views, Noops, RingFull uint64
 	CutOffLeaders                                                    uint64
+	// ShardsAdded sums the lazy runs'.
+	ShardsAdded uint64
 	// Lazy counts the seeds of lazy order, whose tally reads differently.
 	Lazy int
 	// FailingSeeds lists the failing seeds, lowest first.
@@ -451,6 +459,7 @@ func Count(rs []Result) Tally {
 		t.Views += r.Views
 		t.Noops += r.Noops
 		t.RingFull += r.RingFull
+		t.ShardsAdded += r.ShardsAdded
 		t.CutOffLeaders += r.CutOffLeaders
 		if r.Mode == Lazy {
 			t.Lazy++
@@ -480,8 +489,8 @@ func Count(rs []Result) Tally {
 
 func (t Tally) String() string {
 	if t.Lazy > 0 {
-		return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over; %d rejoins, %d copies lost their source mid-copy, %d primaries died as a replica rejoined), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off",
-			t.Seeds, t.ThreeServers, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.Rejoins, t.SourceDeaths, t.PrimaryDeathsOnJoin, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders)
+		return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over; %d rejoins, %d copies lost their source mid-copy, %d primaries died as a replica rejoined), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off; %d shards added, %d shards whose every replica died",
+			t.Seeds, t.ThreeServers, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.Rejoins, t.SourceDeaths, t.PrimaryDeathsOnJoin, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders, t.ShardsAdded, t.ShardFailed)
 	}
 	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts)",
 		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts)

@@ -59,13 +59,14 @@ func TestSeeds(t *testing.T) {
 				// primaries fail over, data that never comes turns into
 				// no-ops, full sequencing rings push appends back,
 				// ordering replicas crash or their leader is cut off from
-				// the others, shards of three run, and replicas taken out
+				// the others, shards of three run, replicas taken out
 				// rejoin (their source dying mid-copy, the primary right
-				// after the join).
+				// after the join), shards are added mid-run and every
+				// replica of a shard dies for good.
 				if faults.Crash && n >= 40 && (tally.LeaderCrashes == 0 || tally.SeqCrashes == tally.LeaderCrashes ||
 					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 || tally.Failovers == 0 ||
 					tally.RaftCrashes == 0 || tally.CutOffLeaders == 0 || tally.ThreeServers == 0 ||
-					tally.Rejoins == 0 || tally.SourceDeaths == 0 || tally.PrimaryDeathsOnJoin == 0) {
+					tally.Rejoins == 0 || tally.SourceDeaths == 0 || tally.PrimaryDeathsOnJoin == 0 || tally.ShardsAdded == 0 || tally.ShardFailed == 0) {
 					t.Errorf("some lazy fault never struck: %v", tally)
 				}
 				return
@@ -382,6 +383,11 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// the mark, takes over when the primary dies, and the append is
 		// gone.
 		{"a shard replica takes data sent to an older configuration", bugLazyNoDataFence, "invariant 1"},
+		// The orderer maps every batch to every shard of the table, a
+		// finalized one too: once every replica of a shard died, no
+		// batch is ever acknowledged again and the order stops for the
+		// whole cluster.
+		{"the orderer waits for a finalized shard", bugLazyMapFinalized, "liveness"},
 	}
 	const seeds = 200
 	for _, c := range cases {

@@ -62,19 +62,29 @@ func (s *Server) Fetch(req *pb.FetchRequest, stream pb.Replica_FetchServer) erro
 		// replaced: a rejoining copy copies only from a member.
 		return status.Errorf(codes.FailedPrecondition, "fetch: shard %d on %s is %v, not in the shard's configuration", req.Shard, s.cfg.ID, role)
 	}
-	if start := r.store.Start(); req.First < start {
+	// A rejoin's open tail below this copy's start is served from the
+	// start: the asker holds only what the cluster trimmed, and starts its
+	// log over there (shard.CatchUp's Rebase). A repair needs its range
+	// whole.
+	start := r.store.Start()
+	if req.First < start && !req.WithRuns {
 		return status.Errorf(codes.FailedPrecondition, "fetch: shard %d is trimmed below local index %d on %s", req.Shard, start, s.cfg.ID)
 	}
 	var (
-		resp    = &pb.FetchResponse{FirstLocal: req.First}
+		first   = max(req.First, start) // where the stream starts
+		resp    = &pb.FetchResponse{FirstLocal: first}
 		bytes   int
+		sent    bool
 		sendErr error
 	)
 	flush := func(next uint64) bool {
-		if len(resp.Records) > 0 {
+		// The first batch goes out even when empty if it starts past the
+		// range asked for: the asker learns where this log starts.
+		if len(resp.Records) > 0 || !sent && resp.FirstLocal > req.First {
 			if sendErr = stream.Send(resp); sendErr != nil {
 				return false
 			}
+			sent = true
 		}
 		resp, bytes = &pb.FetchResponse{FirstLocal: next}, 0
 		return true
@@ -82,6 +92,10 @@ func (s *Server) Fetch(req *pb.FetchRequest, stream pb.Replica_FetchServer) erro
 	err := r.store.Scan(req.First, func(local uint64, e segment.Entry) bool {
 		if local >= req.End {
 			return false
+		}
+		if !sent && len(resp.Records) == 0 {
+			// A trim may have moved the start since it was read.
+			first, resp.FirstLocal = local, local
 		}
 		if e.Noops > req.End-local {
 			e.Noops = req.End - local
@@ -111,7 +125,13 @@ func (s *Server) Fetch(req *pb.FetchRequest, stream pb.Replica_FetchServer) erro
 		return sendErr
 	}
 	if req.WithRuns {
-		return sendRuns(stream, r.store, req.RunsFrom, max(end, req.First))
+		runsFrom := req.RunsFrom
+		if first > req.First {
+			// Served from this log's start: the asker's positions start
+			// there too.
+			runsFrom = max(runsFrom, first)
+		}
+		return sendRuns(stream, r.store, runsFrom, max(end, req.First))
 	}
 	return nil
 }

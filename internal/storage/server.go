@@ -920,9 +920,9 @@ func (s *Server) applyEvent(ev *pb.Event) {
 // its data dir). Each copy hears that the configuration leaves it out
 // (the messages returned, for the caller to send after s.mu), and so
 // catches up and rejoins as a restarted copy does (rejoin.go). A copy
-// starts at the shard's first entry: a trimmed shard's replicas may not
-// hold it any more, so once the cluster trimmed, no copy is made (the
-// server says so) rather than one that could never catch up.
+// asks for the shard from its first entry; once the cluster trimmed, its
+// source serves from where its own log starts, and the copy starts there
+// too (see shard/rejoin.go).
 func (s *Server) copyNewShardsLocked() ([]cutMsg, []*replica) {
 	if s.cfg.Mode.Sequenced() || s.ctx.Err() != nil {
 		// Lazy shards have their own shell; a stopping server starts
@@ -939,10 +939,6 @@ func (s *Server) copyNewShardsLocked() ([]cutMsg, []*replica) {
 		// restarted: a new incarnation). One that is out but holds no
 		// copy lost its data (a replaced disk): it copies like a new one.
 		if slices.ContainsFunc(sh.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == s.cfg.ID }) {
-			continue
-		}
-		if s.view.trim > 0 {
-			s.log.Error("not copying shard: the cluster trimmed its log, and a new copy starts at the shard's first entry", "shard", id, "trim", s.view.trim)
 			continue
 		}
 		st, err := s.openStore(id)

@@ -821,6 +821,12 @@ func appendEvery(ctx context.Context, stop <-chan struct{}, h *history, clk cloc
 // is closed, recording each read; in a mode with no-ops (not dense), the
 // position of a random acknowledged append.
 func readPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, seed uint64, dense bool) {
+	readPacedFrom(ctx, stop, cl, h, clk, worker, seed, dense, 0)
+}
+
+// readPacedFrom is readPaced reading only positions at or above floor (a
+// trim point) in a mode without no-ops.
+func readPacedFrom(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *history, clk clock, worker int, seed uint64, dense bool, floor uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	tick := time.NewTicker(procReadPace)
 	defer tick.Stop()
@@ -833,10 +839,10 @@ func readPaced(ctx context.Context, stop <-chan struct{}, cl *client.Client, h *
 		case <-tick.C:
 		}
 		tail := h.tail()
-		if tail == 0 {
+		if tail <= floor {
 			continue
 		}
-		pos := rng.Uint64N(tail)
+		pos := floor + rng.Uint64N(tail-floor)
 		if !dense {
 			pos = h.ackedPosition(rng)
 		}
