@@ -179,3 +179,38 @@ func TestShardRejoinedReplicaNeverScrubsWhatItHeldOrCopied(t *testing.T) {
 		t.Fatalf("scrubbed %v, want the record appended after the rejoin only (local 2)", got)
 	}
 }
+
+// TestShardPromotedBeforeItsFirstPlacementBacksUpFromWhereItsTableStarts:
+// a shard added to a running order whose primary fails before it placed
+// anything: the new primary's base is empty, and its first placement
+// starts the table past 0 (joinAt); the backup that applied the empty
+// base starts its table there too, rather than refusing the placement
+// for a gap.
+func TestShardPromotedBeforeItsFirstPlacementBacksUpFromWhereItsTableStarts(t *testing.T) {
+	b := NewShard[int](ShardConfig{ID: 1, Epoch: 1}, ShardState{})
+	c := NewShard[int](ShardConfig{ID: 1, Epoch: 1}, ShardState{})
+	a := meta(1, 1, 1, 1)
+	accept(t, b, a.ID, 1)
+	accept(t, c, a.ID, 1)
+
+	// The primary failed; epoch 2: b primary, c backup.
+	var bo, co out
+	b.Follow(2, []string{"b", "c"}, "b", &bo)
+	if !b.Primary() || bo.Place == nil {
+		t.Fatalf("b after its promotion: primary %v, base %+v", b.Primary(), bo.Place)
+	}
+	if err := c.Place(*bo.Place, &co); err != nil {
+		t.Fatalf("the empty base: %v", err)
+	}
+	bo = out{}
+	if err := b.Map(mapping(1, 5, a), t0, &bo); err != nil || bo.Place == nil {
+		t.Fatalf("map at 5: %v, placement %+v", err, bo.Place)
+	}
+	co = out{}
+	if err := c.Place(*bo.Place, &co); err != nil {
+		t.Fatalf("the first placement past the empty base: %v", err)
+	}
+	if !co.Applied || co.AppliedEnd != 6 {
+		t.Fatalf("c applied %v up to %d, want up to 6", co.Applied, co.AppliedEnd)
+	}
+}

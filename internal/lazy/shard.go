@@ -728,7 +728,11 @@ func (s *Shard[W]) Resend(b string) []Placement {
 // the base's start (those below its readable end are final, the same on
 // every replica, and kept).
 func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
-	if !s.cfg.Primary && s.placeSeq == 0 && (p.Seq == 1 || p.Whole) {
+	// A backup that placed nothing yet starts its table where its
+	// primary's does (a shard added to a running order): at the first
+	// placement, at a whole restatement, or at the first one past an
+	// empty base (its primary was promoted before it placed anything).
+	if !s.cfg.Primary && (p.Whole || p.Seq == s.placeSeq+1 && (s.placeSeq == 0 || p.Term == s.term)) {
 		s.joinAt(p.From)
 	}
 	// A base of a newer primary, or its primary's restatement for a
