@@ -214,3 +214,50 @@ func TestShardPromotedBeforeItsFirstPlacementBacksUpFromWhereItsTableStarts(t *t
 		t.Fatalf("c applied %v up to %d, want up to 6", co.Applied, co.AppliedEnd)
 	}
 }
+
+// TestShardBackupTakesStableOfANewerViewOnlyWithThatViewsOrder: a backup
+// taken out that has not heard it yet may get stable-gp of a view whose
+// flush rebound positions it placed in an older one; those do not turn
+// final (nor survive its rejoin as final) until it applied that view's
+// order.
+func TestShardBackupTakesStableOfANewerViewOnlyWithThatViewsOrder(t *testing.T) {
+	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Epoch: 1, Backups: []string{"b"}}, ShardState{})
+	b := NewShard[int](ShardConfig{ID: 0, Epoch: 1}, ShardState{})
+	x, y := meta(1, 1, 0, 1), meta(2, 1, 0, 1)
+	for _, s := range []*Shard[int]{p, b} {
+		accept(t, s, x.ID, 1)
+		accept(t, s, y.ID, 1)
+	}
+	var o, bo out
+	p.Map(mapping(1, 0, x, y), t0, &o)
+	if err := b.Place(*o.Place, &bo); err != nil {
+		t.Fatal(err)
+	}
+	// View 2's flush rebinds [0, 2) the other way round at the primary
+	// alone (b was taken out), and stable-gp moves to 2 in view 2.
+	p.Follow(2, []string{"p"}, "p", &o)
+	o = out{}
+	if err := p.Map(mapping(2, 0, y, x), t0, &o); err != nil {
+		t.Fatal(err)
+	}
+	b.Stable(StableGP{View: 2, Stable: 2}, &bo)
+	if r := b.Readable(); r != 0 {
+		t.Fatalf("b took view 2's stable-gp with view 1's order: readable %d", r)
+	}
+	// Taken back in, it gets the primary's order and takes it then.
+	p.Follow(3, []string{"p", "b"}, "p", &o)
+	b.Follow(2, []string{"p"}, "b", &bo)
+	b.Follow(3, []string{"p", "b"}, "b", &bo)
+	bo = out{}
+	for _, pl := range p.Resend("b") {
+		if err := b.Place(pl, &bo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Stable(StableGP{View: 2, Stable: 2}, &bo)
+	bo = out{}
+	b.Read(0, 0, &bo)
+	if b.Readable() != 2 || len(bo.Reads) != 1 || b.slots[0].ID != y.ID {
+		t.Fatalf("after the primary's order: readable %d, reads %+v, slots %+v", b.Readable(), bo.Reads, b.slots)
+	}
+}
