@@ -122,6 +122,12 @@ func (c *lazyClient) send(op *lazyOp) {
 			conf.members = slices.Clone(conf.members)
 			c.shards[r.shard] = conf
 		}
+		if conf.epoch != op.epoch {
+			// Acknowledgements count within one configuration: a
+			// replica that took the data for another epoch (one it
+			// ran out of it, say) vouches for nothing in this one.
+			clear(op.dataAcked)
+		}
 		op.members, op.epoch = conf.members, conf.epoch
 	}
 	members, epoch := op.members, op.epoch
