@@ -128,8 +128,14 @@ func (s *Shard[W]) rejoin(epoch uint64) {
 	// The placements it kept are numbered in an order it no longer
 	// follows: it applies none of its primary's until the base that
 	// restates them all.
-	if s.placedEnd > s.Readable() {
-		s.truncate(s.Readable())
+	// So does what it placed above the stable-gp it heard in a view it
+	// had applied: stable-gp of a newer view may have come while it was
+	// out without knowing it, over an order that view rebound.
+	keep := max(s.trimmed, min(s.Readable(), s.trusted))
+	s.stable = min(s.stable, keep)
+	if s.placedEnd > keep {
+		s.truncate(keep)
+		s.markedEnd = min(s.markedEnd, len(s.slots))
 	}
 	s.placeSeq = 0
 }

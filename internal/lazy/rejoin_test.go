@@ -215,12 +215,11 @@ func TestShardPromotedBeforeItsFirstPlacementBacksUpFromWhereItsTableStarts(t *t
 	}
 }
 
-// TestShardBackupTakesStableOfANewerViewOnlyWithThatViewsOrder: a backup
+// TestShardRejoinKeepsOnlyWhatStableOfAnAppliedViewCovered: a backup
 // taken out that has not heard it yet may get stable-gp of a view whose
-// flush rebound positions it placed in an older one; those do not turn
-// final (nor survive its rejoin as final) until it applied that view's
-// order.
-func TestShardBackupTakesStableOfANewerViewOnlyWithThatViewsOrder(t *testing.T) {
+// flush rebound positions it placed in an older one; its rejoin keeps
+// none of those as final, and it takes its primary's order there.
+func TestShardRejoinKeepsOnlyWhatStableOfAnAppliedViewCovered(t *testing.T) {
 	p := NewShard[int](ShardConfig{ID: 0, Primary: true, Epoch: 1, Backups: []string{"b"}}, ShardState{})
 	b := NewShard[int](ShardConfig{ID: 0, Epoch: 1}, ShardState{})
 	x, y := meta(1, 1, 0, 1), meta(2, 1, 0, 1)
@@ -241,13 +240,14 @@ func TestShardBackupTakesStableOfANewerViewOnlyWithThatViewsOrder(t *testing.T) 
 		t.Fatal(err)
 	}
 	b.Stable(StableGP{View: 2, Stable: 2}, &bo)
-	if r := b.Readable(); r != 0 {
-		t.Fatalf("b took view 2's stable-gp with view 1's order: readable %d", r)
-	}
-	// Taken back in, it gets the primary's order and takes it then.
+	// Taken back in, it keeps none of view 1's order as final, and
+	// takes the primary's.
 	p.Follow(3, []string{"p", "b"}, "p", &o)
 	b.Follow(2, []string{"p"}, "b", &bo)
 	b.Follow(3, []string{"p", "b"}, "b", &bo)
+	if r := b.Readable(); r != 0 {
+		t.Fatalf("b rejoined keeping view 1's order, which view 2 rebound, as final: readable %d", r)
+	}
 	bo = out{}
 	for _, pl := range p.Resend("b") {
 		if err := b.Place(pl, &bo); err != nil {

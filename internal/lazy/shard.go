@@ -222,9 +222,9 @@ type Shard[W comparable] struct {
 	mark   CatchUpMark
 	joined map[string]bool
 
-	// later is the newest stable-gp heard of a view whose order it has
-	// not applied yet (Stable).
-	later StableGP
+	// trusted is how far stable-gp of a view whose order it applied
+	// made its placements final (Stable).
+	trusted uint64
 
 	// On a backup: a placement waiting for fetched data.
 	waiting *Placement
@@ -819,9 +819,6 @@ func (s *Shard[W]) apply(p *Placement) {
 		s.truncate(p.From)
 	}
 	s.view = max(s.view, p.View)
-	if s.later.View != 0 && s.later.View <= s.view {
-		s.stable, s.later = max(s.stable, s.later.Stable), StableGP{}
-	}
 	s.runs = append(s.runs, p.Runs...)
 	for _, sl := range p.Slots {
 		ps := placedSlot{Slot: sl}
@@ -880,18 +877,15 @@ func (s *Shard[W]) Stable(st StableGP, out *ShardOutput[W]) {
 	if s.out {
 		return
 	}
-	if st.View > s.view {
-		// Stable-gp of a view whose order it has not applied yet moves
-		// no position to final: that view's flush may have rebound
-		// positions it placed in an older one (it was taken out and has
-		// not heard yet). It counts once a placement of that view is
-		// applied (every replica of the configuration applied the view's
-		// flush before stable-gp moved in it).
-		if st.View > s.later.View || st.View == s.later.View && st.Stable > s.later.Stable {
-			s.later = st
-		}
-	} else if st.Stable > s.stable {
+	if st.Stable > s.stable {
 		s.stable = st.Stable
+	}
+	if st.View <= s.view {
+		// Of a view whose order it applied. Stable-gp of a newer one
+		// may cover positions it placed in an older view that the newer
+		// view's flush rebound (it was taken out and has not heard
+		// yet): a rejoin keeps no more than this (rejoin.go).
+		s.trusted = max(s.trusted, min(st.Stable, s.placedEnd))
 	}
 	s.stableView = max(s.stableView, st.View)
 	s.release(out)

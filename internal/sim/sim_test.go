@@ -349,15 +349,11 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// placement it holds exposes bindings a view change then
 		// rebinds: a later reader sees another record there.
 		{"a shard serves reads above stable-gp", bugLazyReadAhead, "invariant 2"},
-		// A primary taken out that goes on following stable-gp holds, as
+		// A primary taken out that goes on following stable-gp serves, as
 		// final, its own placement of the mapping in flight, which the
 		// promoted backup placed anew (with a no-op where the data had
-		// not come); once it rejoins it keeps that order instead of
-		// dropping what it placed above its readable end, and loses or
-		// misplaces acknowledged appends when it takes over. (Stable-gp
-		// of a view whose order it has not applied no longer turns its
-		// older view's placements final: the core refuses that.)
-		{"a shard primary taken out stays in", bugLazyOutStaysIn, "invariant"},
+		// not come, or in another view's order).
+		{"a shard primary taken out stays in", bugLazyOutStaysIn, "invariant 2"},
 		// The control plane's shell takes its own claims and records for
 		// committed: an ordering leader cut off from the others, deposed
 		// without knowing it, seals, flushes, advances stable-gp and
