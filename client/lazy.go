@@ -39,8 +39,12 @@ type lazyOp struct {
 	// that are not among them.
 	dataLeft  map[string]bool
 	dataAcked map[string]bool
-	metaLeft  map[string]bool
-	metaView  uint64
+	// epoch is the shard configuration dataLeft was taken from: the data
+	// goes out with it, and a replica in a newer one refuses it (a
+	// replica that joined since would lack it).
+	epoch    uint64
+	metaLeft map[string]bool
+	metaView uint64
 	// leader is the address of the view's leader, which answers the
 	// position; position is set once it did.
 	leader   string
@@ -107,7 +111,7 @@ func (o *lazyOp) followShard(info *pb.ShardInfo, askedAgain string) (send []stri
 			send = append(send, r.Addr)
 		}
 	}
-	o.dataLeft = left
+	o.dataLeft, o.epoch = left, info.GetEpoch()
 	o.finishIfCompleteLocked()
 	return send
 }
@@ -134,7 +138,7 @@ func (c *Client) appendLazy(o *lazyOp) {
 	}
 	st := c.lazyState()
 	o.mu.Lock()
-	o.dataLeft, o.dataAcked = map[string]bool{}, nil
+	o.dataLeft, o.dataAcked, o.epoch = map[string]bool{}, nil, info.GetEpoch()
 	for _, r := range info.Replicas {
 		o.dataLeft[r.Addr] = true
 	}
@@ -183,7 +187,7 @@ func (c *Client) redoInView(o *lazyOp, st *pb.LazyState) {
 		return
 	}
 	o.mu.Lock()
-	o.dataLeft, o.dataAcked = map[string]bool{}, nil
+	o.dataLeft, o.dataAcked, o.epoch = map[string]bool{}, nil, info.GetEpoch()
 	for _, r := range info.Replicas {
 		o.dataLeft[r.Addr] = true
 	}
@@ -434,6 +438,14 @@ func (lc *lazyConn) serve() error {
 				Entries: make([]*pb.AppendEntry, len(batch))}
 			for i, o := range batch {
 				req.Entries[i] = &pb.AppendEntry{Seq: o.seq, Record: o.rec}
+				// The oldest configuration any of them was sent to: a
+				// replica of a newer one refuses the batch, and each
+				// follows the shard's configuration.
+				o.mu.Lock()
+				if i == 0 || o.epoch < req.Epoch {
+					req.Epoch = o.epoch
+				}
+				o.mu.Unlock()
 			}
 			return stream.Send(req)
 		}
@@ -550,8 +562,9 @@ func (lc *lazyConn) dataAck(a *pb.AppendAck) {
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrInvalidRecord, a.Message))
 	case pb.Code_WRONG_CLUSTER:
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrWrongCluster, a.Message))
-	case pb.Code_UNKNOWN_SHARD:
-		// The server is not (or no longer) a replica of the shard: follow
+	case pb.Code_UNKNOWN_SHARD, pb.Code_STALE_EPOCH:
+		// The server is not (or no longer) a replica of the shard, or the
+		// shard's configuration changed (a replica joined): follow
 		// the shard's current configuration (which fails o if the shard
 		// is gone), after a pause in case the server has not heard of it
 		// yet.

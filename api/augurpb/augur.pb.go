@@ -41,10 +41,11 @@ const (
 	Code_PENDING       Code = 9  // resolve: not yet known
 	Code_UNAVAILABLE   Code = 10 // the server is shutting down or not ready
 	// Lazy order.
-	Code_SEALED     Code = 11 // the sequencing replica's view is sealed: retry in the next view
-	Code_WRONG_VIEW Code = 12 // the request names another view than the replica's
-	Code_FULL       Code = 13 // the sequencing ring is full: back off and retry
-	Code_LATE       Code = 14 // the shard already holds a no-op at this record's position
+	Code_SEALED      Code = 11 // the sequencing replica's view is sealed: retry in the next view
+	Code_WRONG_VIEW  Code = 12 // the request names another view than the replica's
+	Code_FULL        Code = 13 // the sequencing ring is full: back off and retry
+	Code_LATE        Code = 14 // the shard already holds a no-op at this record's position
+	Code_STALE_EPOCH Code = 15 // lazy data sent to an older configuration of the shard: send it to the current one
 )
 
 // Enum value maps for Code.
@@ -65,6 +66,7 @@ var (
 		12: "WRONG_VIEW",
 		13: "FULL",
 		14: "LATE",
+		15: "STALE_EPOCH",
 	}
 	Code_value = map[string]int32{
 		"OK":            0,
@@ -82,6 +84,7 @@ var (
 		"WRONG_VIEW":    12,
 		"FULL":          13,
 		"LATE":          14,
+		"STALE_EPOCH":   15,
 	}
 )
 
@@ -3519,8 +3522,12 @@ type RejoinShardRequest struct {
 	Replica   *ReplicaAddr           `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
 	// epoch is the configuration the copy caught up from; held is how many
 	// of the shard's entries it holds.
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Held          uint64 `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Held  uint64 `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	// caught_up (lazy order): the copy, pending in configuration epoch,
+	// holds what its primary's catch-up mark of that epoch names; the leader
+	// confirms it (clears pending).
+	CaughtUp      bool `protobuf:"varint,6,opt,name=caught_up,json=caughtUp,proto3" json:"caught_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3588,6 +3595,13 @@ func (x *RejoinShardRequest) GetHeld() uint64 {
 		return x.Held
 	}
 	return 0
+}
+
+func (x *RejoinShardRequest) GetCaughtUp() bool {
+	if x != nil {
+		return x.CaughtUp
+	}
+	return false
 }
 
 type RejoinShardResponse struct {
@@ -5191,7 +5205,10 @@ type LazyStoreRequest struct {
 	Shard     uint32                 `protobuf:"varint,3,opt,name=shard,proto3" json:"shard,omitempty"`
 	Entries   []*AppendEntry         `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
 	// view is the sequencing view the records' metadata is appended in.
-	View          uint64 `protobuf:"varint,5,opt,name=view,proto3" json:"view,omitempty"`
+	View uint64 `protobuf:"varint,5,opt,name=view,proto3" json:"view,omitempty"`
+	// epoch is the shard configuration the client sends the records to
+	// every replica of; a replica in a newer one refuses them (STALE_EPOCH).
+	Epoch         uint64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5257,6 +5274,13 @@ func (x *LazyStoreRequest) GetEntries() []*AppendEntry {
 func (x *LazyStoreRequest) GetView() uint64 {
 	if x != nil {
 		return x.View
+	}
+	return 0
+}
+
+func (x *LazyStoreRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -5599,8 +5623,11 @@ type Placement struct {
 	// term: the shard configuration epoch in which the placement's primary
 	// became primary; base: the placement restates that primary's order
 	// from `from` on (the first placement of a promoted primary).
-	Term          uint64 `protobuf:"varint,9,opt,name=term,proto3" json:"term,omitempty"`
-	Base          bool   `protobuf:"varint,10,opt,name=base,proto3" json:"base,omitempty"`
+	Term uint64 `protobuf:"varint,9,opt,name=term,proto3" json:"term,omitempty"`
+	Base bool   `protobuf:"varint,10,opt,name=base,proto3" json:"base,omitempty"`
+	// whole: the base restates the primary's whole position table from its
+	// start (for a backup that joined its configuration).
+	Whole         bool `protobuf:"varint,11,opt,name=whole,proto3" json:"whole,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5701,6 +5728,13 @@ func (x *Placement) GetTerm() uint64 {
 func (x *Placement) GetBase() bool {
 	if x != nil {
 		return x.Base
+	}
+	return false
+}
+
+func (x *Placement) GetWhole() bool {
+	if x != nil {
+		return x.Whole
 	}
 	return false
 }
@@ -6165,6 +6199,181 @@ func (x *LazyReadRequest) GetMax() uint32 {
 	return 0
 }
 
+type LazyCopyRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Shard     uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// from is the local index to copy from; max_bytes bounds the answer.
+	From          uint64 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	MaxBytes      uint64 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyCopyRequest) Reset() {
+	*x = LazyCopyRequest{}
+	mi := &file_augur_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyCopyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyCopyRequest) ProtoMessage() {}
+
+func (x *LazyCopyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyCopyRequest.ProtoReflect.Descriptor instead.
+func (*LazyCopyRequest) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *LazyCopyRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *LazyCopyRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *LazyCopyRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *LazyCopyRequest) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type LazyCopyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// records are the log's records from from on that the replica still
+	// holds (not trimmed or scrubbed); next is the local index after them,
+	// len the log's length.
+	Records []*StoredRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	Next    uint64          `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"`
+	Len     uint64          `protobuf:"varint,3,opt,name=len,proto3" json:"len,omitempty"`
+	// mark (on a primary): what a replica pending in its configuration
+	// must hold before it counts: the primary's log length and last
+	// placement as it entered mark_epoch.
+	Marked        bool   `protobuf:"varint,4,opt,name=marked,proto3" json:"marked,omitempty"`
+	MarkEpoch     uint64 `protobuf:"varint,5,opt,name=mark_epoch,json=markEpoch,proto3" json:"mark_epoch,omitempty"`
+	MarkTerm      uint64 `protobuf:"varint,6,opt,name=mark_term,json=markTerm,proto3" json:"mark_term,omitempty"`
+	MarkLen       uint64 `protobuf:"varint,7,opt,name=mark_len,json=markLen,proto3" json:"mark_len,omitempty"`
+	MarkSeq       uint64 `protobuf:"varint,8,opt,name=mark_seq,json=markSeq,proto3" json:"mark_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LazyCopyResponse) Reset() {
+	*x = LazyCopyResponse{}
+	mi := &file_augur_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LazyCopyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LazyCopyResponse) ProtoMessage() {}
+
+func (x *LazyCopyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_augur_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LazyCopyResponse.ProtoReflect.Descriptor instead.
+func (*LazyCopyResponse) Descriptor() ([]byte, []int) {
+	return file_augur_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *LazyCopyResponse) GetRecords() []*StoredRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *LazyCopyResponse) GetNext() uint64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+func (x *LazyCopyResponse) GetLen() uint64 {
+	if x != nil {
+		return x.Len
+	}
+	return 0
+}
+
+func (x *LazyCopyResponse) GetMarked() bool {
+	if x != nil {
+		return x.Marked
+	}
+	return false
+}
+
+func (x *LazyCopyResponse) GetMarkEpoch() uint64 {
+	if x != nil {
+		return x.MarkEpoch
+	}
+	return 0
+}
+
+func (x *LazyCopyResponse) GetMarkTerm() uint64 {
+	if x != nil {
+		return x.MarkTerm
+	}
+	return 0
+}
+
+func (x *LazyCopyResponse) GetMarkLen() uint64 {
+	if x != nil {
+		return x.MarkLen
+	}
+	return 0
+}
+
+func (x *LazyCopyResponse) GetMarkSeq() uint64 {
+	if x != nil {
+		return x.MarkSeq
+	}
+	return 0
+}
+
 type LazyReadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// entries are the shard's records from from on; skip runs cover no-ops
@@ -6179,7 +6388,7 @@ type LazyReadResponse struct {
 
 func (x *LazyReadResponse) Reset() {
 	*x = LazyReadResponse{}
-	mi := &file_augur_proto_msgTypes[85]
+	mi := &file_augur_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6191,7 +6400,7 @@ func (x *LazyReadResponse) String() string {
 func (*LazyReadResponse) ProtoMessage() {}
 
 func (x *LazyReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[85]
+	mi := &file_augur_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6204,7 +6413,7 @@ func (x *LazyReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LazyReadResponse.ProtoReflect.Descriptor instead.
 func (*LazyReadResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{85}
+	return file_augur_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *LazyReadResponse) GetEntries() []*SpecEntry {
@@ -6238,7 +6447,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_augur_proto_msgTypes[86]
+	mi := &file_augur_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6250,7 +6459,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[86]
+	mi := &file_augur_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6263,7 +6472,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{86}
+	return file_augur_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RaftBatch) GetMessages() [][]byte {
@@ -6281,7 +6490,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_augur_proto_msgTypes[87]
+	mi := &file_augur_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6293,7 +6502,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[87]
+	mi := &file_augur_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6306,7 +6515,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{87}
+	return file_augur_proto_rawDescGZIP(), []int{89}
 }
 
 // TargetEntry is one log entry for a target. Indices are log positions plus
@@ -6324,7 +6533,7 @@ type TargetEntry struct {
 
 func (x *TargetEntry) Reset() {
 	*x = TargetEntry{}
-	mi := &file_augur_proto_msgTypes[88]
+	mi := &file_augur_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6336,7 +6545,7 @@ func (x *TargetEntry) String() string {
 func (*TargetEntry) ProtoMessage() {}
 
 func (x *TargetEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[88]
+	mi := &file_augur_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6349,7 +6558,7 @@ func (x *TargetEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetEntry.ProtoReflect.Descriptor instead.
 func (*TargetEntry) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{88}
+	return file_augur_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *TargetEntry) GetIndex() uint64 {
@@ -6395,7 +6604,7 @@ type ApplyBatch struct {
 
 func (x *ApplyBatch) Reset() {
 	*x = ApplyBatch{}
-	mi := &file_augur_proto_msgTypes[89]
+	mi := &file_augur_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6407,7 +6616,7 @@ func (x *ApplyBatch) String() string {
 func (*ApplyBatch) ProtoMessage() {}
 
 func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[89]
+	mi := &file_augur_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6420,7 +6629,7 @@ func (x *ApplyBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyBatch.ProtoReflect.Descriptor instead.
 func (*ApplyBatch) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{89}
+	return file_augur_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ApplyBatch) GetPrevIndex() uint64 {
@@ -6447,7 +6656,7 @@ type ApplyAck struct {
 
 func (x *ApplyAck) Reset() {
 	*x = ApplyAck{}
-	mi := &file_augur_proto_msgTypes[90]
+	mi := &file_augur_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6459,7 +6668,7 @@ func (x *ApplyAck) String() string {
 func (*ApplyAck) ProtoMessage() {}
 
 func (x *ApplyAck) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[90]
+	mi := &file_augur_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6472,7 +6681,7 @@ func (x *ApplyAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyAck.ProtoReflect.Descriptor instead.
 func (*ApplyAck) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{90}
+	return file_augur_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ApplyAck) GetIndex() uint64 {
@@ -6490,7 +6699,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_augur_proto_msgTypes[91]
+	mi := &file_augur_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6502,7 +6711,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[91]
+	mi := &file_augur_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6515,7 +6724,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{91}
+	return file_augur_proto_rawDescGZIP(), []int{93}
 }
 
 type LastAppliedResponse struct {
@@ -6527,7 +6736,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_augur_proto_msgTypes[92]
+	mi := &file_augur_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6539,7 +6748,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[92]
+	mi := &file_augur_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6552,7 +6761,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{92}
+	return file_augur_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *LastAppliedResponse) GetIndex() uint64 {
@@ -6584,7 +6793,7 @@ type ReplicaHealth struct {
 
 func (x *ReplicaHealth) Reset() {
 	*x = ReplicaHealth{}
-	mi := &file_augur_proto_msgTypes[93]
+	mi := &file_augur_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6596,7 +6805,7 @@ func (x *ReplicaHealth) String() string {
 func (*ReplicaHealth) ProtoMessage() {}
 
 func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[93]
+	mi := &file_augur_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6609,7 +6818,7 @@ func (x *ReplicaHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHealth.ProtoReflect.Descriptor instead.
 func (*ReplicaHealth) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{93}
+	return file_augur_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ReplicaHealth) GetShard() uint32 {
@@ -6658,7 +6867,7 @@ type LocalRange struct {
 
 func (x *LocalRange) Reset() {
 	*x = LocalRange{}
-	mi := &file_augur_proto_msgTypes[94]
+	mi := &file_augur_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6670,7 +6879,7 @@ func (x *LocalRange) String() string {
 func (*LocalRange) ProtoMessage() {}
 
 func (x *LocalRange) ProtoReflect() protoreflect.Message {
-	mi := &file_augur_proto_msgTypes[94]
+	mi := &file_augur_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6683,7 +6892,7 @@ func (x *LocalRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRange.ProtoReflect.Descriptor instead.
 func (*LocalRange) Descriptor() ([]byte, []int) {
-	return file_augur_proto_rawDescGZIP(), []int{94}
+	return file_augur_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *LocalRange) GetFirst() uint64 {
@@ -6980,14 +7189,15 @@ const file_augur_proto_rawDesc = "" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
 	"leaderAddr\x12\x1d\n" +
 	"\n" +
-	"not_leader\x18\x03 \x01(\bR\tnotLeader\"\xa4\x01\n" +
+	"not_leader\x18\x03 \x01(\bR\tnotLeader\"\xc1\x01\n" +
 	"\x12RejoinShardRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12/\n" +
 	"\areplica\x18\x03 \x01(\v2\x15.augur.v1.ReplicaAddrR\areplica\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04held\x18\x05 \x01(\x04R\x04held\"k\n" +
+	"\x04held\x18\x05 \x01(\x04R\x04held\x12\x1b\n" +
+	"\tcaught_up\x18\x06 \x01(\bR\bcaughtUp\"k\n" +
 	"\x13RejoinShardResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
@@ -7118,14 +7328,15 @@ const file_augur_proto_rawDesc = "" +
 	"\x04view\x18\x01 \x01(\x04R\x04view\x12\x16\n" +
 	"\x06sealed\x18\x02 \x01(\bR\x06sealed\x12&\n" +
 	"\x0flast_ordered_gp\x18\x03 \x01(\x04R\rlastOrderedGp\x12\x1b\n" +
-	"\tstable_gp\x18\x04 \x01(\x04R\bstableGp\"\xa9\x01\n" +
+	"\tstable_gp\x18\x04 \x01(\x04R\bstableGp\"\xbf\x01\n" +
 	"\x10LazyStoreRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x14\n" +
 	"\x05shard\x18\x03 \x01(\rR\x05shard\x12/\n" +
 	"\aentries\x18\x04 \x03(\v2\x15.augur.v1.AppendEntryR\aentries\x12\x12\n" +
-	"\x04view\x18\x05 \x01(\x04R\x04view\"<\n" +
+	"\x04view\x18\x05 \x01(\x04R\x04view\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"<\n" +
 	"\x11LazyStoreResponse\x12'\n" +
 	"\x04acks\x18\x01 \x03(\v2\x13.augur.v1.AppendAckR\x04acks\"\x95\x01\n" +
 	"\fOrderRequest\x12\x1d\n" +
@@ -7148,7 +7359,7 @@ const file_augur_proto_rawDesc = "" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04noop\x18\x04 \x01(\bR\x04noop\"\x85\x02\n" +
+	"\x04noop\x18\x04 \x01(\bR\x04noop\"\x9b\x02\n" +
 	"\tPlacement\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -7161,7 +7372,8 @@ const file_augur_proto_rawDesc = "" +
 	"\x03seq\x18\b \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04term\x18\t \x01(\x04R\x04term\x12\x12\n" +
 	"\x04base\x18\n" +
-	" \x01(\bR\x04base\"\xb2\x01\n" +
+	" \x01(\bR\x04base\x12\x14\n" +
+	"\x05whole\x18\v \x01(\bR\x05whole\"\xb2\x01\n" +
 	"\rPlaceResponse\x12\"\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x0e.augur.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
@@ -7196,7 +7408,23 @@ const file_augur_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04from\x18\x03 \x01(\x04R\x04from\x12\x10\n" +
-	"\x03max\x18\x04 \x01(\rR\x03max\"r\n" +
+	"\x03max\x18\x04 \x01(\rR\x03max\"w\n" +
+	"\x0fLazyCopyRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\x04R\x04from\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x04R\bmaxBytes\"\xf4\x01\n" +
+	"\x10LazyCopyResponse\x120\n" +
+	"\arecords\x18\x01 \x03(\v2\x16.augur.v1.StoredRecordR\arecords\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\x04R\x04next\x12\x10\n" +
+	"\x03len\x18\x03 \x01(\x04R\x03len\x12\x16\n" +
+	"\x06marked\x18\x04 \x01(\bR\x06marked\x12\x1d\n" +
+	"\n" +
+	"mark_epoch\x18\x05 \x01(\x04R\tmarkEpoch\x12\x1b\n" +
+	"\tmark_term\x18\x06 \x01(\x04R\bmarkTerm\x12\x19\n" +
+	"\bmark_len\x18\a \x01(\x04R\amarkLen\x12\x19\n" +
+	"\bmark_seq\x18\b \x01(\x04R\amarkSeq\"r\n" +
 	"\x10LazyReadResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.augur.v1.SpecEntryR\aentries\x12\x1b\n" +
 	"\tstable_gp\x18\x02 \x01(\x04R\bstableGp\x12\x12\n" +
@@ -7228,7 +7456,7 @@ const file_augur_proto_rawDesc = "" +
 	"\n" +
 	"LocalRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\x04R\x03end*\xe0\x01\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end*\xf1\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\v\n" +
 	"\aINVALID\x10\x01\x12\x11\n" +
@@ -7247,7 +7475,8 @@ const file_augur_proto_rawDesc = "" +
 	"\n" +
 	"WRONG_VIEW\x10\f\x12\b\n" +
 	"\x04FULL\x10\r\x12\b\n" +
-	"\x04LATE\x10\x0e*G\n" +
+	"\x04LATE\x10\x0e\x12\x0f\n" +
+	"\vSTALE_EPOCH\x10\x0f*G\n" +
 	"\n" +
 	"ShardState\x12\x0e\n" +
 	"\n" +
@@ -7279,7 +7508,7 @@ const file_augur_proto_rawDesc = "" +
 	"\x04Seal\x12\x15.augur.v1.SealRequest\x1a\x16.augur.v1.SealResponse\x128\n" +
 	"\x05Flush\x12\x16.augur.v1.FlushRequest\x1a\x17.augur.v1.FlushResponse\x12D\n" +
 	"\tStartView\x12\x1a.augur.v1.StartViewRequest\x1a\x1b.augur.v1.StartViewResponse\x12Y\n" +
-	"\x10SequencingStatus\x12!.augur.v1.SequencingStatusRequest\x1a\".augur.v1.SequencingStatusResponse2\xc0\x03\n" +
+	"\x10SequencingStatus\x12!.augur.v1.SequencingStatusRequest\x1a\".augur.v1.SequencingStatusResponse2\xff\x03\n" +
 	"\tLazyShard\x12D\n" +
 	"\x05Store\x12\x1a.augur.v1.LazyStoreRequest\x1a\x1b.augur.v1.LazyStoreResponse(\x010\x01\x128\n" +
 	"\x05Order\x12\x16.augur.v1.OrderRequest\x1a\x17.augur.v1.OrderResponse\x125\n" +
@@ -7287,7 +7516,8 @@ const file_augur_proto_rawDesc = "" +
 	"\x05Fetch\x12\x1a.augur.v1.LazyFetchRequest\x1a\x1b.augur.v1.LazyFetchResponse\x12;\n" +
 	"\x06Stable\x12\x17.augur.v1.StableRequest\x1a\x18.augur.v1.StableResponse\x12>\n" +
 	"\aMapping\x12\x18.augur.v1.MappingRequest\x1a\x19.augur.v1.MappingResponse\x12=\n" +
-	"\x04Read\x12\x19.augur.v1.LazyReadRequest\x1a\x1a.augur.v1.LazyReadResponse2A\n" +
+	"\x04Read\x12\x19.augur.v1.LazyReadRequest\x1a\x1a.augur.v1.LazyReadResponse\x12=\n" +
+	"\x04Copy\x12\x19.augur.v1.LazyCopyRequest\x1a\x1a.augur.v1.LazyCopyResponse2A\n" +
 	"\rRaftTransport\x120\n" +
 	"\x04Send\x12\x13.augur.v1.RaftBatch\x1a\x11.augur.v1.RaftAck(\x012\x8b\x01\n" +
 	"\x06Target\x125\n" +
@@ -7307,7 +7537,7 @@ func file_augur_proto_rawDescGZIP() []byte {
 }
 
 var file_augur_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
+var file_augur_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_augur_proto_goTypes = []any{
 	(Code)(0),                        // 0: augur.v1.Code
 	(ShardState)(0),                  // 1: augur.v1.ShardState
@@ -7396,16 +7626,18 @@ var file_augur_proto_goTypes = []any{
 	(*MappingRequest)(nil),           // 84: augur.v1.MappingRequest
 	(*MappingResponse)(nil),          // 85: augur.v1.MappingResponse
 	(*LazyReadRequest)(nil),          // 86: augur.v1.LazyReadRequest
-	(*LazyReadResponse)(nil),         // 87: augur.v1.LazyReadResponse
-	(*RaftBatch)(nil),                // 88: augur.v1.RaftBatch
-	(*RaftAck)(nil),                  // 89: augur.v1.RaftAck
-	(*TargetEntry)(nil),              // 90: augur.v1.TargetEntry
-	(*ApplyBatch)(nil),               // 91: augur.v1.ApplyBatch
-	(*ApplyAck)(nil),                 // 92: augur.v1.ApplyAck
-	(*LastAppliedRequest)(nil),       // 93: augur.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),      // 94: augur.v1.LastAppliedResponse
-	(*ReplicaHealth)(nil),            // 95: augur.v1.ReplicaHealth
-	(*LocalRange)(nil),               // 96: augur.v1.LocalRange
+	(*LazyCopyRequest)(nil),          // 87: augur.v1.LazyCopyRequest
+	(*LazyCopyResponse)(nil),         // 88: augur.v1.LazyCopyResponse
+	(*LazyReadResponse)(nil),         // 89: augur.v1.LazyReadResponse
+	(*RaftBatch)(nil),                // 90: augur.v1.RaftBatch
+	(*RaftAck)(nil),                  // 91: augur.v1.RaftAck
+	(*TargetEntry)(nil),              // 92: augur.v1.TargetEntry
+	(*ApplyBatch)(nil),               // 93: augur.v1.ApplyBatch
+	(*ApplyAck)(nil),                 // 94: augur.v1.ApplyAck
+	(*LastAppliedRequest)(nil),       // 95: augur.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),      // 96: augur.v1.LastAppliedResponse
+	(*ReplicaHealth)(nil),            // 97: augur.v1.ReplicaHealth
+	(*LocalRange)(nil),               // 98: augur.v1.LocalRange
 }
 var file_augur_proto_depIdxs = []int32{
 	2,   // 0: augur.v1.AppendEntry.record:type_name -> augur.v1.Record
@@ -7424,7 +7656,7 @@ var file_augur_proto_depIdxs = []int32{
 	2,   // 13: augur.v1.StoredRecord.record:type_name -> augur.v1.Record
 	19,  // 14: augur.v1.ReplicateRequest.records:type_name -> augur.v1.StoredRecord
 	19,  // 15: augur.v1.ReplicateResponse.tail:type_name -> augur.v1.StoredRecord
-	95,  // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
+	97,  // 16: augur.v1.PingResponse.health:type_name -> augur.v1.ReplicaHealth
 	19,  // 17: augur.v1.FetchResponse.records:type_name -> augur.v1.StoredRecord
 	26,  // 18: augur.v1.FetchResponse.runs:type_name -> augur.v1.LocalRun
 	28,  // 19: augur.v1.CatchUpProgress.lost:type_name -> augur.v1.LostRange
@@ -7476,77 +7708,80 @@ var file_augur_proto_depIdxs = []int32{
 	53,  // 65: augur.v1.LazyFetchRequest.ids:type_name -> augur.v1.RecordMeta
 	19,  // 66: augur.v1.LazyFetchResponse.records:type_name -> augur.v1.StoredRecord
 	76,  // 67: augur.v1.MappingResponse.runs:type_name -> augur.v1.PositionRun
-	12,  // 68: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
-	90,  // 69: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
-	96,  // 70: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
-	27,  // 71: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
-	5,   // 72: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
-	8,   // 73: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
-	15,  // 74: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
-	20,  // 75: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
-	22,  // 76: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
-	17,  // 77: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
-	24,  // 78: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
-	30,  // 79: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
-	40,  // 80: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
-	42,  // 81: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
-	44,  // 82: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
-	46,  // 83: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
-	50,  // 84: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
-	48,  // 85: augur.v1.Ordering.RejoinShard:input_type -> augur.v1.RejoinShardRequest
-	54,  // 86: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
-	57,  // 87: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
-	59,  // 88: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
-	61,  // 89: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
-	63,  // 90: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
-	65,  // 91: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
-	67,  // 92: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
-	72,  // 93: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
-	74,  // 94: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
-	78,  // 95: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
-	80,  // 96: augur.v1.LazyShard.Fetch:input_type -> augur.v1.LazyFetchRequest
-	82,  // 97: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
-	84,  // 98: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
-	86,  // 99: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
-	88,  // 100: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
-	91,  // 101: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
-	93,  // 102: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
-	7,   // 103: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
-	11,  // 104: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
-	16,  // 105: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
-	21,  // 106: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
-	23,  // 107: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
-	18,  // 108: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
-	25,  // 109: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
-	32,  // 110: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
-	41,  // 111: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
-	43,  // 112: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
-	45,  // 113: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
-	47,  // 114: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
-	52,  // 115: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
-	49,  // 116: augur.v1.Ordering.RejoinShard:output_type -> augur.v1.RejoinShardResponse
-	56,  // 117: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
-	58,  // 118: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
-	60,  // 119: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
-	62,  // 120: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
-	64,  // 121: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
-	66,  // 122: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
-	68,  // 123: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
-	73,  // 124: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
-	75,  // 125: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
-	79,  // 126: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
-	81,  // 127: augur.v1.LazyShard.Fetch:output_type -> augur.v1.LazyFetchResponse
-	83,  // 128: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
-	85,  // 129: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
-	87,  // 130: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
-	89,  // 131: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
-	92,  // 132: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
-	94,  // 133: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
-	103, // [103:134] is the sub-list for method output_type
-	72,  // [72:103] is the sub-list for method input_type
-	72,  // [72:72] is the sub-list for extension type_name
-	72,  // [72:72] is the sub-list for extension extendee
-	0,   // [0:72] is the sub-list for field type_name
+	19,  // 68: augur.v1.LazyCopyResponse.records:type_name -> augur.v1.StoredRecord
+	12,  // 69: augur.v1.LazyReadResponse.entries:type_name -> augur.v1.SpecEntry
+	92,  // 70: augur.v1.ApplyBatch.entries:type_name -> augur.v1.TargetEntry
+	98,  // 71: augur.v1.ReplicaHealth.damaged:type_name -> augur.v1.LocalRange
+	27,  // 72: augur.v1.ReplicaHealth.catch_up:type_name -> augur.v1.CatchUpProgress
+	5,   // 73: augur.v1.Log.Append:input_type -> augur.v1.AppendRequest
+	8,   // 74: augur.v1.Log.Subscribe:input_type -> augur.v1.SubscribeRequest
+	15,  // 75: augur.v1.Log.Resolve:input_type -> augur.v1.ResolveRequest
+	20,  // 76: augur.v1.Replica.Replicate:input_type -> augur.v1.ReplicateRequest
+	22,  // 77: augur.v1.Replica.Ping:input_type -> augur.v1.PingRequest
+	17,  // 78: augur.v1.Replica.AddShard:input_type -> augur.v1.AddShardRequest
+	24,  // 79: augur.v1.Replica.Fetch:input_type -> augur.v1.FetchRequest
+	30,  // 80: augur.v1.Ordering.Heartbeat:input_type -> augur.v1.HeartbeatRequest
+	40,  // 81: augur.v1.Ordering.Watch:input_type -> augur.v1.WatchRequest
+	42,  // 82: augur.v1.Ordering.RegisterShard:input_type -> augur.v1.RegisterShardRequest
+	44,  // 83: augur.v1.Ordering.FinalizeShard:input_type -> augur.v1.FinalizeShardRequest
+	46,  // 84: augur.v1.Ordering.Trim:input_type -> augur.v1.TrimRequest
+	50,  // 85: augur.v1.Ordering.Status:input_type -> augur.v1.StatusRequest
+	48,  // 86: augur.v1.Ordering.RejoinShard:input_type -> augur.v1.RejoinShardRequest
+	54,  // 87: augur.v1.Sequencing.Append:input_type -> augur.v1.SeqAppendRequest
+	57,  // 88: augur.v1.Sequencing.CheckTail:input_type -> augur.v1.CheckTailRequest
+	59,  // 89: augur.v1.Sequencing.Collect:input_type -> augur.v1.CollectRequest
+	61,  // 90: augur.v1.Sequencing.Seal:input_type -> augur.v1.SealRequest
+	63,  // 91: augur.v1.Sequencing.Flush:input_type -> augur.v1.FlushRequest
+	65,  // 92: augur.v1.Sequencing.StartView:input_type -> augur.v1.StartViewRequest
+	67,  // 93: augur.v1.Sequencing.SequencingStatus:input_type -> augur.v1.SequencingStatusRequest
+	72,  // 94: augur.v1.LazyShard.Store:input_type -> augur.v1.LazyStoreRequest
+	74,  // 95: augur.v1.LazyShard.Order:input_type -> augur.v1.OrderRequest
+	78,  // 96: augur.v1.LazyShard.Place:input_type -> augur.v1.Placement
+	80,  // 97: augur.v1.LazyShard.Fetch:input_type -> augur.v1.LazyFetchRequest
+	82,  // 98: augur.v1.LazyShard.Stable:input_type -> augur.v1.StableRequest
+	84,  // 99: augur.v1.LazyShard.Mapping:input_type -> augur.v1.MappingRequest
+	86,  // 100: augur.v1.LazyShard.Read:input_type -> augur.v1.LazyReadRequest
+	87,  // 101: augur.v1.LazyShard.Copy:input_type -> augur.v1.LazyCopyRequest
+	90,  // 102: augur.v1.RaftTransport.Send:input_type -> augur.v1.RaftBatch
+	93,  // 103: augur.v1.Target.Apply:input_type -> augur.v1.ApplyBatch
+	95,  // 104: augur.v1.Target.LastApplied:input_type -> augur.v1.LastAppliedRequest
+	7,   // 105: augur.v1.Log.Append:output_type -> augur.v1.AppendResponse
+	11,  // 106: augur.v1.Log.Subscribe:output_type -> augur.v1.SubscribeResponse
+	16,  // 107: augur.v1.Log.Resolve:output_type -> augur.v1.ResolveResponse
+	21,  // 108: augur.v1.Replica.Replicate:output_type -> augur.v1.ReplicateResponse
+	23,  // 109: augur.v1.Replica.Ping:output_type -> augur.v1.PingResponse
+	18,  // 110: augur.v1.Replica.AddShard:output_type -> augur.v1.AddShardResponse
+	25,  // 111: augur.v1.Replica.Fetch:output_type -> augur.v1.FetchResponse
+	32,  // 112: augur.v1.Ordering.Heartbeat:output_type -> augur.v1.HeartbeatResponse
+	41,  // 113: augur.v1.Ordering.Watch:output_type -> augur.v1.WatchResponse
+	43,  // 114: augur.v1.Ordering.RegisterShard:output_type -> augur.v1.RegisterShardResponse
+	45,  // 115: augur.v1.Ordering.FinalizeShard:output_type -> augur.v1.FinalizeShardResponse
+	47,  // 116: augur.v1.Ordering.Trim:output_type -> augur.v1.TrimResponse
+	52,  // 117: augur.v1.Ordering.Status:output_type -> augur.v1.StatusResponse
+	49,  // 118: augur.v1.Ordering.RejoinShard:output_type -> augur.v1.RejoinShardResponse
+	56,  // 119: augur.v1.Sequencing.Append:output_type -> augur.v1.SeqAppendResponse
+	58,  // 120: augur.v1.Sequencing.CheckTail:output_type -> augur.v1.CheckTailResponse
+	60,  // 121: augur.v1.Sequencing.Collect:output_type -> augur.v1.CollectResponse
+	62,  // 122: augur.v1.Sequencing.Seal:output_type -> augur.v1.SealResponse
+	64,  // 123: augur.v1.Sequencing.Flush:output_type -> augur.v1.FlushResponse
+	66,  // 124: augur.v1.Sequencing.StartView:output_type -> augur.v1.StartViewResponse
+	68,  // 125: augur.v1.Sequencing.SequencingStatus:output_type -> augur.v1.SequencingStatusResponse
+	73,  // 126: augur.v1.LazyShard.Store:output_type -> augur.v1.LazyStoreResponse
+	75,  // 127: augur.v1.LazyShard.Order:output_type -> augur.v1.OrderResponse
+	79,  // 128: augur.v1.LazyShard.Place:output_type -> augur.v1.PlaceResponse
+	81,  // 129: augur.v1.LazyShard.Fetch:output_type -> augur.v1.LazyFetchResponse
+	83,  // 130: augur.v1.LazyShard.Stable:output_type -> augur.v1.StableResponse
+	85,  // 131: augur.v1.LazyShard.Mapping:output_type -> augur.v1.MappingResponse
+	89,  // 132: augur.v1.LazyShard.Read:output_type -> augur.v1.LazyReadResponse
+	88,  // 133: augur.v1.LazyShard.Copy:output_type -> augur.v1.LazyCopyResponse
+	91,  // 134: augur.v1.RaftTransport.Send:output_type -> augur.v1.RaftAck
+	94,  // 135: augur.v1.Target.Apply:output_type -> augur.v1.ApplyAck
+	96,  // 136: augur.v1.Target.LastApplied:output_type -> augur.v1.LastAppliedResponse
+	105, // [105:137] is the sub-list for method output_type
+	73,  // [73:105] is the sub-list for method input_type
+	73,  // [73:73] is the sub-list for extension type_name
+	73,  // [73:73] is the sub-list for extension extendee
+	0,   // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_augur_proto_init() }
@@ -7560,7 +7795,7 @@ func file_augur_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_augur_proto_rawDesc), len(file_augur_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   95,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -1141,6 +1141,7 @@ const (
 	LazyShard_Stable_FullMethodName  = "/augur.v1.LazyShard/Stable"
 	LazyShard_Mapping_FullMethodName = "/augur.v1.LazyShard/Mapping"
 	LazyShard_Read_FullMethodName    = "/augur.v1.LazyShard/Read"
+	LazyShard_Copy_FullMethodName    = "/augur.v1.LazyShard/Copy"
 )
 
 // LazyShardClient is the client API for LazyShard service.
@@ -1168,6 +1169,9 @@ type LazyShardClient interface {
 	// Read returns the records at positions from from on, once stable-gp
 	// covers them (waiting no longer than the caller's deadline).
 	Read(ctx context.Context, in *LazyReadRequest, opts ...grpc.CallOption) (*LazyReadResponse, error)
+	// Copy returns a chunk of a replica's log from a local index (records
+	// ordered or not), for a replica that rejoins the shard.
+	Copy(ctx context.Context, in *LazyCopyRequest, opts ...grpc.CallOption) (*LazyCopyResponse, error)
 }
 
 type lazyShardClient struct {
@@ -1251,6 +1255,16 @@ func (c *lazyShardClient) Read(ctx context.Context, in *LazyReadRequest, opts ..
 	return out, nil
 }
 
+func (c *lazyShardClient) Copy(ctx context.Context, in *LazyCopyRequest, opts ...grpc.CallOption) (*LazyCopyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LazyCopyResponse)
+	err := c.cc.Invoke(ctx, LazyShard_Copy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LazyShardServer is the server API for LazyShard service.
 // All implementations must embed UnimplementedLazyShardServer
 // for forward compatibility.
@@ -1276,6 +1290,9 @@ type LazyShardServer interface {
 	// Read returns the records at positions from from on, once stable-gp
 	// covers them (waiting no longer than the caller's deadline).
 	Read(context.Context, *LazyReadRequest) (*LazyReadResponse, error)
+	// Copy returns a chunk of a replica's log from a local index (records
+	// ordered or not), for a replica that rejoins the shard.
+	Copy(context.Context, *LazyCopyRequest) (*LazyCopyResponse, error)
 	mustEmbedUnimplementedLazyShardServer()
 }
 
@@ -1306,6 +1323,9 @@ func (UnimplementedLazyShardServer) Mapping(context.Context, *MappingRequest) (*
 }
 func (UnimplementedLazyShardServer) Read(context.Context, *LazyReadRequest) (*LazyReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
+}
+func (UnimplementedLazyShardServer) Copy(context.Context, *LazyCopyRequest) (*LazyCopyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Copy not implemented")
 }
 func (UnimplementedLazyShardServer) mustEmbedUnimplementedLazyShardServer() {}
 func (UnimplementedLazyShardServer) testEmbeddedByValue()                   {}
@@ -1443,6 +1463,24 @@ func _LazyShard_Read_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LazyShard_Copy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LazyCopyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LazyShardServer).Copy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LazyShard_Copy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LazyShardServer).Copy(ctx, req.(*LazyCopyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LazyShard_ServiceDesc is the grpc.ServiceDesc for LazyShard service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1473,6 +1511,10 @@ var LazyShard_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Read",
 			Handler:    _LazyShard_Read_Handler,
+		},
+		{
+			MethodName: "Copy",
+			Handler:    _LazyShard_Copy_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

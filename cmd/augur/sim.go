@@ -118,7 +118,7 @@ violation.`,
 	fl.Uint64Var(&first, "first", 0, "the first seed of --seeds")
 	fl.Int64Var(&seed, "seed", -1, "run only this seed")
 	fl.BoolVar(&trace, "trace", false, "print every step of the run (with --seed)")
-	fl.IntVar(&replicas, "replicas", 0, "storage servers per shard, 2 or 3 (lazy: 2); 0: even seeds 2, odd seeds 3 (lazy: 2)")
+	fl.IntVar(&replicas, "replicas", 0, "storage servers per shard, 2 or 3; 0: even seeds 2, odd seeds 3")
 	fl.StringVar(&faults, "faults", "all", "faults to inject, comma-separated: delay, reorder, loss, partition, crash, pause; or all, none")
 	return cmd
 }

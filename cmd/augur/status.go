@@ -189,7 +189,8 @@ func printHealth(w io.Writer, st *pb.StatusResponse, answers map[string]healthAn
 			a := answers[r.Addr]
 			state := replicaState(sh, true, i == 0, a)
 			if r.Pending {
-				// Speculative order: no survivor of its primary yet.
+				// Speculative and lazy order: no survivor of its
+				// primary yet.
 				state += ", pending its primary's word"
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", sh.Id, r.Id, state, copyState(sh.Id, a))

@@ -117,6 +117,7 @@ var Methods = map[string]Permission{
 	pb.LazyShard_Stable_FullMethodName:            Sequencing | Ordering,
 	pb.LazyShard_Mapping_FullMethodName:           Data | Storage | Sequencing,
 	pb.LazyShard_Read_FullMethodName:              Data,
+	pb.LazyShard_Copy_FullMethodName:              Storage,
 
 	// Targets are applied to by players, which are clients of the log.
 	pb.Target_Apply_FullMethodName:       Data,

@@ -202,6 +202,12 @@ type FinalizeCommand struct {
 // does not change) clears Pending once the primary reported in that
 // configuration: it reports only when every replica holds everything it
 // ever acknowledged (see shard.Replica.Report).
+//
+// In lazy order (once its first sequencing view is recorded: before it,
+// no append was acknowledged) a joined replica is Pending too: the
+// configuration acknowledged appends between its copy and its join. It
+// catches up under its primary before a Confirm naming it (Vouched)
+// clears it alone (see lazy's rejoin notes).
 // ReplicasMax is the most replicas a shard's configuration holds, the
 // largest storage group a cluster file may list (config.GroupServersMax):
 // a Join past it changes nothing. A server that replaces one of a full
@@ -215,6 +221,7 @@ type ReconfigCommand struct {
 	Join    *Replica    `json:"join,omitempty"`
 	Held    uint64      `json:"held,omitempty"`
 	Confirm bool        `json:"confirm,omitempty"`
+	Vouched string      `json:"vouched,omitempty"`
 }
 
 // TrimCommand moves the trim point up to Position, which must not pass
@@ -463,6 +470,9 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 	if c.Confirm {
 		changed := false
 		for i := range sh.Replicas {
+			if c.Vouched != "" && sh.Replicas[i].ID != c.Vouched {
+				continue
+			}
 			changed = changed || sh.Replicas[i].Pending
 			sh.Replicas[i].Pending = false
 		}
@@ -489,10 +499,15 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 		}
 	}
 	if len(kept) > 0 && kept[0].ID != sh.Replicas[0].ID && kept[0].Pending {
-		// The primary left, and no replica vouched for holds everything
-		// it acknowledged. (Pending replicas come last: a Join appends,
-		// a Confirm clears them all.)
-		kept = nil
+		// The primary left: the first replica vouched for takes over
+		// (in lazy order one confirmed alone may follow one pending);
+		// none: no replica holds everything the primary acknowledged.
+		if i := slices.IndexFunc(kept, func(r Replica) bool { return !r.Pending }); i > 0 {
+			first := kept[i]
+			kept = append([]Replica{first}, slices.Delete(kept, i, i+1)...)
+		} else {
+			kept = nil
+		}
 	}
 	if len(kept) == 0 && c.Join == nil {
 		// No replica holds the shard's records any more.
@@ -509,7 +524,7 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 	sh.Out = append(sh.Out, out...)
 	if c.Join != nil {
 		rep := *c.Join
-		rep.Pending = s.Spec != nil
+		rep.Pending = s.Spec != nil || s.Lazy != nil
 		kept = append(kept, rep)
 	}
 	sh.Replicas = kept

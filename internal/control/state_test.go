@@ -451,6 +451,38 @@ func TestJoinPastReplicasMaxChangesNothing(t *testing.T) {
 	}
 }
 
+// TestPendingJoinIsConfirmedByNameAndNeverPromotedBeforeIt: a Join in
+// lazy order stays pending until a Confirm that
+// names it; a primary that leaves is replaced by the first replica
+// confirmed, and by none pending.
+func TestPendingJoinIsConfirmedByNameAndNeverPromotedBeforeIt(t *testing.T) {
+	s := New("test")
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}, Replica{ID: "a3", Incarnation: 1}))
+	mustApply(t, s, reconfig(0, 1, nil, "a2", "a3"))
+	// Lazy order, once its first view is recorded.
+	s.Lazy = &lazy.SeqConfig{View: 1, Replicas: []lazy.ReplicaID{1}, Leader: 1}
+	mustApply(t, s, rejoin(0, 2, Replica{ID: "a2", Incarnation: 2}, 0))
+	mustApply(t, s, rejoin(0, 3, Replica{ID: "a3", Incarnation: 2}, 0))
+	if sh := s.Shard(0); sh.Epoch != 4 || !sh.Replicas[1].Pending || !sh.Replicas[2].Pending {
+		t.Fatalf("after two pending joins: %+v", sh)
+	}
+	if _, ok := s.Apply(Command{Reconfig: &ReconfigCommand{Shard: 0, Epoch: 4, Confirm: true, Vouched: "a9"}}); ok {
+		t.Fatal("a Confirm naming no replica of the shard changed it")
+	}
+	mustApply(t, s, Command{Reconfig: &ReconfigCommand{Shard: 0, Epoch: 4, Confirm: true, Vouched: "a3"}})
+	if sh := s.Shard(0); !sh.Replicas[1].Pending || sh.Replicas[2].Pending {
+		t.Fatalf("the Confirm of a3 cleared another: %+v", sh)
+	}
+	mustApply(t, s, reconfig(0, 4, nil, "a1"))
+	if sh := s.Shard(0); sh.State != Live || sh.Replicas[0].ID != "a3" || sh.Replicas[1].ID != "a2" || !sh.Replicas[1].Pending {
+		t.Fatalf("after the primary left: %+v, want a3 primary, a2 pending", sh)
+	}
+	mustApply(t, s, reconfig(0, 5, nil, "a3"))
+	if sh := s.Shard(0); sh.State != Finalized || !sh.Failed {
+		t.Fatalf("a pending replica survived its primary: %+v", sh)
+	}
+}
+
 // TestNewerVersionsEntriesAreRefused: a command or snapshot with a field
 // this version does not know is an error, not a partial apply: a replica
 // of an older version that dropped the field would diverge from the newer

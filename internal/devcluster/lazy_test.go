@@ -321,7 +321,7 @@ func TestLazyScrubsOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := stream.Send(&pb.LazyStoreRequest{ClusterId: cluster, ClientId: orphan.ClientId, Shard: 0, View: view,
+		if err := stream.Send(&pb.LazyStoreRequest{ClusterId: cluster, ClientId: orphan.ClientId, Shard: 0, View: view, Epoch: st.GetShards()[0].GetEpoch(),
 			Entries: []*pb.AppendEntry{{Seq: orphan.Seq, Record: &pb.Record{Payload: []byte("orphan")}}}}); err != nil {
 			t.Fatal(err)
 		}

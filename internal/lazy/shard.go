@@ -52,7 +52,11 @@ type Placement struct {
 	// replaces its own placements from there (those are above stable-gp,
 	// never acknowledged: the new primary holds every acknowledged one)
 	// and numbers on from Seq.
-	Base            bool
+	Base bool
+	// Whole says the base restates its primary's whole position table,
+	// from the table's start (for a backup that joined, rejoin.go): one
+	// that placed nothing starts its table there.
+	Whole           bool
 	View, From, End uint64
 	Runs            []Run
 	Slots           []Slot
@@ -81,7 +85,9 @@ type ShardState struct {
 	// Placements are the placements applied, in order.
 	Placements []Placement
 	// Stable and StableView are the last stable-gp heard, if persisted
-	// (a replica that forgot hears it again from the leader).
+	// (a replica that forgot hears it again from the leader). Persist no
+	// more than Readable: a replica that rejoined drops the placements
+	// above it (in memory) until its primary's base replaces them.
 	Stable, StableView uint64
 	// Trimmed is the trim point; Marks the dedup state of the records
 	// trimmed, as Marks returned it when the shell trimmed.
@@ -208,8 +214,17 @@ type Shard[W comparable] struct {
 	// primary; 0 on a backup that applied none).
 	placeSeq, term uint64
 	// out says the replica was taken out of its shard's configuration: it
-	// takes no mapping or placement any more (Leave).
+	// takes no mapping or placement any more (Leave), until it rejoins.
 	out bool
+	// mark is a primary's catch-up mark for its epoch; joined lists the
+	// backups that joined its configuration and have applied none of its
+	// placements yet: they get its whole order first (rejoin.go).
+	mark   CatchUpMark
+	joined map[string]bool
+
+	// trusted is how far stable-gp of a view whose order it applied
+	// made its placements final (Stable).
+	trusted uint64
 
 	// On a backup: a placement waiting for fetched data.
 	waiting *Placement
@@ -268,6 +283,9 @@ func NewShard[W comparable](cfg ShardConfig, st ShardState) *Shard[W] {
 	if cfg.Primary && s.term == 0 {
 		s.term = cfg.Epoch
 	}
+	if cfg.Primary {
+		s.noteMark()
+	}
 	var out ShardOutput[W]
 	s.Stable(StableGP{View: st.StableView, Stable: st.Stable}, &out)
 	return s
@@ -306,6 +324,11 @@ func (s *Shard[W]) Follow(epoch uint64, members []string, self string, out *Shar
 	switch i := slices.Index(members, self); {
 	case i < 0:
 		s.Leave(epoch)
+	case s.out:
+		// Taken back in (it caught up while out): as a backup, whatever
+		// its place, for the control plane promotes no replica that
+		// rejoined before it caught up.
+		s.rejoin(epoch)
 	case i == 0 && !s.Primary():
 		s.Promote(epoch, slices.Clone(members[1:]), out)
 	default:
@@ -540,6 +563,13 @@ func (s *Shard[W]) BackupApplied(b string, term, seq uint64, out *ShardOutput[W]
 	if !ok || term != s.term || seq > s.placeSeq || seq <= at {
 		return
 	}
+	if s.joined[b] && (len(s.sent) == 0 && seq < s.placeSeq || len(s.sent) > 0 && s.sent[0].Seq > seq+1) {
+		// A backup that joined answers for placements it held from
+		// before: the next ones it lacks are forgotten here, so it
+		// still gets the whole order (Resend).
+		return
+	}
+	delete(s.joined, b)
 	s.backupAt[b] = seq
 	s.maybeAck(out)
 }
@@ -562,9 +592,22 @@ func (s *Shard[W]) Reconfigure(epoch uint64, backups []string, out *ShardOutput[
 	}
 	next := make(map[string]uint64, len(backups))
 	for _, b := range backups {
-		next[b] = s.backupAt[b]
+		at, ok := s.backupAt[b]
+		if !ok {
+			if s.joined == nil {
+				s.joined = map[string]bool{}
+			}
+			s.joined[b] = true
+		}
+		next[b] = at
 	}
 	s.backupAt = next
+	for b := range s.joined {
+		if _, ok := next[b]; !ok {
+			delete(s.joined, b)
+		}
+	}
+	s.noteMark()
 	s.maybeAck(out)
 }
 
@@ -587,10 +630,15 @@ func (s *Shard[W]) Promote(epoch uint64, backups []string, out *ShardOutput[W]) 
 	s.apply(base)
 	s.sent = []*Placement{base}
 	s.backupAt = make(map[string]uint64, len(backups))
+	s.joined = make(map[string]bool, len(backups))
 	for _, b := range backups {
 		s.backupAt[b] = 0
+		// One that joined and had not caught up may lack placements
+		// below the base: until it applies one, it gets the whole order.
+		s.joined[b] = true
 	}
 	out.Place = base
+	s.noteMark()
 	s.maybeAck(out)
 }
 
@@ -664,6 +712,10 @@ func (s *Shard[W]) Resend(b string) []Placement {
 	if !ok {
 		return nil
 	}
+	if s.joined[b] && s.placeSeq > 0 {
+		// It joined: the placements it lacks may be forgotten here.
+		return []Placement{*s.joinBase()}
+	}
 	var out []Placement
 	for _, p := range s.sent {
 		if p.Seq > at {
@@ -680,10 +732,16 @@ func (s *Shard[W]) Resend(b string) []Placement {
 // the base's start (those below its readable end are final, the same on
 // every replica, and kept).
 func (s *Shard[W]) Place(p Placement, out *ShardOutput[W]) error {
-	if !s.cfg.Primary && s.placeSeq == 0 && p.Seq == 1 {
+	// A backup that placed nothing yet starts its table where its
+	// primary's does (a shard added to a running order): at the first
+	// placement, at a whole restatement, or at the first one past an
+	// empty base (its primary was promoted before it placed anything).
+	if !s.cfg.Primary && (p.Whole || p.Seq == s.placeSeq+1 && (s.placeSeq == 0 || p.Term == s.term)) {
 		s.joinAt(p.From)
 	}
-	rebase := p.Base && p.Term > s.term
+	// A base of a newer primary, or its primary's restatement for a
+	// backup that joined (of its own term, past what the backup applied).
+	rebase := p.Base && (p.Term > s.term || (p.Term == s.term && p.Seq > s.placeSeq))
 	switch {
 	case s.out:
 		return fmt.Errorf("placement [%d, %d) sent to a replica taken out of shard %d: %w", p.From, p.End, s.cfg.ID, ErrNotInConfig)
@@ -821,6 +879,13 @@ func (s *Shard[W]) Stable(st StableGP, out *ShardOutput[W]) {
 	}
 	if st.Stable > s.stable {
 		s.stable = st.Stable
+	}
+	if st.View <= s.view {
+		// Of a view whose order it applied. Stable-gp of a newer one
+		// may cover positions it placed in an older view that the newer
+		// view's flush rebound (it was taken out and has not heard
+		// yet): a rejoin keeps no more than this (rejoin.go).
+		s.trusted = max(s.trusted, min(st.Stable, s.placedEnd))
 	}
 	s.stableView = max(s.stableView, st.View)
 	s.release(out)

@@ -177,3 +177,30 @@ func (l *Leader) confirmDue(now time.Time) []control.Command {
 	slices.SortFunc(out, func(a, b control.Command) int { return int(a.Reconfig.Shard) - int(b.Reconfig.Shard) })
 	return out
 }
+
+// ConfirmRejoin decides a pending replica's word that it caught up under
+// its primary in configuration epoch (lazy order, where the joiner itself
+// tracks its catch-up against the primary's mark: see lazy's rejoin
+// notes). It returns the Confirm that clears that replica's Pending, or
+// done when it is not pending any more, or why it is refused.
+func (l *Leader) ConfirmRejoin(shard cut.ShardID, replica string, epoch uint64) (cmd control.Command, done bool, err error) {
+	sh := l.st.Shard(shard)
+	switch {
+	case sh == nil:
+		return control.Command{}, false, fmt.Errorf("confirm rejoin: unknown shard %d", shard)
+	case sh.State != control.Live || sh.Epoch != epoch:
+		return control.Command{}, false, fmt.Errorf("confirm rejoin of %s to shard %d: caught up in configuration %d, the shard is %s in %d: %w",
+			replica, shard, epoch, sh.State, sh.Epoch, ErrRejoinStale)
+	}
+	i := slices.IndexFunc(sh.Replicas, func(r control.Replica) bool { return r.ID == replica })
+	switch {
+	case i < 0:
+		return control.Command{}, false, fmt.Errorf("confirm rejoin: %s is not in configuration %d of shard %d: %w", replica, epoch, shard, ErrRejoinStale)
+	case !sh.Replicas[i].Pending:
+		return control.Command{}, true, nil
+	}
+	cmd = control.Command{Reconfig: &control.ReconfigCommand{Shard: shard, Epoch: epoch, Confirm: true, Vouched: replica}}
+	l.ids++
+	cmd.ID = l.idPrefix + fmt.Sprint(l.ids)
+	return cmd, false, nil
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
+	"github.com/augur-log/augur/internal/lazy"
 )
 
 // rejoinWorld is one shard served by s0 (primary) and s1, with s1 taken
@@ -320,5 +321,43 @@ func TestRejoinRefusesAFullConfiguration(t *testing.T) {
 	cmd, member, err := w.l.Rejoin(RejoinRequest{Shard: 0, Replica: control.Replica{ID: "s3", Addr: "a3", Incarnation: 1}, Epoch: 1}, w.now)
 	if !errors.Is(err, ErrRejoinStale) || member || cmd.Reconfig != nil {
 		t.Fatalf("join of a fourth replica: %+v member=%v err=%v, want a refusal", cmd, member, err)
+	}
+}
+
+// TestConfirmRejoinClearsOnlyThatPendingReplicaInItsConfiguration: a lazy
+// joiner's word that it caught up is taken for the configuration it names
+// only, and only while it is pending there.
+func TestConfirmRejoinClearsOnlyThatPendingReplicaInItsConfiguration(t *testing.T) {
+	w := rejoinWorld(t)
+	w.st.Lazy = &lazy.SeqConfig{View: 1, Replicas: []lazy.ReplicaID{1}, Leader: 1}
+	cmd, _, err := w.l.Rejoin(RejoinRequest{Shard: 0, Replica: s1Again, Epoch: 2, Held: 4}, w.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := w.st.Apply(cmd); !ok || !ev.MembershipChanged || !w.st.Shard(0).Replicas[1].Pending {
+		t.Fatalf("the lazy join is not pending: %+v", w.st.Shard(0))
+	}
+	for name, c := range map[string]struct {
+		shard   cut.ShardID
+		replica string
+		epoch   uint64
+	}{
+		"old configuration": {0, "s1", 2},
+		"unknown shard":     {7, "s1", 3},
+		"not a member":      {0, "s9", 3},
+	} {
+		if _, _, err := w.l.ConfirmRejoin(c.shard, c.replica, c.epoch); err == nil {
+			t.Errorf("%s: confirmed", name)
+		}
+	}
+	if _, done, err := w.l.ConfirmRejoin(0, "s0", 3); err != nil || !done {
+		t.Fatalf("a replica not pending: done %v, %v", done, err)
+	}
+	cmd, done, err := w.l.ConfirmRejoin(0, "s1", 3)
+	if err != nil || done || cmd.Reconfig == nil || !cmd.Reconfig.Confirm || cmd.Reconfig.Vouched != "s1" {
+		t.Fatalf("confirm: %+v, done %v, %v", cmd, done, err)
+	}
+	if ev, ok := w.st.Apply(cmd); !ok || !ev.MembershipChanged || w.st.Shard(0).Replicas[1].Pending || w.st.Shard(0).Epoch != 3 {
+		t.Fatalf("after the confirm: %+v", w.st.Shard(0))
 	}
 }

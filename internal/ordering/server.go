@@ -802,6 +802,39 @@ func (s *Server) RegisterShard(ctx context.Context, req *pb.RegisterShardRequest
 	return &pb.RegisterShardResponse{Shard: ev.Registered}, nil
 }
 
+// confirmRejoin takes a pending lazy replica's word that it caught up
+// under its primary, as the leader core decides (order.Leader.ConfirmRejoin).
+func (s *Server) confirmRejoin(ctx context.Context, req *pb.RejoinShardRequest) (*pb.RejoinShardResponse, error) {
+	s.mu.Lock()
+	l := s.leader
+	var (
+		cmd  control.Command
+		done bool
+		err  error
+	)
+	if l != nil {
+		cmd, done, err = l.ConfirmRejoin(req.Shard, req.Replica.Id, req.Epoch)
+	}
+	s.mu.Unlock()
+	switch {
+	case l == nil:
+		_, addr := s.leaderAddr()
+		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	case err != nil:
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case done:
+		return &pb.RejoinShardResponse{Epoch: req.Epoch}, nil
+	}
+	ev, err := s.propose(ctx, cmd, true)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "confirm rejoin of shard %d: %v", req.Shard, err)
+	}
+	if !ev.MembershipChanged {
+		return nil, status.Errorf(codes.FailedPrecondition, "confirm rejoin of shard %d: refused when applied: the configuration moved past %d", req.Shard, req.Epoch)
+	}
+	return &pb.RejoinShardResponse{Epoch: req.Epoch}, nil
+}
+
 // RejoinShard adds a storage server's caught-up copy of a shard back to
 // the shard's configuration, as the leader core decides (order.Leader.Rejoin).
 // A follower answers with the leader's address; a refusal is
@@ -813,10 +846,8 @@ func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*
 	if req.Replica == nil || req.Replica.Id == "" || req.Replica.Addr == "" {
 		return nil, status.Error(codes.InvalidArgument, "rejoin shard: the replica's id and address are required")
 	}
-	if s.cfg.Mode.Sequenced() {
-		// See storage's startReplicaLocked: a lazy replica's rejoin would
-		// not copy its unordered records.
-		return nil, status.Error(codes.Unimplemented, "rejoin shard: not built for lazy order; the replica stays out")
+	if req.CaughtUp && !s.cfg.Mode.Sequenced() {
+		return nil, status.Error(codes.InvalidArgument, "rejoin shard: caught_up is lazy order's; other modes' primaries vouch for their replicas")
 	}
 	srv, authenticated := auth.CallingServer(ctx)
 	if authenticated && srv.ID != req.Replica.Id {
@@ -824,6 +855,9 @@ func (s *Server) RejoinShard(ctx context.Context, req *pb.RejoinShardRequest) (*
 	}
 	if addr, no := s.notLeader(); no {
 		return &pb.RejoinShardResponse{NotLeader: true, LeaderAddr: addr}, nil
+	}
+	if req.CaughtUp {
+		return s.confirmRejoin(ctx, req)
 	}
 	rq := order.RejoinRequest{Shard: req.Shard, Epoch: req.Epoch, Held: req.Held,
 		Replica: control.Replica{ID: req.Replica.Id, Addr: req.Replica.Addr, Incarnation: req.Replica.Incarnation}}

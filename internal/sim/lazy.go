@@ -149,6 +149,10 @@ type lazyStats struct {
 	seqCrashes, leaderCrashes, shardCrashes, clientCr uint64
 	fastReads, slowReads, readTimeouts, lost, dups    uint64
 	failovers                                         uint64
+	// rejoins counts the replicas taken back into their configuration;
+	// sourceDeaths the primaries that died while a replica copied their
+	// log; primaryDeathsOnJoin those that died as a replica rejoined.
+	rejoins, sourceDeaths, primaryDeathsOnJoin uint64
 	// ringFull counts the appends a full sequencing ring pushed back.
 	ringFull uint64
 	// ordCrashes and ordPartitions count the ordering replicas' crashes
@@ -204,6 +208,8 @@ type lazyRun struct {
 	noopRd []check.Read
 	stats  lazyStats
 
+	// replicas is how many servers each shard has (2 or 3).
+	replicas int
 	// lost is the shard whose every replica died for good (-1: none);
 	// finalizedAt is when the control state finalized it, and endAt the
 	// stable end the live shards served then.
@@ -221,13 +227,13 @@ type lazyRec struct {
 	acked, known bool
 }
 
-func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
+func newLazyRun(seed uint64, f Faults, replicas int, trace func(string), plant bug) *lazyRun {
 	r := rand.New(rand.NewPCG(seed, 0x1a2e))
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := &lazyRun{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
 		f:     f, sc: newLazyScenario(r, f), plant: plant,
-		links: map[[2]string]*link{}, byID: map[lazy.RecordID]int{}, lost: -1,
+		links: map[[2]string]*link{}, byID: map[lazy.RecordID]int{}, lost: -1, replicas: replicas,
 	}
 	for i := range w.sc.seqs {
 		q := &seqNode{node: node{name: fmt.Sprintf("q%d", i), up: true}, w: w, id: lazy.ReplicaID(i + 1)}
@@ -235,12 +241,14 @@ func newLazyRun(seed uint64, f Faults, trace func(string), plant bug) *lazyRun {
 		w.seqs = append(w.seqs, q)
 	}
 	for s := range w.sc.shards {
-		w.shardConf = append(w.shardConf, lazyShardConf{epoch: 1, members: []int{0, 1}})
+		conf := lazyShardConf{epoch: 1}
 		var reps []*shardNode
-		for j := range 2 {
+		for j := range replicas {
+			conf.members = append(conf.members, j)
 			n := &shardNode{node: node{name: shardNodeName(cut.ShardID(s), j), up: true}, w: w, shard: cut.ShardID(s), idx: j}
 			reps = append(reps, n)
 		}
+		w.shardConf = append(w.shardConf, conf)
 		w.shards = append(w.shards, reps)
 	}
 	for _, n := range w.allShardNodes() {
@@ -280,7 +288,7 @@ func (w *lazyRun) liveShards() []cut.ShardID {
 	return out
 }
 
-// addShard registers a new shard of two replicas through the ordering
+// addShard registers a new shard of the run's replica count through the ordering
 // leader's Raft, as `augur shard add` (or a storage group registering)
 // does; its replicas start once the registration is applied (syncShards).
 // A proposal lost with its leader is made again.
@@ -290,11 +298,7 @@ func (w *lazyRun) addShard() {
 		return
 	}
 	if o := w.lead; o != nil && o.ctl != nil {
-		var reps []control.Replica
-		for j := range 2 {
-			reps = append(reps, control.Replica{ID: shardNodeName(id, j)})
-		}
-		o.propose(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: reps}})
+		o.propose(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: w.shardReplicas(id)}})
 	}
 	w.after(3*lazyDetectAfter, w.addShard)
 }
@@ -309,7 +313,10 @@ func (w *lazyRun) loseShard() {
 	live := w.liveShards()
 	var cands []cut.ShardID
 	for _, s := range live {
-		if int(s) < len(w.shards) && len(w.members(s)) == 2 && w.members(s)[0].up && w.members(s)[1].up {
+		// Every replica in its configuration, caught up and running: a
+		// shard whose replicas are all alive dies at once.
+		if int(s) < len(w.shards) && len(w.members(s)) == len(w.shards[s]) && len(w.shardConf[s].pending) == 0 &&
+			!slices.ContainsFunc(w.shards[s], func(n *shardNode) bool { return !n.up || n.doomed }) {
 			cands = append(cands, s)
 		}
 	}
@@ -322,9 +329,7 @@ func (w *lazyRun) loseShard() {
 	w.tracef("shard %d: every replica dies for good", s)
 	for _, n := range w.shards[s] {
 		n.gone = true
-		w.stats.shardCrashes++
-		n.crash(0)
-		w.after(lazyDetectAfter, func() { w.takeOut(n) })
+		w.crashShard(n, 0)
 	}
 }
 
@@ -416,19 +421,19 @@ func (w *lazyRun) crash(c lazyCrash) {
 	case crashShardPrimary, crashShardBackup:
 		s := cut.ShardID(w.r.IntN(len(w.shards)))
 		sh := w.members(s)
-		if len(sh) < 2 || !sh[0].up || !sh[1].up {
+		if len(sh) < 2 {
 			retry()
 			return
 		}
 		n := sh[0]
 		if c.kind == crashShardBackup {
-			n = sh[1]
+			n = sh[1+w.r.IntN(len(sh)-1)]
 		}
-		w.stats.shardCrashes++
-		n.crash(c.down)
-		if c.kind == crashShardPrimary {
-			w.after(lazyDetectAfter, func() { w.takeOut(n) })
+		if !w.canCrashShard(n) {
+			retry()
+			return
 		}
+		w.crashShard(n, c.down)
 	case crashOrdLeader, crashOrdFollower:
 		if !w.crashOrdering(c.kind == crashOrdLeader, c.down) {
 			retry()
@@ -677,8 +682,18 @@ type shardNode struct {
 	wakeGen int
 	// ackTo answers the sender of the last mapping.
 	ackTo func(lazy.MappingAck)
+	// doomed says it crashed and the detector has not taken it out yet.
+	doomed bool
+	// cursor is how far it copied src's log (lazyrejoin.go).
+	cursor uint64
+	src    string
 	// gone says the replica died for good: it never restarts.
 	gone bool
+	// outs counts the times it was taken out of its configuration.
+	outs int
+	// askedAt is when it last asked the ordering leader to join it or
+	// confirm it.
+	askedAt time.Time
 }
 
 func shardNodeName(s cut.ShardID, j int) string { return fmt.Sprintf("s%d.%d", s, j) }
@@ -711,6 +726,7 @@ func (n *shardNode) boot() {
 		}
 	})
 	n.w.every(&n.node, lazyScrubEvery, func() { n.w.stats.scrubbed += uint64(len(n.core.Scrub())) })
+	n.w.every(&n.node, lazyResendEvery, n.copyStep)
 }
 
 func (n *shardNode) crash(down time.Duration) {
@@ -727,7 +743,12 @@ func (n *shardNode) crash(down time.Duration) {
 	})
 }
 
-func (n *shardNode) accept(rec int, view uint64) error {
+func (n *shardNode) accept(rec int, view, epoch uint64) error {
+	if err := n.core.FenceData(epoch); err != nil && n.w.plant != bugLazyNoDataFence {
+		return err
+	} else if err != nil {
+		n.w.planted = true
+	}
 	var out lazy.ShardOutput[int]
 	local, fresh, err := n.core.Accept(n.w.recs[rec].id, view, &out)
 	if err != nil {
@@ -849,8 +870,13 @@ func (n *shardNode) place(ps []lazy.Placement) {
 func (n *shardNode) stable(st lazy.StableGP) {
 	var out lazy.ShardOutput[int]
 	n.core.Stable(st, &out)
-	if st.Stable > n.st.Stable {
-		n.st = st
+	// What survives a restart is the stable end as far as its placements
+	// are the shard's (its readable end): a replica out of its
+	// configuration, or one that rejoined and has not applied its
+	// primary's base yet, may hold placements above it that the shard's
+	// order overrode.
+	if r := n.core.Readable(); !n.core.Out() && (r > n.st.Stable || st.View > n.st.View) {
+		n.st = lazy.StableGP{View: max(n.st.View, st.View), Stable: max(n.st.Stable, r)}
 	}
 	n.carry(out)
 }

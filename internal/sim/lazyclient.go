@@ -23,6 +23,10 @@ type lazyClient struct {
 	nextSeq uint64
 	cfg     lazy.SeqConfig
 	ops     map[uint64]*lazyOp
+	// shards are the shards' configurations as the client last learned
+	// them (it learns one again when a replica refuses data of an older
+	// configuration, or when a replica it sends to left it).
+	shards map[cut.ShardID]lazyShardConf
 }
 
 type lazyOp struct {
@@ -30,11 +34,16 @@ type lazyOp struct {
 	view      uint64
 	seqAcked  map[lazy.ReplicaID]bool
 	dataAcked map[int]bool
+	// members and epoch are the shard's configuration as the client knew
+	// it when it sent the data (nil: take it at the next send): the data
+	// is acknowledged once every one of them holds it.
+	members []int
+	epoch   uint64
 }
 
 func (w *lazyRun) addClient() {
 	c := &lazyClient{node: node{name: fmt.Sprintf("c%d", len(w.clients)+1), up: true}, w: w,
-		id: uint64(len(w.clients) + 1), ops: map[uint64]*lazyOp{}}
+		id: uint64(len(w.clients) + 1), ops: map[uint64]*lazyOp{}, shards: map[cut.ShardID]lazyShardConf{}}
 	w.clients = append(w.clients, c)
 	w.after(w.uniform(0, w.sc.appendEvery), c.next)
 	w.every(&c.node, lazyRetryEvery, c.retry)
@@ -69,7 +78,7 @@ func (c *lazyClient) next() {
 // begin (re)starts op in the view the client knows.
 func (c *lazyClient) begin(op *lazyOp) {
 	op.view = c.cfg.View
-	op.seqAcked, op.dataAcked = map[lazy.ReplicaID]bool{}, map[int]bool{}
+	op.seqAcked, op.dataAcked, op.members = map[lazy.ReplicaID]bool{}, map[int]bool{}, nil
 	c.send(op)
 }
 
@@ -106,16 +115,38 @@ func (c *lazyClient) send(op *lazyOp) {
 			})
 		})
 	}
-	for _, n := range w.members(r.shard) {
-		j := n.idx
+	if op.members == nil {
+		conf, ok := c.shards[r.shard]
+		if !ok {
+			conf = w.shardConf[r.shard]
+			conf.members = slices.Clone(conf.members)
+			c.shards[r.shard] = conf
+		}
+		if conf.epoch != op.epoch {
+			// Acknowledgements count within one configuration: a
+			// replica that took the data for another epoch (one it
+			// ran out of it, say) vouches for nothing in this one.
+			clear(op.dataAcked)
+		}
+		op.members, op.epoch = conf.members, conf.epoch
+	}
+	members, epoch := op.members, op.epoch
+	for _, j := range members {
+		n := w.shards[r.shard][j]
 		if op.dataAcked[j] {
 			continue
 		}
 		w.send(c.name, &n.node, func() {
-			err := n.accept(op.rec, view)
+			err := n.accept(op.rec, view, epoch)
 			w.send(n.name, &c.node, func() {
 				if c.inc != inc {
 					return
+				}
+				if errors.Is(err, lazy.ErrStaleConfig) && slices.Equal(op.members, members) {
+					op.members = nil
+					if c.shards[r.shard].epoch <= epoch {
+						delete(c.shards, r.shard)
+					}
 				}
 				c.answered(op, view, func() { op.dataAcked[j] = true }, err)
 			})
@@ -156,7 +187,7 @@ func (c *lazyClient) complete(op *lazyOp) bool {
 	w := c.w
 	r := &w.recs[op.rec]
 	seqs := len(op.seqAcked)
-	data := w.dataAcked(r.shard, op)
+	data := op.members != nil && !slices.ContainsFunc(op.members, func(j int) bool { return !op.dataAcked[j] })
 	if w.plant == bugLazyAckEarly && seqs > 0 && seqs < len(c.cfg.Replicas) && data {
 		// Returns before every sequencing replica holds the metadata.
 		w.planted = true
@@ -202,17 +233,21 @@ func (c *lazyClient) retry() {
 	}
 	for _, s := range slices.Sorted(mapKeys(c.ops)) {
 		op := c.ops[s]
-		if r := c.w.recs[op.rec]; len(c.w.members(r.shard)) == 0 {
+		shard := c.w.recs[op.rec].shard
+		if len(c.w.members(shard)) == 0 {
 			// Its shard was finalized: the append fails (the SDK follows
 			// the shard table and gives up).
-			c.w.tracef("%s: %s gives up: shard %d finalized", c.name, r.name, r.shard)
+			c.w.tracef("%s: %s gives up: shard %d finalized", c.name, c.w.recs[op.rec].name, shard)
 			delete(c.ops, s)
 			continue
 		}
-		if c.complete(op) {
-			// Every replica the shard's configuration still has holds
-			// its data (one taken out is no longer waited for).
-			continue
+		if slices.ContainsFunc(op.members, func(j int) bool { return !c.w.isMember(c.w.shards[shard][j]) }) {
+			// A replica it sent to left the configuration: its stream
+			// broke, and the client asks for the configuration again.
+			op.members = nil
+			if c.shards[shard].epoch <= op.epoch {
+				delete(c.shards, shard)
+			}
 		}
 		c.send(op)
 	}
@@ -293,18 +328,4 @@ func (rd *lazyReader) readAt(n *shardNode, pos uint64, call time.Duration, hops 
 			})
 		})
 	})
-}
-
-// dataAcked says every replica of shard s's current configuration holds
-// op's data: a replica taken out is no longer waited for.
-func (w *lazyRun) dataAcked(s cut.ShardID, op *lazyOp) bool {
-	if len(w.members(s)) == 0 {
-		return false
-	}
-	for _, n := range w.members(s) {
-		if !op.dataAcked[n.idx] {
-			return false
-		}
-	}
-	return true
 }

@@ -106,17 +106,22 @@ func (w *lazyRun) applyRaft(n *replica, index uint64, c control.Command) {
 	}
 }
 
+// shardReplicas are the replicas shard id registers with.
+func (w *lazyRun) shardReplicas(id cut.ShardID) []control.Replica {
+	var reps []control.Replica
+	for j := range w.replicas {
+		reps = append(reps, control.Replica{ID: shardNodeName(id, j)})
+	}
+	return reps
+}
+
 // newControlState is the control state every ordering replica starts
 // from: the run's first shards registered, as a cluster's servers
 // register theirs (a shard added mid-run registers through Raft).
 func (w *lazyRun) newControlState() *control.State {
 	st := control.New("sim")
 	for id := range w.sc.shards {
-		var reps []control.Replica
-		for j := range 2 {
-			reps = append(reps, control.Replica{ID: shardNodeName(cut.ShardID(id), j)})
-		}
-		st.Apply(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: reps}})
+		st.Apply(control.Command{Register: &control.RegisterCommand{Group: "sim", Replicas: w.shardReplicas(cut.ShardID(id))}})
 	}
 	return st
 }

@@ -232,16 +232,18 @@ func (w *lazyRun) summary() string {
 
 // runLazy runs one seed of lazy order.
 func runLazy(seed uint64, o Options) Result {
-	w := newLazyRun(seed, o.Faults, o.Trace, o.plant)
+	w := newLazyRun(seed, o.Faults, replicasOf(seed, o), o.Trace, o.plant)
 	w.run(w.start.Add(w.sc.runFor))
 	if w.heal() {
 		w.verify()
 		w.healedView()
+		w.rejoined()
 	}
 	return Result{
 		Seed: seed, Mode: Lazy, Faults: o.Faults, Scenario: w.sc.String(), Summary: w.summary(), Errs: w.errs, Steps: w.steps,
 		Crashes: w.stats.shardCrashes, SeqCrashes: w.stats.seqCrashes, LeaderCrashes: w.stats.leaderCrashes,
 		ClientCrashes: w.stats.clientCr, Views: w.stats.views, RaftCrashes: w.stats.ordCrashes, CutOffLeaders: w.stats.ordPartitions, Noops: w.stats.noops, RingFull: w.stats.ringFull, Failovers: w.stats.failovers, planted: w.planted,
+		Replicas: w.replicas, Rejoins: w.stats.rejoins, SourceDeaths: w.stats.sourceDeaths, PrimaryDeathsOnJoin: w.stats.primaryDeathsOnJoin,
 		ShardsAdded: w.stats.added, ShardFailed: w.lost >= 0,
 	}
 }

@@ -138,7 +138,7 @@ type Options struct {
 	Faults Faults
 	// Replicas is how many storage servers each shard has, 2 or 3 (the
 	// group sizes of a cluster file); 0 lets the seed choose: even seeds
-	// run 2, odd ones 3. Lazy order's shards have 2 (CheckReplicas refuses 3).
+	// run 2, odd ones 3.
 	Replicas int
 	// Trace, when set, receives every step of the run.
 	Trace func(string)
@@ -228,6 +228,13 @@ const (
 	// stable-gp to a view change's flush as it proposes the new
 	// configuration, before Raft recorded it.
 	bugLazyStableBeforeRecord
+	// bugLazyJoinerCounts: a lazy shard replica that rejoins counts as
+	// soon as it joins, before it caught up under its primary.
+	bugLazyJoinerCounts
+	// bugLazyNoDataFence: a lazy shard replica takes data a client sent
+	// to an older configuration of the shard (one without a replica that
+	// joined since).
+	bugLazyNoDataFence
 	// bugLazyMapFinalized: the lazy orderer takes a finalized shard for
 	// one that may still grow: it maps every batch to it and waits for
 	// its acknowledgement, which never comes once every replica is gone.
@@ -325,11 +332,7 @@ func (r Result) Failed() bool { return len(r.Errs) > 0 }
 
 // Replay returns the one command that replays this seed with a trace.
 func (r Result) Replay() string {
-	replicas := ""
-	if r.Mode != Lazy {
-		replicas = fmt.Sprintf(" --replicas %d", r.Replicas)
-	}
-	return fmt.Sprintf("go run ./cmd/augur sim --mode %s --faults %s%s --seed %d --trace", r.Mode, r.Faults, replicas, r.Seed)
+	return fmt.Sprintf("go run ./cmd/augur sim --mode %s --faults %s --replicas %d --seed %d --trace", r.Mode, r.Faults, r.Replicas, r.Seed)
 }
 
 // replicasOf is how many storage servers each shard of seed's run has.
@@ -345,8 +348,6 @@ func CheckReplicas(m Mode, n int) error {
 	switch {
 	case n != 0 && (n < copiesMin || n > copiesMax):
 		return fmt.Errorf("sim: %d servers per shard; a storage group has %d or %d", n, copiesMin, copiesMax)
-	case m == Lazy && n != 0 && n != copiesMin:
-		return fmt.Errorf("sim: %d servers per shard; the simulation of lazy order runs %d", n, copiesMin)
 	}
 	return nil
 }
@@ -464,7 +465,7 @@ func Count(rs []Result) Tally {
 		t.Failovers += r.Failovers
 		t.Joins += r.Joins
 		t.PairCrashes += r.PairCrashes
-		if r.Replicas == 3 && r.Mode != Lazy {
+		if r.Replicas == 3 {
 			t.ThreeServers++
 		}
 		t.Damaged += r.Damaged
@@ -513,8 +514,8 @@ func Count(rs []Result) Tally {
 
 func (t Tally) String() string {
 	if t.Lazy > 0 {
-		return fmt.Sprintf("%d seeds, %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d shard configuration changes), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off; %d shards added, %d shards whose every replica died",
-			t.Seeds, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders, t.ShardsAdded, t.ShardFailed)
+		return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over; %d rejoins, %d copies lost their source mid-copy, %d primaries died as a replica rejoined), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off; %d shards added, %d shards whose every replica died",
+			t.Seeds, t.ThreeServers, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.Rejoins, t.SourceDeaths, t.PrimaryDeathsOnJoin, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders, t.ShardsAdded, t.ShardFailed)
 	}
 	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d storage servers paused, %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts); %d eager cuts between windows in %d seeds",
 		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.Pauses, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts, t.EagerCuts, t.EagerSeeds)

@@ -62,13 +62,16 @@ func TestSeeds(t *testing.T) {
 				// sequencing leader and followers crash (view changes
 				// follow), shard replicas and clients crash, shard
 				// primaries fail over, data that never comes turns into
-				// no-ops, full sequencing rings push appends back, and
+				// no-ops, full sequencing rings push appends back,
 				// ordering replicas crash or their leader is cut off from
-				// the others, shards are added mid-run and every replica
-				// of a shard dies for good.
+				// the others, shards of three run, replicas taken out
+				// rejoin (their source dying mid-copy, the primary right
+				// after the join), shards are added mid-run and every
+				// replica of a shard dies for good.
 				if faults.Crash && n >= 40 && (tally.LeaderCrashes == 0 || tally.SeqCrashes == tally.LeaderCrashes ||
 					tally.Views == 0 || tally.Crashes == 0 || tally.ClientCrashes == 0 || tally.Noops == 0 || tally.RingFull == 0 || tally.Failovers == 0 ||
-					tally.RaftCrashes == 0 || tally.CutOffLeaders == 0 || tally.ShardsAdded == 0 || tally.ShardFailed == 0) {
+					tally.RaftCrashes == 0 || tally.CutOffLeaders == 0 || tally.ThreeServers == 0 ||
+					tally.Rejoins == 0 || tally.SourceDeaths == 0 || tally.PrimaryDeathsOnJoin == 0 || tally.ShardsAdded == 0 || tally.ShardFailed == 0) {
 					t.Errorf("some lazy fault never struck: %v", tally)
 				}
 				return
@@ -372,6 +375,19 @@ func TestLazyPlantedBugs(t *testing.T) {
 		// readers may have seen; the shards refuse it, and the control
 		// plane stays in its view change.
 		{"stable-gp advances before the flush is recorded through Raft", bugLazyStableBeforeRecord, "is still changing the view"},
+		// A shard replica that rejoins and counts at once (not pending
+		// until it caught up under its primary) lacks appends the
+		// configuration acknowledged between its copy and its join; the
+		// primary dies right after the join, the joiner takes over, and
+		// those appends are gone.
+		{"a rejoined shard replica counts before it caught up", bugLazyJoinerCounts, "invariant 1"},
+		// A replica that takes data sent to an older configuration
+		// acknowledges, after a replica joined and copied up to its
+		// primary's mark, an append the joiner never gets: the client
+		// knew the configuration without it. The joiner, caught up by
+		// the mark, takes over when the primary dies, and the append is
+		// gone.
+		{"a shard replica takes data sent to an older configuration", bugLazyNoDataFence, "invariant 1"},
 		// The orderer maps every batch to every shard of the table, a
 		// finalized one too: once every replica of a shard died, no
 		// batch is ever acknowledged again and the order stops for the

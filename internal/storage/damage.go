@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // # Damaged records
@@ -89,8 +90,12 @@ func (s *Server) reportDamage(id cut.ShardID, st *segment.Store) {
 func (s *Server) health() []*pb.ReplicaHealth {
 	s.mu.Lock()
 	rs := make([]*replica, 0, len(s.replicas))
+	lazyRejoin := map[cut.ShardID]*pb.CatchUpProgress{}
 	for _, r := range s.replicas {
 		rs = append(rs, r)
+		if p := s.lazyRejoinHealthLocked(r.id); p != nil {
+			lazyRejoin[r.id] = proto.Clone(p).(*pb.CatchUpProgress)
+		}
 	}
 	s.mu.Unlock()
 	slices.SortFunc(rs, func(a, b *replica) int { return cmp.Compare(a.id, b.id) })
@@ -103,6 +108,10 @@ func (s *Server) health() []*pb.ReplicaHealth {
 				// A repair under way says more.
 				h.CatchUp = r.rejoinShow.get(r.store)
 			}
+		}
+		if p := lazyRejoin[r.id]; p != nil {
+			// Lazy order: its copy rejoins (lazyrejoin.go).
+			h.Role, h.CatchUp = "catching-up", p
 		}
 		for _, d := range r.store.Damaged() {
 			h.Damaged = append(h.Damaged, &pb.LocalRange{First: d.First, End: d.End})

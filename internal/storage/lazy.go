@@ -97,7 +97,12 @@ type lazyShard struct {
 
 // lazyShard returns this server's replica of shard id, opening it on first
 // use; an error says the server does not hold the shard.
-func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
+func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) { return s.openLazy(id, false) }
+
+// openLazy is lazyShard; with out, it also opens the copy of a shard of
+// this server's group whose configuration leaves the server out, for it
+// to rejoin (lazyrejoin.go).
+func (s *Server) openLazy(id cut.ShardID, out bool) (*lazyShard, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ls, ok := s.lazy[id]; ok {
@@ -113,7 +118,7 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 			self = i
 		}
 	}
-	if self < 0 {
+	if self < 0 && (!out || info.GetGroup() != s.cfg.GroupName) {
 		return nil, status.Errorf(codes.NotFound, "shard %d is not stored on %s", id, s.cfg.ID)
 	}
 	ls := &lazyShard{s: s, id: id, primary: self == 0, ackedCh: make(chan struct{}), readableCh: make(chan struct{}), syncWake: make(chan struct{}, 1)}
@@ -126,6 +131,9 @@ func (s *Server) lazyShard(id cut.ShardID) (*lazyShard, error) {
 		return nil, status.Errorf(codes.Unavailable, "shard %d: %v", id, err)
 	}
 	s.lazy[id] = ls
+	if self < 0 {
+		ls.core.Leave(info.GetEpoch())
+	}
 	ls.core.Trim(s.view.trim)
 	s.wg.Go(ls.syncLoop)
 	s.wg.Go(ls.scrubLoop)
@@ -233,6 +241,7 @@ func (s *Server) followLazyConfigs() {
 	for _, f := range todo {
 		f.ls.followConfig(f.info)
 	}
+	s.startLazyRejoins()
 }
 
 // trimLazy trims every lazy replica here at pos, the cluster's trim point.
@@ -575,7 +584,12 @@ func (ls *lazyShard) acceptLocking(req *pb.LazyStoreRequest) (acks []*pb.AppendA
 			continue
 		}
 		id := lazy.RecordID{Client: req.GetClientId(), Seq: e.GetSeq()}
-		local, isNew, err := ls.core.Accept(id, req.GetView(), &out)
+		err := ls.core.FenceData(req.GetEpoch())
+		var local uint64
+		var isNew bool
+		if err == nil {
+			local, isNew, err = ls.core.Accept(id, req.GetView(), &out)
+		}
 		if err != nil {
 			ack.Code, ack.Message = lazyCode(err), err.Error()
 			continue
@@ -652,12 +666,14 @@ func lazyCode(err error) pb.Code {
 		return pb.Code_FULL
 	case errors.Is(err, lazy.ErrTrimmed):
 		return pb.Code_TRIMMED
+	case errors.Is(err, lazy.ErrStaleConfig):
+		return pb.Code_STALE_EPOCH
 	}
 	return pb.Code_INVALID
 }
 
 func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *pb.Placement {
-	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq, Term: p.Term, Base: p.Base}
+	out := &pb.Placement{ClusterId: clusterID, Shard: uint32(shard), View: p.View, From: p.From, End: p.End, Seq: p.Seq, Term: p.Term, Base: p.Base, Whole: p.Whole}
 	for _, r := range p.Runs {
 		out.Runs = append(out.Runs, &pb.PositionRun{From: r.From, End: r.End, Shard: uint32(r.Shard)})
 	}
@@ -668,7 +684,7 @@ func placementToProto(clusterID string, shard cut.ShardID, p *lazy.Placement) *p
 }
 
 func placementFromProto(p *pb.Placement) lazy.Placement {
-	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq(), Term: p.GetTerm(), Base: p.GetBase()}
+	out := lazy.Placement{View: p.GetView(), From: p.GetFrom(), End: p.GetEnd(), Seq: p.GetSeq(), Term: p.GetTerm(), Base: p.GetBase(), Whole: p.GetWhole()}
 	for _, r := range p.GetRuns() {
 		out.Runs = append(out.Runs, lazy.Run{From: r.GetFrom(), End: r.GetEnd(), Shard: cut.ShardID(r.GetShard())})
 	}

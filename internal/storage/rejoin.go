@@ -119,7 +119,7 @@ func (r *replica) rejoin(ctx context.Context) {
 			continue
 		}
 		r.showAsked()
-		err := r.srv.askRejoin(ctx, r.id, epoch, held)
+		err := r.srv.askRejoin(ctx, r.id, epoch, held, false)
 		if err == nil {
 			r.log.Info("rejoin: the ordering leader added this copy back", "epoch", epoch+1, "held", held)
 			// The configuration that takes it in makes it a backup; if
@@ -233,15 +233,16 @@ func (s *Server) rejoinSources(id uint32, epoch uint64) []Peer {
 
 // askRejoin asks the ordering leader to add this server's copy of shard
 // id, caught up from configuration epoch and holding held entries, back
-// to the shard's configuration.
-func (s *Server) askRejoin(ctx context.Context, id uint32, epoch, held uint64) error {
+// to the shard's configuration; with caughtUp (lazy order), to count the
+// copy, pending in configuration epoch, as caught up.
+func (s *Server) askRejoin(ctx context.Context, id uint32, epoch, held uint64, caughtUp bool) error {
 	var addr string
 	for _, p := range s.cfg.Group {
 		if p.ID == s.cfg.ID {
 			addr = p.Addr
 		}
 	}
-	req := &pb.RejoinShardRequest{ClusterId: s.cfg.ClusterID, Shard: id, Epoch: epoch, Held: held,
+	req := &pb.RejoinShardRequest{ClusterId: s.cfg.ClusterID, Shard: id, Epoch: epoch, Held: held, CaughtUp: caughtUp,
 		Replica: &pb.ReplicaAddr{Id: s.cfg.ID, Addr: addr, Incarnation: s.incarnation}}
 	err := s.callLeader(ctx, func(ctx context.Context, c pb.OrderingClient) (string, bool, error) {
 		resp, err := c.RejoinShard(ctx, req)

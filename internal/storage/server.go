@@ -91,7 +91,9 @@ type Server struct {
 	// lazy holds the shards' lazy-order replicas (lazy mode only),
 	// opened on first use.
 	lazy map[cut.ShardID]*lazyShard
-	view view
+	// lazyRejoins are the rejoins of lazy copies under way (lazyrejoin.go).
+	lazyRejoins map[cut.ShardID]*lazyRejoinState
+	view        view
 	// viewChanged is closed and replaced whenever the view changes.
 	viewChanged chan struct{}
 	// caughtUp is closed once the view has reached the ordering state seen
@@ -262,9 +264,8 @@ func (s *Server) startReplicaLocked(r *replica) {
 		defer s.wg.Done()
 		r.run()
 	}()
-	// A lazy shard's replica keeps unordered records and placements that
-	// this rejoin does not copy: taken back in without them, it could be
-	// promoted and lose acknowledged appends. Lazy order has no rejoin yet.
+	// A lazy shard's copy rejoins through its own shell (lazyrejoin.go):
+	// this one does not copy unordered records and placements.
 	if !s.cfg.Mode.Sequenced() {
 		s.wg.Add(1)
 		go func() {

@@ -304,7 +304,7 @@ func TestRejoinAskPassesAStoppedLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*orderingCallTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := s.askRejoin(ctx, 7, 1, 10); err != nil {
+	if err := s.askRejoin(ctx, 7, 1, 10, false); err != nil {
 		t.Fatalf("the rejoin was not asked of the live replica: %v", err)
 	}
 	if took := time.Since(start); took > orderingCallTimeout+silenceTestSlack {

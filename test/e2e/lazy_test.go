@@ -160,16 +160,20 @@ func TestLazyProcessFaults(t *testing.T) {
 	// out of its shard at a newer epoch; a lazy append and a placement
 	// need every replica of the current configuration, so appends and the
 	// order go on without it (the primary stops waiting for its
-	// placements, clients stop sending it data). Restarted, it stays out
-	// (rejoin is not built).
+	// placements, clients stop sending it data). Restarted, it copies the
+	// primary's log, joins pending, catches up and counts again.
 	groups := []string{"a", "b"}
-	killShardReplica(t, ctx, pc, admin, h, clk, groups[seed%2], 1)
+	back := killShardReplica(t, ctx, pc, admin, h, clk, groups[seed%2], 1)
 	// Phase 5: kill -9 the other shard's primary and restart it. Failover
 	// takes it out and promotes its backup, which restates its order to
 	// the shard; the orderer sends the mapping in flight to the new
 	// primary, clients send data to the new configuration, and nothing
-	// acknowledged is lost (the checks below).
+	// acknowledged is lost (the checks below). It rejoins as a backup.
 	killShardReplica(t, ctx, pc, admin, h, clk, groups[(seed+1)%2], 0)
+	// Phase 6: kill -9 the replica that served the first shard while its
+	// backup was away: the rejoined copy, alone now, must hold every
+	// append acknowledged before, during and after its rejoin.
+	killOthers(t, ctx, pc, admin, h, clk, groups[seed%2], back)
 
 	close(stop)
 	drainAppends(t, h, &wg, giveUp, procDrainTimeout)
@@ -207,8 +211,9 @@ func TestLazyProcessFaults(t *testing.T) {
 // killShardReplica kill -9s replica idx (0: the primary) of the live shard
 // of group, waits until the control plane took it out of the shard's
 // configuration at a newer epoch and appends go on, restarts it, and
-// checks that appends still go on and that it stays out.
-func killShardReplica(t *testing.T, ctx context.Context, pc *procCluster, admin *client.Client, h *history, clk clock, group string, idx int) {
+// waits until it is back in the configuration, caught up (not pending),
+// with appends going on. It returns the replica's id.
+func killShardReplica(t *testing.T, ctx context.Context, pc *procCluster, admin *client.Client, h *history, clk clock, group string, idx int) string {
 	t.Helper()
 	st := waitStatus(t, ctx, admin, procStatusTimeout*2, "status before the shard fault", lazyReady)
 	victimShard := liveShard(st, group)
@@ -236,6 +241,37 @@ func killShardReplica(t *testing.T, ctx context.Context, pc *procCluster, admin 
 	t.Logf("at %v: restart %s", clk.now().Round(time.Millisecond), victim)
 	pc.start(victim)
 	waitAcks(t, h, clk, procPhaseAcksMin, "after "+victim+" restarted")
-	waitStatus(t, ctx, admin, procStatusTimeout*2, "the restarted "+victim+" still out of its shard", without)
+	waitStatus(t, ctx, admin, procPhaseTimeout, fmt.Sprintf("%s back in shard %d, caught up", victim, victimShard.Id), func(st *pb.StatusResponse) string {
+		now := shardByID(st, victimShard.Id)
+		if now == nil || now.State != pb.ShardState_SHARD_LIVE || !slices.ContainsFunc(now.Replicas, func(r *pb.ReplicaAddr) bool { return r.Id == victim && !r.Pending }) {
+			return fmt.Sprintf("shard %d is %v, want %s in it, not pending", victimShard.Id, now, victim)
+		}
+		return lazyReady(st)
+	})
+	waitAcks(t, h, clk, procPhaseAcksMin, "after "+victim+" rejoined")
+	pc.checkAlive()
+	return victim
+}
+
+// killOthers kill -9s every replica of the live shard of group but kept
+// and waits until kept serves the shard alone, appends going on.
+func killOthers(t *testing.T, ctx context.Context, pc *procCluster, admin *client.Client, h *history, clk clock, group, kept string) {
+	t.Helper()
+	st := waitStatus(t, ctx, admin, procStatusTimeout*2, "status before killing all but "+kept, lazyReady)
+	sh := liveShard(st, group)
+	for _, r := range sh.Replicas {
+		if r.Id != kept {
+			t.Logf("at %v: kill -9 %s of shard %d, leaving %s alone", clk.now().Round(time.Millisecond), r.Id, sh.Id, kept)
+			pc.kill9(r.Id)
+		}
+	}
+	waitStatus(t, ctx, admin, procPhaseTimeout, fmt.Sprintf("shard %d served by %s alone", sh.Id, kept), func(st *pb.StatusResponse) string {
+		now := shardByID(st, sh.Id)
+		if now == nil || now.State != pb.ShardState_SHARD_LIVE || len(now.Replicas) != 1 || now.Replicas[0].Id != kept {
+			return fmt.Sprintf("shard %d is %v, want %s alone", sh.Id, now, kept)
+		}
+		return lazyReady(st)
+	})
+	waitAcks(t, h, clk, procPhaseAcksMin, "with "+kept+" alone")
 	pc.checkAlive()
 }
