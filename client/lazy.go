@@ -101,6 +101,13 @@ func (o *lazyOp) finishIfCompleteLocked() {
 // to, those not asked yet and still owing it.
 func (o *lazyOp) followShard(info *pb.ShardInfo, askedAgain string) (send []string) {
 	o.mu.Lock()
+	if info.GetEpoch() != o.epoch {
+		// Acknowledgements count within one configuration: a replica
+		// that took the data in an older one may have been taken out
+		// and have rejoined from a copy made before the data came.
+		clear(o.dataAcked)
+		o.dataLeft = nil
+	}
 	left := map[string]bool{}
 	for _, r := range info.GetReplicas() {
 		if o.dataAcked[r.Addr] {

@@ -39,6 +39,30 @@ func TestLazyDataWaitsForTheReplicasOfTheCurrentConfiguration(t *testing.T) {
 	}
 }
 
+// TestLazyDataAcksCountWithinOneConfiguration: b acknowledged the data in
+// epoch 1; in epoch 3 b may be a copy that rejoined without it (taken out
+// in epoch 2, copied before the data came), so the data goes to b again
+// and the append waits for its answer in epoch 3.
+func TestLazyDataAcksCountWithinOneConfiguration(t *testing.T) {
+	var got []error
+	o := &lazyOp{ctx: context.Background(), done: func(_ Ack, err error) { got = append(got, err) },
+		epoch: 1, dataLeft: map[string]bool{"a": true, "b": true}, metaLeft: map[string]bool{}}
+	o.acked("b", false, 0)
+	next := shardWith("a", "b")
+	next.Epoch = 3
+	if send := o.followShard(next, "a"); !slices.Equal(send, []string{"a", "b"}) {
+		t.Fatalf("epoch 3: send %v, want the data sent to a and b again", send)
+	}
+	o.acked("a", false, 0)
+	if len(got) != 0 {
+		t.Fatal("done on b's acknowledgement of epoch 1")
+	}
+	o.acked("b", false, 0)
+	if len(got) != 1 || got[0] != nil {
+		t.Fatalf("both replicas of epoch 3 acknowledged: done %v", got)
+	}
+}
+
 // TestLazyStaleRefusalAfterResend: an append whose data went to a shard
 // replica in view 1 and again in view 2 (after the cluster moved on) must
 // not be decided by the replica's refusal of the view-1 send: that answer
