@@ -98,7 +98,11 @@ func (s *Server) lazyPlaceLocked(id cut.ShardID) (member, pending, stale bool) {
 func (s *Server) lazyRejoin(id cut.ShardID, st *lazyRejoinState) {
 	var ls *lazyShard
 	var src string
-	var cursor uint64
+	// target is the source's length when this copy of its log began: a
+	// copy that reached it asks to join (pending, it copies the rest
+	// under the primary), so appends faster than the paced copy cannot
+	// keep it out.
+	var cursor, target uint64
 	for s.ctx.Err() == nil {
 		s.mu.Lock()
 		sh := s.view.shards[id]
@@ -130,7 +134,8 @@ func (s *Server) lazyRejoin(id cut.ShardID, st *lazyRejoinState) {
 			}
 		}
 		primary := sh.GetReplicas()[0]
-		if primary.GetId() != src {
+		fresh := primary.GetId() != src
+		if fresh {
 			// Another primary's log: its local indexes are its own.
 			src, cursor = primary.GetId(), 0
 		}
@@ -149,31 +154,40 @@ func (s *Server) lazyRejoin(id cut.ShardID, st *lazyRejoinState) {
 			return
 		}
 		cursor = max(cursor, resp.GetNext())
+		if fresh {
+			target = resp.GetLen()
+		}
 		s.setLazyProgress(st, &pb.CatchUpProgress{Fetched: cursor, Total: resp.GetLen(), Source: src, Rejoin: true, Done: cursor >= resp.GetLen()})
 		if n > 0 && !s.sleep(time.Duration(float64(n)/float64(s.cfg.catchUpBytesPerSecond())*float64(time.Second))) {
 			return
 		}
-		if cursor < resp.GetLen() {
-			continue
-		}
-		// The copy holds what the source held: durable, then ask.
-		if err := ls.store.SyncRecords(); err != nil {
-			s.log.Error("lazy rejoin: sync", "shard", id, "err", err)
-			return
-		}
+		// A pending copy counts once it holds the log up to its
+		// primary's mark, however far the primary has grown since.
 		mark := lazy.CatchUpMark{Epoch: resp.GetMarkEpoch(), Term: resp.GetMarkTerm(), Len: resp.GetMarkLen(), Seq: resp.GetMarkSeq()}
-		switch {
-		case !member:
-			err = s.askRejoin(s.ctx, uint32(id), sh.GetEpoch(), 0, false)
-		case resp.GetMarked() && ls.caughtUp(mark, cursor):
-			err = s.askRejoin(s.ctx, uint32(id), mark.Epoch, 0, true)
-		default:
+		ready := cursor >= target
+		if member {
+			ready = resp.GetMarked() && ls.caughtUp(mark, cursor)
+		}
+		if !ready {
+			if cursor < resp.GetLen() {
+				continue
+			}
 			// Pending: the primary's base placement, or the log up to its
 			// mark, is still coming.
 			if !s.sleep(retryInterval) {
 				return
 			}
 			continue
+		}
+		// What the copy counts on is durable before it asks.
+		if err := ls.store.SyncRecords(); err != nil {
+			s.log.Error("lazy rejoin: sync", "shard", id, "err", err)
+			return
+		}
+		if member {
+			err = s.askRejoin(s.ctx, uint32(id), mark.Epoch, 0, true)
+		} else {
+			err = s.askRejoin(s.ctx, uint32(id), sh.GetEpoch(), 0, false)
 		}
 		if status.Code(err) == codes.Unimplemented {
 			s.log.Warn("lazy rejoin: the ordering layer does not rejoin lazy replicas; the copy stays out", "shard", id, "err", err)
@@ -206,14 +220,16 @@ func (s *Server) copyFrom(addr string, id cut.ShardID, from uint64) (*pb.LazyCop
 func (ls *lazyShard) copyRecords(records []*pb.StoredRecord) (int, error) {
 	ls.mu.Lock()
 	var fresh []segment.Entry
+	var outs []lazy.ShardOutput[*lazyRead]
+	var copyErr error
 	bytes := 0
 	for _, r := range records {
 		var out lazy.ShardOutput[*lazyRead]
 		id := lazy.RecordID{Client: r.GetClientId(), Seq: r.GetSeq()}
 		local, isNew, err := ls.core.CopyRecord(id, &out)
 		if err != nil {
-			ls.mu.Unlock()
-			return 0, err
+			copyErr = err
+			break
 		}
 		if isNew {
 			if local != ls.store.Len()+uint64(len(fresh)) {
@@ -223,17 +239,25 @@ func (ls *lazyShard) copyRecords(records []*pb.StoredRecord) (int, error) {
 			fresh = append(fresh, segment.Entry{ClientID: id.Client, Seq: id.Seq, Key: rec.GetKey(), Tags: rec.GetTags(), Payload: rec.GetPayload()})
 			bytes += len(rec.GetKey()) + len(rec.GetPayload())
 		}
-		if err := ls.handleLocked(&out); err != nil {
-			ls.mu.Unlock()
-			return 0, err
-		}
+		outs = append(outs, out)
 	}
+	// The log takes every record the core counted before anything acts
+	// on the core's outputs: a failure below leaves the two in step.
 	if len(fresh) > 0 {
 		if _, err := ls.store.Append(fresh); err != nil {
 			panic(fmt.Sprintf("storage: lazy shard %d: append: %v", ls.id, err))
 		}
 	}
+	for i := range outs {
+		if err := ls.handleLocked(&outs[i]); err != nil {
+			ls.mu.Unlock()
+			return 0, err
+		}
+	}
 	ls.mu.Unlock()
+	if copyErr != nil {
+		return 0, copyErr
+	}
 	return bytes, ls.flush()
 }
 
