@@ -637,8 +637,9 @@ func (lc *lazyConn) metaAck(a *pb.SeqAck, view uint64) {
 			return
 		}
 		lc.c.wg.Go(func() { lc.c.retryMeta(o) })
-	case pb.Code_FULL:
-		// The ring is full: back off, then ask again.
+	case pb.Code_FULL, pb.Code_UNAVAILABLE:
+		// The ring is full, or the replica cannot check the record's
+		// shard now: back off, then ask again.
 		lc.c.wg.Go(func() { lc.c.resendAfterPause(o, lc.addr, true) })
 	case pb.Code_WRONG_CLUSTER:
 		o.finish(Ack{}, fmt.Errorf("%w: %s", ErrWrongCluster, a.Message))

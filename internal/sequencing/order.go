@@ -2,6 +2,7 @@ package sequencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -201,11 +202,14 @@ func (s *Server) carry(o *lazy.Orderer, out lazy.OrdererOutput, shards []*pb.Sha
 				s.log.Error("sequencing: collect here", "err", err)
 			} else {
 				end := s.seq.Ordered()
-				s.mu.Unlock()
-				back(func(o *lazy.Orderer) lazy.OrdererOutput {
-					return o.Collected(lazy.Collected{Replica: self, View: gc.View, End: end})
+				// carry runs on the order loop, the only reader of
+				// answers: a send from here would wait for itself once
+				// answers is full.
+				s.wg.Go(func() {
+					back(func(o *lazy.Orderer) lazy.OrdererOutput {
+						return o.Collected(lazy.Collected{Replica: self, View: gc.View, End: end})
+					})
 				})
-				s.mu.Lock()
 			}
 		}
 		s.mu.Unlock()
@@ -464,24 +468,32 @@ func (s *Server) noteShards(shards []*pb.ShardInfo) {
 	}
 }
 
-// knowsShard says whether the cluster ever had shard id, reading the table
-// again when the replica has not heard of it: a record of a shard that
-// never existed would hold the orderer up for good, while one of a shard
-// added a moment ago must be taken. When the table cannot be read it says
-// yes: the orderer waits for the table before it orders the record.
-func (s *Server) knowsShard(ctx context.Context, id cut.ShardID) bool {
+// checkShard refuses a record of shard id unless the cluster ever had
+// that shard, reading the table again when the replica has not heard of
+// it: a record of a shard that never existed would hold the orderer up for
+// good, while one of a shard added a moment ago must be taken. When the
+// table cannot be read the record is refused as unavailable (the client
+// asks again), not taken on trust.
+func (s *Server) checkShard(ctx context.Context, id cut.ShardID) error {
 	if uint32(id) < s.shardsNext.Load() {
-		return true
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	st, err := s.orderingStatus(ctx)
 	if err != nil {
-		return true
+		return fmt.Errorf("shard %d is not in the shard table this replica read, and the table cannot be read now (%v): %w", id, err, errTableUnread)
 	}
 	s.noteShards(st.GetShards())
-	return uint32(id) < s.shardsNext.Load()
+	if uint32(id) >= s.shardsNext.Load() {
+		return fmt.Errorf("shard %d: %w", id, lazy.ErrUnknownShard)
+	}
+	return nil
 }
+
+// errTableUnread: the shard table could not be read to check a record's
+// shard (UNAVAILABLE: retry).
+var errTableUnread = errors.New("shard table unavailable")
 
 // orderingStatus asks the ordering replicas for the cluster status.
 func (s *Server) orderingStatus(ctx context.Context) (*pb.StatusResponse, error) {

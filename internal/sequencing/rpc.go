@@ -82,14 +82,14 @@ func (s *Server) Append(stream pb.Sequencing_AppendServer) error {
 		if err := s.checkCluster(req.GetClusterId()); err != nil {
 			return err
 		}
-		var unknown []uint32
+		refused := map[uint32]error{}
 		for _, m := range req.GetMetas() {
-			if !slices.Contains(unknown, m.GetShard()) && !s.knowsShard(ctx, cut.ShardID(m.GetShard())) {
-				unknown = append(unknown, m.GetShard())
+			if _, seen := refused[m.GetShard()]; !seen {
+				refused[m.GetShard()] = s.checkShard(ctx, cut.ShardID(m.GetShard()))
 			}
 		}
 		at := stagetime.Now()
-		if err := acks.send(s.take(req, acks, unknown)); err != nil {
+		if err := acks.send(s.take(req, acks, refused)); err != nil {
 			return err
 		}
 		stagetime.Since(stagetime.LazySeqTake, at)
@@ -97,8 +97,9 @@ func (s *Server) Append(stream pb.Sequencing_AppendServer) error {
 }
 
 // take hands one request's metadata to the ring and returns the answers;
-// a record of a shard in unknown (the cluster never had it) is refused.
-func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream, unknown []uint32) *pb.SeqAppendResponse {
+// a record of a shard refused names (checkShard) is refused with that
+// error.
+func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream, refused map[uint32]error) *pb.SeqAppendResponse {
 	resp := &pb.SeqAppendResponse{Acks: make([]*pb.SeqAck, 0, len(req.GetMetas()))}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,8 +110,8 @@ func (s *Server) take(req *pb.SeqAppendRequest, acks *ackStream, unknown []uint3
 		var err error
 		if !id.Valid() {
 			err = fmt.Errorf("record id %v: client id and sequence number must not be 0: %w", id, lazy.ErrBadInput)
-		} else if slices.Contains(unknown, m.GetShard()) {
-			err = fmt.Errorf("record %v names shard %d: %w", id, m.GetShard(), lazy.ErrUnknownShard)
+		} else if err = refused[m.GetShard()]; err != nil {
+			err = fmt.Errorf("record %v: %w", id, err)
 		} else {
 			_, err = s.seq.Append(lazy.Meta{ID: id, Shard: cut.ShardID(m.GetShard()), View: req.GetView(), Floor: m.GetFloor()})
 		}

@@ -236,6 +236,8 @@ func codeOf(err error) pb.Code {
 		return pb.Code_UNKNOWN_SHARD
 	case errors.Is(err, lazy.ErrLate):
 		return pb.Code_LATE
+	case errors.Is(err, errTableUnread):
+		return pb.Code_UNAVAILABLE
 	}
 	return pb.Code_INVALID
 }

@@ -2,10 +2,12 @@ package sequencing
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	pb "github.com/augur-log/augur/api/augurpb"
+	"github.com/augur-log/augur/internal/lazy"
 )
 
 func newTestServer(t *testing.T, id string) *Server {
@@ -63,8 +65,17 @@ func TestReplicaTakesAppendsInItsOpenViewOnly(t *testing.T) {
 	if got := ackCodes(s.take(meta(2, 3), acks, nil)); got[0] != pb.Code_WRONG_VIEW {
 		t.Fatalf("view 2 on a view-1 replica: %v, want WRONG_VIEW", got)
 	}
-	if got := ackCodes(s.take(meta(1, 9), acks, []uint32{1})); got[0] != pb.Code_UNKNOWN_SHARD {
+	if got := ackCodes(s.take(meta(1, 9), acks, map[uint32]error{1: fmt.Errorf("shard 1: %w", lazy.ErrUnknownShard)})); got[0] != pb.Code_UNKNOWN_SHARD {
 		t.Fatalf("a shard the cluster never had: %v, want UNKNOWN_SHARD", got)
+	}
+	// No ordering replica answers (127.0.0.1:3): a shard the replica has
+	// not heard of cannot be checked, and is refused as unavailable
+	// rather than taken into the ring, where it would hold the order up.
+	checkCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	refused := map[uint32]error{1: s.checkShard(checkCtx, 1)}
+	if got := ackCodes(s.take(meta(1, 10), acks, refused)); got[0] != pb.Code_UNAVAILABLE {
+		t.Fatalf("a shard the replica cannot check: %v (%v), want UNAVAILABLE", got, refused[1])
 	}
 	if got := ackCodes(s.take(&pb.SeqAppendRequest{ClusterId: "c", View: 1, Metas: []*pb.RecordMeta{{ClientId: 0, Seq: 1}}}, acks, nil)); got[0] != pb.Code_INVALID {
 		t.Fatalf("client id 0: %v, want INVALID", got)
