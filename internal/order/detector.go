@@ -288,6 +288,10 @@ func (d *Detector) Suspect(shard cut.ShardID, now time.Time) (control.ReconfigCo
 	remove := d.failed(sh, now)
 	if len(remove) == 0 {
 		remove = []string{sh.Replicas[0].ID}
+	} else if d.failingWhole(sh, remove, now) {
+		// As in Detect: the others are falling silent too, and go out
+		// together with these.
+		return control.ReconfigCommand{}, false
 	}
 	if !d.propose(sh, now) {
 		return control.ReconfigCommand{}, false

@@ -283,6 +283,24 @@ func TestSuspectTakesOutASilentBackupRatherThanItsPrimary(t *testing.T) {
 	}
 }
 
+// TestSuspectHoldsWhileTheShardFailsWhole: as Detect, a suspicion takes
+// out no failed backup while the shard's other replicas are falling silent
+// too (heard last more than half a timeout ago): they go out together.
+func TestSuspectHoldsWhileTheShardFailsWhole(t *testing.T) {
+	w := replicatedWorld(t)
+	for i := range 4 {
+		w.after(timeout / 4)
+		if i < 2 {
+			w.l.Beat("a", 1, w.now)
+			w.l.Beat("c", 1, w.now)
+		}
+	}
+	w.after(1)
+	if rc, ok := w.l.det.Suspect(0, w.now); ok {
+		t.Fatalf("suspecting the primary while a and c fall silent after b: %+v, want no proposal", rc)
+	}
+}
+
 // TestDetectTakesOutAShardFailingWholeAtOnce: when every replica of a
 // shard falls silent within half a failure timeout (its servers died
 // together, or the primary died and the backups were cut off), they are
