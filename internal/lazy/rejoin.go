@@ -77,7 +77,8 @@ func (s *Shard[W]) CaughtUp(m CatchUpMark, copied uint64) bool {
 // FenceData refuses data a client sent to configuration epoch of the
 // shard, older than the replica's: the client did not send it to a
 // replica that joined since, which may then never hold it (see the notes
-// above). 0 is no epoch.
+// above). Data without an epoch (0, from an SDK older than rejoins) is
+// refused too: it cannot say which configuration it went to.
 func (s *Shard[W]) FenceData(epoch uint64) error {
 	if epoch < s.epoch {
 		return fmt.Errorf("data for configuration %d of shard %d, which is in %d: %w", epoch, s.cfg.ID, s.epoch, ErrStaleConfig)
