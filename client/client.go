@@ -50,11 +50,12 @@ type Client struct {
 	conns  map[string]*grpc.ClientConn
 	shards map[uint32]*shardConn
 	leader string
-	// refreshing is set while a background refresh of the shard table runs.
-	refreshing bool
-	closed     bool
-	closedCh   chan struct{}
-	wg         sync.WaitGroup
+	// fetching is the Status call in flight, next the one every caller
+	// that came meanwhile waits for (see refresh).
+	fetching, next *statusFetch
+	closed         bool
+	closedCh       chan struct{}
+	wg             sync.WaitGroup
 	// lazyConns are the pipelined lazy-append streams, by server and kind.
 	lazyConns map[lazyKey]*lazyConn
 	// lazyMap caches the position table of a lazy cluster, sorted.
@@ -131,6 +132,11 @@ func (c *Client) Close() error {
 	c.closed = true
 	close(c.closedCh)
 	c.stop()
+	if f := c.next; f != nil {
+		// It never starts: its waiters learn why.
+		f.err, c.next = ErrClosed, nil
+		close(f.done)
+	}
 	shards := c.shards
 	c.shards = map[uint32]*shardConn{}
 	c.mu.Unlock()
@@ -218,51 +224,95 @@ func (c *Client) onOrdering(ctx context.Context, fn func(context.Context, pb.Ord
 	return fmt.Errorf("augur: no ordering replica answered: %w", last)
 }
 
-// refresh fetches the shard table, preferring the leader's view.
+// statusFetch is one Status call, shared by every caller of refresh
+// waiting for it.
+type statusFetch struct {
+	done chan struct{}
+	st   *pb.StatusResponse
+	err  error
+}
+
+// refresh fetches the shard table, preferring the leader's view. The
+// caller gets a fetch that began after its call, never one already in
+// flight, which may miss what the caller just learned (CheckTail must
+// cover every append acknowledged before it). Callers that come while a
+// fetch runs share the next one, so a client has at most one Status call
+// in flight however many of its appends retry at once: when each asked on
+// its own, a view change that refused thousands of appends sent the
+// ordering replicas thousands of calls every retry interval, which kept
+// them from committing the view change the appends waited for.
 func (c *Client) refresh(ctx context.Context) (*pb.StatusResponse, error) {
-	var st *pb.StatusResponse
-	err := c.onOrdering(ctx, func(ctx context.Context, oc pb.OrderingClient) error {
-		var err error
-		st, err = oc.Status(ctx, &pb.StatusRequest{ClusterId: c.cfg.ClusterID})
-		return err
-	})
+	f, err := c.nextFetch()
 	if err != nil {
 		return nil, err
 	}
+	select {
+	case <-f.done:
+		return f.st, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// nextFetch returns the fetch that starts next: now, if none runs.
+func (c *Client) nextFetch() (*statusFetch, error) {
 	c.mu.Lock()
-	if st.LeaderAddr != "" {
-		c.leader = st.LeaderAddr
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
 	}
-	if c.status == nil || st.EventSeq >= c.status.EventSeq {
-		c.status = st
+	f := c.next
+	if f == nil {
+		f = &statusFetch{done: make(chan struct{})}
+		c.next = f
+		if c.fetching == nil {
+			c.startFetchLocked()
+		}
 	}
-	st = c.status
-	c.mu.Unlock()
-	return st, nil
+	return f, nil
+}
+
+// startFetchLocked starts the waiting fetch. It runs for the client, not
+// for any one caller (each waits only as long as its own ctx allows).
+func (c *Client) startFetchLocked() {
+	f := c.next
+	c.fetching, c.next = f, nil
+	c.wg.Go(func() {
+		err := c.onOrdering(c.ctx, func(ctx context.Context, oc pb.OrderingClient) error {
+			var err error
+			f.st, err = oc.Status(ctx, &pb.StatusRequest{ClusterId: c.cfg.ClusterID})
+			return err
+		})
+		c.mu.Lock()
+		if err == nil {
+			if f.st.LeaderAddr != "" {
+				c.leader = f.st.LeaderAddr
+			}
+			if c.status == nil || f.st.EventSeq >= c.status.EventSeq {
+				c.status = f.st
+			}
+			f.st = c.status
+		} else {
+			f.st, f.err = nil, err
+		}
+		c.fetching = nil
+		if c.next != nil && !c.closed {
+			c.startFetchLocked()
+		}
+		c.mu.Unlock()
+		close(f.done)
+	})
 }
 
 // noteMembership refreshes the shard table in the background when a server
 // has applied a newer one, so appends spread onto shards added meanwhile.
 func (c *Client) noteMembership(version uint64) {
 	c.mu.Lock()
-	stale := c.status != nil && version > c.status.MembershipVersion && !c.refreshing && !c.closed
-	if stale {
-		c.refreshing = true
-		c.wg.Add(1)
-	}
+	stale := c.status != nil && version > c.status.MembershipVersion
 	c.mu.Unlock()
-	if !stale {
-		return
+	if stale {
+		c.nextFetch()
 	}
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, rpcTimeout)
-		defer cancel()
-		c.refresh(ctx)
-		c.mu.Lock()
-		c.refreshing = false
-		c.mu.Unlock()
-	}()
 }
 
 func (c *Client) cachedStatus() *pb.StatusResponse {
