@@ -106,9 +106,10 @@ func (s *Server) lazyProto(c lazy.SeqConfig) *pb.LazyState {
 	return st
 }
 
-// lazyControl runs while this replica leads a lazy cluster: once per
-// keepalive interval it probes the sequencing replicas and steps the
-// control plane's core (lazy.Control), carrying out what it asks.
+// lazyControl runs while this replica leads a lazy cluster: it hears the
+// sequencing replicas' answers to its probes as they come and, once per
+// keepalive interval, steps the control plane's core (lazy.Control),
+// carrying out what it asks.
 func (s *Server) lazyControl(ctx context.Context) {
 	ids := make([]lazy.ReplicaID, len(s.cfg.Sequencing))
 	for i := range ids {
@@ -118,6 +119,14 @@ func (s *Server) lazyControl(ctx context.Context) {
 	// restarted replica's terms apart from its earlier ones.
 	owner := fmt.Sprintf("%s@%d", s.newID(), time.Now().UnixNano())
 	ctl := lazy.NewControl(lazy.ControlConfig{Replicas: ids, FailureTimeout: s.cfg.FailureTimeout, ResendAfter: s.cfg.KeepaliveInterval}, owner, time.Now())
+	ctx, cancel := context.WithCancel(ctx)
+	var probers sync.WaitGroup
+	defer probers.Wait()
+	defer cancel()
+	answers := make(chan probeAnswer, len(ids))
+	for i, m := range s.cfg.Sequencing {
+		probers.Go(func() { s.probeSequencer(ctx, ids[i], m.Addr, answers) })
+	}
 	t := time.NewTicker(s.cfg.KeepaliveInterval)
 	defer t.Stop()
 	for {
@@ -126,11 +135,54 @@ func (s *Server) lazyControl(ctx context.Context) {
 			return
 		case <-s.stop:
 			return
+		case a := <-answers:
+			ctl.Status(a.id, a.status, a.at)
+			continue
 		case <-t.C:
 		}
 		s.lazyCarry(ctx, ctl, ctl.Applied(s.lazyControlState(), time.Now()))
-		s.probeSequencing(ctx, ctl)
 		s.lazyCarry(ctx, ctl, ctl.Tick(time.Now()))
+	}
+}
+
+// probeAnswer is a sequencing replica's answer to a probe and when it
+// came.
+type probeAnswer struct {
+	id     lazy.ReplicaID
+	status lazy.ReplicaStatus
+	at     time.Time
+}
+
+// probeSequencer asks one sequencing replica how it stands, once per
+// keepalive interval and one probe at a time, and hands every answer that
+// comes within the failure timeout to the control loop with the time it
+// came: the control plane's detector takes silence for failure, and a
+// replica that answers late (a loaded machine, a long pause for garbage
+// collection) is slow, not silent. Answers cut off at one keepalive
+// interval took such a replica for failed and sealed its view, whose
+// change then loaded the cluster further.
+func (s *Server) probeSequencer(ctx context.Context, id lazy.ReplicaID, addr string, answers chan<- probeAnswer) {
+	t := time.NewTicker(s.cfg.KeepaliveInterval)
+	defer t.Stop()
+	for {
+		if cc, err := s.lazyConn(addr); err == nil {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.FailureTimeout)
+			a, err := pb.NewSequencingClient(cc).SequencingStatus(cctx, &pb.SequencingStatusRequest{ClusterId: s.cfg.ClusterID})
+			cancel()
+			if err == nil {
+				st := lazy.ReplicaStatus{View: a.GetView(), Sealed: a.GetSealed(), Amnesiac: a.GetAmnesiac()}
+				select {
+				case answers <- probeAnswer{id: id, status: st, at: time.Now()}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -183,31 +235,6 @@ func (s *Server) lazyCarry(ctx context.Context, ctl *lazy.Control, out lazy.Cont
 	if out.Start != nil {
 		if err := s.startView(ctx, *out.Start, out.StartTo); err != nil {
 			s.log.Warn("lazy control: start view", "view", out.Start.View, "err", err)
-		}
-	}
-}
-
-// probeSequencing asks every sequencing replica of the file how it
-// stands; the control plane hears the answers (silence is its failure
-// detector's evidence).
-func (s *Server) probeSequencing(ctx context.Context, ctl *lazy.Control) {
-	answers := make([]*pb.SequencingStatusResponse, len(s.cfg.Sequencing))
-	var wg sync.WaitGroup
-	for i, m := range s.cfg.Sequencing {
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.KeepaliveInterval)
-			defer cancel()
-			cc, err := s.lazyConn(m.Addr)
-			if err == nil {
-				answers[i], _ = pb.NewSequencingClient(cc).SequencingStatus(cctx, &pb.SequencingStatusRequest{ClusterId: s.cfg.ClusterID})
-			}
-		})
-	}
-	wg.Wait()
-	now := time.Now()
-	for i, a := range answers {
-		if a != nil {
-			ctl.Status(lazy.ReplicaID(i+1), lazy.ReplicaStatus{View: a.GetView(), Sealed: a.GetSealed(), Amnesiac: a.GetAmnesiac()}, now)
 		}
 	}
 }
