@@ -12,11 +12,15 @@ import (
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
+// startSpecCluster starts a speculative cluster of shards and dials it.
+// The tests append one record at a time, a load at which the leader would
+// soon fall back to eager cuts, and check speculation itself: the
+// fallback is off.
 func startSpecCluster(t *testing.T, shards int) (*devcluster.Cluster, *client.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: shards, Mode: config.ModeSpec, WindowCuts: 10})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: shards, Mode: config.ModeSpec, WindowCuts: 10, NoEagerFallback: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,12 +76,13 @@ type Options struct {
 	RecordBytesMax int
 	SegmentBytes   int64
 	// Mode names the cluster's ordering mode (mode.Names; "" is the
-	// default, eager); WindowCuts, NoLagFix and NoQuotaChange tune
-	// speculative mode.
-	Mode          string
-	WindowCuts    uint64
-	NoLagFix      bool
-	NoQuotaChange bool
+	// default, eager); WindowCuts, NoLagFix, NoQuotaChange and
+	// NoEagerFallback tune speculative mode.
+	Mode            string
+	WindowCuts      uint64
+	NoLagFix        bool
+	NoQuotaChange   bool
+	NoEagerFallback bool
 	// NoStagger puts every shard in every cut of a lease window, however
 	// many shards there are (stagger_above 0); by default more than
 	// config.DefaultStaggerAbove shards are split into staggered groups.
@@ -181,7 +182,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.WindowCuts != 0 {
 		cfg.WindowCuts = opts.WindowCuts
 	}
-	cfg.NoLagFix, cfg.NoQuotaChange = opts.NoLagFix, opts.NoQuotaChange
+	cfg.NoLagFix, cfg.NoQuotaChange, cfg.NoEagerFallback = opts.NoLagFix, opts.NoQuotaChange, opts.NoEagerFallback
 	if opts.NoStagger {
 		cfg.StaggerAbove = 0
 	}
