@@ -91,10 +91,11 @@ type shardView struct {
 	// backlog is unknown).
 	backlog uint64
 	heard   bool
-	// rate estimation between two window plans
-	planRecords uint64
-	planAt      time.Time
-	quota       uint64
+	// rate estimation between two window plans: records and entries
+	// (records and fills) at the last plan
+	planRecords, planLength uint64
+	planAt                  time.Time
+	quota                   uint64
 	// an outstanding lag-fix
 	lagTarget    uint64
 	lagFirstSent time.Time
@@ -139,6 +140,11 @@ type Sequencer struct {
 
 	lagFixes     uint64
 	quotaChanges uint64
+
+	// backoff is how many judgement periods the last fallback that the
+	// measured fills decided holds; retryAt when it ends (see eager).
+	backoff int
+	retryAt time.Time
 
 	// front caches the first blocked cut, its blockers and how far the
 	// others are ahead of it; every leader step asks for them twice, and
@@ -225,7 +231,7 @@ func (q *Sequencer) Report(shard cut.ShardID, length, records, backlog uint64, n
 	if v.planAt.IsZero() {
 		// Rates are measured from the first report a leader sees, not
 		// over history it did not watch.
-		v.planRecords, v.planAt = v.records, now
+		v.planRecords, v.planLength, v.planAt = v.records, v.length, now
 	}
 	if v.lagTarget > 0 && v.length >= v.lagTarget {
 		v.lagTarget = 0
@@ -735,25 +741,43 @@ func (q *Sequencer) Eager() bool {
 	return q.st != nil && q.st.Spec != nil && q.st.Spec.Eager()
 }
 
-// eager decides, at a window plan, whether fills would cost more than
-// Config.EagerAbove per record at the rates measured since the last plan;
-// then the leader falls back to eager cuts (control.Spec.Fallback) rather
-// than plan a window. It needs rates measured over half a window at least;
-// until then, and over a stretch without records, the leader keeps what it
-// does (speculation on a fresh cluster). A stretch it judged restarts the
-// measurement, so that the next judgement is on recent rates. Once fallen
-// back, it speculates again only below half of Config.EagerAbove: rates
-// that wobble around the threshold would otherwise switch at every
-// judgement, and each switch back costs a window of fills while the
-// quotas settle.
+// eager decides, at a window plan, whether fills cost more than
+// Config.EagerAbove per record; then the leader falls back to eager cuts
+// (control.Spec.Fallback) rather than plan a window. Two measures judge,
+// over the stretch since the last plan (half a window at least; until
+// then, and over a stretch without records, the leader keeps what it
+// does):
+//
+//   - the fills the measured rates predict (fillsPerRecord): shards with
+//     less than a record per interval need fills for most cuts. Once
+//     fallen back, the leader speculates again only below half of
+//     Config.EagerAbove, so that rates wobbling around the threshold do
+//     not switch it at every judgement (each switch back costs a window
+//     of fills while the quotas settle).
+//   - the fills the windows actually cost, with two shards or more:
+//     where durability comes in group commits, a shard's durable length
+//     jumps by several cuts at once, and the others fill to match it (2
+//     shards at 8,000/s filled a third of the positions and acknowledged
+//     later than eager cuts).
+//     Eager cuts make no fills, so this measure cannot tell when to
+//     speculate again: the leader tries a window after a back-off that
+//     doubles, up to fallbackBackoffMax periods, at every fallback it
+//     decides in a row.
+//
+// A stretch it judged restarts the measurement, so that the next
+// judgement is on recent rates.
 func (q *Sequencer) eager(now time.Time) bool {
 	keep := q.st.Spec.Fallback
 	if q.cfg.EagerAbove <= 0 {
 		return false
 	}
+	if keep && now.Before(q.retryAt) {
+		return true
+	}
 	period := q.cfg.Interval * time.Duration(max(q.st.Spec.WindowCuts/2, 1))
 	var rates []float64
-	total := 0.0
+	var total float64
+	var records, entries uint64
 	for _, sh := range q.st.Shards {
 		v, ok := q.shards[sh.ID]
 		if sh.State != control.Live || !ok {
@@ -766,6 +790,8 @@ func (q *Sequencer) eager(now time.Time) bool {
 		r := float64(v.records-v.planRecords) / d.Seconds() * q.cfg.Interval.Seconds()
 		rates = append(rates, r)
 		total += r
+		records += v.records - v.planRecords
+		entries += v.length - v.planLength
 	}
 	if total == 0 {
 		return keep
@@ -774,14 +800,29 @@ func (q *Sequencer) eager(now time.Time) bool {
 	if keep {
 		limit /= 2
 	}
-	if fillsPerRecord(rates) <= limit {
+	predicted := fillsPerRecord(rates) > limit
+	// One shard's cuts wait for no other shard's fills.
+	measured := !keep && len(rates) > 1 && float64(entries-records) > q.cfg.EagerAbove*float64(records)
+	switch {
+	case !predicted && !measured:
+		if !keep {
+			q.backoff = 0
+		}
 		return false
+	case measured && !predicted:
+		q.backoff = min(max(2*q.backoff, 1), fallbackBackoffMax)
+		q.retryAt = now.Add(period * time.Duration(q.backoff))
 	}
 	for _, v := range q.shards {
-		v.planRecords, v.planAt = v.records, now
+		v.planRecords, v.planLength, v.planAt = v.records, v.length, now
 	}
 	return true
 }
+
+// fallbackBackoffMax bounds the back-off of a fallback the measured fills
+// decided, in judgement periods (half a window each): at most one half
+// window in 64 speculates where speculation costs more than it saves.
+const fallbackBackoffMax = 64
 
 // fillsPerRecord is how many no-op fills a record's cut needs on average
 // when shard i gets rates[i] records per interval (Poisson): each other
@@ -808,7 +849,7 @@ func (q *Sequencer) quotaFor(id cut.ShardID, v *shardView, now time.Time) uint64
 	if d := now.Sub(v.planAt); !v.planAt.IsZero() && d > 0 && v.records > v.planRecords {
 		rate = float64(v.records-v.planRecords) / d.Seconds()
 	}
-	v.planRecords, v.planAt = v.records, now
+	v.planRecords, v.planLength, v.planAt = v.records, v.length, now
 	prev := v.quota
 	strikes := v.strikes
 	v.strikes = 0

@@ -741,3 +741,75 @@ func TestFallbackHysteresis(t *testing.T) {
 		t.Fatalf("planned %+v %v at 0.07 fills per record, want a window", w, ok)
 	}
 }
+
+// TestMeasuredFillsFallBackWithBackoff checks the fallback the windows'
+// own fills decide: two shards at five records per interval, where the
+// rates predict almost no fills, fall back once their windows fill as
+// many positions as they order records; the leader tries a window again
+// after one judgement period, after two once that fails as well, and a
+// window that fills little resets the back-off.
+func TestMeasuredFillsFallBackWithBackoff(t *testing.T) {
+	cfg := testConfig()
+	cfg.EagerAbove = EagerAboveDefault
+	c := newCluster(t, 2, 10, cfg)
+	c.plan()
+	c.report(0, 0, 0)
+	c.report(1, 0, 0)
+	var records, length uint64
+	// stretch runs one judgement period (half a window) at five records
+	// per shard per interval, filling fills positions per record.
+	stretch := func(fills uint64) {
+		for range 5 {
+			c.now = c.now.Add(tord)
+		}
+		records += 25
+		length += 25 * (1 + fills)
+		for id := range cut.ShardID(2) {
+			c.report(id, length, records)
+		}
+		c.release()
+	}
+	fallsBack := func(why string) {
+		t.Helper()
+		w, ok := c.seq.PlanWindow(c.now)
+		if !ok || !w.Fallback {
+			t.Fatalf("%s: planned %+v %v, want the fallback", why, w, ok)
+		}
+		c.apply(control.Command{Window: w})
+		// The shards fill what is left of the announced windows.
+		length += 1000
+		for id := range cut.ShardID(2) {
+			c.report(id, length, records)
+		}
+		c.release()
+		if !c.seq.Eager() {
+			t.Fatalf("%s: not eager once the windows are released", why)
+		}
+	}
+	speculates := func(why string) {
+		t.Helper()
+		w, ok := c.seq.PlanWindow(c.now)
+		if !ok || w.Fallback {
+			t.Fatalf("%s: planned %+v %v, want a window", why, w, ok)
+		}
+		c.apply(control.Command{Window: w})
+	}
+	stretch(1)
+	fallsBack("a fill per record")
+	stretch(0)
+	speculates("eager cuts for one period, the first back-off")
+	stretch(1)
+	fallsBack("the retried window filled a position per record again")
+	stretch(0)
+	if w, ok := c.seq.PlanWindow(c.now); ok {
+		t.Fatalf("planned %+v one period into a back-off of two", w)
+	}
+	stretch(0)
+	speculates("two periods of eager cuts")
+	stretch(0)
+	speculates("a window without fills")
+	stretch(1)
+	fallsBack("a fill per record after the back-off was reset")
+	stretch(0)
+	speculates("one period of eager cuts: the back-off started over")
+}
