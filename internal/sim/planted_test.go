@@ -5,7 +5,8 @@ package sim
 // The planted-bug searches run hundreds of seeds one after another, each in
 // one goroutine: the race detector can find nothing in them that TestSeeds
 // does not exercise (RunSeeds' sharing of results), at ten times their
-// cost, which made them most of CI's time. They run without it.
+// cost, which made them most of CI's time. They run without it, in
+// parallel with one another: most search seed after seed in one goroutine.
 
 import (
 	"strings"
@@ -16,6 +17,7 @@ import (
 // checks exist to catch, and shows that every run the bug struck fails
 // with a violation of the invariant it breaks.
 func TestPlantedBugs(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		mode  Mode
@@ -91,6 +93,7 @@ func TestPlantedBugs(t *testing.T) {
 // crash (a sequencing view change replaces a lost replica), so the plant
 // has nothing to undo there: the test runs the modes that fail over.
 func TestPlantedFinalizeOnReplicaFailure(t *testing.T) {
+	t.Parallel()
 	for _, m := range []Mode{Eager, Spec} {
 		t.Run(string(m), func(t *testing.T) {
 			const seeds = 16
@@ -138,6 +141,7 @@ func TestPlantedFinalizeOnReplicaFailure(t *testing.T) {
 // once written) the loss checks must fire, as the README says the opt-out
 // risks.
 func TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut(t *testing.T) {
+	t.Parallel()
 	const seeds = 5
 	lost := 0
 	for seed := range uint64(seeds) {
@@ -167,6 +171,7 @@ func TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut(t *testing.T) {
 // copy then reads a record the shard never stored there, and the copies'
 // check must say so. The same seeds pass without the bug.
 func TestPlantedBadCopyIsCaught(t *testing.T) {
+	t.Parallel()
 	const want = 3
 	found := 0
 	for seed := uint64(0); seed < 100 && found < want; seed++ {
@@ -208,6 +213,7 @@ func TestPlantedBadCopyIsCaught(t *testing.T) {
 // since the kernel's last writeback are lost, and the new leader commits
 // other cuts at their indexes: the check must say so.
 func TestRaftPowerLossLosesCommittedCutsOnlyWithTheOptOut(t *testing.T) {
+	t.Parallel()
 	const seeds = 5
 	lost := 0
 	for seed := range uint64(seeds) {
@@ -237,6 +243,7 @@ func TestRaftPowerLossLosesCommittedCutsOnlyWithTheOptOut(t *testing.T) {
 // runs seeds until one catches it, and fails if none of the first 200
 // does.
 func TestLazyPlantedBugs(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		plant bug
@@ -336,6 +343,7 @@ func TestLazyPlantedBugs(t *testing.T) {
 // the copies' check must say so. The plant strikes only where the stale
 // tail differs, so the test runs seeds until it has caught it twice.
 func TestPlantedTrustedReplacedTail(t *testing.T) {
+	t.Parallel()
 	const want, seeds = 2, 300
 	caught := 0
 	for seed := uint64(0); seed < seeds && caught < want; seed++ {
@@ -367,6 +375,7 @@ func TestPlantedTrustedReplacedTail(t *testing.T) {
 // The plant strikes only where such a pair crash follows such an entry,
 // so the test runs seeds until it has caught it twice.
 func TestPlantedDurableOnOneBackup(t *testing.T) {
+	t.Parallel()
 	const want, seeds = 2, 120
 	caught, struck := 0, 0
 	for seed := uint64(0); seed < seeds && caught < want; seed++ {
@@ -407,6 +416,7 @@ func TestPlantedDurableOnOneBackup(t *testing.T) {
 // or the copy crashed before the join applied) added nobody back and is
 // not a strike. The seeds that struck pass without the bug.
 func TestPlantedRejoinBehindIsCaught(t *testing.T) {
+	t.Parallel()
 	const seeds, want = 40, 3
 	struck := 0
 	for seed := uint64(0); seed < seeds; seed++ {
@@ -444,6 +454,7 @@ func TestPlantedRejoinBehindIsCaught(t *testing.T) {
 // acknowledged appends, and the invariant checks must say so. The same
 // seeds pass without the bug.
 func TestPlantedSpecJoinUnvouchedIsCaught(t *testing.T) {
+	t.Parallel()
 	const want = 2
 	found := 0
 	// The plant strikes in most seeds with a rejoin, but the primary
@@ -478,6 +489,7 @@ func TestPlantedSpecJoinUnvouchedIsCaught(t *testing.T) {
 // seeds fall back (their scenario's eager cuts above the default or 0.01
 // fills per record) and pass without the plant.
 func TestPlantedGuessBetweenWindowsIsCaught(t *testing.T) {
+	t.Parallel()
 	struck, caught := 0, 0
 	for _, seed := range []uint64{0, 1, 3, 4, 5} {
 		if r := Run(seed, Options{Mode: Spec}); r.Failed() || r.EagerCuts == 0 {
