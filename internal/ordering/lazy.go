@@ -106,10 +106,10 @@ func (s *Server) lazyProto(c lazy.SeqConfig) *pb.LazyState {
 	return st
 }
 
-// lazyControl runs while this replica leads a lazy cluster: it hears the
-// sequencing replicas' answers to its probes as they come and, once per
-// keepalive interval, steps the control plane's core (lazy.Control),
-// carrying out what it asks.
+// lazyControl runs while this replica leads a lazy cluster: once per
+// keepalive interval it steps the control plane's core (lazy.Control)
+// with the sequencing replicas' latest answers to its probes, carrying
+// out what it asks.
 func (s *Server) lazyControl(ctx context.Context) {
 	ids := make([]lazy.ReplicaID, len(s.cfg.Sequencing))
 	for i := range ids {
@@ -123,7 +123,7 @@ func (s *Server) lazyControl(ctx context.Context) {
 	var probers sync.WaitGroup
 	defer probers.Wait()
 	defer cancel()
-	answers := make(chan probeAnswer, len(ids))
+	answers := &probeAnswers{}
 	for i, m := range s.cfg.Sequencing {
 		probers.Go(func() { s.probeSequencer(ctx, ids[i], m.Addr, answers) })
 	}
@@ -135,12 +135,12 @@ func (s *Server) lazyControl(ctx context.Context) {
 			return
 		case <-s.stop:
 			return
-		case a := <-answers:
-			ctl.Status(a.id, a.status, a.at)
-			continue
 		case <-t.C:
 		}
 		s.lazyCarry(ctx, ctl, ctl.Applied(s.lazyControlState(), time.Now()))
+		for _, a := range answers.take() {
+			ctl.Status(a.id, a.status, a.at)
+		}
 		s.lazyCarry(ctx, ctl, ctl.Tick(time.Now()))
 	}
 }
@@ -153,15 +153,39 @@ type probeAnswer struct {
 	at     time.Time
 }
 
+// probeAnswers holds each replica's latest answer that the control loop
+// has not taken yet. The probes never wait for the loop, which may spend
+// long carrying out a step: what it takes next is as fresh as the probes
+// are.
+type probeAnswers struct {
+	mu     sync.Mutex
+	latest []probeAnswer
+}
+
+func (p *probeAnswers) put(a probeAnswer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latest = slices.DeleteFunc(p.latest, func(b probeAnswer) bool { return b.id == a.id })
+	p.latest = append(p.latest, a)
+}
+
+func (p *probeAnswers) take() []probeAnswer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.latest
+	p.latest = nil
+	return out
+}
+
 // probeSequencer asks one sequencing replica how it stands, once per
-// keepalive interval and one probe at a time, and hands every answer that
-// comes within the failure timeout to the control loop with the time it
-// came: the control plane's detector takes silence for failure, and a
+// keepalive interval and one probe at a time, and keeps every answer that
+// comes within the failure timeout, with the time it came, for the control
+// loop: the control plane's detector takes silence for failure, and a
 // replica that answers late (a loaded machine, a long pause for garbage
 // collection) is slow, not silent. Answers cut off at one keepalive
 // interval took such a replica for failed and sealed its view, whose
 // change then loaded the cluster further.
-func (s *Server) probeSequencer(ctx context.Context, id lazy.ReplicaID, addr string, answers chan<- probeAnswer) {
+func (s *Server) probeSequencer(ctx context.Context, id lazy.ReplicaID, addr string, answers *probeAnswers) {
 	t := time.NewTicker(s.cfg.KeepaliveInterval)
 	defer t.Stop()
 	for {
@@ -170,12 +194,7 @@ func (s *Server) probeSequencer(ctx context.Context, id lazy.ReplicaID, addr str
 			a, err := pb.NewSequencingClient(cc).SequencingStatus(cctx, &pb.SequencingStatusRequest{ClusterId: s.cfg.ClusterID})
 			cancel()
 			if err == nil {
-				st := lazy.ReplicaStatus{View: a.GetView(), Sealed: a.GetSealed(), Amnesiac: a.GetAmnesiac()}
-				select {
-				case answers <- probeAnswer{id: id, status: st, at: time.Now()}:
-				case <-ctx.Done():
-					return
-				}
+				answers.put(probeAnswer{id: id, status: lazy.ReplicaStatus{View: a.GetView(), Sealed: a.GetSealed(), Amnesiac: a.GetAmnesiac()}, at: time.Now()})
 			}
 		}
 		select {
