@@ -758,11 +758,10 @@ func (q *Sequencer) Eager() bool {
 //     where durability comes in group commits, a shard's durable length
 //     jumps by several cuts at once, and the others fill to match it (2
 //     shards at 8,000/s filled a third of the positions and acknowledged
-//     later than eager cuts).
-//     Eager cuts make no fills, so this measure cannot tell when to
-//     speculate again: the leader tries a window after a back-off that
-//     doubles, up to fallbackBackoffMax periods, at every fallback it
-//     decides in a row.
+//     later than eager cuts). Eager cuts make no fills, so this measure
+//     cannot tell when to speculate again: the leader tries a window
+//     after a back-off that doubles, up to fallbackBackoffMax periods, at
+//     every fallback it decides in a row.
 //
 // A stretch it judged restarts the measurement, so that the next
 // judgement is on recent rates.
@@ -802,7 +801,7 @@ func (q *Sequencer) eager(now time.Time) bool {
 	}
 	predicted := fillsPerRecord(rates) > limit
 	// One shard's cuts wait for no other shard's fills.
-	measured := !keep && len(rates) > 1 && float64(entries-records) > q.cfg.EagerAbove*float64(records)
+	measured := !keep && len(rates) > 1 && entries > records && float64(entries-records) > q.cfg.EagerAbove*float64(records)
 	switch {
 	case !predicted && !measured:
 		if !keep {
