@@ -27,16 +27,33 @@ const (
 // it leads, and returns a client of it.
 func startLeader(t *testing.T) pb.OrderingClient {
 	t.Helper()
+	return startLeaderOn(t, listenLoopback(t), nil)
+}
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{
+	return l
+}
+
+// startLeaderOn starts a one-replica ordering layer serving l, with the
+// test's settings as edit changes them, waits until it leads, and returns
+// a client of it.
+func startLeaderOn(t *testing.T, l net.Listener, edit func(*Config)) pb.OrderingClient {
+	t.Helper()
+	cfg := Config{
 		ClusterID: "c", ID: "o1", Members: []Member{{ID: "o1", Addr: l.Addr().String()}},
 		Dir: t.TempDir(), RaftTick: time.Millisecond, OrderingInterval: time.Millisecond,
 		FailureTimeout: time.Minute, KeepaliveInterval: keepaliveTestInterval, Mode: mode.Eager{Interval: time.Millisecond},
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/mode"
@@ -27,14 +26,7 @@ func TestSlowSequencingReplicaKeepsItsView(t *testing.T) {
 		failure   = 600 * time.Millisecond
 		slowBy    = 3 * keepalive
 	)
-	listen := func() net.Listener {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	ol, ql1, ql2 := listen(), listen(), listen()
+	ol, ql1, ql2 := listenLoopback(t), listenLoopback(t), listenLoopback(t)
 	members := []sequencing.Peer{{ID: "q1", Addr: ql1.Addr().String()}, {ID: "q2", Addr: ql2.Addr().String()}}
 	for i, l := range []net.Listener{ql1, ql2} {
 		q, err := sequencing.New(sequencing.Config{ClusterID: "c", ID: members[i].ID, Replicas: members,
@@ -60,30 +52,11 @@ func TestSlowSequencingReplicaKeepsItsView(t *testing.T) {
 			q.Stop()
 		})
 	}
-	o, err := New(Config{
-		ClusterID: "c", ID: "o1", Members: []Member{{ID: "o1", Addr: ol.Addr().String()}},
-		Dir: t.TempDir(), RaftTick: time.Millisecond, OrderingInterval: time.Millisecond,
-		FailureTimeout: failure, KeepaliveInterval: keepalive, Mode: mode.Lazy{Interval: time.Millisecond},
-		Sequencing: []Member{{ID: "q1", Addr: ql1.Addr().String()}, {ID: "q2", Addr: ql2.Addr().String()}},
-		Logger:     slog.New(slog.DiscardHandler),
+	oc := startLeaderOn(t, ol, func(c *Config) {
+		c.FailureTimeout, c.KeepaliveInterval = failure, keepalive
+		c.Mode = mode.Lazy{Interval: time.Millisecond}
+		c.Sequencing = []Member{{ID: "q1", Addr: ql1.Addr().String()}, {ID: "q2", Addr: ql2.Addr().String()}}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	o.Register(g)
-	go g.Serve(ol)
-	o.Start()
-	t.Cleanup(func() {
-		g.Stop()
-		o.Stop()
-	})
-	conn, err := grpc.NewClient(ol.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	oc := pb.NewOrderingClient(conn)
 
 	// The first view starts on both replicas.
 	tick := time.NewTicker(keepalive)
