@@ -147,3 +147,29 @@ func TestFirstRecordWakesAnIdleLeader(t *testing.T) {
 		t.Fatal("a follower's record woke its order loop")
 	}
 }
+
+// A start of the view the replica runs, sent again (the control plane
+// repeats it until a probe shows the view running), changes nothing: the
+// appender waiting for its record's position still learns it.
+func TestRepeatedStartKeepsThePositionWaiters(t *testing.T) {
+	s := newTestServer(t, "q1")
+	startView(t, s, 1, 0, "q1", "q2")
+	acks := &ackStream{out: make(chan *pb.SeqAppendResponse, 8), done: make(chan struct{})}
+	req := meta(1, 1)
+	req.WantPosition = true
+	if got := ackCodes(s.take(req, acks, nil)); got[0] != pb.Code_OK {
+		t.Fatalf("append in view 1: %v", got)
+	}
+	startView(t, s, 1, 0, "q1", "q2")
+	s.mu.Lock()
+	s.answerPositionsLocked(0, []lazy.RecordID{{Client: 7, Seq: 1}}, nil)
+	s.mu.Unlock()
+	select {
+	case r := <-acks.out:
+		if a := r.GetAcks()[0]; !a.GetOrdered() || a.GetPosition() != 0 {
+			t.Fatalf("position answer %v, want position 0", a)
+		}
+	default:
+		t.Fatal("the appender waiting for its position was forgotten by a repeated start of its view")
+	}
+}
