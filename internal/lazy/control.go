@@ -217,9 +217,11 @@ func (c *Control) begin(now time.Time) ControlOutput {
 	return c.carry(out)
 }
 
-// Status takes a replica's answer to a probe.
+// Status takes a replica's answer to a probe, which came at now. An
+// answer that came before the configuration changed is about the old one:
+// it changes nothing.
 func (c *Control) Status(id ReplicaID, st ReplicaStatus, now time.Time) {
-	if _, ok := c.lastOK[id]; !ok {
+	if last, ok := c.lastOK[id]; !ok || now.Before(last) {
 		return
 	}
 	c.lastOK[id] = now

@@ -210,3 +210,28 @@ func TestControlFlushesAnUnfinishedViewChangesRecordedFlushAgain(t *testing.T) {
 		t.Fatalf("after the flush: %+v, want view 3 led by 1 recorded from 34 to stable 36", out)
 	}
 }
+
+// An answer to a probe that came before the configuration changed is
+// about the old one: it neither counts as the replica heard from nor says
+// where the replica stands (its view before the new one started would
+// have it started again).
+func TestControlIgnoresAnswersFromBeforeTheConfiguration(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	c := NewControl(controlConfig(), "a", t0)
+	cfg := SeqConfig{View: 1, Replicas: []ReplicaID{1, 2}, Leader: 1}
+	applied := t0.Add(5 * time.Millisecond)
+	c.Applied(ControlState{Config: &cfg}, applied)
+	for id := range ReplicaID(2) {
+		c.Status(id+1, ReplicaStatus{View: 1}, applied)
+	}
+	// Replica 2's answer from before the view was recorded comes late.
+	c.Status(2, ReplicaStatus{}, t0.Add(time.Millisecond))
+	if out := c.Tick(applied.Add(time.Millisecond)); !out.Empty() {
+		t.Fatalf("acted on an answer from before the configuration: %+v", out)
+	}
+	// Silence still counts from the configuration's start: the stale
+	// answer did not move it back.
+	if out := c.Tick(applied.Add(9 * time.Millisecond)); !out.Empty() {
+		t.Fatalf("took a replica for failed within the failure timeout: %+v", out)
+	}
+}
