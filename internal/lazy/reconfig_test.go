@@ -71,7 +71,7 @@ func TestReconfigFlushesTheRecoveryReplicaFromItsOrderedEnd(t *testing.T) {
 		s  *Sequencer
 	}{{2, follower}, {3, added}} {
 		id, s := m.id, m.s
-		if err := s.Start(*out.Start); err != nil {
+		if _, err := s.Start(*out.Start); err != nil {
 			t.Fatal(err)
 		}
 		if s.Ordered() != 7 || s.Len() != 0 {

@@ -282,18 +282,20 @@ type StartView struct {
 	Shards cut.ShardID
 }
 
-// Start applies a StartView. Starting the view the replica runs already
-// changes nothing; an older view is refused, and so is the view the
-// replica sealed (or lost in a restart): a sealed view never reopens, or
-// appends could commit in it after its flush.
-func (s *Sequencer) Start(sv StartView) error {
+// Start applies a StartView and says whether it started the view.
+// Starting the view the replica runs already changes nothing (the control
+// plane repeats a start until the replica's probe answer shows it
+// running); an older view is refused, and so is the view the replica
+// sealed (or lost in a restart): a sealed view never reopens, or appends
+// could commit in it after its flush.
+func (s *Sequencer) Start(sv StartView) (started bool, err error) {
 	switch {
 	case sv.View < s.view:
-		return fmt.Errorf("start view %d in view %d: %w", sv.View, s.view, ErrWrongView)
+		return false, fmt.Errorf("start view %d in view %d: %w", sv.View, s.view, ErrWrongView)
 	case sv.View == s.view && !s.sealed:
-		return nil
+		return false, nil
 	case sv.View == s.view:
-		return fmt.Errorf("start view %d: %w", sv.View, ErrSealed)
+		return false, fmt.Errorf("start view %d: %w", sv.View, ErrSealed)
 	}
 	// What this replica collected from the flush's start on was bound
 	// again: the records the recovery replica held are in Flushed, the
@@ -307,5 +309,5 @@ func (s *Sequencer) Start(sv StartView) error {
 	clear(s.index)
 	s.ring, s.head, s.held = s.ring[:0], 0, 0
 	s.view, s.ordered, s.sealed, s.amnesiac = sv.View, sv.Ordered, false, false
-	return nil
+	return true, nil
 }

@@ -15,7 +15,7 @@ func meta(c, s uint64, shard uint32, view uint64) Meta {
 func open(t *testing.T, ringMax int) *Sequencer {
 	t.Helper()
 	s := NewSequencer(SequencerConfig{RingMax: ringMax}, SequencerState{})
-	if err := s.Start(StartView{View: 1}); err != nil {
+	if _, err := s.Start(StartView{View: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -34,7 +34,7 @@ func TestSequencerTakesAppendsOnlyInAStartedView(t *testing.T) {
 	if _, err := s.Append(meta(1, 1, 0, 0)); !errors.Is(err, ErrSealed) {
 		t.Fatalf("a new replica took an append before any view: %v", err)
 	}
-	if err := s.Start(StartView{View: 1, Ordered: 7}); err != nil {
+	if _, err := s.Start(StartView{View: 1, Ordered: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Append(meta(1, 1, 0, 2)); !errors.Is(err, ErrWrongView) {
@@ -47,7 +47,7 @@ func TestSequencerTakesAppendsOnlyInAStartedView(t *testing.T) {
 	if s.Ordered() != 7 || s.Len() != 1 {
 		t.Errorf("ordered %d, len %d; want 7, 1", s.Ordered(), s.Len())
 	}
-	if err := s.Start(StartView{View: 0}); !errors.Is(err, ErrWrongView) {
+	if _, err := s.Start(StartView{View: 0}); !errors.Is(err, ErrWrongView) {
 		t.Errorf("started an older view: %v", err)
 	}
 }
@@ -110,7 +110,7 @@ func TestSequencerDedupSurvivesCollectionRestartAndViews(t *testing.T) {
 		t.Fatalf("a collected record came back: len %d", s.Len())
 	}
 	r := NewSequencer(SequencerConfig{}, s.State())
-	if err := r.Start(StartView{View: 2, From: 2, Ordered: 2}); err != nil {
+	if _, err := r.Start(StartView{View: 2, From: 2, Ordered: 2}); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, r, meta(1, 1, 0, 2), true)
@@ -119,7 +119,7 @@ func TestSequencerDedupSurvivesCollectionRestartAndViews(t *testing.T) {
 	if _, err := r.Seal(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Start(StartView{View: 3, Ordered: 3, Flushed: []RecordID{rid(1, 3)}}); err != nil {
+	if _, err := r.Start(StartView{View: 3, Ordered: 3, Flushed: []RecordID{rid(1, 3)}}); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, r, meta(1, 3, 0, 3), true)
@@ -206,16 +206,16 @@ func TestSealedReplicaRefusesAppendsAndCollectsAndReportsItsRing(t *testing.T) {
 func TestSealedViewNeverReopens(t *testing.T) {
 	s := open(t, 0)
 	sv := StartView{View: 2, Ordered: 0, Leader: 1}
-	if err := s.Start(sv); err != nil {
+	if _, err := s.Start(sv); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(sv); err != nil {
+	if _, err := s.Start(sv); err != nil {
 		t.Errorf("starting the running view again: %v", err)
 	}
 	if _, err := s.Seal(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(sv); !errors.Is(err, ErrSealed) {
+	if _, err := s.Start(sv); !errors.Is(err, ErrSealed) {
 		t.Fatalf("a late StartView reopened a sealed view: %v", err)
 	}
 	if _, err := s.Append(meta(1, 1, 0, 2)); !errors.Is(err, ErrSealed) {
@@ -223,7 +223,7 @@ func TestSealedViewNeverReopens(t *testing.T) {
 	}
 	// A restarted replica does not rejoin the view it lost its ring in.
 	r := NewSequencer(SequencerConfig{}, SequencerState{View: 2})
-	if err := r.Start(sv); !errors.Is(err, ErrSealed) {
+	if _, err := r.Start(sv); !errors.Is(err, ErrSealed) {
 		t.Errorf("a restarted replica rejoined its old view: %v", err)
 	}
 }
@@ -249,7 +249,7 @@ func TestCollectedRecordComesBackWhenAViewChangeRebindsItsPosition(t *testing.T)
 	s.Seal(1)
 	// The recovery replica had ordered up to 140 and held another record.
 	y := meta(3, 1, 1, 1)
-	if err := s.Start(StartView{View: 2, From: 140, Ordered: 141, Flushed: []RecordID{y.ID}}); err != nil {
+	if _, err := s.Start(StartView{View: 2, From: 140, Ordered: 141, Flushed: []RecordID{y.ID}}); err != nil {
 		t.Fatal(err)
 	}
 	x.View, y.View = 2, 2
@@ -264,7 +264,7 @@ func TestCollectedRecordComesBackWhenAViewChangeRebindsItsPosition(t *testing.T)
 		t.Fatal(err)
 	}
 	s.Seal(2)
-	if err := s.Start(StartView{View: 3, From: 142, Ordered: 142}); err != nil {
+	if _, err := s.Start(StartView{View: 3, From: 142, Ordered: 142}); err != nil {
 		t.Fatal(err)
 	}
 	x.View = 3

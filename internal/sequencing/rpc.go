@@ -274,14 +274,11 @@ func (s *Server) startViewLocked(req *pb.StartViewRequest) error {
 	if !member {
 		return fmt.Errorf("view %d does not list replica %s: %w", st.GetView(), s.cfg.ID, lazy.ErrWrongView)
 	}
-	if view, sealed := s.seq.View(); view == sv.View && !sealed && s.config != nil {
-		// The control plane sends a start again until the replica's
-		// answer to its probe shows the view running; the repeat changes
-		// nothing. (It cleared the appenders waiting for positions, whose
-		// AppendSync then waited for good.)
-		return nil
-	}
-	if err := s.seq.Start(sv); err != nil {
+	started, err := s.seq.Start(sv)
+	if err != nil || !started {
+		// A start repeated for the view the replica runs changes nothing
+		// here either: it cleared the appenders waiting for positions,
+		// whose AppendSync then waited for good.
 		return err
 	}
 	s.config = st

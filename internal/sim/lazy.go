@@ -497,7 +497,7 @@ type seqNode struct {
 
 // start applies a StartView; it says whether the replica runs the view.
 func (q *seqNode) start(sv lazy.StartView) bool {
-	if err := q.core.Start(sv); err != nil {
+	if _, err := q.core.Start(sv); err != nil {
 		return false
 	}
 	q.saved = q.core.State()
