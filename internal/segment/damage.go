@@ -25,27 +25,29 @@ import (
 //     them fails with ErrDamaged; everything else is served as usual.
 //
 // The local indexes a damaged region held must be known exactly, or every
-// record after it would be served at the wrong index. The count is known
-// when the region's bytes still verify as one frame under the checksum in
-// its header (only the length word was hit), or when its length word leads
-// exactly to the next whole frame, says it is a record too long to be a
-// no-op, and no whole frame inside the region ends there (only the body or
-// checksum was hit). Otherwise the whole frames found after the region
-// cannot be trusted to start where records did either (a payload may hold
-// bytes that form a whole frame). In a segment with a successor, the
-// region then runs to the end of the segment and its count follows from
-// the successor's first local index; in the last segment, Open refuses
-// with ErrCorrupt rather than guess or truncate.
+// record after it would be served at the wrong index. A frame's header
+// carries a checksum of its length word (see frame.go), so the count is
+// known when that verifies: only the body or its checksum was hit, the
+// frame ends where the word says, and a record held one index (a no-op
+// run's count is in its body, so it is lost with it). It is known too when
+// the word does not verify but the bytes up to the next whole frame verify
+// as one frame under the body checksum the header holds: only the word or
+// its checksum was hit. Otherwise the whole frames found after
+// the region cannot be trusted to start where records did (a payload may
+// hold bytes that form a whole frame, and a hit length word may lead
+// exactly to one). In a segment with a successor, the region then runs to
+// the end of the segment and its count follows from the successor's first
+// local index; in the last segment, Open refuses with ErrCorrupt rather
+// than guess or truncate.
 // Damage in the middle of the positions file is refused the same way: a
 // damaged run cannot be rebuilt from the store's own bytes.
 //
-// Frames are found again after a bad one by trying the offset its length
-// word names, then every later offset, keeping only whole frames (length
-// in bounds, checksum and body check out) whose successor's header is
-// plausible too. The bytes checksummed while searching one file are
-// bounded by resyncCheckBytesMax, so a file of random bytes cannot stall
-// Open; a search that runs out counts as "cannot tell", never as a torn
-// tail.
+// Frames are found again after a bad one whose length word does not verify
+// by trying the offset the word names, then every later offset, keeping
+// only whole frames (both checksums verify, the body decodes). The body
+// bytes checksummed while searching one file are bounded by
+// resyncCheckBytesMax, so a file of random bytes cannot stall Open; a
+// search that runs out counts as "cannot tell", never as a torn tail.
 //
 // # Repair
 //
@@ -156,7 +158,7 @@ func walkDamaged(w *fileWindow, p int64) ([]span, []damage, error) {
 		damages []damage
 	)
 	for p < w.size {
-		count, end, err := segmentFrameAt(w, p)
+		count, end, lengthOK, err := segmentFrameAt(w, p)
 		if err == nil {
 			spans = append(spans, span{off: p, count: count})
 			p = end
@@ -165,12 +167,19 @@ func walkDamaged(w *fileWindow, p int64) ([]span, []damage, error) {
 		if !errors.Is(err, ErrCorrupt) {
 			return nil, nil, err
 		}
+		d := damage{span: len(spans), reason: err.Error()}
+		sp := span{off: p, count: count}
+		if lengthOK {
+			// Only the body or its checksum was hit: the frame ends
+			// where its length word says.
+			spans, damages = append(spans, sp), append(damages, d)
+			p = end
+			continue
+		}
 		q, res, rerr := resync(w, segmentFormat, p)
 		if rerr != nil {
 			return nil, nil, rerr
 		}
-		d := damage{span: len(spans), reason: err.Error()}
-		sp := span{off: p}
 		stop := w.size
 		if res == resyncFound {
 			stop = q
@@ -183,9 +192,7 @@ func walkDamaged(w *fileWindow, p int64) ([]span, []damage, error) {
 			if err != nil {
 				return nil, nil, err
 			}
-			// damagedCount may call endsInside, which reads the file too.
-			region = append([]byte(nil), region...)
-			sp.count = damagedCount(region, func() bool { return frameEndsAt(w, p, stop) })
+			sp.count = damagedCount(region)
 		}
 		spans, damages = append(spans, sp), append(damages, d)
 		p = stop
@@ -193,53 +200,38 @@ func walkDamaged(w *fileWindow, p int64) ([]span, []damage, error) {
 	return spans, damages, nil
 }
 
-// segmentFrameAt checks the segment frame at p and returns the local
-// indexes it covers and where it ends, or an ErrCorrupt saying what is
-// wrong with it.
-func segmentFrameAt(w *fileWindow, p int64) (count uint64, end int64, err error) {
+// segmentFrameAt checks the segment frame at p: it returns the local
+// indexes it covers, where it ends, and nil, or an ErrCorrupt saying what
+// is wrong with it. lengthOK says that its length word verified and its
+// body lies inside the file, so that end is as written even when the body
+// does not verify; count is then still known for a record (one index) but
+// not for a no-op run, whose count is in its body (0).
+func segmentFrameAt(w *fileWindow, p int64) (count uint64, end int64, lengthOK bool, err error) {
 	if p+frameHeaderBytes > w.size {
-		return 0, 0, corruptf("torn frame header at offset %d", p)
+		return 0, 0, false, corruptf("torn frame header at offset %d", p)
 	}
 	b, err := w.view(p, frameHeaderBytes, true)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	var h [frameHeaderBytes]byte
 	copy(h[:], b)
-	_, n, err := segmentFrameHeader(h[:])
+	kind, n, err := segmentFrameHeader(h[:])
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	end = p + frameHeaderBytes + int64(n)
 	if end > w.size {
-		return 0, 0, corruptf("torn frame at offset %d: file ends inside its %d-byte body", p, n)
+		return 0, 0, false, corruptf("torn frame at offset %d: file ends inside its %d-byte body", p, n)
 	}
 	body, err := w.view(p+frameHeaderBytes, n, true)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
-	count, err = checkSegmentFrame(h[:], body)
-	if err != nil {
-		return 0, 0, err
+	if count, err = checkSegmentFrame(h[:], body); err != nil && kind == kindRecord {
+		count = 1
 	}
-	return count, end, nil
-}
-
-// frameEndsAt says whether a whole segment frame starts inside (p, q) and
-// ends exactly at q.
-func frameEndsAt(w *fileWindow, p, q int64) bool {
-	for r := p + 1; r+frameHeaderBytes < q; r++ {
-		h, err := w.view(r, frameHeaderBytes, true)
-		if err != nil {
-			return true // cannot tell, so do not claim a count
-		}
-		if n, ok := segmentFormat.bodyLen(h); ok && r+frameHeaderBytes+int64(n) == q {
-			if _, ok, err := wholeFrameAt(w, segmentFormat, r); err != nil || ok {
-				return true
-			}
-		}
-	}
-	return false
+	return count, end, true, err
 }
 
 // recoverDamagedSegment finishes the recovery of g, whose frames are whole

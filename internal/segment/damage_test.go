@@ -454,13 +454,18 @@ func TestDamageTrimmedAway(t *testing.T) {
 }
 
 // TestDamageLengthWordLeadingIntoPayload rewrites the length word of a
-// record so that it leads exactly to a whole frame inside the next
-// record's payload. The record's own bytes still verify under a shorter
-// length, which shows the word was hit; taking the word at its value
-// would serve the embedded frame at the next record's index.
+// record so that it leads exactly to a whole frame inside a payload: the
+// next record's, or its own (a shorter word, so nothing else is left to
+// show the hit). Taking the word at its value would serve the embedded
+// frame at the next record's index (the second case did, in format 1,
+// where nothing checked a length word).
 func TestDamageLengthWordLeadingIntoPayload(t *testing.T) {
-	for _, last := range []bool{false, true} {
-		t.Run(fmt.Sprintf("last segment %v", last), func(t *testing.T) {
+	for _, c := range []struct {
+		last bool
+		into int // the frame whose payload the word leads into
+	}{{false, 2}, {true, 2}, {false, 1}, {true, 1}} {
+		last := c.last
+		t.Run(fmt.Sprintf("last segment %v, into frame %d", last, c.into), func(t *testing.T) {
 			dir := t.TempDir()
 			opts, _ := logTo(Options{Dir: dir, SegmentBytesMax: 1500})
 			s := mustOpen(t, opts)
@@ -481,9 +486,9 @@ func TestDamageLengthWordLeadingIntoPayload(t *testing.T) {
 				g = s.active()
 			}
 			// Record g.base+1's length word now leads to the frame
-			// embedded at the end of record g.base+2.
+			// embedded at the end of the record of frame c.into.
 			off := int64(g.offsets[1])
-			into := g.frameEnd(2) - int64(len(embedded))
+			into := g.frameEnd(c.into) - int64(len(embedded))
 			mustClose(t, s)
 			path := segFiles(t, dir)[0]
 			if last {
@@ -520,4 +525,46 @@ func TestDamageLengthWordLeadingIntoPayload(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDamageLengthWordNamingTheEnd rewrites the length word of a record in
+// the middle of the last segment so that it names the end of the file.
+// The records after it are whole and were acknowledged: the frame is
+// damaged, not a torn final one, and nothing may be truncated.
+func TestDamageLengthWordNamingTheEnd(t *testing.T) {
+	const n, damaged = 40, 20
+	dir := t.TempDir()
+	opts, _ := logTo(Options{Dir: dir})
+	s := mustOpen(t, opts)
+	appendTest(t, s, n, 8)
+	g := s.active()
+	off := frameOffset(g, damaged)
+	frameLen := frameOffset(g, damaged+1) - off
+	mustClose(t, s)
+	path := lastSeg(t, dir)
+	size := fileSize(t, path)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, uint32(size-off-frameHeaderBytes)), off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, opts)
+	defer s.Close()
+	if got := fileSize(t, path); got != size {
+		t.Fatalf("segment is %d bytes after reopening, want %d untouched", got, size)
+	}
+	if s.Len() != n {
+		t.Fatalf("Len = %d after reopening, want %d", s.Len(), n)
+	}
+	d := wantOneDamaged(t, s, damaged, damaged+1, path, off)
+	if d.Bytes != frameLen {
+		t.Fatalf("damaged range is %d bytes, want the frame's %d", d.Bytes, frameLen)
+	}
+	checkRecords(t, s, 0, damaged)
+	checkRecords(t, s, damaged+1, n)
 }

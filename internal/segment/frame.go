@@ -6,8 +6,19 @@ import (
 	"math/bits"
 )
 
+// # Frames
+//
+// Every file of a store is a sequence of frames: a 12-byte header, then
+// the body. The header holds the body's length (with the no-op kind bit,
+// in segments), the body's checksum, and a checksum of those 8 bytes. The
+// header's own checksum is what lets recovery trust a length word: when
+// the header verifies and only the body does not, the frame's extent, and
+// so the local indexes a damaged record held, are known; without it, a
+// length word hit so that it leads to a frame embedded in a payload could
+// not be told from a body hit (see damage.go).
+
 const (
-	frameHeaderBytes = 8
+	frameHeaderBytes = 12
 	// recordBodyBytesMin is the smallest record body: one byte each for
 	// ClientID, Seq, len(Key) and len(Tags).
 	recordBodyBytesMin = 4
@@ -51,7 +62,7 @@ func recordBodyLen(e *Entry) int {
 // (from recordBodyLen), to dst.
 func appendRecordFrame(dst []byte, e *Entry, bodyLen int) []byte {
 	hdr := len(dst)
-	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	dst = append(dst, emptyHeader[:]...)
 	body := len(dst)
 	dst = binary.AppendUvarint(dst, e.ClientID)
 	dst = binary.AppendUvarint(dst, e.Seq)
@@ -73,7 +84,7 @@ func appendRecordFrame(dst []byte, e *Entry, bodyLen int) []byte {
 // appendRunFrame appends the frame of r to dst.
 func appendRunFrame(dst []byte, r *Run) []byte {
 	hdr := len(dst)
-	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	dst = append(dst, emptyHeader[:]...)
 	for _, v := range [...]uint64{r.Cut, r.CutStart, r.CutEnd, r.LocalStart, r.GlobalStart, r.Count} {
 		dst = binary.AppendUvarint(dst, v)
 	}
@@ -84,11 +95,12 @@ func appendRunFrame(dst []byte, r *Run) []byte {
 // appendNoopFrame appends the frame of a run of count no-op indexes to dst.
 func appendNoopFrame(dst []byte, count uint64) []byte {
 	hdr := len(dst)
-	dst = binary.LittleEndian.AppendUint64(dst, 0)
+	dst = append(dst, emptyHeader[:]...)
 	dst = binary.AppendUvarint(dst, count)
 	frame := dst[hdr:]
 	binary.LittleEndian.PutUint32(frame[0:4], noopFlag|uint32(len(frame)-frameHeaderBytes))
 	binary.LittleEndian.PutUint32(frame[4:8], noopChecksum(frame[0:4], frame[frameHeaderBytes:]))
+	sealHeader(frame)
 	return dst
 }
 
@@ -103,17 +115,39 @@ func noopChecksum(lengthWord, body []byte) uint32 {
 	return crc32.Update(crc32.Checksum(lengthWord, castagnoli), castagnoli, body)
 }
 
+// emptyHeader is the space a frame's header takes until sealed.
+var emptyHeader [frameHeaderBytes]byte
+
 // sealFrame fills in the header of a frame whose body is already in place.
 func sealFrame(frame []byte) {
 	body := frame[frameHeaderBytes:]
 	binary.LittleEndian.PutUint32(frame[0:4], uint32(len(body)))
 	binary.LittleEndian.PutUint32(frame[4:8], crc32.Checksum(body, castagnoli))
+	sealHeader(frame)
 }
 
-// frameHeader decodes a frame header and checks the body length against
+// sealHeader writes the checksum of the header's length word, which must
+// be in place.
+func sealHeader(h []byte) {
+	binary.LittleEndian.PutUint32(h[8:12], crc32.Checksum(h[0:4], castagnoli))
+}
+
+// checkHeader verifies the checksum of a header's length word: once it
+// holds, the frame's length and kind are as written.
+func checkHeader(h []byte) error {
+	if sum, got := binary.LittleEndian.Uint32(h[8:12]), crc32.Checksum(h[0:4], castagnoli); got != sum {
+		return corruptf("frame length checksum mismatch: stored %#08x, computed %#08x", sum, got)
+	}
+	return nil
+}
+
+// frameHeader verifies a frame's length word and checks the body length against
 // [bodyMin, bodyMax]. A length out of bounds can only be a torn or corrupt
 // header, so it is reported before anything tries to read that many bytes.
 func frameHeader(h []byte, bodyMin, bodyMax int) (bodyLen int, sum uint32, err error) {
+	if err := checkHeader(h); err != nil {
+		return 0, 0, err
+	}
 	n := binary.LittleEndian.Uint32(h[0:4])
 	if uint64(n) < uint64(bodyMin) || uint64(n) > uint64(bodyMax) {
 		return 0, 0, corruptf("frame body length %d outside [%d, %d]", n, bodyMin, bodyMax)
@@ -121,9 +155,12 @@ func frameHeader(h []byte, bodyMin, bodyMax int) (bodyLen int, sum uint32, err e
 	return int(n), binary.LittleEndian.Uint32(h[4:8]), nil
 }
 
-// segmentFrameHeader decodes the header of a segment frame, of either
-// kind, and checks its body length against the bounds of that kind.
+// segmentFrameHeader verifies the length word of a segment frame, of
+// either kind, and checks its body length against the bounds of that kind.
 func segmentFrameHeader(h []byte) (kind frameKind, bodyLen int, err error) {
+	if err := checkHeader(h); err != nil {
+		return 0, 0, err
+	}
 	w := binary.LittleEndian.Uint32(h[0:4])
 	if w&noopFlag != 0 {
 		n := w &^ noopFlag
@@ -334,20 +371,18 @@ func checkRunFrame(h, body []byte) (Run, error) {
 }
 
 // damagedCount returns the local indexes held by the damaged bytes
-// [p, q) of a segment, followed by a whole frame at q or by the end of the
-// file, or 0 if they cannot be known from the bytes alone (see the Damage
-// section in damage.go for the rules). region is the bytes [p, q).
-// endsInside says whether a whole frame starts inside the region and ends
-// exactly at q; it is called only when the answer matters.
-func damagedCount(region []byte, endsInside func() bool) uint64 {
+// [p, q) of a segment whose header did not verify, followed by a whole
+// frame at q or by the end of the file, or 0 if they cannot be known from
+// the bytes alone. region is the bytes [p, q). The count is known only if
+// the bytes verify as one record or no-op run under the body checksum they
+// hold: then only the length word or its checksum was hit.
+func damagedCount(region []byte) uint64 {
 	if len(region) < frameHeaderBytes {
 		return 0
 	}
 	h, body := region[:frameHeaderBytes], region[frameHeaderBytes:]
 	n := len(body)
 	sum := binary.LittleEndian.Uint32(h[4:8])
-	// The bytes verify as a record or a no-op run under the stored
-	// checksum: only the length word was hit.
 	if n >= recordBodyBytesMin && n <= recordBytesMax && crc32.Checksum(body, castagnoli) == sum &&
 		parseRecordBody(body, nil) == nil {
 		return 1
@@ -360,33 +395,5 @@ func damagedCount(region []byte, endsInside func() bool) uint64 {
 			}
 		}
 	}
-	// The length word leads exactly here and names a record too long to be
-	// a no-op with its kind bit flipped: only the body or checksum was
-	// hit, unless the word was hit too. Then either the frame's own bytes
-	// end earlier and still verify, or the word skips whole frames,
-	// which would leave one ending here.
-	if w := binary.LittleEndian.Uint32(h[0:4]); w&noopFlag == 0 && int(w) == n && n > noopBodyBytesMax && n <= recordBytesMax &&
-		!prefixVerifies(sum, body) && !endsInside() {
-		return 1
-	}
 	return 0
-}
-
-// prefixVerifies says whether a proper prefix of body verifies, as a
-// record or a no-op body, under the checksum sum.
-func prefixVerifies(sum uint32, body []byte) bool {
-	crc := uint32(0)
-	for i := range len(body) - 1 {
-		crc = crc32.Update(crc, castagnoli, body[i:i+1])
-		if n := i + 1; n >= recordBodyBytesMin && crc == sum {
-			return true
-		}
-	}
-	for n := noopBodyBytesMin; n <= noopBodyBytesMax && n < len(body); n++ {
-		word := binary.LittleEndian.AppendUint32(nil, noopFlag|uint32(n))
-		if noopChecksum(word, body[:n]) == sum {
-			return true
-		}
-	}
-	return false
 }

@@ -96,10 +96,11 @@ func TestNoopFrameRoundTrip(t *testing.T) {
 	}
 }
 
-// TestFrameFormatGolden pins the bytes of both frame kinds: record frames
-// must stay what stores written before no-op frames existed hold, and the
-// no-op frame is the length word with bit 31 set, the CRC-32C of length
-// word and body, then uvarint(count).
+// TestFrameFormatGolden pins the bytes of both frame kinds of format 2: a
+// record frame is the length word, the CRC-32C of the body, the CRC-32C of
+// the length word, then the body; a no-op frame is the length word with
+// bit 31 set, the CRC-32C of length word and body, the CRC-32C of the
+// length word, then uvarint(count).
 func TestFrameFormatGolden(t *testing.T) {
 	record := Entry{ClientID: 1, Seq: 2, Key: "k", Tags: []string{"t"}, Payload: []byte("p")}
 	cases := []struct {
@@ -107,9 +108,9 @@ func TestFrameFormatGolden(t *testing.T) {
 		want  Entry
 		hex   string
 	}{
-		{recordFrame(record), record, "080000002840c0a30102016b01017470"},
-		{appendNoopFrame(nil, 300), Entry{Noops: 300}, "0200008062606cb1ac02"},
-		{appendNoopFrame(nil, 1), Entry{Noops: 1}, "010000806360cb7401"},
+		{recordFrame(record), record, "080000002840c0a3212823be0102016b01017470"},
+		{appendNoopFrame(nil, 300), Entry{Noops: 300}, "0200008062606cb13e53f675ac02"},
+		{appendNoopFrame(nil, 1), Entry{Noops: 1}, "010000806360cb7407dad41701"},
 	}
 	for _, c := range cases {
 		if got := hex.EncodeToString(c.frame); got != c.hex {

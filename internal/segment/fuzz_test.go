@@ -43,6 +43,7 @@ func FuzzOpenSegment(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, seg, pos []byte) {
 		dir := t.TempDir()
+		writeFormat(t, dir)
 		path := filepath.Join(dir, "00000000000000000000"+segmentSuffix)
 		if err := os.WriteFile(path, seg, filePerm); err != nil {
 			t.Fatal(err)
@@ -184,6 +185,7 @@ func FuzzRecoverDamage(f *testing.F) {
 			damage = damage[3:]
 		}
 		dir := t.TempDir()
+		writeFormat(t, dir)
 		opts := quiet(Options{Dir: dir})
 		for i, seg := range segs {
 			b := all[:len(seg)]

@@ -232,3 +232,12 @@ func frameCounts(s *Store) (frames, noops int) {
 	}
 	return frames, noops
 }
+
+// writeFormat marks dir as a store of this version's on-disk format, for
+// tests that write a store's files by hand.
+func writeFormat(t testing.TB, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, formatName), []byte(formatLine), filePerm); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,7 +1,6 @@
 package segment
 
 import (
-	"encoding/binary"
 	"log/slog"
 	"math"
 	"os"
@@ -410,34 +409,4 @@ func TestNoopRolloverTrimReopen(t *testing.T) {
 	if s.Ordered() != 1208 {
 		t.Fatalf("Ordered after reopen = %d, want 1208", s.Ordered())
 	}
-}
-
-// TestNoopStoreFromRecordsOnly reopens a store written by hand with the
-// record frame layout that predates no-op frames, then adds runs to it.
-func TestNoopStoreFromRecordsOnly(t *testing.T) {
-	dir := t.TempDir()
-	var seg []byte
-	for i := range uint64(5) {
-		seg = append(seg, recordFrame(testEntry(i))...)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "00000000000000000000.seg"), seg, filePerm); err != nil {
-		t.Fatal(err)
-	}
-	// Every record frame's length word is below 64 MiB: bit 31 is free.
-	if w := binary.LittleEndian.Uint32(seg); w&noopFlag != 0 {
-		t.Fatalf("record length word %#x has the no-op bit", w)
-	}
-	s := mustOpen(t, Options{Dir: dir})
-	defer s.Close()
-	if s.Len() != 5 {
-		t.Fatalf("Len = %d, want 5", s.Len())
-	}
-	checkRecords(t, s, 0, 5)
-	if first, err := s.Append([]Entry{{Noops: 10}, testEntry(15)}); err != nil || first != 5 {
-		t.Fatalf("Append = %d, %v", first, err)
-	}
-	if e, err := s.Read(7); err != nil || e.Noops != 8 {
-		t.Fatalf("Read(7) = %+v, %v", e, err)
-	}
-	checkRecords(t, s, 15, 16)
 }

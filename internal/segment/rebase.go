@@ -27,7 +27,7 @@ import (
 
 const (
 	baseName    = "base"
-	baseTmpName = "base.tmp"
+	baseTmpName = baseName + ".tmp" // see writeFileDurably
 )
 
 // Rebase drops every entry and position of the store and starts it empty
@@ -90,18 +90,27 @@ func (s *Store) Rebase(base uint64) error {
 	return nil
 }
 
-// writeBase makes base the store's base in dir, durably: written to a
-// temporary file, fsynced, renamed into place, and the directory fsynced.
+// writeBase makes base the store's base in dir, durably.
 func writeBase(dir string, base uint64) error {
-	frame := binary.LittleEndian.AppendUint64(nil, 0)
+	frame := append([]byte(nil), emptyHeader[:]...)
 	frame = binary.AppendUvarint(frame, base)
 	sealFrame(frame)
-	tmp := filepath.Join(dir, baseTmpName)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, filePerm)
-	if err != nil {
+	if err := writeFileDurably(dir, baseName, frame); err != nil {
 		return fmt.Errorf("write base: %w", err)
 	}
-	_, err = f.WriteAt(frame, 0)
+	return nil
+}
+
+// writeFileDurably makes data the contents of dir/name: written to a
+// temporary file name.tmp, fsynced, renamed into place, and the directory
+// fsynced, so a crash leaves the old file or the new one.
+func writeFileDurably(dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, filePerm)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
 	if err == nil {
 		err = fsync(f)
 	}
@@ -109,16 +118,15 @@ func writeBase(dir string, base uint64) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, baseName))
+		err = os.Rename(tmp, filepath.Join(dir, name))
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("write base: %w", err)
+		return err
 	}
 	return syncDir(dir)
 }
 
-// readBase returns the base recorded in dir, 0 if none is.
 func readBase(dir string) (uint64, error) {
 	if err := os.Remove(filepath.Join(dir, baseTmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("remove stale %s: %w", baseTmpName, err)

@@ -36,6 +36,9 @@ func Open(opts Options) (*Store, error) {
 }
 
 func (s *Store) recover() error {
+	if err := checkFormat(s.opts.Dir); err != nil {
+		return err
+	}
 	// A leftover temporary file is a rewrite that never got renamed into
 	// place; the positions file it was meant to replace is still whole.
 	tmp := filepath.Join(s.opts.Dir, positionsTmpName)

@@ -142,6 +142,7 @@ func TestRecoverEmptyLastSegment(t *testing.T) {
 
 func TestRecoverRejectsStrayName(t *testing.T) {
 	dir := t.TempDir()
+	writeFormat(t, dir)
 	if err := os.WriteFile(filepath.Join(dir, "12.seg"), nil, filePerm); err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 // Finding whole frames again after a bad one; see the notes at the top of
 // damage.go for how recovery uses it.
 
-// resyncCheckBytesMax bounds the bytes checksummed in one file while
+// resyncCheckBytesMax bounds the body bytes checksummed in one file while
 // looking for the next whole frame after bad ones, so that a segment full
-// of random bytes, where one offset in 64 has a plausible length word,
-// costs a fraction of a second rather than hours.
+// of frame headers whose bodies were hit costs a fraction of a second
+// rather than hours.
 const resyncCheckBytesMax = 256 << 20
 
 // resyncWindowBytes is the read-ahead window of the search for the next
@@ -63,8 +63,8 @@ func (w *fileWindow) view(p int64, n int, ahead bool) ([]byte, error) {
 // frameFormat is what the search for the next whole frame needs to know
 // about the frames of one kind of file.
 type frameFormat struct {
-	// bodyLen returns the body length a header claims, if it is within
-	// the bounds of its kind.
+	// bodyLen returns the body length a header claims, if its length
+	// word verifies and is within the bounds of its kind.
 	bodyLen func(h []byte) (int, bool)
 	// whole says whether the body of a frame with header h checks out:
 	// checksum and decoding.
@@ -102,33 +102,20 @@ const (
 	resyncGaveUp                     // resyncCheckBytesMax ran out first: cannot tell
 )
 
-// nextWholeFrame returns the first offset after bad where a whole frame of
-// format fm starts whose successor, if at least a header's worth of bytes
-// follows, has a length word in bounds. The successor test is only a
-// filter against random bytes that happen to look like a length word; it
-// accepts a torn successor, which may follow a whole frame at the end of
-// a file.
-func nextWholeFrame(w *fileWindow, fm frameFormat, bad int64) (int64, resyncResult, error) {
+// nextWholeFrame returns the first offset from from on where a whole frame
+// of format fm starts. A length word must verify before the body is read,
+// so random bytes rarely cost a body checksum.
+func nextWholeFrame(w *fileWindow, fm frameFormat, from int64) (int64, resyncResult, error) {
 	var h [frameHeaderBytes]byte
-	for p := bad + 1; p+frameHeaderBytes <= w.size; p++ {
+	for p := from; p+frameHeaderBytes <= w.size; p++ {
 		b, err := w.view(p, frameHeaderBytes, true)
 		if err != nil {
 			return 0, 0, err
 		}
 		copy(h[:], b)
 		n, ok := fm.bodyLen(h[:])
-		end := p + frameHeaderBytes + int64(n)
-		if !ok || end > w.size {
+		if !ok || p+frameHeaderBytes+int64(n) > w.size {
 			continue
-		}
-		if end+frameHeaderBytes <= w.size {
-			next, err := w.view(end, frameHeaderBytes, false)
-			if err != nil {
-				return 0, 0, err
-			}
-			if _, ok := fm.bodyLen(next); !ok {
-				continue
-			}
 		}
 		if w.checkBudget < int64(n) {
 			return 0, resyncGaveUp, nil
@@ -170,18 +157,28 @@ func wholeFrameAt(w *fileWindow, fm frameFormat, p int64) (end int64, ok bool, e
 }
 
 // resync returns where the next whole frame of format fm starts after the
-// bad one at p, trying first the offset its length word names (right when
-// only the body or checksum was hit). A length word that names the end of
-// the file makes the bad frame the final one, with nothing after it.
+// bad one at p. If p's length word verifies, its frame ends where the word
+// says (a frame found inside it would lie in its body), and a frame whose
+// body runs to or past the end of the file is a torn final one. Otherwise
+// the offset the word names is tried first (right when only the word's
+// checksum was hit), then every offset after p.
 func resync(w *fileWindow, fm frameFormat, p int64) (int64, resyncResult, error) {
+	from := p + 1
 	if p+frameHeaderBytes <= w.size {
 		h, err := w.view(p, frameHeaderBytes, true)
 		if err != nil {
 			return 0, 0, err
 		}
-		q := p + frameHeaderBytes + int64(binary.LittleEndian.Uint32(h)&^noopFlag)
-		if q == w.size {
-			return 0, resyncNone, nil
+		n, verified := fm.bodyLen(h)
+		if !verified {
+			n = int(binary.LittleEndian.Uint32(h) &^ noopFlag)
+		}
+		q := p + frameHeaderBytes + int64(n)
+		if verified {
+			if q >= w.size {
+				return 0, resyncNone, nil
+			}
+			from = q
 		}
 		if _, ok, err := wholeFrameAt(w, fm, q); err != nil {
 			return 0, 0, err
@@ -189,5 +186,5 @@ func resync(w *fileWindow, fm frameFormat, p int64) (int64, resyncResult, error)
 			return q, resyncFound, nil
 		}
 	}
-	return nextWholeFrame(w, fm, p)
+	return nextWholeFrame(w, fm, from)
 }
