@@ -869,9 +869,13 @@ func (q *Sequencer) quotaFor(id cut.ShardID, v *shardView, now time.Time) uint64
 		want = 1
 	}
 	// A backlog is drained over the next window on top of the rate: what
-	// the shard holds beyond its report, and what it reported beyond the
-	// announced windows (durable lengths reported between windows).
-	backlog := v.backlog + v.length - min(v.length, q.covered(id))
+	// the shard holds beyond the announced windows (entries stored, or
+	// durable lengths reported, between windows). Entries it holds beyond
+	// its report but inside the windows are in flight, which a busy shard
+	// always has: the announced cuts place them, and draining them too
+	// would set the quota above the rate, to be filled with no-ops.
+	stored := v.length + v.backlog
+	backlog := stored - min(stored, q.covered(id))
 	if drain := backlog / max(q.st.Spec.WindowCuts, 1); q.cfg.QuotaChange && (rate > 0 || drain > 0) {
 		// A quota grows at most fourfold per window: a rate measured over
 		// a short or disturbed stretch must not flood the others with

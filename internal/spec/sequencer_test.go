@@ -267,6 +267,36 @@ func TestQuotaFollowsRateAtWindowBoundary(t *testing.T) {
 	}
 }
 
+// TestEntriesInFlightAreNoBacklog plans windows for a shard taking 8
+// records per interval whose reports, at each plan, leave entries in
+// flight that the announced windows already place (a busy shard always has
+// some between two reports). Those need no drain: counting them as a
+// backlog gave the shard a quota above its rate, so that it filled part of
+// every cut with no-ops and its records waited for the fills.
+func TestEntriesInFlightAreNoBacklog(t *testing.T) {
+	c := newCluster(t, 1, 10, testConfig())
+	c.plan()
+	c.report(0, 0, 0)
+	var records uint64
+	var got []uint64
+	for range 4 {
+		c.now = c.now.Add(10 * tord)
+		records += 80
+		if ws := c.st.Spec.Windows; len(ws) == 2 {
+			c.report(0, lastLen(ws[0], 0), records)
+			c.release()
+		}
+		cur := c.st.Spec.Windows[0]
+		mid, _ := cur.Length(0, cur.Cuts/2)
+		c.seq.Report(0, mid, records, min(30, lastLen(cur, 0)-mid), c.now)
+		c.release()
+		got = append(got, c.plan().Quotas[0].PerCut)
+	}
+	if want := []uint64{4, 8, 8, 8}; !slices.Equal(got, want) {
+		t.Fatalf("quotas per window: %v, want %v", got, want)
+	}
+}
+
 func lastLen(w fixante.Window, shard cut.ShardID) uint64 {
 	l, _ := w.Length(shard, w.Cuts-1)
 	return l
