@@ -10,12 +10,12 @@ import (
 //
 // Every file of a store is a sequence of frames: a 12-byte header, then
 // the body. The header holds the body's length (with the no-op kind bit,
-// in segments), the body's checksum, and a checksum of those 8 bytes. The
-// header's own checksum is what lets recovery trust a length word: when
-// the header verifies and only the body does not, the frame's extent, and
-// so the local indexes a damaged record held, are known; without it, a
-// length word hit so that it leads to a frame embedded in a payload could
-// not be told from a body hit (see damage.go).
+// in segments), the body's checksum, and a checksum of the length word.
+// That last one is what lets recovery trust a length word: when it
+// verifies and the body does not, the frame's extent, and so the local
+// indexes a damaged record held, are known; without it, a length word hit
+// so that it leads to a frame embedded in a payload could not be told from
+// a hit body (see damage.go).
 
 const (
 	frameHeaderBytes = 12
@@ -141,9 +141,10 @@ func checkHeader(h []byte) error {
 	return nil
 }
 
-// frameHeader verifies a frame's length word and checks the body length against
-// [bodyMin, bodyMax]. A length out of bounds can only be a torn or corrupt
-// header, so it is reported before anything tries to read that many bytes.
+// frameHeader verifies a frame's length word and checks the body length
+// against [bodyMin, bodyMax]. A length out of bounds can only be a torn or
+// corrupt header, so it is reported before anything tries to read that
+// many bytes.
 func frameHeader(h []byte, bodyMin, bodyMax int) (bodyLen int, sum uint32, err error) {
 	if err := checkHeader(h); err != nil {
 		return 0, 0, err
