@@ -253,11 +253,18 @@ func (s *Store) recoverDamagedSegment(g *segment, path string, size int64, succe
 	}
 	if successor == nil {
 		// A torn tail: damaged bytes at the end with nothing whole after
-		// them. A search that gave up cannot say that there is nothing.
+		// them, however many bad frames they hold (a frame whose length
+		// word verified but whose body did not may be followed by the
+		// torn rest of a write). A search that gave up cannot say that
+		// there is nothing.
 		var torn *damage
-		if n := len(damages); n > 0 && damages[n-1].span == len(spans)-1 && !damages[n-1].gaveUp {
-			torn = &damages[n-1]
-			damages = damages[:n-1]
+		n := len(damages)
+		for n > 0 && damages[n-1].span == len(spans)-len(damages)+n-1 && !damages[n-1].gaveUp {
+			n--
+		}
+		if n < len(damages) {
+			torn = &damages[n]
+			damages = damages[:n]
 		}
 		// Refuse before truncating anything.
 		for _, d := range damages {

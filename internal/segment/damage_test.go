@@ -197,6 +197,39 @@ func TestTornTailTruncatedAndLogged(t *testing.T) {
 	}
 }
 
+// TestTornTailOfSeveralBadFrames ends the last segment with the frames of
+// a write a crash cut short: a whole-length frame whose body did not reach
+// the disk intact, then the first bytes of the next frame. Nothing whole
+// follows the first of them, so all of it is a torn tail, cut in the first
+// Open; keeping the first as damage cut only the rest, and the next Open
+// then found the damaged frame final and cut it too (FuzzOpenSegment
+// found a second Open disagreeing with the first).
+func TestTornTailOfSeveralBadFrames(t *testing.T) {
+	const n = 10
+	dir := t.TempDir()
+	opts, log := logTo(Options{Dir: dir})
+	s := mustOpen(t, opts)
+	appendTest(t, s, n, 5)
+	mustClose(t, s)
+	path := lastSeg(t, dir)
+	size := fileSize(t, path)
+	bad := recordFrame(testEntry(n))
+	bad[len(bad)-1] ^= 0xff
+	appendFile(t, path, append(bad, recordFrame(testEntry(n + 1))[:5]...))
+	for range 2 {
+		s = mustOpen(t, opts)
+		if s.Len() != n || s.Damaged() != nil {
+			t.Fatalf("Len %d, Damaged %+v; want %d records and no damage", s.Len(), s.Damaged(), n)
+		}
+		if got := fileSize(t, path); got != size {
+			t.Fatalf("segment is %d bytes, want it cut to the last whole frame at %d", got, size)
+		}
+		checkRecords(t, s, 0, n)
+		mustClose(t, s)
+	}
+	wantLogged(t, log, "WARN", "torn tail", "file="+path, fmt.Sprintf("offset=%d", size), fmt.Sprintf("dropped_bytes=%d", len(bad)+5))
+}
+
 // TestDamageLastFrameOfEarlierSegment damages the final frame of a segment
 // that has successors: valid records follow in the later segments, so it
 // is damage, kept and reported, not a torn tail nor a refusal to open.
