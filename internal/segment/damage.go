@@ -1,8 +1,10 @@
 package segment
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"os"
 	"sort"
@@ -30,24 +32,25 @@ import (
 // known when that verifies: only the body or its checksum was hit, the
 // frame ends where the word says, and a record held one index (a no-op
 // run's count is in its body, so it is lost with it). It is known too when
-// the word does not verify but the bytes up to the next whole frame verify
-// as one frame under the body checksum the header holds: only the word or
-// its checksum was hit. Otherwise the whole frames found after
-// the region cannot be trusted to start where records did (a payload may
-// hold bytes that form a whole frame, and a hit length word may lead
-// exactly to one). In a segment with a successor, the region then runs to
-// the end of the segment and its count follows from the successor's first
-// local index; in the last segment, Open refuses with ErrCorrupt rather
-// than guess or truncate.
-// Damage in the middle of the positions file is refused the same way: a
-// damaged run cannot be rebuilt from the store's own bytes.
+// the word does not verify but the frame's bytes still do: the first offset
+// at which the bytes after the header verify under the body checksum it
+// holds, and a whole frame or the end of the file follows, is where the
+// frame ends (only the word or its checksum was hit). Otherwise the bad
+// bytes run to the next whole frame, which cannot be trusted to start where
+// a record did (a payload may hold bytes that form a whole frame, and a hit
+// length word may lead exactly to one). In a segment with a successor, the
+// region then runs to the end of the segment and its count follows from the
+// successor's first local index; in the last segment, Open refuses with
+// ErrCorrupt rather than guess or truncate. Damage in the middle of the
+// positions file is refused the same way: a damaged run cannot be rebuilt
+// from the store's own bytes.
 //
-// Frames are found again after a bad one whose length word does not verify
-// by trying the offset the word names, then every later offset, keeping
-// only whole frames (both checksums verify, the body decodes). The body
-// bytes checksummed while searching one file are bounded by
-// resyncCheckBytesMax, so a file of random bytes cannot stall Open; a
-// search that runs out counts as "cannot tell", never as a torn tail.
+// Frames are found again after a bad one by trying every offset after it
+// (after its end, if its length word verifies), keeping only whole frames
+// (both checksums verify, the body decodes). The body bytes checksummed
+// while searching one file are bounded by resyncCheckBytesMax, so a file of
+// random bytes cannot stall Open; a search that runs out counts as "cannot
+// tell", never as a torn tail.
 //
 // # Repair
 //
@@ -176,6 +179,17 @@ func walkDamaged(w *fileWindow, p int64) ([]span, []damage, error) {
 			p = end
 			continue
 		}
+		if end, count, ok, err := bodyEnd(w, p); err != nil {
+			return nil, nil, err
+		} else if ok {
+			// Only the length word or its checksum was hit.
+			sp.count = count
+			spans, damages = append(spans, sp), append(damages, d)
+			p = end
+			continue
+		}
+		// The count is lost: the bytes up to the next whole frame are one
+		// damaged span.
 		q, res, rerr := resync(w, segmentFormat, p)
 		if rerr != nil {
 			return nil, nil, rerr
@@ -187,12 +201,6 @@ func walkDamaged(w *fileWindow, p int64) ([]span, []damage, error) {
 		if res == resyncGaveUp {
 			d.gaveUp = true
 			d.reason += fmt.Sprintf("; no whole frame found again within %d checksummed bytes", resyncCheckBytesMax)
-		} else if stop-p <= frameHeaderBytes+recordBytesMax {
-			region, err := w.view(p, int(stop-p), false)
-			if err != nil {
-				return nil, nil, err
-			}
-			sp.count = damagedCount(region)
 		}
 		spans, damages = append(spans, sp), append(damages, d)
 		p = stop
@@ -232,6 +240,83 @@ func segmentFrameAt(w *fileWindow, p int64) (count uint64, end int64, lengthOK b
 		count = 1
 	}
 	return count, end, true, err
+}
+
+// bodyEnd looks for the end of the frame at p when its length word does
+// not verify: the first offset at which the bytes after the header verify,
+// as a no-op run or a record, under the body checksum the header holds,
+// and the file ends or a whole frame starts. Found, only the length word
+// or its checksum was hit, and the frame covers count local indexes. The
+// bytes checksummed count against the search budget; once it runs out,
+// nothing is found.
+func bodyEnd(w *fileWindow, p int64) (end int64, count uint64, ok bool, err error) {
+	body := p + frameHeaderBytes
+	if body > w.size {
+		return 0, 0, false, nil
+	}
+	h, err := w.view(p, frameHeaderBytes, true)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	sum := binary.LittleEndian.Uint32(h[4:8])
+	// endsAt says whether the frame may end at q.
+	endsAt := func(q int64) (bool, error) {
+		if q == w.size {
+			return true, nil
+		}
+		_, ok, err := wholeFrameAt(w, segmentFormat, q)
+		return ok, err
+	}
+	for n := int64(noopBodyBytesMin); n <= noopBodyBytesMax && body+n <= w.size; n++ {
+		b, err := w.view(body, int(n), true)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if noopChecksum(binary.LittleEndian.AppendUint32(nil, noopFlag|uint32(n)), b) != sum {
+			continue
+		}
+		if count, perr := parseNoopBody(b); perr == nil {
+			if ok, err := endsAt(body + n); err != nil || ok {
+				return body + n, count, ok, err
+			}
+		}
+	}
+	limit := min(w.size, body+recordBytesMax)
+	crc := uint32(0)
+	for q := body; q < limit; {
+		n := min(limit-q, resyncWindowBytes)
+		if w.checkBudget < n {
+			return 0, 0, false, nil
+		}
+		w.checkBudget -= n
+		b, err := w.view(q, int(n), true)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		next, verifies := q+n, false
+		for i := range b {
+			crc = crc32.Update(crc, castagnoli, b[i:i+1])
+			if at := q + int64(i) + 1; at-body >= recordBodyBytesMin && crc == sum {
+				next, verifies = at, true
+				break
+			}
+		}
+		if verifies {
+			// The bytes [body, next) verify: a record, if they decode
+			// and a frame may end there.
+			rec, err := w.view(body, int(next-body), false)
+			if err != nil {
+				return 0, 0, false, err
+			}
+			if parseRecordBody(rec, nil) == nil {
+				if ok, err := endsAt(next); err != nil || ok {
+					return next, 1, ok, err
+				}
+			}
+		}
+		q = next
+	}
+	return 0, 0, false, nil
 }
 
 // recoverDamagedSegment finishes the recovery of g, whose frames are whole

@@ -68,22 +68,35 @@ func wantOneDamaged(t *testing.T, s *Store, first, end uint64, file string, offs
 	return d[0]
 }
 
-// TestDamageMidSegmentKeepsRecords flips one byte of a record in the middle
-// of the only segment, at several places of its frame, and checks that
-// reopening keeps every other record at its local index, truncates
-// nothing, reports the damaged one, and refuses to read it.
+// TestDamageMidSegmentKeepsRecords damages a record in the middle of the
+// only segment, one byte at several places of its frame, or its length
+// word rewritten to name the end of the file (which made it a torn final
+// frame, and every record after it was truncated, while nothing checked
+// the word), and checks that reopening keeps every other record at its
+// local index, truncates nothing, reports the damaged one, and refuses to
+// read it.
 func TestDamageMidSegmentKeepsRecords(t *testing.T) {
 	const n, damaged = 300, 150
+	// flip flips the byte of the frame at rel(frame length).
+	flip := func(rel func(frameLen int64) int64) func(t *testing.T, path string, off, frameLen, size int64) {
+		return func(t *testing.T, path string, off, frameLen, _ int64) { flipByte(t, path, off+rel(frameLen)) }
+	}
 	for _, at := range []struct {
 		name string
-		off  func(frameLen int64) int64
+		// hit damages the frame at off, frameLen bytes long, of the
+		// segment at path, size bytes long.
+		hit func(t *testing.T, path string, off, frameLen, size int64)
 	}{
-		{"body middle", func(l int64) int64 { return frameHeaderBytes + (l-frameHeaderBytes)/2 }},
-		{"body last byte", func(l int64) int64 { return l - 1 }},
-		{"checksum", func(int64) int64 { return 5 }},
-		{"length low byte", func(int64) int64 { return 0 }},
-		{"length second byte", func(int64) int64 { return 1 }},
-		{"length top byte", func(int64) int64 { return 3 }},
+		{"body middle", flip(func(l int64) int64 { return frameHeaderBytes + (l-frameHeaderBytes)/2 })},
+		{"body last byte", flip(func(l int64) int64 { return l - 1 })},
+		{"checksum", flip(func(int64) int64 { return 5 })},
+		{"length low byte", flip(func(int64) int64 { return 0 })},
+		{"length second byte", flip(func(int64) int64 { return 1 })},
+		{"length top byte", flip(func(int64) int64 { return 3 })},
+		{"length checksum", flip(func(int64) int64 { return 9 })},
+		{"length naming the end of the file", func(t *testing.T, path string, off, _, size int64) {
+			overwrite(t, path, off, binary.LittleEndian.AppendUint32(nil, uint32(size-off-frameHeaderBytes)))
+		}},
 	} {
 		t.Run(at.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -96,7 +109,7 @@ func TestDamageMidSegmentKeepsRecords(t *testing.T) {
 			mustClose(t, s)
 			path := lastSeg(t, dir)
 			size := fileSize(t, path)
-			flipByte(t, path, off+at.off(frameLen))
+			at.hit(t, path, off, frameLen, size)
 
 			s = mustOpen(t, opts)
 			defer s.Close()
@@ -317,16 +330,7 @@ func TestDamageUnknownCountInEarlierSegment(t *testing.T) {
 	mustClose(t, s)
 	path := segFiles(t, dir)[0]
 	size := fileSize(t, path)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, to-from), from); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	overwrite(t, path, from, make([]byte, to-from))
 	s = mustOpen(t, opts)
 	defer s.Close()
 	d := wantOneDamaged(t, s, 3, end, path, from)
@@ -380,17 +384,8 @@ func TestDamageEmbeddedFrameNotServed(t *testing.T) {
 			if last {
 				path = lastSeg(t, dir)
 			}
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.WriteAt(make([]byte, to-from), from); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			s, err = Open(opts)
+			overwrite(t, path, from, make([]byte, to-from))
+			s, err := Open(opts)
 			if err != nil {
 				wantErr(t, err, ErrCorrupt, "Open")
 				if !last {
@@ -488,10 +483,11 @@ func TestDamageTrimmedAway(t *testing.T) {
 
 // TestDamageLengthWordLeadingIntoPayload rewrites the length word of a
 // record so that it leads exactly to a whole frame inside a payload: the
-// next record's, or its own (a shorter word, so nothing else is left to
-// show the hit). Taking the word at its value would serve the embedded
-// frame at the next record's index (the second case did, in format 1,
-// where nothing checked a length word).
+// next record's, or its own. The word no longer verifies, but the record's
+// bytes still do under its body checksum: it is the one damaged record,
+// and every other reads as appended. Taking the word at its value served
+// the embedded frame at the next record's index (format 1, where nothing
+// checked a length word, in the second case).
 func TestDamageLengthWordLeadingIntoPayload(t *testing.T) {
 	for _, c := range []struct {
 		last bool
@@ -527,77 +523,21 @@ func TestDamageLengthWordLeadingIntoPayload(t *testing.T) {
 			if last {
 				path = lastSeg(t, dir)
 			}
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			word := binary.LittleEndian.AppendUint32(nil, uint32(into-off-frameHeaderBytes))
-			if _, err := f.WriteAt(word, off); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			s, err = Open(opts)
-			if err != nil {
-				wantErr(t, err, ErrCorrupt, "Open")
-				if !last {
-					t.Fatalf("Open refused damage in a segment with a successor: %v", err)
-				}
-				return
-			}
+			overwrite(t, path, off, binary.LittleEndian.AppendUint32(nil, uint32(into-off-frameHeaderBytes)))
+			s = mustOpen(t, opts)
 			defer s.Close()
+			if s.Len() != uint64(len(es)) {
+				t.Fatalf("Len = %d, want %d", s.Len(), len(es))
+			}
+			wantOneDamaged(t, s, g.base+1, g.base+2, path, off)
 			for i := uint64(0); i < s.Len(); i++ {
-				e, err := s.Read(i)
-				if errors.Is(err, ErrDamaged) {
+				if i == g.base+1 {
 					continue
 				}
-				if err != nil || !reflect.DeepEqual(e, es[i]) {
-					t.Fatalf("Read(%d) = %+v, %v; want %+v or ErrDamaged", i, e, err, es[i])
+				if e, err := s.Read(i); err != nil || !reflect.DeepEqual(e, es[i]) {
+					t.Fatalf("Read(%d) = %+v, %v; want %+v", i, e, err, es[i])
 				}
 			}
 		})
 	}
-}
-
-// TestDamageLengthWordNamingTheEnd rewrites the length word of a record in
-// the middle of the last segment so that it names the end of the file.
-// The records after it are whole and were acknowledged: the frame is
-// damaged, not a torn final one, and nothing may be truncated.
-func TestDamageLengthWordNamingTheEnd(t *testing.T) {
-	const n, damaged = 40, 20
-	dir := t.TempDir()
-	opts, _ := logTo(Options{Dir: dir})
-	s := mustOpen(t, opts)
-	appendTest(t, s, n, 8)
-	g := s.active()
-	off := frameOffset(g, damaged)
-	frameLen := frameOffset(g, damaged+1) - off
-	mustClose(t, s)
-	path := lastSeg(t, dir)
-	size := fileSize(t, path)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, uint32(size-off-frameHeaderBytes)), off); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = mustOpen(t, opts)
-	defer s.Close()
-	if got := fileSize(t, path); got != size {
-		t.Fatalf("segment is %d bytes after reopening, want %d untouched", got, size)
-	}
-	if s.Len() != n {
-		t.Fatalf("Len = %d after reopening, want %d", s.Len(), n)
-	}
-	d := wantOneDamaged(t, s, damaged, damaged+1, path, off)
-	if d.Bytes != frameLen {
-		t.Fatalf("damaged range is %d bytes, want the frame's %d", d.Bytes, frameLen)
-	}
-	checkRecords(t, s, 0, damaged)
-	checkRecords(t, s, damaged+1, n)
 }

@@ -370,31 +370,3 @@ func checkRunFrame(h, body []byte) (Run, error) {
 	}
 	return parseRunBody(body)
 }
-
-// damagedCount returns the local indexes held by the damaged bytes
-// [p, q) of a segment whose header did not verify, followed by a whole
-// frame at q or by the end of the file, or 0 if they cannot be known from
-// the bytes alone. region is the bytes [p, q). The count is known only if
-// the bytes verify as one record or no-op run under the body checksum they
-// hold: then only the length word or its checksum was hit.
-func damagedCount(region []byte) uint64 {
-	if len(region) < frameHeaderBytes {
-		return 0
-	}
-	h, body := region[:frameHeaderBytes], region[frameHeaderBytes:]
-	n := len(body)
-	sum := binary.LittleEndian.Uint32(h[4:8])
-	if n >= recordBodyBytesMin && n <= recordBytesMax && crc32.Checksum(body, castagnoli) == sum &&
-		parseRecordBody(body, nil) == nil {
-		return 1
-	}
-	if n >= noopBodyBytesMin && n <= noopBodyBytesMax {
-		word := binary.LittleEndian.AppendUint32(nil, noopFlag|uint32(n))
-		if noopChecksum(word, body) == sum {
-			if count, err := parseNoopBody(body); err == nil {
-				return count
-			}
-		}
-	}
-	return 0
-}

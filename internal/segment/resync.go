@@ -1,9 +1,6 @@
 package segment
 
-import (
-	"encoding/binary"
-	"io"
-)
+import "io"
 
 // Finding whole frames again after a bad one; see the notes at the top of
 // damage.go for how recovery uses it.
@@ -159,9 +156,8 @@ func wholeFrameAt(w *fileWindow, fm frameFormat, p int64) (end int64, ok bool, e
 // resync returns where the next whole frame of format fm starts after the
 // bad one at p. If p's length word verifies, its frame ends where the word
 // says (a frame found inside it would lie in its body), and a frame whose
-// body runs to or past the end of the file is a torn final one. Otherwise
-// the offset the word names is tried first (right when only the word's
-// checksum was hit), then every offset after p.
+// body runs to or past the end of the file is a torn final one; otherwise
+// every offset after p is tried.
 func resync(w *fileWindow, fm frameFormat, p int64) (int64, resyncResult, error) {
 	from := p + 1
 	if p+frameHeaderBytes <= w.size {
@@ -169,21 +165,11 @@ func resync(w *fileWindow, fm frameFormat, p int64) (int64, resyncResult, error)
 		if err != nil {
 			return 0, 0, err
 		}
-		n, verified := fm.bodyLen(h)
-		if !verified {
-			n = int(binary.LittleEndian.Uint32(h) &^ noopFlag)
-		}
-		q := p + frameHeaderBytes + int64(n)
-		if verified {
-			if q >= w.size {
+		if n, ok := fm.bodyLen(h); ok {
+			from = p + frameHeaderBytes + int64(n)
+			if from >= w.size {
 				return 0, resyncNone, nil
 			}
-			from = q
-		}
-		if _, ok, err := wholeFrameAt(w, fm, q); err != nil {
-			return 0, 0, err
-		} else if ok {
-			return q, resyncFound, nil
 		}
 	}
 	return nextWholeFrame(w, fm, from)
