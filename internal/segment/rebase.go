@@ -127,6 +127,7 @@ func writeFileDurably(dir, name string, data []byte) error {
 	return syncDir(dir)
 }
 
+// readBase returns the base recorded in dir, 0 if none is.
 func readBase(dir string) (uint64, error) {
 	if err := os.Remove(filepath.Join(dir, baseTmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("remove stale %s: %w", baseTmpName, err)
