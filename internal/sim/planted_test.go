@@ -9,6 +9,7 @@ package sim
 // parallel with one another: most search seed after seed in one goroutine.
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -142,15 +143,26 @@ func TestPlantedFinalizeOnReplicaFailure(t *testing.T) {
 // risks.
 func TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut(t *testing.T) {
 	t.Parallel()
+	lossOnlyWithOptOut(t, "acknowledged appends",
+		Options{Mode: Eager, powerLoss: true},
+		Options{Mode: Eager, powerLoss: true, syncOptOut: true},
+		"completion", "invariant 1")
+}
+
+// lossOnlyWithOptOut runs five seeds with durable options, which must
+// pass, and with the opt-out, which must lose what (an error naming one of
+// marks) in all seeds but one.
+func lossOnlyWithOptOut(t *testing.T, what string, durable, optOut Options, marks ...string) {
+	t.Helper()
 	const seeds = 5
 	lost := 0
 	for seed := range uint64(seeds) {
-		if r := Run(seed, Options{Mode: Eager, powerLoss: true}); r.Failed() {
-			t.Fatalf("seed %d loses data under the durable default: %v", seed, r.Errs)
+		if r := Run(seed, durable); r.Failed() {
+			t.Fatalf("seed %d loses %s under the durable default: %v", seed, what, r.Errs)
 		}
-		r := Run(seed, Options{Mode: Eager, powerLoss: true, syncOptOut: true})
+		r := Run(seed, optOut)
 		for _, e := range r.Errs {
-			if strings.Contains(e, "completion") || strings.Contains(e, "invariant 1") {
+			if slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(e, m) }) {
 				lost++
 				if lost == 1 {
 					t.Logf("seed %d under the opt-out: %s", seed, e)
@@ -160,7 +172,7 @@ func TestPowerLossLosesAcknowledgedAppendsOnlyWithTheOptOut(t *testing.T) {
 		}
 	}
 	if lost < seeds-1 {
-		t.Errorf("the power loss lost acknowledged appends in %d of %d runs under the opt-out, want at least %d", lost, seeds, seeds-1)
+		t.Errorf("the power loss lost %s in %d of %d runs under the opt-out, want at least %d", what, lost, seeds, seeds-1)
 	}
 }
 
@@ -214,26 +226,10 @@ func TestPlantedBadCopyIsCaught(t *testing.T) {
 // other cuts at their indexes: the check must say so.
 func TestRaftPowerLossLosesCommittedCutsOnlyWithTheOptOut(t *testing.T) {
 	t.Parallel()
-	const seeds = 5
-	lost := 0
-	for seed := range uint64(seeds) {
-		if r := Run(seed, Options{Mode: Eager, raftPowerLoss: true}); r.Failed() {
-			t.Fatalf("seed %d loses committed cuts under the durable default: %v", seed, r.Errs)
-		}
-		r := Run(seed, Options{Mode: Eager, raftPowerLoss: true, raftSyncOptOut: true})
-		for _, e := range r.Errs {
-			if strings.Contains(e, "where a committed entry was lost") {
-				lost++
-				if lost == 1 {
-					t.Logf("seed %d under the opt-out: %s", seed, e)
-				}
-				break
-			}
-		}
-	}
-	if lost < seeds-1 {
-		t.Errorf("the power loss lost committed cuts in %d of %d runs under the opt-out, want at least %d", lost, seeds, seeds-1)
-	}
+	lossOnlyWithOptOut(t, "committed cuts",
+		Options{Mode: Eager, raftPowerLoss: true},
+		Options{Mode: Eager, raftPowerLoss: true, raftSyncOptOut: true},
+		"where a committed entry was lost")
 }
 
 // TestLazyPlantedBugs plants lazy order's mistakes in seeds that pass

@@ -682,6 +682,19 @@ func TestReportTimes(t *testing.T) {
 	}
 }
 
+// newFallbackCluster is a cluster of n shards with the default eager
+// fallback, its first window planned and every shard heard from.
+func newFallbackCluster(t *testing.T, n int) *cluster {
+	cfg := testConfig()
+	cfg.EagerAbove = EagerAboveDefault
+	c := newCluster(t, n, 10, cfg)
+	c.plan()
+	for id := range cut.ShardID(n) {
+		c.report(id, 0, 0)
+	}
+	return c
+}
+
 // TestFillsPerRecord checks the estimate the eager fallback judges by: a
 // record's cut needs a fill from every other shard that has no record for
 // it (Poisson), so one shard needs none, two at ln 2 records per interval
@@ -706,11 +719,7 @@ func TestFillsPerRecord(t *testing.T) {
 // TestOneShardNeverFallsBack checks that a sparse single shard keeps its
 // windows: its cuts need no fills from anybody.
 func TestOneShardNeverFallsBack(t *testing.T) {
-	cfg := testConfig()
-	cfg.EagerAbove = EagerAboveDefault
-	c := newCluster(t, 1, 10, cfg)
-	c.plan()
-	c.report(0, 0, 0)
+	c := newFallbackCluster(t, 1)
 	for k := uint64(1); k <= 5; k++ {
 		c.now = c.now.Add(tord)
 		c.report(0, k, k/5)
@@ -726,12 +735,7 @@ func TestOneShardNeverFallsBack(t *testing.T) {
 // of it: two shards at one record per interval (0.37 fills) fall back, at
 // 1.6 (0.20) they stay eager, at 2.6 (0.07) a window is planned again.
 func TestFallbackHysteresis(t *testing.T) {
-	cfg := testConfig()
-	cfg.EagerAbove = EagerAboveDefault
-	c := newCluster(t, 2, 10, cfg)
-	c.plan()
-	c.report(0, 0, 0)
-	c.report(1, 0, 0)
+	c := newFallbackCluster(t, 2)
 	var records uint64
 	stretch := func(perInterval float64) {
 		for range 5 {
@@ -779,12 +783,7 @@ func TestFallbackHysteresis(t *testing.T) {
 // after one judgement period, after two once that fails as well, and a
 // window that fills little resets the back-off.
 func TestMeasuredFillsFallBackWithBackoff(t *testing.T) {
-	cfg := testConfig()
-	cfg.EagerAbove = EagerAboveDefault
-	c := newCluster(t, 2, 10, cfg)
-	c.plan()
-	c.report(0, 0, 0)
-	c.report(1, 0, 0)
+	c := newFallbackCluster(t, 2)
 	var records, length uint64
 	// stretch runs one judgement period (half a window) at five records
 	// per shard per interval, filling fills positions per record.
