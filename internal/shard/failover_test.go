@@ -13,11 +13,10 @@ import (
 func (pr *pair) deliverFirst(i, n int) uint64 {
 	var held uint64
 	for _, b := range pr.inflight[i][:n] {
-		h, err := pr.backups[i].Replicated(0, b.First, b.Entries)
-		if err != nil {
+		if _, err := pr.backups[i].Replicated(0, b.First, b.Entries); err != nil {
 			pr.t.Fatalf("backup %d: %v", i, err)
 		}
-		held = h
+		held = pr.backups[i].Durable()
 	}
 	pr.inflight[i] = pr.inflight[i][n:]
 	return held
@@ -94,15 +93,14 @@ func TestFailoverBackupBecomesPrimary(t *testing.T) {
 	if len(out.Resend) != 1 || out.Resend[0] != (Resend{Backup: bk(1), From: 2, To: 4}) {
 		t.Fatalf("resend %+v, want [2, 4) to b1", out.Resend)
 	}
-	h, err := b1.Replicated(1, 2, entries(t, pr.blogs[0], 2, 4))
-	if err != nil || h != 4 {
-		t.Fatalf("resend stored: %d %v", h, err)
+	if adv, err := b1.Replicated(1, 2, entries(t, pr.blogs[0], 2, 4)); err != nil || !adv || b1.Durable() != 4 {
+		t.Fatalf("resend stored: advanced %v, holding %d, %v", adv, b1.Durable(), err)
 	}
 	// An acknowledgement of configuration 0 counts for nothing; one of 1 does.
 	if adv, _ := np.BackupAcked(bk(1), 0, 4); adv {
 		t.Fatal("an acknowledgement of configuration 0 advanced durable")
 	}
-	if adv, _ := np.BackupAcked(bk(1), 1, h); !adv {
+	if adv, _ := np.BackupAcked(bk(1), 1, b1.Durable()); !adv {
 		t.Fatal("b1's acknowledgement of configuration 1 did not advance durable")
 	}
 	if rep, ok := np.Report(); !ok || rep != (Report{Length: 4, Epoch: 1}) {

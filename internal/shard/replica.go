@@ -751,27 +751,30 @@ func (r *Replica[W]) Join(epoch uint64) (length, held uint64, err error) {
 var errNotJoined = errors.New("from a configuration that did not join this copy")
 
 // Replicated stores a batch from the primary of configuration epoch on a
-// backup and returns the length this copy now holds, to acknowledge (with
-// HeldWhenSynced, what it synced: the batch counts only after a later
-// sync, see Synced). The batch must start at the log's length: batches
-// come in order on one stream. A batch of an older configuration than the
-// copy heard of is refused (ErrFenced).
-func (r *Replica[W]) Replicated(epoch, first uint64, entries []segment.Entry) (held uint64, err error) {
+// backup. advanced says durable moved: the owner acknowledges Durable to
+// the primary. Without HeldWhenSynced the batch counts at once; with it,
+// only what the log synced counts, which may grow here too (a rollover
+// syncs the segment it closes), and a later Synced would then find
+// nothing new: the call that raises durable is the one that says so. The
+// batch must start at the log's length: batches come in order on one
+// stream. A batch of an older configuration than the copy heard of is
+// refused (ErrFenced).
+func (r *Replica[W]) Replicated(epoch, first uint64, entries []segment.Entry) (advanced bool, err error) {
 	r.replMu.Lock()
 	defer r.replMu.Unlock()
 	if r.Role() != RoleBackup {
-		return 0, fmt.Errorf("shard %d: %w", r.id, errNotBackup)
+		return false, fmt.Errorf("shard %d: %w", r.id, errNotBackup)
 	}
 	if cur := r.epoch.Load(); epoch < cur {
-		return 0, fmt.Errorf("shard %d: batch of configuration %d, this copy is in %d: %w", r.id, epoch, cur, ErrFenced)
+		return false, fmt.Errorf("shard %d: batch of configuration %d, this copy is in %d: %w", r.id, epoch, cur, ErrFenced)
 	} else if epoch > cur {
-		return 0, fmt.Errorf("shard %d: batch of configuration %d, this copy is in %d: %w", r.id, epoch, cur, errNotJoined)
+		return false, fmt.Errorf("shard %d: batch of configuration %d, this copy is in %d: %w", r.id, epoch, cur, errNotJoined)
 	}
 	if n := r.log.Len(); first != n {
-		return 0, fmt.Errorf("shard %d: replicated batch starts at %d, have %d", r.id, first, n)
+		return false, fmt.Errorf("shard %d: replicated batch starts at %d, have %d", r.id, first, n)
 	}
 	if _, err := r.log.Append(entries); err != nil {
-		return 0, fmt.Errorf("shard %d: %w", r.id, err)
+		return false, fmt.Errorf("shard %d: %w", r.id, err)
 	}
 	var recs uint64
 	for _, e := range entries {
@@ -780,8 +783,7 @@ func (r *Replica[W]) Replicated(epoch, first uint64, entries []segment.Entry) (h
 		}
 	}
 	r.records.Add(recs)
-	r.raiseDurable()
-	return r.durable.Load(), nil
+	return r.raiseDurable(), nil
 }
 
 // Reconfigure takes a committed configuration of the shard (m.Epoch). A

@@ -65,11 +65,10 @@ func (pr *pair) append(w string, client uint64, seqs ...uint64) *Output[string] 
 func (pr *pair) deliver(i int) uint64 {
 	var held uint64
 	for _, b := range pr.inflight[i] {
-		h, err := pr.backups[i].Replicated(0, b.First, b.Entries)
-		if err != nil {
+		if _, err := pr.backups[i].Replicated(0, b.First, b.Entries); err != nil {
 			pr.t.Fatalf("backup %d: %v", i, err)
 		}
-		held = h
+		held = pr.backups[i].Durable()
 	}
 	pr.inflight[i] = nil
 	return held
@@ -189,6 +188,42 @@ func TestReplicaHeldWhenSyncedCountsOnlySyncedEntries(t *testing.T) {
 	}
 	if out := pr.cutAt(1, 0, 2, 10); len(out.Answers) != 2 || out.Answers[1].Position != 11 {
 		t.Fatalf("cut answers %+v, want 2 ordered at 10 and 11", out.Answers)
+	}
+}
+
+// rollingLog syncs whatever it holds on every append, as a segment store
+// does when a batch crosses a rollover (it syncs the segment it closes).
+type rollingLog struct{ *MemLog }
+
+func (l rollingLog) Append(entries []segment.Entry) (uint64, error) {
+	first, err := l.MemLog.Append(entries)
+	if err == nil {
+		err = l.MemLog.Sync()
+	}
+	return first, err
+}
+
+// TestReplicatedSaysWhenItsAppendSynced: with HeldWhenSynced a backup's
+// durable length may grow inside Replicated (the append synced the batch);
+// the next sync then finds nothing new. Replicated must say so, or the
+// backup never acknowledges those entries and the primary never reports
+// them (a storage server's appends hung forever on this).
+func TestReplicatedSaysWhenItsAppendSynced(t *testing.T) {
+	pr := &pair{t: t, plog: NewMemLog(), inflight: make([][]Batch, 1)}
+	pr.p = NewReplica[string](Config{ID: 1, Role: RolePrimary, Backups: names(1), HeldWhenSynced: true}, pr.plog)
+	blog := NewMemLog()
+	b := NewReplica[string](Config{ID: 1, Role: RoleBackup, HeldWhenSynced: true}, rollingLog{blog})
+	pr.append("s", 7, 1, 2, 3)
+	batch := pr.inflight[0][0]
+	advanced, err := b.Replicated(0, batch.First, batch.Entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !advanced || b.Durable() != 3 {
+		t.Fatalf("Replicated of a batch its append synced: advanced %v, durable %d; want true, 3", advanced, b.Durable())
+	}
+	if advanced, _ := b.Synced(); advanced {
+		t.Fatal("a later sync advanced again")
 	}
 }
 
@@ -469,12 +504,11 @@ func TestReplicaConcurrentPaths(t *testing.T) {
 		// The backup's Replicate stream: store, then acknowledge.
 		defer close(done)
 		for bt := range batches {
-			held, err := b.Replicated(0, bt.First, bt.Entries)
-			if err != nil {
+			if _, err := b.Replicated(0, bt.First, bt.Entries); err != nil {
 				t.Error(err)
 				return
 			}
-			p.BackupAcked(bk(0), 0, held)
+			p.BackupAcked(bk(0), 0, b.Durable())
 			p.Report()
 		}
 	}()

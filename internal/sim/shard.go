@@ -381,7 +381,8 @@ func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segme
 		if !bk.up || bk.inc != binc || p.inc != pinc || sh.severed(p, bk) {
 			return // either end restarted, or a partition: the stream broke
 		}
-		held, err := bk.r.Replicated(epoch, first, entries)
+		_, err := bk.r.Replicated(epoch, first, entries)
+		held := bk.r.Durable()
 		if err != nil {
 			s.tracef("shard %d: backup %s: %v", sh.id, bk.name(), err)
 			return

@@ -528,7 +528,7 @@ func (r *replica) appendReplicated(epoch, first uint64, records []*pb.StoredReco
 	for _, rec := range records {
 		entries = append(entries, entryOf(rec))
 	}
-	_, err := r.core.Replicated(epoch, first, entries)
+	advanced, err := r.core.Replicated(epoch, first, entries)
 	clear(entries)
 	r.replBuf = entries[:0]
 	if cap(entries) > shard.BufferRetainMax {
@@ -547,9 +547,10 @@ func (r *replica) appendReplicated(epoch, first uint64, records []*pb.StoredReco
 		default:
 		}
 	}
-	if r.syncWake == nil {
-		// Held once written: acknowledge now. Under SyncGroup syncLoop
-		// acknowledges once the batch is synced.
+	if advanced {
+		// Without SyncGroup the batch is held once written; under it a
+		// rollover may have synced part of it, which syncLoop's next
+		// sync would not find new.
 		r.notifyDurable()
 	}
 	return nil
