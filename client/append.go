@@ -27,6 +27,10 @@ type op struct {
 	// sent is set once an append stream took o: from then on a server may
 	// have stored it.
 	sent atomic.Bool
+	// unwatch stops the watch of ctx that settles o once its caller gives
+	// up while o waits on a shard connection (guarded by that
+	// connection's mu).
+	unwatch func() bool
 	// placement says whether o waits in place for a live shard. Whoever
 	// moves it on from placeWaiting owns o's fate: place, to send o; or
 	// abandon, to fail o, which was certainly not stored.
@@ -97,9 +101,9 @@ func (c *Client) appendWaitPos(ctx context.Context, rec Record, shard uint32, ex
 
 // AppendAsync queues rec and calls done once it is acknowledged or failed;
 // it blocks only while InflightMax appends are in flight. done runs on one
-// of the client's goroutines and must not block. An append that waits for
-// a live shard, or for the client to settle it after its connection broke,
-// fails once ctx ends.
+// of the client's goroutines and must not block. An append not acknowledged
+// when ctx ends fails with ctx's error; one that was sent may still be
+// ordered, as with Append.
 func (c *Client) AppendAsync(ctx context.Context, rec Record, done func(Ack, error)) {
 	c.appendAsync(ctx, rec, 0, false, done)
 }
@@ -291,6 +295,7 @@ func (sc *shardConn) enqueue(o *op) bool {
 	}
 	sc.ops[o.seq] = o
 	sc.queue = append(sc.queue, o)
+	o.unwatch = context.AfterFunc(o.ctx, func() { sc.giveUp(o) })
 	sc.mu.Unlock()
 	select {
 	case sc.wake <- struct{}{}:
@@ -311,28 +316,36 @@ func (sc *shardConn) sendLoop() {
 		}
 		for {
 			sc.mu.Lock()
-			n, size := 0, 0
-			for n < len(sc.queue) && n < appendBatchMax && size < appendBatchBytesMax {
-				size += len(sc.queue[n].rec.Payload) + len(sc.queue[n].rec.Key)
-				n++
-			}
-			batch := sc.queue[:n]
-			sc.queue = sc.queue[n:]
-			sc.mu.Unlock()
-			if n == 0 {
+			if len(sc.queue) == 0 {
+				sc.mu.Unlock()
 				break
 			}
+			batch := make([]*op, 0, min(len(sc.queue), appendBatchMax))
+			taken, size := 0, 0
+			for ; taken < len(sc.queue) && len(batch) < appendBatchMax && size < appendBatchBytesMax; taken++ {
+				o := sc.queue[taken]
+				if sc.ops[o.seq] != o {
+					continue // its caller gave up before it went out
+				}
+				// Marked before it goes: once the stream took it, a
+				// server may have stored it whatever Send says.
+				o.sent.Store(true)
+				size += len(o.rec.Payload) + len(o.rec.Key)
+				batch = append(batch, o)
+			}
+			sc.queue = sc.queue[taken:]
+			sc.mu.Unlock()
+			if len(batch) == 0 {
+				continue
+			}
 			req := &pb.AppendRequest{ClusterId: sc.c.cfg.ClusterID, ClientId: sc.c.clientID, Shard: sc.shard,
-				Entries: make([]*pb.AppendEntry, n)}
+				Entries: make([]*pb.AppendEntry, len(batch))}
 			for i, o := range batch {
 				req.Entries[i] = &pb.AppendEntry{Seq: o.seq, Record: o.rec}
 			}
 			if err := sc.stream.Send(req); err != nil {
 				sc.fail()
 				return
-			}
-			for _, o := range batch {
-				o.sent.Store(true)
 			}
 		}
 	}
@@ -365,7 +378,10 @@ func (sc *shardConn) handleAck(a *pb.AppendAck) {
 	}
 	sc.mu.Lock()
 	o := sc.ops[a.Seq]
-	delete(sc.ops, a.Seq)
+	if o != nil {
+		delete(sc.ops, a.Seq)
+		o.unwatch()
+	}
 	sc.mu.Unlock()
 	if o == nil {
 		return
@@ -405,6 +421,20 @@ func (sc *shardConn) shutdown() {
 	sc.cancel()
 }
 
+// giveUp fails o, whose caller's ctx ended, if it still waits on sc for
+// its answer: an answer or a broken connection may have settled it first.
+func (sc *shardConn) giveUp(o *op) {
+	sc.mu.Lock()
+	waiting := sc.ops[o.seq] == o
+	if waiting {
+		delete(sc.ops, o.seq)
+	}
+	sc.mu.Unlock()
+	if waiting {
+		o.finish(Ack{}, abandoned(sc.shard, o))
+	}
+}
+
 // fail retires the connection and recovers the appends it left unanswered.
 func (sc *shardConn) fail() { sc.failWith(nil) }
 
@@ -420,6 +450,10 @@ func (sc *shardConn) failWith(refusal error) {
 	ops := sc.ops
 	sc.ops = nil
 	sc.queue = nil
+	for _, o := range ops {
+		// recover watches them from here.
+		o.unwatch()
+	}
 	sc.mu.Unlock()
 	sc.cancel()
 	c := sc.c
@@ -567,17 +601,20 @@ func (c *Client) untilAbandoned(ops map[uint64]*op) (context.Context, context.Ca
 // dropAbandoned fails the ops of shard whose callers gave up waiting.
 func dropAbandoned(shard uint32, ops map[uint64]*op) {
 	for seq, o := range ops {
-		err := o.ctx.Err()
-		if err == nil {
-			continue
-		}
-		delete(ops, seq)
-		if o.sent.Load() {
-			o.finish(Ack{}, fmt.Errorf("augur: append to shard %d unanswered when the caller gave up; it may still be ordered: %w", shard, err))
-		} else {
-			o.finish(Ack{}, fmt.Errorf("augur: append to shard %d not sent before the caller gave up: %w", shard, err))
+		if o.ctx.Err() != nil {
+			delete(ops, seq)
+			o.finish(Ack{}, abandoned(shard, o))
 		}
 	}
+}
+
+// abandoned is the error of an append to shard that its caller gave up
+// on (its ctx ended) before an answer.
+func abandoned(shard uint32, o *op) error {
+	if o.sent.Load() {
+		return fmt.Errorf("augur: append to shard %d unanswered when the caller gave up; it may still be ordered: %w", shard, o.ctx.Err())
+	}
+	return fmt.Errorf("augur: append to shard %d not sent before the caller gave up: %w", shard, o.ctx.Err())
 }
 
 // resolve asks a finalized shard's replicas about ops and settles every op

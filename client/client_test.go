@@ -338,6 +338,47 @@ func TestAppendWithNoLiveShardEndsWithItsDeadline(t *testing.T) {
 	}
 }
 
+// TestUnorderedAppendEndsWithItsDeadline appends while no cut can order
+// anything (every ordering replica is down) over a live append stream:
+// the primary stores the record and cannot answer, so AppendAsync must
+// give up when its ctx ends, saying the record may still be ordered.
+func TestUnorderedAppendEndsWithItsDeadline(t *testing.T) {
+	dc, c := startCluster(t)
+	ctx := testCtx(t)
+	// The append streams to both shards are open before the ordering
+	// layer goes.
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range st.Shards {
+		if _, err := c.AppendToShard(ctx, client.Record{Payload: []byte("before")}, sh.Id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range dc.OrderingIDs() {
+		if err := dc.StopOrdering(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const deadline = 300 * time.Millisecond
+	const answerBound = 3 * time.Second
+	short, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	done := make(chan error, 1)
+	c.AppendAsync(short, client.Record{Payload: []byte("unordered")}, func(_ client.Ack, err error) { done <- err })
+	bound, cancelBound := context.WithTimeout(ctx, answerBound)
+	defer cancelBound()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "may still be ordered") {
+			t.Fatalf("AppendAsync with nothing ordering: %v, want the deadline and that it may still be ordered", err)
+		}
+	case <-bound.Done():
+		t.Fatalf("AppendAsync with a deadline of %v still unanswered after %v", deadline, answerBound)
+	}
+}
+
 func TestTrim(t *testing.T) {
 	_, c := startCluster(t)
 	ctx := testCtx(t)
