@@ -14,6 +14,7 @@ import (
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/fixante"
 	"github.com/augur-log/augur/internal/mode"
+	"github.com/augur-log/augur/internal/segment"
 	"github.com/augur-log/augur/internal/wire"
 )
 
@@ -257,6 +258,45 @@ func subscribeAll(t *testing.T, s *Server, r *replica) *subscribeRecorder {
 		t.Fatalf("stream ended with %v", err)
 	}
 	return rec
+}
+
+// TestSpecFeedStartsInTheFirstRunPastItsPosition subscribes from a
+// position inside a cut whose run of this shard ends before it, the next
+// cut's run already assigned (a subscriber that moves to a backup ahead in
+// cuts). The feed must start with the next cut's records, not past every
+// ordered one: a client resuming there after its replica died waited for
+// those positions forever.
+func TestSpecFeedStartsInTheFirstRunPastItsPosition(t *testing.T) {
+	_, r := specPrimary(t, "s0", "g0")
+	var entries []segment.Entry
+	for i := range 6 {
+		entries = append(entries, segment.Entry{Payload: []byte(fmt.Sprint("r", i))})
+	}
+	if _, err := r.store.Append(entries); err != nil {
+		t.Fatal(err)
+	}
+	// Cut 1 orders positions [0, 10), this shard's at [4, 8); cut 2
+	// orders [10, 14), this shard's at [10, 12).
+	for _, run := range []segment.Run{
+		{Cut: 1, CutStart: 0, CutEnd: 10, LocalStart: 0, GlobalStart: 4, Count: 4},
+		{Cut: 2, CutStart: 10, CutEnd: 14, LocalStart: 4, GlobalStart: 10, Count: 2},
+	} {
+		if err := r.store.Assign(run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fd := &specFeed{r: r, f: newFilter(nil), from: 8}
+	var resp pb.SubscribeResponse
+	if err := fd.fill(&resp, 14, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, e := range resp.Entries {
+		got = append(got, e.Position)
+	}
+	if !slices.Equal(got, []uint64{10, 11}) || string(resp.Entries[0].Record.Payload) != "r4" {
+		t.Fatalf("a feed from position 8 sent positions %v, want 10 and 11 (r4, r5)", got)
+	}
 }
 
 // TestRetryQueuedWithItsOriginalIsStoredOnce: a client whose append stream

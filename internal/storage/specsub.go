@@ -65,20 +65,23 @@ func (fd *specFeed) limit() uint64 {
 }
 
 // place starts the feed at the first own entry at or after position from.
+// Runs lists the runs of every cut ending after from, so the first of
+// them may still end at or before from (the cut's other shards hold the
+// rest of it): the feed starts in the first run that reaches past from.
 func (fd *specFeed) place() {
 	if fd.placed {
 		return
 	}
-	runs := fd.r.store.Runs(fd.from)
-	switch {
-	case len(runs) > 0 && runs[0].GlobalStart+runs[0].Count > fd.from:
-		fd.local = runs[0].LocalStart + (max(fd.from, runs[0].GlobalStart) - runs[0].GlobalStart)
-	default:
-		// Everything assigned lies before from; later entries are
-		// checked one by one against from.
-		fd.local = max(fd.r.store.Ordered(), fd.r.store.Start())
-	}
 	fd.placed = true
+	for _, run := range fd.r.store.Runs(fd.from) {
+		if run.GlobalStart+run.Count > fd.from {
+			fd.local = run.LocalStart + (max(fd.from, run.GlobalStart) - run.GlobalStart)
+			return
+		}
+	}
+	// Everything assigned lies before from; later entries are checked one
+	// by one against from.
+	fd.local = max(fd.r.store.Ordered(), fd.r.store.Start())
 }
 
 // fill adds to resp what is new; it returns an error the stream must end
