@@ -754,8 +754,9 @@ var errNotJoined = errors.New("from a configuration that did not join this copy"
 // backup. advanced says durable moved: the owner acknowledges Durable to
 // the primary. Without HeldWhenSynced the batch counts at once; with it,
 // only what the log synced counts, which may grow here too (a rollover
-// syncs the segment it closes), and a later Synced would then find
-// nothing new: the call that raises durable is the one that says so. The
+// syncs the segment it closes; the owner's group commit may have synced
+// the batch meanwhile), and a later Synced would then find nothing new:
+// the call that raises durable is the one that says so. The
 // batch must start at the log's length: batches come in order on one
 // stream. A batch of an older configuration than the copy heard of is
 // refused (ErrFenced).

@@ -381,12 +381,11 @@ func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segme
 		if !bk.up || bk.inc != binc || p.inc != pinc || sh.severed(p, bk) {
 			return // either end restarted, or a partition: the stream broke
 		}
-		_, err := bk.r.Replicated(epoch, first, entries)
-		held := bk.r.Durable()
-		if err != nil {
+		if _, err := bk.r.Replicated(epoch, first, entries); err != nil {
 			s.tracef("shard %d: backup %s: %v", sh.id, bk.name(), err)
 			return
 		}
+		held := bk.r.Durable()
 		bk.unsynced()
 		s.after(s.uniform(diskDelayMin, diskDelayMax), bk.receive(func() {
 			if !bk.up || bk.inc != binc {

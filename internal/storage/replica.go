@@ -548,9 +548,9 @@ func (r *replica) appendReplicated(epoch, first uint64, records []*pb.StoredReco
 		}
 	}
 	if advanced {
-		// Without SyncGroup the batch is held once written; under it a
-		// rollover may have synced part of it, which syncLoop's next
-		// sync would not find new.
+		// Without SyncGroup the batch is held once written. Under it a
+		// sync that ran meanwhile (syncLoop's, or a rollover's) may have
+		// covered the batch, and syncLoop then finds nothing new.
 		r.notifyDurable()
 	}
 	return nil
