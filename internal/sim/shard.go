@@ -55,8 +55,11 @@ type syncPolicy int
 
 const (
 	// syncAlways fsyncs every write before the core's output is carried
-	// out (segment.SyncAlways, the durable default): no acknowledgement,
-	// answer or report covers an unsynced write.
+	// out (segment.SyncAlways): no acknowledgement, answer or report
+	// covers an unsynced write. The configuration's default, group commit
+	// (segment.SyncGroup with Config.HeldWhenSynced), promises the same
+	// with fsyncs beside the writes; that plumbing is not simulated, only
+	// its promise.
 	syncAlways syncPolicy = iota
 	// syncInterval fsyncs at most scenario.syncEvery after a write
 	// (segment.SyncInterval): a crash loses the unsynced tail, which only
