@@ -307,35 +307,47 @@ func startClusterWithoutLiveShard(t *testing.T) *client.Client {
 func TestAppendWithNoLiveShardEndsWithItsDeadline(t *testing.T) {
 	c := startClusterWithoutLiveShard(t)
 	ctx := testCtx(t)
-	const deadline = 300 * time.Millisecond
-	// answerBound is far below any wait for a shard that never comes and
-	// far above scheduling noise.
-	const answerBound = 3 * time.Second
-
-	short, cancel := context.WithTimeout(ctx, deadline)
+	short, cancel := context.WithTimeout(ctx, appendDeadline)
 	defer cancel()
 	start := time.Now()
 	_, err := c.Append(short, client.Record{Payload: []byte("nowhere")})
 	if took := time.Since(start); took > answerBound {
-		t.Fatalf("Append took %v with a deadline of %v", took, deadline)
+		t.Fatalf("Append took %v with a deadline of %v", took, appendDeadline)
 	}
 	if !errors.Is(err, client.ErrNoLiveShard) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Append with no live shard: %v, want ErrNoLiveShard and the deadline", err)
 	}
 
-	short, cancel = context.WithTimeout(ctx, deadline)
+	if err := appendAsyncWithDeadline(t, ctx, c, "nowhere"); !errors.Is(err, client.ErrNoLiveShard) {
+		t.Fatalf("AppendAsync with no live shard: %v, want ErrNoLiveShard", err)
+	}
+}
+
+const (
+	// appendDeadline is the deadline of the appends that must end with it.
+	appendDeadline = 300 * time.Millisecond
+	// answerBound is far below any wait for what never comes (a live
+	// shard, a cut) and far above scheduling noise.
+	answerBound = 3 * time.Second
+)
+
+// appendAsyncWithDeadline appends payload with AppendAsync under a ctx
+// that ends after appendDeadline and returns the error done gets; the
+// test fails if done is not called within answerBound.
+func appendAsyncWithDeadline(t *testing.T, ctx context.Context, c *client.Client, payload string) error {
+	t.Helper()
+	short, cancel := context.WithTimeout(ctx, appendDeadline)
 	defer cancel()
 	done := make(chan error, 1)
-	c.AppendAsync(short, client.Record{Payload: []byte("nowhere")}, func(_ client.Ack, err error) { done <- err })
+	c.AppendAsync(short, client.Record{Payload: []byte(payload)}, func(_ client.Ack, err error) { done <- err })
 	bound, cancelBound := context.WithTimeout(ctx, answerBound)
 	defer cancelBound()
 	select {
 	case err := <-done:
-		if !errors.Is(err, client.ErrNoLiveShard) {
-			t.Fatalf("AppendAsync with no live shard: %v, want ErrNoLiveShard", err)
-		}
+		return err
 	case <-bound.Done():
-		t.Fatalf("AppendAsync with a deadline of %v still unanswered after %v", deadline, answerBound)
+		t.Fatalf("AppendAsync with a deadline of %v still unanswered after %v", appendDeadline, answerBound)
+		return nil
 	}
 }
 
@@ -362,21 +374,9 @@ func TestUnorderedAppendEndsWithItsDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const deadline = 300 * time.Millisecond
-	const answerBound = 3 * time.Second
-	short, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	done := make(chan error, 1)
-	c.AppendAsync(short, client.Record{Payload: []byte("unordered")}, func(_ client.Ack, err error) { done <- err })
-	bound, cancelBound := context.WithTimeout(ctx, answerBound)
-	defer cancelBound()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "may still be ordered") {
-			t.Fatalf("AppendAsync with nothing ordering: %v, want the deadline and that it may still be ordered", err)
-		}
-	case <-bound.Done():
-		t.Fatalf("AppendAsync with a deadline of %v still unanswered after %v", deadline, answerBound)
+	err = appendAsyncWithDeadline(t, ctx, c, "unordered")
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "may still be ordered") {
+		t.Fatalf("AppendAsync with nothing ordering: %v, want the deadline and that it may still be ordered", err)
 	}
 }
 
