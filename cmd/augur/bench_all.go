@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/augur-log/augur/internal/bench"
 	"github.com/augur-log/augur/internal/config"
@@ -88,10 +89,8 @@ yet are listed there as not run.`,
 // (of bench all or bench spec-matrix).
 func commandLine(cmd *cobra.Command) string {
 	parts := []string{cmd.CommandPath()}
-	for _, name := range []string{"out", "modes", "shards", "rates", "durability", "replicas", "ordering-interval", "fsync", "record-bytes", "rate", "clients", "subscribers", "compute", "duration", "warmup", "seed"} {
-		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
-			parts = append(parts, "--"+name+" "+f.Value.String())
-		}
-	}
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		parts = append(parts, "--"+f.Name+" "+f.Value.String())
+	})
 	return strings.Join(parts, " ")
 }

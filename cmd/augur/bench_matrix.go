@@ -23,26 +23,30 @@ func newBenchMatrixCmd() *cobra.Command {
 	var (
 		out, modes, shards, rates, durability string
 		compute                               time.Duration
+		repeat                                int
 	)
 	cmd := &cobra.Command{
 		Use:   "spec-matrix --out DIR",
 		Short: "Speculative against eager order over shards × rates: JSON rows, a ratios table and a figure",
-		Long: `Run the e2e workload at every point of --shards × --rates, the baseline and the
-candidate mode of --modes (default eager,spec) in one sweep per point, each run
-on a fresh embedded cluster. Print each point's JSON lines as it completes (the
-results, the comparison, then a row {"workload":"spec-matrix","shards","rate",
-"append_p50","append_p99","delivery_p50","e2e_p50","misspeculations",
-"baseline_append_p50_over_floor","skipped"} with the candidate's latencies over
-the baseline's), and write DIR/matrix.md (the table of those ratios) and
-DIR/matrix.svg and DIR/matrix.png (the ratios against the rate, one line per
-shard count, the targets dashed). A point where the baseline acknowledged less
-than 95% of the offered rate, or had errors, is marked skipped, with why.
+		Long: `Run the e2e workload at every point of --shards × --rates: --repeat sweeps of
+the baseline and the candidate mode of --modes (default eager,spec), the
+candidate first in every other sweep, each run on a fresh embedded cluster.
+Print each sweep's JSON lines as it completes (the results, the comparison),
+then a row per point {"workload":"spec-matrix","shards","rate","runs",
+"append_p50","append_p99","delivery_p50","e2e_p50","ranges","misspeculations",
+"baseline_append_p50_over_floor","dropped","skipped"} with the median over the
+sweeps of the candidate's latencies over the baseline's, and write
+DIR/matrix.md (the table of those ratios, with their ranges) and DIR/matrix.svg
+and DIR/matrix.png (the ratios against the rate, one line per shard count, the
+targets dashed). A sweep where the baseline acknowledged less than 95% of the
+offered rate, or had errors, does not count, and the row says why; a point
+without a counted sweep is marked skipped.
 
 Points are short by default (1 s warm-up, 3 s measured); --duration and
 --warmup lengthen them.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := bench.MatrixOptions{Out: out, Base: p, JSON: cmd.OutOrStdout(), Command: commandLine(cmd)}
+			o := bench.MatrixOptions{Out: out, Base: p, JSON: cmd.OutOrStdout(), Command: commandLine(cmd), Repeat: repeat}
 			var errs []error
 			var err error
 			if o.Base.Modes, err = parseList(modes, "--modes", func(s string) (string, error) { return s, nil }); err != nil {
@@ -81,6 +85,7 @@ Points are short by default (1 s warm-up, 3 s measured); --duration and
 	fs.StringVar(&modes, "modes", "eager,spec", "the baseline and the candidate mode")
 	fs.StringVar(&shards, "shards", "1,2,4,8", "shard counts of the grid")
 	fs.StringVar(&rates, "rates", "500,2000,8000", "offered appends/s of the grid")
+	fs.IntVar(&repeat, "repeat", 3, "sweeps per point; the table holds the median of their ratios (one sweep's ratio moves by tens of percent on a shared machine)")
 	fs.StringVar(&durability, "durability", "", "sync setting of every run: default (fsync group, raft_fsync true) or optout (fsync interval, raft_fsync false); empty: the cluster's defaults")
 	fs.DurationVar(&compute, "compute", p.Compute[0], "downstream compute per batch")
 	fs.IntVar(&p.Replicas, "replicas", p.Replicas, "storage servers per group")

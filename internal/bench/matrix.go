@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +36,12 @@ type MatrixOptions struct {
 	JSON io.Writer
 	// Command is the command line, quoted in the table's file.
 	Command string
+	// Repeat is how many sweeps each point runs (0 counts as 1). A row
+	// holds the median of its sweeps' ratios and their range: on a shared
+	// machine one sweep's ratio moves by tens of percent from one minute
+	// to the next. Every other sweep runs the candidate first, so that
+	// neither mode always gets the machine the other warmed or left busy.
+	Repeat int
 }
 
 // MatrixRow is one point of the matrix, printed as one JSON line after
@@ -55,15 +63,32 @@ type MatrixRow struct {
 	AppendP99   *float64 `json:"append_p99,omitempty"`
 	DeliveryP50 *float64 `json:"delivery_p50,omitempty"`
 	E2EP50      *float64 `json:"e2e_p50,omitempty"`
-	// Misspeculations is the candidate's count (speculative modes).
+	// Runs is how many sweeps the ratios are the median of; Dropped says
+	// why the point's other sweeps do not count; Ranges holds the least
+	// and the greatest of each ratio over the counted sweeps.
+	Runs    int           `json:"runs"`
+	Dropped []string      `json:"dropped,omitempty"`
+	Ranges  *MatrixRanges `json:"ranges,omitempty"`
+	// Misspeculations is the candidate's count over every sweep
+	// (speculative modes).
 	Misspeculations *int64 `json:"misspeculations,omitempty"`
 	// BaselineAppendP50US and BaselineDeliveryP50US are the baseline's own
-	// latencies, for scale.
+	// latencies (medians over the counted sweeps), for scale.
 	BaselineAppendP50US   *float64 `json:"baseline_append_p50_us,omitempty"`
 	BaselineDeliveryP50US *float64 `json:"baseline_delivery_p50_us,omitempty"`
 	// BaselineAppendFloor is the baseline's append p50 over the p50 of
-	// the empty gRPC round trip measured in its run.
+	// the empty gRPC round trip measured in its run (the median over the
+	// counted sweeps).
 	BaselineAppendFloor *float64 `json:"baseline_append_p50_over_floor,omitempty"`
+}
+
+// MatrixRanges are the least and the greatest of each ratio of a row over
+// its counted sweeps.
+type MatrixRanges struct {
+	AppendP50   [2]float64 `json:"append_p50"`
+	AppendP99   [2]float64 `json:"append_p99"`
+	DeliveryP50 [2]float64 `json:"delivery_p50"`
+	E2EP50      [2]float64 `json:"e2e_p50"`
 }
 
 // CheckMatrix checks o before anything starts.
@@ -74,6 +99,9 @@ func CheckMatrix(o MatrixOptions) error {
 	}
 	if len(o.Base.Modes) != 2 {
 		errs = append(errs, fmt.Errorf("name two modes, the baseline and the candidate (e.g. eager,spec), got %d", len(o.Base.Modes)))
+	}
+	if o.Repeat < 0 {
+		errs = append(errs, fmt.Errorf("repeat cannot be negative, got %d", o.Repeat))
 	}
 	if len(o.Shards) == 0 || len(o.Rates) == 0 {
 		errs = append(errs, errors.New("name at least one shard count and one rate"))
@@ -119,21 +147,29 @@ func RunMatrix(ctx context.Context, o MatrixOptions) error {
 		for _, rate := range o.Rates {
 			p := o.Base
 			p.Shards, p.Rate = []int{s}, rate
-			rep, err := Run(ctx, "e2e", p)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			row := matrixRow(p, rep, err)
-			if err != nil {
-				failed = append(failed, fmt.Errorf("%d shards at %d/s: %w", s, rate, err))
-			}
-			rows = append(rows, row)
-			if o.JSON != nil {
-				if rep != nil {
+			var sweeps []matrixSweep
+			for i := range max(o.Repeat, 1) {
+				q := p
+				if i%2 == 1 {
+					q.Modes = []string{p.Modes[1], p.Modes[0]}
+				}
+				rep, err := Run(ctx, "e2e", q)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if err != nil {
+					failed = append(failed, fmt.Errorf("%d shards at %d/s, sweep %d: %w", s, rate, i+1, err))
+				}
+				sweeps = append(sweeps, matrixSweep{rep: rep, err: err})
+				if o.JSON != nil && rep != nil {
 					if err := rep.WriteJSON(o.JSON); err != nil {
 						return err
 					}
 				}
+			}
+			row := matrixRow(p, sweeps)
+			rows = append(rows, row)
+			if o.JSON != nil {
 				if err := writeLine(o.JSON, row); err != nil {
 					return err
 				}
@@ -157,40 +193,144 @@ func RunMatrix(ctx context.Context, o MatrixOptions) error {
 	return nil
 }
 
-// matrixRow sums up one point: rep holds its runs, err how the sweep
+// matrixSweep is one sweep of a point: rep holds its runs, err how it
 // ended.
-func matrixRow(p Params, rep *Report, err error) MatrixRow {
+type matrixSweep struct {
+	rep *Report
+	err error
+}
+
+// sweepRatios is what one sweep of a point measured: the candidate's
+// latencies over the baseline's, and the baseline's own, for scale.
+type sweepRatios struct {
+	appendP50, appendP99, deliveryP50, e2eP50 float64
+	baseAppendP50, baseDeliveryP50, baseFloor float64
+}
+
+// matrixRow sums up one point of p over its sweeps: the median of each
+// ratio over the sweeps that count, and why the others do not.
+func matrixRow(p Params, sweeps []matrixSweep) MatrixRow {
 	row := MatrixRow{Workload: "spec-matrix", Baseline: p.Modes[0], Candidate: p.Modes[1], Shards: p.Shards[0], Rate: p.Rate}
-	var base, cand *Result
-	if rep != nil && len(rep.Points) == 1 && len(rep.Points[0].Results) == 2 {
-		base, cand = rep.Points[0].Results[0], rep.Points[0].Results[1]
+	var counted []sweepRatios
+	var misspeculations *int64
+	for _, sw := range sweeps {
+		r, cand, why := sweepOf(p, sw)
+		if cand != nil && cand.Misspeculations != nil {
+			n := *cand.Misspeculations
+			if misspeculations != nil {
+				n += *misspeculations
+			}
+			misspeculations = &n
+		}
+		if why != "" {
+			row.Dropped = append(row.Dropped, why)
+			continue
+		}
+		counted = append(counted, r)
 	}
-	switch {
-	case err != nil:
-		row.Skipped = "run failed: " + err.Error()
-		return row
-	case base == nil || cand == nil:
-		row.Skipped = "run produced no results"
+	row.Misspeculations = misspeculations
+	row.Runs = len(counted)
+	if len(counted) == 0 {
+		row.Skipped = strings.Join(row.Dropped, "; ")
+		row.Dropped = nil
+		// The baseline's latencies still say how far behind it fell.
+		if len(sweeps) > 0 {
+			if base, _ := sweepResults(p, sweeps[0]); base != nil {
+				row.BaselineAppendP50US = finiteOrNil(p50Of(base.AppendLatencyUS))
+				row.BaselineDeliveryP50US = finiteOrNil(p50Of(base.DeliveryLatencyUS))
+			}
+		}
 		return row
 	}
-	row.BaselineAppendP50US = finiteOrNil(p50Of(base.AppendLatencyUS))
-	row.BaselineDeliveryP50US = finiteOrNil(p50Of(base.DeliveryLatencyUS))
-	if floor := p50Of(base.GRPCFloorUS); floor > 0 {
-		row.BaselineAppendFloor = finiteOrNil(round(p50Of(base.AppendLatencyUS)/floor, 2))
+	med := func(of func(sweepRatios) float64, digits int) *float64 {
+		var vs []float64
+		for _, r := range counted {
+			vs = append(vs, of(r))
+		}
+		return finiteOrNil(round(median(vs), digits))
+	}
+	span := func(of func(sweepRatios) float64) [2]float64 {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, r := range counted {
+			lo, hi = min(lo, of(r)), max(hi, of(r))
+		}
+		return [2]float64{round(lo, 3), round(hi, 3)}
+	}
+	appendP50 := func(r sweepRatios) float64 { return r.appendP50 }
+	appendP99 := func(r sweepRatios) float64 { return r.appendP99 }
+	deliveryP50 := func(r sweepRatios) float64 { return r.deliveryP50 }
+	e2eP50 := func(r sweepRatios) float64 { return r.e2eP50 }
+	row.AppendP50, row.AppendP99 = med(appendP50, 3), med(appendP99, 3)
+	row.DeliveryP50, row.E2EP50 = med(deliveryP50, 3), med(e2eP50, 3)
+	row.Ranges = &MatrixRanges{AppendP50: span(appendP50), AppendP99: span(appendP99), DeliveryP50: span(deliveryP50), E2EP50: span(e2eP50)}
+	row.BaselineAppendP50US = med(func(r sweepRatios) float64 { return r.baseAppendP50 }, 3)
+	row.BaselineDeliveryP50US = med(func(r sweepRatios) float64 { return r.baseDeliveryP50 }, 3)
+	if floors := med(func(r sweepRatios) float64 { return r.baseFloor }, 2); floors != nil && *floors > 0 {
+		row.BaselineAppendFloor = floors
+	}
+	return row
+}
+
+// sweepResults finds the baseline's and the candidate's result in a
+// sweep, whichever ran first.
+func sweepResults(p Params, sw matrixSweep) (base, cand *Result) {
+	if sw.rep == nil || len(sw.rep.Points) != 1 {
+		return nil, nil
+	}
+	for _, r := range sw.rep.Points[0].Results {
+		switch r.Mode {
+		case p.Modes[0]:
+			base = r
+		case p.Modes[1]:
+			cand = r
+		}
+	}
+	return base, cand
+}
+
+// sweepOf is one sweep's ratios, or why it does not count: it failed, or
+// the baseline fell behind the offered rate (its latencies then measure
+// its queue, and a ratio against them says nothing about the candidate).
+func sweepOf(p Params, sw matrixSweep) (r sweepRatios, cand *Result, why string) {
+	if sw.err != nil {
+		return r, nil, "run failed: " + sw.err.Error()
+	}
+	base, cand := sweepResults(p, sw)
+	if base == nil || cand == nil {
+		return r, cand, "run produced no results"
 	}
 	if got := valOf(base.ThroughputRPS); got < matrixSustainedMin*float64(p.Rate) || base.Errors > 0 {
-		row.Skipped = fmt.Sprintf("%s sustained %.0f of %d appends/s with %d errors", base.Mode, got, p.Rate, base.Errors)
-		return row
+		return r, cand, fmt.Sprintf("%s sustained %.0f of %d appends/s with %d errors", base.Mode, got, p.Rate, base.Errors)
 	}
-	ratio := func(metric func(*LatencySummary) float64, of func(*Result) *LatencySummary) *float64 {
-		return finiteOrNil(round(metric(of(cand))/metric(of(base)), 3))
+	over := func(metric func(*LatencySummary) float64, of func(*Result) *LatencySummary) float64 {
+		return metric(of(cand)) / metric(of(base))
 	}
-	row.AppendP50 = ratio(p50Of, func(r *Result) *LatencySummary { return r.AppendLatencyUS })
-	row.AppendP99 = ratio(p99Of, func(r *Result) *LatencySummary { return r.AppendLatencyUS })
-	row.DeliveryP50 = ratio(p50Of, func(r *Result) *LatencySummary { return r.DeliveryLatencyUS })
-	row.E2EP50 = ratio(p50Of, func(r *Result) *LatencySummary { return r.E2ELatencyUS })
-	row.Misspeculations = cand.Misspeculations
-	return row
+	appendLat := func(r *Result) *LatencySummary { return r.AppendLatencyUS }
+	r = sweepRatios{
+		appendP50:       over(p50Of, appendLat),
+		appendP99:       over(p99Of, appendLat),
+		deliveryP50:     over(p50Of, func(r *Result) *LatencySummary { return r.DeliveryLatencyUS }),
+		e2eP50:          over(p50Of, func(r *Result) *LatencySummary { return r.E2ELatencyUS }),
+		baseAppendP50:   p50Of(base.AppendLatencyUS),
+		baseDeliveryP50: p50Of(base.DeliveryLatencyUS),
+	}
+	if floor := p50Of(base.GRPCFloorUS); floor > 0 {
+		r.baseFloor = r.baseAppendP50 / floor
+	}
+	return r, cand, ""
+}
+
+// median of vs (the mean of the middle two for an even count).
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // matrixTargets are issue 17's targets for the ratios, candidate over
@@ -208,8 +348,12 @@ func writeMatrixTable(w io.Writer, o MatrixOptions, rows []MatrixRow) {
 	if len(p.Durability) == 1 {
 		durability = p.Durability[0]
 	}
-	fmt.Fprintf(w, "e2e workload: %v ordering interval, %d-byte records open loop from %d clients, %s, compute %s per batch, durability %s, %v measured after %v of warm-up; each point runs %s then %s in one sweep. Cells are %s's latency over %s's (below 1: %s is faster); targets: append p50 ≤ %.1f, append p99 ≤ %.1f, delivery p50 ≤ %.1f, e2e p50 ≤ %.0f, no misspeculations. A point where %s did not acknowledge %.0f%% of the offered rate without errors is skipped.\n\n",
-		p.OrderingInterval, p.RecordBytes, p.Clients, plural(p.Subscribers, "subscriber"), joinDurations(p.Compute), durability, p.Duration, p.Warmup, b, c, c, b, c, matrixTargets.appendP50, matrixTargets.appendP99, matrixTargets.deliveryP50, matrixTargets.e2eP50, b, matrixSustainedMin*100)
+	sweeps := fmt.Sprintf("each point runs %s then %s in one sweep", b, c)
+	if n := max(o.Repeat, 1); n > 1 {
+		sweeps = fmt.Sprintf("each point runs %d sweeps of both modes, %s first in every other one; a cell is the median of the sweeps' ratios, their range in brackets", n, c)
+	}
+	fmt.Fprintf(w, "e2e workload: %v ordering interval, %d-byte records open loop from %d clients, %s, compute %s per batch, durability %s, %v measured after %v of warm-up; %s. Cells are %s's latency over %s's (below 1: %s is faster); targets: append p50 ≤ %.1f, append p99 ≤ %.1f, delivery p50 ≤ %.1f, e2e p50 ≤ %.0f, no misspeculations. A sweep where %s did not acknowledge %.0f%% of the offered rate without errors does not count; a point without a counted sweep is skipped.\n\n",
+		p.OrderingInterval, p.RecordBytes, p.Clients, plural(p.Subscribers, "subscriber"), joinDurations(p.Compute), durability, p.Duration, p.Warmup, sweeps, c, b, c, matrixTargets.appendP50, matrixTargets.appendP99, matrixTargets.deliveryP50, matrixTargets.e2eP50, b, matrixSustainedMin*100)
 	fmt.Fprintln(w, "| shards | rate (/s) | append p50 | append p99 | delivery p50 | e2e p50 | misspeculations | "+b+" append p50 (ms) | "+b+" delivery p50 (ms) | "+b+" append p50 ÷ gRPC floor |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
@@ -222,8 +366,22 @@ func writeMatrixTable(w io.Writer, o MatrixOptions, rows []MatrixRow) {
 		if r.Misspeculations != nil {
 			miss = strconv.FormatInt(*r.Misspeculations, 10)
 		}
-		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s |\n", r.Shards, r.Rate,
-			fmtRatio(r.AppendP50), fmtRatio(r.AppendP99), fmtRatio(r.DeliveryP50), fmtRatio(r.E2EP50), miss, base)
+		cell := func(v *float64, span func(*MatrixRanges) [2]float64) string {
+			if r.Runs < 2 || r.Ranges == nil {
+				return fmtRatio(v)
+			}
+			lh := span(r.Ranges)
+			return fmt.Sprintf("%s (%.2f–%.2f)", fmtRatio(v), lh[0], lh[1])
+		}
+		var dropped string
+		if len(r.Dropped) > 0 {
+			dropped = fmt.Sprintf(" (%d of %d sweeps: %s)", r.Runs, r.Runs+len(r.Dropped), strings.ReplaceAll(strings.Join(r.Dropped, "; "), "|", "/"))
+		}
+		fmt.Fprintf(w, "| %d | %d%s | %s | %s | %s | %s | %s | %s |\n", r.Shards, r.Rate, dropped,
+			cell(r.AppendP50, func(m *MatrixRanges) [2]float64 { return m.AppendP50 }),
+			cell(r.AppendP99, func(m *MatrixRanges) [2]float64 { return m.AppendP99 }),
+			cell(r.DeliveryP50, func(m *MatrixRanges) [2]float64 { return m.DeliveryP50 }),
+			cell(r.E2EP50, func(m *MatrixRanges) [2]float64 { return m.E2EP50 }), miss, base)
 	}
 	fmt.Fprintln(w)
 }

@@ -28,7 +28,7 @@ func TestMatrixRowRatios(t *testing.T) {
 	spec.Misspeculations = Ptr(int64(0))
 	rep := &Report{Workload: "e2e"}
 	rep.add([]*Result{matrixResult("eager", 1990, 1000, 2000, 1000, 2500), spec})
-	row := matrixRow(matrixParams(2, 2000), rep, nil)
+	row := matrixRow(matrixParams(2, 2000), []matrixSweep{{rep: rep}})
 	if row.Skipped != "" {
 		t.Fatalf("row skipped: %s", row.Skipped)
 	}
@@ -66,7 +66,7 @@ func TestMatrixRowSkipsWhatTheBaselineCannotSustain(t *testing.T) {
 		{"errors", erred, nil, "with 3 errors"},
 		{"failed", nil, errors.New("boom"), "run failed: boom"},
 	} {
-		row := matrixRow(matrixParams(1, 8000), c.rep, c.err)
+		row := matrixRow(matrixParams(1, 8000), []matrixSweep{{rep: c.rep, err: c.err}})
 		if !strings.Contains(row.Skipped, c.why) || row.AppendP50 != nil || row.E2EP50 != nil {
 			t.Errorf("%s: row %+v, want skipped with %q and no ratios", c.name, row, c.why)
 		}
@@ -74,6 +74,57 @@ func TestMatrixRowSkipsWhatTheBaselineCannotSustain(t *testing.T) {
 		writeMatrixTable(&buf, MatrixOptions{Base: matrixParams(1, 8000)}, []MatrixRow{row})
 		if !strings.Contains(buf.String(), "skipped: ") || !strings.Contains(buf.String(), c.why) {
 			t.Errorf("%s: table does not say why the point is skipped:\n%s", c.name, buf.String())
+		}
+	}
+}
+
+// TestMatrixRowTakesTheMedianOfItsSweeps checks that a point run several
+// times holds the median of its sweeps' ratios and their range, whichever
+// mode ran first in a sweep; that a sweep the baseline could not sustain
+// does not count, and says why; and that the misspeculations of every
+// sweep add up.
+func TestMatrixRowTakesTheMedianOfItsSweeps(t *testing.T) {
+	sweep := func(eagerThroughput, specAppendP50 float64, misspeculations int64, specFirst bool) matrixSweep {
+		spec := matrixResult("spec", 2000, specAppendP50, 3000, 250, 2000)
+		spec.Misspeculations = Ptr(misspeculations)
+		eager := matrixResult("eager", eagerThroughput, 1000, 2000, 1000, 2500)
+		rep := &Report{Workload: "e2e"}
+		if specFirst {
+			rep.add([]*Result{spec, eager})
+		} else {
+			rep.add([]*Result{eager, spec})
+		}
+		return matrixSweep{rep: rep}
+	}
+	row := matrixRow(matrixParams(2, 2000), []matrixSweep{
+		sweep(2000, 1500, 0, false),
+		sweep(2000, 900, 1, true),
+		sweep(1000, 5000, 2, false), // eager fell behind: does not count
+		sweep(2000, 1100, 0, true),
+	})
+	if row.Skipped != "" || row.Runs != 3 {
+		t.Fatalf("row skipped %q over %d sweeps, want 3 counted", row.Skipped, row.Runs)
+	}
+	if row.AppendP50 == nil || *row.AppendP50 != 1.1 {
+		t.Errorf("append p50 ratio %v, want the median 1.1", row.AppendP50)
+	}
+	if row.Ranges == nil || row.Ranges.AppendP50 != [2]float64{0.9, 1.5} {
+		t.Errorf("append p50 range %+v, want [0.9 1.5]", row.Ranges)
+	}
+	if row.DeliveryP50 == nil || *row.DeliveryP50 != 0.25 {
+		t.Errorf("delivery p50 ratio %v, want 0.25 (the reversed sweeps must not invert it)", row.DeliveryP50)
+	}
+	if len(row.Dropped) != 1 || !strings.Contains(row.Dropped[0], "sustained 1000 of 2000") {
+		t.Errorf("dropped %q, want the sweep eager could not sustain", row.Dropped)
+	}
+	if row.Misspeculations == nil || *row.Misspeculations != 3 {
+		t.Errorf("misspeculations %v, want 3 over every sweep", row.Misspeculations)
+	}
+	var buf bytes.Buffer
+	writeMatrixTable(&buf, MatrixOptions{Base: matrixParams(2, 2000), Repeat: 4}, []MatrixRow{row})
+	for _, want := range []string{"1.10× (0.90–1.50)", "3 of 4 sweeps: eager sustained 1000"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}
 	}
 }
@@ -96,7 +147,9 @@ func TestCheckMatrix(t *testing.T) {
 	closed.Rates = []int{0}
 	noOut := ok
 	noOut.Out = ""
-	for name, o := range map[string]MatrixOptions{"one mode": oneMode, "closed loop": closed, "no output": noOut} {
+	negative := ok
+	negative.Repeat = -1
+	for name, o := range map[string]MatrixOptions{"one mode": oneMode, "closed loop": closed, "no output": noOut, "negative repeat": negative} {
 		if err := CheckMatrix(o); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
