@@ -39,7 +39,7 @@ func (sc *scenario) planDamage(r *rand.Rand) {
 	for i := range sc.crashes {
 		x := &sc.crashes[i]
 		x.damage = r.IntN(2) == 0
-		x.sourceDies = x.damage && sc.sync == syncAlways && r.IntN(2) == 0
+		x.sourceDies = x.damage && sc.sync.durable() && r.IntN(2) == 0
 	}
 }
 

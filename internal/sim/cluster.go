@@ -156,6 +156,10 @@ type stats struct {
 	primaryDeathsOnJoin uint64
 	// pauses counts the storage servers paused (see pause.go).
 	pauses uint64
+	// raisedInReplicated counts the backups' durable lengths a
+	// replicated batch raised under group commit (a fsync ended before
+	// its notice reached the core).
+	raisedInReplicated uint64
 }
 
 // newCluster builds the cluster of one seed and schedules its scenario.
@@ -168,6 +172,13 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 	// Its own stream, so that the other choices of a seed stay as they were.
 	sc.eagerAbove = []float64{0, spec.EagerAboveDefault, 0.01}[rand.New(rand.NewPCG(seed, 0xea9e2)).IntN(3)]
 	sc.planPauses(rand.New(rand.NewPCG(seed, 0x9a05e)), f)
+	if sc.sync == syncAlways && rand.New(rand.NewPCG(seed, 0x6c0)).IntN(2) == 0 {
+		// Half the durable seeds run group commit, the configuration's
+		// default; the others fsync each write, which group commit
+		// must be indistinguishable from (its own stream keeps the
+		// seed's other choices).
+		sc.sync = syncGroup
+	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &cluster{
 		world: world{seed: seed, r: r, start: start, now: start, trace: trace},
@@ -297,7 +308,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 			// needs a serving server that holds it: fewer are beyond the
 			// fault budget.
 			sh := s.pick(2, func(sh *shard) bool {
-				return sh.alive && !sh.leaving && !sh.finalized && (s.sc.sync == syncAlways || sh.serving() > len(x.copies))
+				return sh.alive && !sh.leaving && !sh.finalized && (s.sc.sync.durable() || sh.serving() > len(x.copies))
 			})
 			if sh == nil {
 				return

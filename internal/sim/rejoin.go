@@ -44,11 +44,11 @@ func (sc *scenario) planRejoin(r *rand.Rand) {
 		x := &sc.crashes[i]
 		switch r.IntN(6) {
 		case 0:
-			x.rejoinSourceDies = sc.sync == syncAlways
+			x.rejoinSourceDies = sc.sync.durable()
 		case 1:
 			x.diesRejoining = true
 		case 2, 3:
-			if sc.sync == syncAlways {
+			if sc.sync.durable() {
 				x.primaryDies = primaryDiesAtJoin + primaryDeath(r.IntN(2))
 			}
 		}

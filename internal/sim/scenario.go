@@ -350,7 +350,7 @@ func newScenario(r *rand.Rand, mode Mode, f Faults) scenario {
 		sc.crashes, sc.raftCrashes = crashes, raftCrashes
 	}
 	for i := range sc.crashes {
-		if sc.crashes[i].kind == crashAll && sc.sync != syncAlways {
+		if sc.crashes[i].kind == crashAll && !sc.sync.durable() {
 			// Beyond the budget: another replica holds what a crash
 			// loses unsynced, unless all crash.
 			sc.crashes[i].kind = crashPrimary

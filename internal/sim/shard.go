@@ -56,23 +56,36 @@ type syncPolicy int
 const (
 	// syncAlways fsyncs every write before the core's output is carried
 	// out (segment.SyncAlways): no acknowledgement, answer or report
-	// covers an unsynced write. The configuration's default, group commit
-	// (segment.SyncGroup with Config.HeldWhenSynced), promises the same
-	// with fsyncs beside the writes; that plumbing is not simulated, only
-	// its promise.
+	// covers an unsynced write.
 	syncAlways syncPolicy = iota
 	// syncInterval fsyncs at most scenario.syncEvery after a write
 	// (segment.SyncInterval): a crash loses the unsynced tail, which only
 	// the other copy then holds.
 	syncInterval
+	// syncGroup is the configuration's default, group commit
+	// (segment.SyncGroup with Config.HeldWhenSynced): one fsync at a
+	// time beside the writes, covering every write before it, and a copy
+	// holds an entry only once a fsync covered it. The fsync's end
+	// reaches the core later (Synced), as the storage server's sync loop
+	// tells it after the fsync returns, so a batch replicated meanwhile
+	// finds the fsync first: a backup acknowledges whenever a core call
+	// says durable moved, and only then (see copyOf.synced).
+	syncGroup
 )
 
 func (p syncPolicy) String() string {
-	if p == syncInterval {
+	switch p {
+	case syncInterval:
 		return "interval"
+	case syncGroup:
+		return "group"
 	}
 	return "always"
 }
+
+// durable says no acknowledgement, answer or report covers a write before
+// a fsync did: the promise of the durable default.
+func (p syncPolicy) durable() bool { return p != syncInterval }
 
 // copyOf is one storage server's copy of a shard.
 type copyOf struct {
@@ -93,10 +106,17 @@ type copyOf struct {
 	// damage says the server restarts with a range of its log damaged,
 	// killSource that its repair's source dies after the first batch.
 	damage, killSource bool
-	// syncArmed says an interval sync is scheduled; wakeAt is the
-	// primary's timer (zero: none).
-	syncArmed bool
-	wakeAt    time.Time
+	// syncArmed says an interval sync, or a group commit's fsync, is
+	// scheduled; syncAgain that a write came while a group commit's
+	// fsync ran, which the next one covers. wakeAt is the primary's
+	// timer (zero: none).
+	syncArmed, syncAgain bool
+	wakeAt               time.Time
+	// ackSent is the durable length a backup last acknowledged to its
+	// primary, or answered a join with, in configuration ackEpoch: under
+	// group commit every raise of its durable length must reach the
+	// primary that joined it (see synced).
+	ackSent, ackEpoch uint64
 	// leftOutAfter is the last cut committed before the configuration
 	// that left the copy out (valid once leftOut): a copy that restarts
 	// replays the cuts up to it, then that configuration, then the rest,
@@ -234,8 +254,8 @@ func (s *cluster) addShard(id cut.ShardID, name string, quota uint64, snap *cont
 		backups = append(backups, r.ID)
 	}
 	for i, r := range row.Replicas {
-		c := &copyOf{sh: sh, idx: i, server: r.ID, log: core.NewMemLog(), up: true}
-		cfg := core.Config{ID: id, Role: core.RoleBackup, Epoch: row.Epoch, LastCut: snap.LastCut.Index}
+		c := &copyOf{sh: sh, idx: i, server: r.ID, log: core.NewMemLog(), up: true, ackEpoch: row.Epoch}
+		cfg := core.Config{ID: id, Role: core.RoleBackup, Epoch: row.Epoch, LastCut: snap.LastCut.Index, HeldWhenSynced: s.sc.sync == syncGroup}
 		if i == primaryCopy {
 			c.ord = s.md.NewShardOrdering(id, 0, s.now)
 			cfg.Role, cfg.Backups, cfg.Ordering = core.RolePrimary, backups, c.ord
@@ -384,8 +404,23 @@ func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segme
 		if !bk.up || bk.inc != binc || p.inc != pinc || sh.severed(p, bk) {
 			return // either end restarted, or a partition: the stream broke
 		}
-		if _, err := bk.r.Replicated(epoch, first, entries); err != nil {
+		advanced, err := bk.r.Replicated(epoch, first, entries)
+		if err != nil {
 			s.tracef("shard %d: backup %s: %v", sh.id, bk.name(), err)
+			return
+		}
+		if s.sc.sync == syncGroup {
+			// The batch counts once a fsync covers it; a fsync that
+			// ended before the core heard of it counts here.
+			if advanced {
+				s.stats.raisedInReplicated++
+			}
+			if advanced && s.plant != bugAckOnlySynced {
+				sh.ack(bk, p)
+			} else if advanced {
+				s.planted = true
+			}
+			bk.unsynced()
 			return
 		}
 		held := bk.r.Durable()
@@ -394,12 +429,26 @@ func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segme
 			if !bk.up || bk.inc != binc {
 				return
 			}
-			s.at(bk.acks.arrival(s.now, s.netDelay()), p.receive(func() {
-				if p.up && p.inc == pinc && !sh.severed(p, bk) {
-					sh.acked(p, bk, epoch, held)
-				}
-			}))
+			sh.sendAck(bk, p, epoch, held)
 		}))
+	}))
+}
+
+// ack acknowledges backup bk's durable length to its primary p now.
+func (sh *shard) ack(bk, p *copyOf) {
+	sh.sendAck(bk, p, bk.r.Epoch(), bk.r.Durable())
+}
+
+// sendAck sends primary p backup bk's acknowledgement that it holds held
+// entries in configuration epoch, on bk's replication stream.
+func (sh *shard) sendAck(bk, p *copyOf, epoch, held uint64) {
+	s := sh.s
+	bk.ackSent, bk.ackEpoch = held, epoch
+	pinc := p.inc
+	s.at(bk.acks.arrival(s.now, s.netDelay()), p.receive(func() {
+		if p.up && p.inc == pinc && !sh.severed(p, bk) {
+			sh.acked(p, bk, epoch, held)
+		}
 	}))
 }
 
@@ -427,6 +476,7 @@ func (sh *shard) join(p *copyOf) {
 				bk.refusedIn = epoch
 				return
 			}
+			bk.ackSent, bk.ackEpoch = held, epoch
 			tail, ok := readEntries(bk.log, tailFrom, length)
 			if !ok {
 				s.errorf("shard %d: %s cannot read its tail [%d, %d) for a join", sh.id, bk.name(), tailFrom, length)
@@ -614,6 +664,10 @@ func (c *copyOf) unsynced() {
 		}
 		return
 	}
+	if s.sc.sync == syncGroup {
+		c.groupCommit()
+		return
+	}
 	if c.syncArmed {
 		return
 	}
@@ -630,13 +684,81 @@ func (c *copyOf) unsynced() {
 	})
 }
 
+// groupCommit runs a group commit's fsync for the writes so far, or has
+// the next one cover them if one runs: the fsync takes a disk delay, and
+// its end reaches the core a moment later.
+func (c *copyOf) groupCommit() {
+	s := c.sh.s
+	if c.syncArmed {
+		c.syncAgain = true
+		return
+	}
+	c.syncArmed = true
+	inc := c.inc
+	s.after(s.uniform(diskDelayMin, diskDelayMax), c.receive(func() {
+		if c.inc != inc {
+			return
+		}
+		c.syncArmed = false
+		if !c.up {
+			return
+		}
+		if err := c.log.Sync(); err != nil {
+			s.errorf("shard %d %s: sync: %v", c.sh.id, c.name(), err)
+			return
+		}
+		s.after(s.uniform(0, diskDelayMax), c.receive(func() {
+			if c.inc == inc && c.up {
+				c.synced()
+			}
+		}))
+		if c.syncAgain {
+			c.syncAgain = false
+			c.groupCommit()
+		}
+	}))
+}
+
+// synced tells copy c's core that a fsync ended, and passes on a raise of
+// its durable length as the storage server does: a backup acknowledges
+// it, a primary reports it (and its mode may act on it). Then it checks
+// that a backup's primary was told everything the backup holds durably
+// (once a primary joined it in its configuration: before, nobody listens):
+// a raise that no core call said it made is never acknowledged, and
+// without later writes its entries are never ordered (the hang of a
+// backup whose group commit's fsync ended inside Replicated).
+func (c *copyOf) synced() {
+	sh := c.sh
+	advanced, step := c.r.Synced()
+	if advanced {
+		switch c.r.Role() {
+		case core.RoleBackup:
+			if p := sh.primary(); p != c {
+				sh.ack(c, p)
+			}
+		case core.RolePrimary:
+			if c == sh.primary() {
+				sh.noteDurable()
+				sh.sendReport()
+				if step {
+					sh.feed.changed()
+					sh.tick()
+				}
+			}
+		}
+	}
+	if c.r.Role() == core.RoleBackup && c.ackEpoch == c.r.Epoch() && c.r.Durable() > c.ackSent {
+		sh.s.errorf("shard %d: backup %s holds %d entries durably but acknowledged %d: no core call said its durable length moved", sh.id, c.name(), c.r.Durable(), c.ackSent)
+	}
+}
+
 // checkSynced checks, as a cut orders shard sh's entries below end, what
 // the durable default promises: every copy in the shard's configuration
 // fsynced them before they counted as durable, so a power loss of every
 // server keeps them. (A crashed copy kept only what it synced anyway.)
 func (sh *shard) checkSynced(cut, end uint64) {
 	s := sh.s
-	if s.sc.sync != syncAlways {
+	if !s.sc.sync.durable() {
 		return // the opt-out's documented risk
 	}
 	for i, c := range sh.copies {
@@ -1148,7 +1270,7 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 		// back and run a second catch-up beside the first.
 		return
 	}
-	if c == sh.primary() && len(sh.queue) > 0 && s.sc.sync == syncAlways {
+	if c == sh.primary() && len(sh.queue) > 0 && s.sc.sync.durable() {
 		// The turn that was writing the queued batch: its frames reach
 		// the log unsynced, so the crash may keep or tear them.
 		var es []segment.Entry
@@ -1178,7 +1300,7 @@ func (sh *shard) crash(c *copyOf, keep int, down time.Duration) {
 	if c.log.Len() < before {
 		s.stats.lostTails++
 	}
-	c.up, c.crashed, c.syncArmed, c.wakeAt, c.repairing = false, true, false, time.Time{}, false
+	c.up, c.crashed, c.syncArmed, c.syncAgain, c.wakeAt, c.repairing = false, true, false, false, time.Time{}, false
 	c.pausedUntil, c.held = time.Time{}, nil
 	c.inc++
 	s.stats.crashes++
@@ -1251,7 +1373,7 @@ func (sh *shard) restart(c *copyOf) {
 		last = runs[len(runs)-1].Cut
 	}
 	sh.damageOnRestart(c)
-	c.r = core.NewReplica[int64](core.Config{ID: sh.id, Role: core.RoleRecovered, LastCut: last}, c.log)
+	c.r = core.NewReplica[int64](core.Config{ID: sh.id, Role: core.RoleRecovered, LastCut: last, HeldWhenSynced: s.sc.sync == syncGroup}, c.log)
 	c.ord = nil
 	c.up = true
 	// A storage server heartbeats as it starts: the leader knows its new

@@ -155,6 +155,9 @@ type Options struct {
 	// durable default; with powerLoss, a run may then lose acknowledged
 	// appends, as the README says the opt-out risks.
 	syncOptOut bool
+	// groupCommit runs the storage servers under group commit, the
+	// configuration's default, whatever the seed chose.
+	groupCommit bool
 	// raftPowerLoss fails the power of every ordering replica at once as
 	// the first cut after 50 ms commits halfway or later between two of
 	// the opt-out's writebacks; raftSyncOptOut runs them under
@@ -244,6 +247,12 @@ const (
 	// orders a tail its shard never made durable, which the new primary
 	// replaced.
 	bugTrustReplacedTail
+	// bugAckOnlySynced: under group commit a backup acknowledges only
+	// the raises of its durable length that a fsync's notice makes, not
+	// one a replicated batch makes when a fsync ended before its notice
+	// (the storage server's lost acknowledgement, which hung appends
+	// until a later write).
+	bugAckOnlySynced
 	// bugBackupSkipsSync: a backup acknowledges what it wrote without
 	// the fsync the durable default demands first (the primary fsyncs as
 	// it should).
@@ -303,6 +312,11 @@ type Result struct {
 	Rejoins, PrimaryDeathsOnJoin uint64
 	// Pauses counts the storage servers paused without a crash.
 	Pauses uint64
+	// GroupCommit says the storage servers ran group commit;
+	// RaisedInReplicated counts the backups' durable lengths a replicated
+	// batch raised (a fsync ended before its notice reached the core).
+	GroupCommit        bool
+	RaisedInReplicated uint64
 	// ShardsAdded counts the shards a lazy run added mid-run.
 	ShardsAdded uint64
 	// EagerCuts counts the cuts a speculative cluster made between
@@ -377,6 +391,9 @@ func Run(seed uint64, o Options) Result {
 	if o.syncOptOut {
 		s.sc.sync, s.sc.syncEvery = syncInterval, optOutSyncEvery
 	}
+	if o.groupCommit || o.plant == bugAckOnlySynced {
+		s.sc.sync = syncGroup
+	}
 	s.run(s.start.Add(s.sc.runFor))
 	s.verify()
 	res := Result{
@@ -385,7 +402,7 @@ func Run(seed uint64, o Options) Result {
 		ShardFailed: s.failed != nil, SoleHolder: s.failedSoleHolder, Fails: s.stats.fails, Steps: s.steps,
 		Adopted: s.adopted, Crashes: s.stats.crashes, LostTails: s.stats.lostTails, RaftCrashes: s.stats.raftCrashes, Failovers: s.stats.failovers,
 		Damaged: s.stats.damaged, Repairs: s.stats.repairs, SourceDeaths: s.stats.sourceDeaths, Rejoins: s.stats.rejoins, PrimaryDeathsOnJoin: s.stats.primaryDeathsOnJoin,
-		Pauses:  s.stats.pauses,
+		Pauses: s.stats.pauses, GroupCommit: s.sc.sync == syncGroup, RaisedInReplicated: s.stats.raisedInReplicated,
 		planted: s.planted, rejoinsBehind: s.stats.rejoinsBehind, EagerCuts: s.stats.eagerCuts,
 	}
 	if p := s.player; p != nil {
@@ -433,6 +450,10 @@ type Tally struct {
 	ThreeServers                               int
 	Damaged, Repairs, SourceDeaths             uint64
 	Rejoins, PrimaryDeathsOnJoin, Pauses       uint64
+	// GroupSeeds counts the seeds that ran group commit;
+	// RaisedInReplicated sums the results'.
+	GroupSeeds         int
+	RaisedInReplicated uint64
 	// EagerCuts sums the results'; EagerSeeds counts the seeds with any.
 	EagerCuts  uint64
 	EagerSeeds int
@@ -478,6 +499,10 @@ func Count(rs []Result) Tally {
 		}
 		t.PrimaryDeathsOnJoin += r.PrimaryDeathsOnJoin
 		t.Pauses += r.Pauses
+		if r.GroupCommit {
+			t.GroupSeeds++
+		}
+		t.RaisedInReplicated += r.RaisedInReplicated
 		t.SeqCrashes += r.SeqCrashes
 		t.LeaderCrashes += r.LeaderCrashes
 		t.ClientCrashes += r.ClientCrashes
@@ -517,8 +542,8 @@ func (t Tally) String() string {
 		return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing, %d steps; %d sequencing replica crashes (%d leaders), %d view changes, %d shard replica crashes (%d primaries failed over; %d rejoins, %d copies lost their source mid-copy, %d primaries died as a replica rejoined), %d client crashes, %d no-ops, %d appends pushed back by a full ring; %d ordering replica crashes, %d ordering leaders cut off; %d shards added, %d shards whose every replica died",
 			t.Seeds, t.ThreeServers, t.Failing, t.Steps, t.SeqCrashes, t.LeaderCrashes, t.Views, t.Crashes, t.Failovers, t.Rejoins, t.SourceDeaths, t.PrimaryDeathsOnJoin, t.ClientCrashes, t.Noops, t.RingFull, t.RaftCrashes, t.CutOffLeaders, t.ShardsAdded, t.ShardFailed)
 	}
-	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d storage servers paused, %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts); %d eager cuts between windows in %d seeds",
-		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.Pauses, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts, t.EagerCuts, t.EagerSeeds)
+	return fmt.Sprintf("%d seeds (%d with 3 servers per shard), %d failing; %d with a whole-shard failure (%d of the sole quota holder), %d whose void slots a later shard adopted, %d Fail events, %d steps; %d storage server crashes (%d lost unsynced writes, %d of two servers of three at once; %d failovers, %d backups joined a new configuration; %d restarted with a damaged file: %d ranges repaired, %d catch-ups lost their source mid-copy; %d rejoins, %d primaries died as a copy rejoined), %d storage servers paused, %d ordering replica crashes; %d with a player (%d target crashes, %d player restarts); %d eager cuts between windows in %d seeds; %d seeds with group commit (%d acknowledgements raised inside Replicated)",
+		t.Seeds, t.ThreeServers, t.Failing, t.ShardFailed, t.SoleHolder, t.Adopted, t.Fails, t.Steps, t.Crashes, t.LostTails, t.PairCrashes, t.Failovers, t.Joins, t.Damaged, t.Repairs, t.SourceDeaths, t.Rejoins, t.PrimaryDeathsOnJoin, t.Pauses, t.RaftCrashes, t.Player, t.TargetCrashes, t.PlayerRestarts, t.EagerCuts, t.EagerSeeds, t.GroupSeeds, t.RaisedInReplicated)
 }
 
 func (s *cluster) summary() string {
