@@ -242,19 +242,26 @@ func matrixRow(p Params, sweeps []matrixSweep) MatrixRow {
 		}
 		return row
 	}
-	med := func(of func(sweepRatios) float64, digits int) *float64 {
+	// A sweep without a measure (no deliveries, say) has no ratio of
+	// it: medians and ranges take the sweeps that have one.
+	finite := func(of func(sweepRatios) float64) []float64 {
 		var vs []float64
 		for _, r := range counted {
-			vs = append(vs, of(r))
+			if v := of(r); !math.IsInf(v, 0) && !math.IsNaN(v) {
+				vs = append(vs, v)
+			}
 		}
-		return finiteOrNil(round(median(vs), digits))
+		return vs
+	}
+	med := func(of func(sweepRatios) float64, digits int) *float64 {
+		return finiteOrNil(round(median(finite(of)), digits))
 	}
 	span := func(of func(sweepRatios) float64) [2]float64 {
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, r := range counted {
-			lo, hi = min(lo, of(r)), max(hi, of(r))
+		vs := finite(of)
+		if len(vs) == 0 {
+			return [2]float64{}
 		}
-		return [2]float64{round(lo, 3), round(hi, 3)}
+		return [2]float64{round(slices.Min(vs), 3), round(slices.Max(vs), 3)}
 	}
 	appendP50 := func(r sweepRatios) float64 { return r.appendP50 }
 	appendP99 := func(r sweepRatios) float64 { return r.appendP99 }
@@ -367,7 +374,7 @@ func writeMatrixTable(w io.Writer, o MatrixOptions, rows []MatrixRow) {
 			miss = strconv.FormatInt(*r.Misspeculations, 10)
 		}
 		cell := func(v *float64, span func(*MatrixRanges) [2]float64) string {
-			if r.Runs < 2 || r.Ranges == nil {
+			if r.Runs < 2 || r.Ranges == nil || v == nil {
 				return fmtRatio(v)
 			}
 			lh := span(r.Ranges)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -119,6 +120,15 @@ func TestMatrixRowTakesTheMedianOfItsSweeps(t *testing.T) {
 	}
 	if row.Misspeculations == nil || *row.Misspeculations != 3 {
 		t.Errorf("misspeculations %v, want 3 over every sweep", row.Misspeculations)
+	}
+	// A sweep without deliveries has no delivery ratio; the others'
+	// median stands, and the row still encodes.
+	none := sweep(2000, 1000, 0, false)
+	none.rep.Points[0].Results[0].DeliveryLatencyUS = &LatencySummary{}
+	if r := matrixRow(matrixParams(2, 2000), []matrixSweep{none, sweep(2000, 1000, 0, false)}); r.DeliveryP50 == nil || *r.DeliveryP50 != 0.25 {
+		t.Errorf("delivery p50 ratio %v with one sweep lacking it, want 0.25", r.DeliveryP50)
+	} else if _, err := json.Marshal(r); err != nil {
+		t.Errorf("row does not encode: %v", err)
 	}
 	var buf bytes.Buffer
 	writeMatrixTable(&buf, MatrixOptions{Base: matrixParams(2, 2000), Repeat: 4}, []MatrixRow{row})
