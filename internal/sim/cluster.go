@@ -661,8 +661,16 @@ func (s *cluster) commit(c cut.Cut) {
 	}
 	for _, sl := range parts {
 		sh := s.shards[sl.Shard]
-		if sh != nil && sl.Count > 0 {
-			sh.checkSynced(c.Index, sl.LocalStart+sl.Count)
+		from, void := s.voidFrom[sl.Shard]
+		// A failed shard's entries from its void point on are no-ops of
+		// the new view, whatever its copies hold there: nothing there
+		// needs a fsync (a paused primary's group commit may never have
+		// synced them).
+		if end := sl.LocalStart + sl.Count; sh != nil && sl.Count > 0 && (!void || from > sl.LocalStart) {
+			if void {
+				end = min(end, from)
+			}
+			sh.checkSynced(c.Index, end)
 		}
 		if s.powerLoss && !s.powerLost && sl.Count > 0 && sh != nil && sh.alive && !sh.leaving &&
 			s.now.After(s.start.Add(50*time.Millisecond)) {
@@ -675,7 +683,6 @@ func (s *cluster) commit(c cut.Cut) {
 				sh.crash(c, 0, 5*time.Millisecond)
 			}
 		}
-		from, void := s.voidFrom[sl.Shard]
 		for k := uint64(0); k < sl.Count; k++ {
 			local := sl.LocalStart + k
 			pos := sl.GlobalStart + k

@@ -985,6 +985,11 @@ func (sh *shard) tookOver(ordered uint64) {
 	s := sh.s
 	p := sh.primary()
 	s.stats.failovers++
+	if from, void := s.voidFrom[sh.id]; void {
+		// The shard failed whole before this primary (paused) took
+		// over: cuts order no-ops of the new view from its void point.
+		ordered = min(ordered, from)
+	}
 	// Nothing past the new primary's log was ever durable, so no cut
 	// ordered it: the new primary's entries replace it.
 	if n := p.log.Len(); uint64(len(sh.log)) > n {
