@@ -190,7 +190,10 @@ type FinalizeCommand struct {
 // for. (The leader refuses one that holds less than was reported, too:
 // see order.Leader.Rejoin.) A Remove naming a server outside the
 // configuration, or a Join of one inside it, makes the whole command
-// change nothing.
+// change nothing. So does a Join to a shard that is no longer live: the
+// leader stops holding back its reports once it finalizes (its grace
+// cuts must come), so a cut may order entries past Held before the Join
+// commits.
 //
 // In speculative order a primary acknowledges an append once every
 // replica of its configuration holds it, not once a cut orders it, so it
@@ -486,7 +489,7 @@ func (s *State) applyReconfig(c ReconfigCommand) (bool, *ViewChange) {
 			return false, nil
 		}
 	}
-	if c.Join != nil && (c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID) ||
+	if c.Join != nil && (sh.State != Live || c.Join.ID == "" || in(c.Join.ID) || slices.Contains(c.Remove, c.Join.ID) || c.Held < s.LastCut.Len(sh.ID) ||
 		len(sh.Replicas)-len(c.Remove) >= ReplicasMax) {
 		return false, nil
 	}

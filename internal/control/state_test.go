@@ -451,6 +451,22 @@ func TestJoinPastReplicasMaxChangesNothing(t *testing.T) {
 	}
 }
 
+// TestJoinToAFinalizingShardChangesNothing: a Join decided while the shard
+// was live but committed after its Finalize changes nothing: the leader
+// takes the finalizing shard's reports again, so its grace cuts may order
+// entries the joining copy does not hold (eager seed 2997: a cut ordered
+// 1295 entries of a shard whose rejoined copy held 1290).
+func TestJoinToAFinalizingShardChangesNothing(t *testing.T) {
+	s := New("test")
+	mustApply(t, s, reg("a", Replica{ID: "a1", Incarnation: 1}, Replica{ID: "a2", Incarnation: 1}))
+	mustApply(t, s, cutCmd(false, cut.Length{Shard: 0, Length: 4}))
+	mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, GraceCuts: 2}})
+	a3 := Replica{ID: "a3", Addr: "x", Incarnation: 1}
+	if _, ok := s.Apply(rejoin(0, 1, a3, 4)); ok || len(s.Shard(0).Replicas) != 2 || s.Shard(0).Epoch != 1 {
+		t.Fatalf("a join to a finalizing shard applied: shard %+v", s.Shard(0))
+	}
+}
+
 // TestPendingJoinIsConfirmedByNameAndNeverPromotedBeforeIt: a Join in
 // lazy order stays pending until a Confirm that
 // names it; a primary that leaves is replaced by the first replica
