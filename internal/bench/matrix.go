@@ -272,9 +272,7 @@ func matrixRow(p Params, sweeps []matrixSweep) MatrixRow {
 	row.Ranges = &MatrixRanges{AppendP50: span(appendP50), AppendP99: span(appendP99), DeliveryP50: span(deliveryP50), E2EP50: span(e2eP50)}
 	row.BaselineAppendP50US = med(func(r sweepRatios) float64 { return r.baseAppendP50 }, 3)
 	row.BaselineDeliveryP50US = med(func(r sweepRatios) float64 { return r.baseDeliveryP50 }, 3)
-	if floors := med(func(r sweepRatios) float64 { return r.baseFloor }, 2); floors != nil && *floors > 0 {
-		row.BaselineAppendFloor = floors
-	}
+	row.BaselineAppendFloor = med(func(r sweepRatios) float64 { return r.baseFloor }, 2)
 	return row
 }
 
@@ -321,6 +319,7 @@ func sweepOf(p Params, sw matrixSweep) (r sweepRatios, cand *Result, why string)
 		baseAppendP50:   p50Of(base.AppendLatencyUS),
 		baseDeliveryP50: p50Of(base.DeliveryLatencyUS),
 	}
+	r.baseFloor = math.NaN() // no floor measured: no ratio to take the median of
 	if floor := p50Of(base.GRPCFloorUS); floor > 0 {
 		r.baseFloor = r.baseAppendP50 / floor
 	}

@@ -666,10 +666,11 @@ func (s *cluster) commit(c cut.Cut) {
 		// the new view, whatever its copies hold there: nothing there
 		// needs a fsync (a paused primary's group commit may never have
 		// synced them).
-		if end := sl.LocalStart + sl.Count; sh != nil && sl.Count > 0 && (!void || from > sl.LocalStart) {
-			if void {
-				end = min(end, from)
-			}
+		end := sl.LocalStart + sl.Count
+		if void {
+			end = min(end, from)
+		}
+		if sh != nil && end > sl.LocalStart {
 			sh.checkSynced(c.Index, end)
 		}
 		if s.powerLoss && !s.powerLost && sl.Count > 0 && sh != nil && sh.alive && !sh.leaving &&

@@ -414,11 +414,11 @@ func (sh *shard) replicateTo(p, bk *copyOf, epoch, first uint64, entries []segme
 			// ended before the core heard of it counts here.
 			if advanced {
 				s.stats.raisedInReplicated++
-			}
-			if advanced && s.plant != bugAckOnlySynced {
-				sh.ack(bk, p)
-			} else if advanced {
-				s.planted = true
+				if s.plant == bugAckOnlySynced {
+					s.planted = true
+				} else {
+					sh.ack(bk, p)
+				}
 			}
 			bk.unsynced()
 			return
