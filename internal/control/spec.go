@@ -239,12 +239,6 @@ func (s *State) finalizeSpec(sh *Shard, grace uint64, failed bool) (*ViewChange,
 		return nil, true
 	}
 	s.finalize(sh.ID, 0, true)
-	// Slots an earlier failure left to this shard need a new filler.
-	for i := range sp.Void {
-		if sp.Void[i].Filler == sh.ID {
-			sp.Void[i].Filler = s.fillerFor(sp.Void[i].Shard, sh.ID)
-		}
-	}
 	sp.View++
 	sp.ConfirmedGP = s.LastCut.End
 	v := Void{Shard: sh.ID, From: s.LastCut.Len(sh.ID), Filler: s.fillerFor(sh.ID, sh.ID), View: sp.View, ConfirmedGP: sp.ConfirmedGP}
@@ -253,6 +247,20 @@ func (s *State) finalizeSpec(sh *Shard, grace uint64, failed bool) (*ViewChange,
 	}
 	sp.Void = append(sp.Void, v)
 	return &ViewChange{View: sp.View, ConfirmedGP: sp.ConfirmedGP, Void: v}, true
+}
+
+// handOffFills gives the slots an earlier failure left shard id to fill
+// to another live shard, once id stops being live (it fails or leaves, with
+// or without slots of its own): else nobody streams them once its servers
+// are gone, and every subscriber waits at the first of them for good. The
+// old filler's streams may have sent them already; a subscriber takes
+// repeats.
+func (s *State) handOffFills(id cut.ShardID) {
+	for i := range s.Spec.Void {
+		if v := &s.Spec.Void[i]; v.Filler == id && v.Shard != id {
+			v.Filler = s.fillerFor(v.Shard, id)
+		}
+	}
 }
 
 // Orphaned reports whether no live shard fills v's slots: every other

@@ -160,6 +160,34 @@ func TestSpecFillerNeedNotHoldAQuota(t *testing.T) {
 	}
 }
 
+// TestSpecFillerThatStopsHandsItsSlotsOn stops the filler of a failed
+// shard's slots, a shard no window holds (a straggler left out), by a
+// failure and by a leave: the slots pass to the other live shard, or no
+// server would stream them and every subscriber would wait at the first of
+// them for good (spec seed 1473 of the simulator).
+func TestSpecFillerThatStopsHandsItsSlotsOn(t *testing.T) {
+	for _, failed := range []bool{true, false} {
+		s := NewSpec("test", 2)
+		for _, id := range []string{"a", "b", "c"} {
+			mustApply(t, s, reg(id, Replica{ID: id + "1", Incarnation: 1}))
+		}
+		q := []fixante.Quota{{Shard: 0, PerCut: 1}, {Shard: 2, PerCut: 1}}
+		mustApply(t, s, window(q...))
+		mustApply(t, s, release(s, 1))
+		ev := mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 0, Failed: true}})
+		if ev.View == nil || ev.View.Void.Filler != 1 {
+			t.Fatalf("view change %+v: want shard 1 to fill", ev.View)
+		}
+		ev = mustApply(t, s, Command{Finalize: &FinalizeCommand{Shard: 1, Failed: failed}})
+		if ev.View != nil {
+			t.Fatalf("stopping shard 1, which no window holds, started view %+v", ev.View)
+		}
+		if v, _ := s.Spec.VoidOf(0); v.Filler != 2 {
+			t.Fatalf("failed %v: shard 1 stopped, but the slots of shard 0 stay with shard %d, want 2", failed, v.Filler)
+		}
+	}
+}
+
 // TestSpecOrphanedVoidAdopted fails the last live shards while the only
 // other one is leaving: nobody is left to fill their slots, so the voids
 // are orphaned. The next shard to register takes every orphaned void over,

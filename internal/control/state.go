@@ -546,6 +546,9 @@ func (s *State) stop(id cut.ShardID, grace uint64, failed bool) (bool, *ViewChan
 		return s.finalize(id, grace, failed), nil
 	}
 	v, changed := s.finalizeSpec(sh, grace, failed)
+	if changed {
+		s.handOffFills(id)
+	}
 	return changed, v
 }
 

@@ -114,15 +114,17 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 
 // changed sends every durable entry of the primary whose position its
 // ordering predicts or a cut placed, as the storage server's feed does:
-// records as themselves, no-ops as skips. A failed shard's copies that
-// are up serve what cuts placed below its final length (entries an eager
-// cut between windows ordered, which no prediction streamed before the
-// failure), as a storage server's backups do. A paused primary sends
-// nothing until it runs again.
+// records as themselves, no-ops as skips. Once the shard failed or was
+// finalized, its copies that are up serve what cuts placed below its final
+// length, as a storage server's copies do whatever their role: entries an
+// eager cut between windows ordered, which no prediction streamed before
+// the failure, or entries cuts placed while the primary could not stream
+// them (a primary that restarted recovers without an ordering). A paused
+// primary sends nothing until it runs again.
 func (x *specStream) changed() {
 	sh := x.sh
 	p := sh.primary()
-	if !sh.alive {
+	if !sh.alive || sh.finalized {
 		x.servePlaced()
 		return
 	}

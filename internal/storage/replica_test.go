@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -154,10 +155,17 @@ type subscribeRecorder struct {
 	grpc.ServerStream
 	ctx  context.Context
 	sent []*pb.SubscribeResponse
+	// enough, if set, ends the stream (cancels its context) once it
+	// holds for what was sent.
+	enough func([]*pb.SubscribeResponse) bool
+	cancel context.CancelFunc
 }
 
 func (s *subscribeRecorder) Send(r *pb.SubscribeResponse) error {
 	s.sent = append(s.sent, r)
+	if s.enough != nil && s.enough(s.sent) {
+		s.cancel()
+	}
 	return nil
 }
 
@@ -170,7 +178,7 @@ func (s *subscribeRecorder) Context() context.Context { return s.ctx }
 // that got predictions of the second view's positions would otherwise never
 // hear that they failed.
 func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
-	s, r, _ := fillerOfTwoVoids(t)
+	s, r, _ := fillerOfTwoVoids(t, true)
 	rec := subscribeAll(t, s, r)
 	var views []uint64
 	for _, m := range rec.sent {
@@ -190,37 +198,49 @@ func TestFinalizedShardStreamEndsAfterEveryViewChange(t *testing.T) {
 // in the view that voided them: every skip of a void must come in a
 // message of that void's view or later.
 func TestFillerSendsVoidSlotsAfterTheirViewChange(t *testing.T) {
-	s, r, cs := fillerOfTwoVoids(t)
-	rec := subscribeAll(t, s, r)
-	filled := map[uint64]bool{}
-	for i, m := range rec.sent {
-		for _, e := range m.Entries {
-			if e.Skip == 0 {
-				continue
-			}
-			for _, v := range cs.Spec.Void {
-				for _, rg := range v.Slots {
-					if e.Position < rg.Start+rg.Count && rg.Start < e.Position+e.Skip {
-						if m.View < v.View {
-							t.Errorf("message %d (view %d) skips [%d,%d), slots of view %d", i, m.View, e.Position, e.Position+e.Skip, v.View)
+	s, r, cs := fillerOfTwoVoids(t, false)
+	filled := func(sent []*pb.SubscribeResponse) map[uint64]bool {
+		views := map[uint64]bool{}
+		for i, m := range sent {
+			for _, e := range m.Entries {
+				if e.Skip == 0 {
+					continue
+				}
+				for _, v := range cs.Spec.Void {
+					for _, rg := range v.Slots {
+						if e.Position < rg.Start+rg.Count && rg.Start < e.Position+e.Skip {
+							if m.View < v.View {
+								t.Errorf("message %d (view %d) skips [%d,%d), slots of view %d", i, m.View, e.Position, e.Position+e.Skip, v.View)
+							}
+							views[v.View] = true
 						}
-						filled[v.View] = true
 					}
 				}
 			}
 		}
+		return views
 	}
-	if !filled[1] || !filled[2] {
-		t.Fatalf("filled the voids of views %v, want 1 and 2", filled)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec := &subscribeRecorder{ctx: ctx, cancel: cancel, enough: func(sent []*pb.SubscribeResponse) bool {
+		f := filled(sent)
+		return f[1] && f[2]
+	}}
+	if err := s.subscribeSpec(r, &pb.SubscribeRequest{ClusterId: "c", Shard: 0, Speculative: true}, rec); !errors.Is(err, context.Canceled) {
+		t.Fatalf("stream ended with %v", err)
+	}
+	if f := filled(rec.sent); !f[1] || !f[2] {
+		t.Fatalf("filled the voids of views %v, want 1 and 2", f)
 	}
 }
 
 // fillerOfTwoVoids returns a speculative primary of shard 0 with two
 // appends, and the control state it learned: four shards with a quota of
 // one in a window of two cuts; shards 1 and 2 fail (views 1 and 2, shard 0
-// fills their slots), shard 0 leaves, and both cuts are released, which
-// makes shard 0 final at 2.
-func fillerOfTwoVoids(t *testing.T) (*Server, *replica, *control.State) {
+// fills their slots), with leave shard 0 leaves (its slots to fill pass to
+// shard 3), and both cuts are released, which makes a leaving shard 0
+// final at 2.
+func fillerOfTwoVoids(t *testing.T, leave bool) (*Server, *replica, *control.State) {
 	t.Helper()
 	s, r := specPrimary(t, "s0", "g0")
 	as := &appendStream{wake: make(chan struct{}, 1)}
@@ -237,12 +257,14 @@ func fillerOfTwoVoids(t *testing.T) (*Server, *replica, *control.State) {
 		control.Command{Window: &control.WindowCommand{Groups: 1, Quotas: []fixante.Quota{{Shard: 0, PerCut: 1}, {Shard: 1, PerCut: 1}, {Shard: 2, PerCut: 1}, {Shard: 3, PerCut: 1}}}},
 		control.Command{Finalize: &control.FinalizeCommand{Shard: 1, Failed: true}},
 		control.Command{Finalize: &control.FinalizeCommand{Shard: 2, Failed: true}},
-		control.Command{Finalize: &control.FinalizeCommand{Shard: 0}},
-		control.Command{Cut: &control.CutCommand{ReleaseThrough: 2}},
 	)
+	if leave {
+		cmds = append(cmds, control.Command{Finalize: &control.FinalizeCommand{Shard: 0}})
+	}
+	cmds = append(cmds, control.Command{Cut: &control.CutCommand{ReleaseThrough: 2}})
 	applyAll(t, s, r, cs, cmds)
-	if l, final := r.core.Final(); !final || l != 2 || len(cs.Spec.Void) != 2 {
-		t.Fatalf("replica finalized %v at %d with %d voids, want final at 2 after 2 failures", final, l, len(cs.Spec.Void))
+	if l, final := r.core.Final(); final != leave || leave && l != 2 || len(cs.Spec.Void) != 2 {
+		t.Fatalf("replica finalized %v at %d with %d voids, want final %v (at 2) after 2 failures", final, l, len(cs.Spec.Void), leave)
 	}
 	return s, r, cs
 }

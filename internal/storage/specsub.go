@@ -219,8 +219,9 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		}
 		// A finalized shard gets no more entries: once everything below
 		// the final length and every view change went out (one goes per
-		// message), the stream is done. (Fillers are chosen among live
-		// shards, so a finalized one has no void slots left to send.)
+		// message), the stream is done. (A shard fills slots only while
+		// it is live: they pass on when it stops, so a finalized one has
+		// none left to send.)
 		resp.Done = final && fd.local >= finalLen && fd.sentView >= latestView(sp)
 		if resp.Done || len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
