@@ -279,7 +279,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 		s.after(sc.failAt, s.failSoleHolder)
 	case sc.failAt > 0:
 		s.after(sc.failAt, func() {
-			if sh := s.pick(2, func(sh *shard) bool { return sh.accepting && !sh.degraded() }); sh != nil {
+			if sh := s.pick(2, func(sh *shard) bool { return sh.accepting && sh.whole() }); sh != nil {
 				s.failed = sh
 				sh.fail()
 			}
@@ -382,7 +382,7 @@ func (s *cluster) failSoleHolder() {
 			}
 		}
 		if len(holders) == 1 {
-			if sh := s.shards[holders[0]]; sh.accepting && !sh.degraded() && s.now.After(sh.straggleUntil) {
+			if sh := s.shards[holders[0]]; sh.accepting && sh.whole() && s.now.After(sh.straggleUntil) {
 				s.failed, s.failedSoleHolder = sh, true
 				s.tracef("shard %d holds the only quota of window %d", sh.id, ws[len(ws)-1].Index)
 				sh.fail()

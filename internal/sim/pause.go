@@ -90,7 +90,7 @@ func (c *copyOf) receive(fn func()) func() {
 // left alone: the pause would take it beyond its fault budget).
 func (s *cluster) startPause(x pause) {
 	sh := s.pick(2, func(sh *shard) bool {
-		return sh.alive && !sh.leaving && !sh.finalized && !sh.degraded() && sh.split == nil
+		return sh.alive && !sh.leaving && !sh.finalized && sh.whole()
 	})
 	if sh == nil {
 		return

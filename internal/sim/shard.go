@@ -333,6 +333,14 @@ func (sh *shard) severed(a, b *copyOf) bool {
 // nothing (a crash of a server that syncs every write).
 func (sh *shard) degraded() bool { return sh.serving() < len(sh.copies) }
 
+// whole says every server of the shard serves and none is cut off from
+// its primary: a whole-shard failure, which takes the primary for good,
+// then stays within the fault budget, because the backups hold whatever
+// the shard made durable. A backup cut off from its primary is about to
+// be left out, and a failure after that loses what only the primary held
+// (entries a cut ordered that no surviving copy has).
+func (sh *shard) whole() bool { return !sh.degraded() && sh.split == nil }
+
 // forgetfulClient is the client id of a planted retry (bugRetryTwice): a
 // client that lost its identity, whose answers nobody waits for.
 const forgetfulClient = 1 << 40
