@@ -92,7 +92,7 @@ type Merger[R any] struct {
 	high, confirmed uint64
 	view            uint64
 	// failed maps each failed shard to the confirmed-gp of its view: its
-	// items at or after it are void.
+	// records at or after it are void.
 	failed map[cut.ShardID]uint64
 
 	// pending holds items at or after next by position; keys is a heap of
@@ -145,12 +145,8 @@ func (m *Merger[R]) add(it Item[R]) {
 		// slots run ahead of the stream's own records.
 		return
 	}
-	if gp, ok := m.failed[it.Shard]; ok && it.end() > gp {
-		// The failed shard's entries after confirmed-gp are void.
-		if it.Pos >= gp || it.Skip == 0 {
-			return
-		}
-		it.Skip = gp - it.Pos
+	if m.void(it) {
+		return
 	}
 	if it.end() <= m.next {
 		return // delivered in this view already, or before from
@@ -202,7 +198,6 @@ func (m *Merger[R]) ViewChange(view, confirmedGP uint64, failed cut.ShardID) {
 	if _, ok := m.failed[failed]; !ok {
 		m.failed[failed] = confirmedGP
 	}
-	gp := m.failed[failed]
 	// Positions already confirmed never change.
 	rewind := max(confirmedGP, m.confirmed)
 	voided := false
@@ -228,17 +223,11 @@ func (m *Merger[R]) ViewChange(view, confirmedGP uint64, failed cut.ShardID) {
 	if len(back) > 0 {
 		m.next = rewind
 	}
-	// Drop the failed shard's void entries, wherever they wait.
+	// Drop the failed shard's void records, wherever they wait.
 	for pos, it := range m.pending {
-		if it.Shard != failed || it.end() <= gp {
-			continue
-		}
-		if pos >= gp || it.Skip == 0 {
+		if m.void(it) {
 			delete(m.pending, pos)
-			continue
 		}
-		it.Skip = gp - it.Pos
-		m.pending[pos] = it
 	}
 	for _, it := range back {
 		m.add(it)
@@ -247,6 +236,17 @@ func (m *Merger[R]) ViewChange(view, confirmedGP uint64, failed cut.ShardID) {
 		m.emit(Event[R]{Kind: EventFail, Pos: confirmedGP, View: m.view})
 	}
 	m.pump()
+}
+
+// void reports whether a view change voided it: a record of a failed
+// shard at or after the confirmed-gp of its view. A failed shard's skips
+// stay valid: every position they cover is a no-op in every later view
+// too (its own slots past the void point, or the slots of another failed
+// shard it filled), and a skip the merger keeps may be the only copy of
+// one another filler sent (it keeps one of two equal skips).
+func (m *Merger[R]) void(it Item[R]) bool {
+	gp, ok := m.failed[it.Shard]
+	return ok && it.Skip == 0 && it.Pos >= gp
 }
 
 // Next pops the next event, if any.

@@ -158,16 +158,43 @@ func TestMergerFail(t *testing.T) {
 	expect(t, m, "d0~a d4~e")
 	m.ViewChange(1, 4, 0)
 	expect(t, m, "f4")
+	// The failed shard's own no-ops past confirmed-gp are its void slots,
+	// no-ops in the new view too: they stay.
 	m = NewMerger[string](0, false)
 	m.Add(rec(0, 0, "a"), skip(1, 1, 3))
 	expect(t, m, "d0~a")
 	m.ViewChange(1, 2, 1)
 	expect(t, m, "")
-	if m.Position() != 2 {
-		t.Fatalf("rewound to %d", m.Position())
+	if m.Position() != 4 {
+		t.Fatalf("rewound to %d, want 4", m.Position())
 	}
-	m.Add(rec(2, 0, "c"))
-	expect(t, m, "d2~c")
+	m.Add(rec(4, 0, "c"))
+	expect(t, m, "d4~c")
+}
+
+// TestMergerKeepsAFailedFillersSkips: a filler leaves, so another shard
+// fills the same void slots; the merger keeps one of the two equal skips,
+// the first filler's. When that filler then fails, its skip still holds
+// no-ops (spec seed 335 of the simulator: every subscriber waited at the
+// first slot for good once the kept skip was dropped as void).
+func TestMergerKeepsAFailedFillersSkips(t *testing.T) {
+	for _, confirmedOnly := range []bool{false, true} {
+		m := NewMerger[string](0, confirmedOnly)
+		m.Add(rec(0, 1, "a"), rec(1, 2, "b"))
+		m.Confirm(2)
+		// Shard 0 failed at 2; shard 1 fills its slots 2 and 3.
+		m.ViewChange(1, 2, 0)
+		m.Add(skip(2, 1, 2))
+		// Shard 1 leaves; shard 2 sends the same slots.
+		m.Add(skip(2, 2, 2))
+		// Shard 1 then fails as a whole, at the same confirmed-gp.
+		m.ViewChange(2, 2, 1)
+		m.Add(rec(4, 2, "c"))
+		m.Confirm(5)
+		if m.Position() != 5 {
+			t.Fatalf("confirmed only %v: stuck at %d, want 5", confirmedOnly, m.Position())
+		}
+	}
 }
 
 // TestMergerFillerFails checks two views: the filler of the first failure
