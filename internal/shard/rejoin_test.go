@@ -204,6 +204,38 @@ func TestRejoinOnlyAfterAsking(t *testing.T) {
 	}
 }
 
+// TestConfigurationOfAnEarlierRunTakesNoCopyIn: a copy asked to rejoin
+// configuration 3; configuration 4 comes naming its server as it ran
+// before a restart (a Join decided for that run, committed after the
+// restart). It does not take the copy in, nor leave its tail out, and a
+// copy a primary of configuration 4 joined before it heard of it is
+// fenced once it does.
+func TestConfigurationOfAnEarlierRunTakesNoCopyIn(t *testing.T) {
+	for _, joinFirst := range []bool{false, true} {
+		l := NewMemLog()
+		if _, err := l.Append([]segment.Entry{rec(1, 1), rec(1, 2)}); err != nil {
+			t.Fatal(err)
+		}
+		r := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, l)
+		r.Reconfigure(Membership{Epoch: 3, Role: RoleFenced}, t0, &Output[string]{})
+		if _, err := r.PrepareRejoin(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok := r.RejoinReady(); !ok {
+			t.Fatal("a copy with nothing ordered is not ready")
+		}
+		if joinFirst {
+			if _, _, err := r.Join(4); err != nil || r.Role() != RoleBackup {
+				t.Fatalf("the primary of configuration 4 could not join the copy that asked in 3: %v", err)
+			}
+		}
+		r.Reconfigure(Membership{Epoch: 4, Role: RoleBackup, EarlierRun: true}, t0, &Output[string]{})
+		if want := map[bool]Role{false: RoleRecovered, true: RoleFenced}[joinFirst]; r.Role() != want {
+			t.Fatalf("joined first %v: the configuration of an earlier run left the copy %v, want %v", joinFirst, r.Role(), want)
+		}
+	}
+}
+
 // TestSpecPrimaryVouchesOnlyOnceEveryReplicaHoldsWhatItAcknowledged: a
 // speculative primary alone makes entries durable (acknowledged,
 // streamed) past what a joining replica holds; in the configuration that

@@ -177,6 +177,11 @@ type Membership struct {
 	// Ordering is the ordering mode of a backup that becomes primary,
 	// started at the log's Ordered length (nil: Eager).
 	Ordering Ordering
+	// EarlierRun says the configuration names this copy's server as it
+	// ran before a restart: a Join decided for that run may commit after
+	// this run started, holding less than that run did. It takes this run
+	// in in no role (see Reconfigure).
+	EarlierRun bool
 }
 
 // DedupScanMax is how many entries before the ordered end of its log a
@@ -808,6 +813,12 @@ func (r *Replica[W]) Reconfigure(m Membership, now time.Time, out *Output[W]) (a
 		return false
 	}
 	r.cfgEpoch = m.Epoch
+	if m.EarlierRun && cur == RoleBackup {
+		// A primary of a configuration that took in an earlier run of
+		// this server joined this run before it heard of the
+		// configuration: it serves in none.
+		m.Role = RoleFenced
+	}
 	if cur == RoleRecovered || cur == RoleFenced {
 		if m.Role != RolePrimary && m.Role != RoleBackup {
 			r.distrustTail()
@@ -816,9 +827,10 @@ func (r *Replica[W]) Reconfigure(m Membership, now time.Time, out *Output[W]) (a
 		}
 		// A copy that asked to rejoin is a backup of the configuration
 		// that took it in; any other stays out (a recovered copy a
-		// configuration still names as an earlier run of its server).
+		// configuration still names as an earlier run of its server,
+		// whose tail no other copy replaced in it).
 		r.replMu.Lock()
-		joined := m.Role == RoleBackup && r.becomeBackupLocked(m.Epoch)
+		joined := m.Role == RoleBackup && !m.EarlierRun && r.becomeBackupLocked(m.Epoch)
 		r.replMu.Unlock()
 		if joined {
 			out.Changed = true

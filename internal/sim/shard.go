@@ -869,7 +869,7 @@ func (sh *shard) onState(ev control.Event, snap *control.State) {
 	}
 	if row != nil {
 		for i, c := range sh.copies {
-			sh.pending[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server && r.Pending })
+			sh.pending[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return c.namedBy(r) && r.Pending })
 		}
 	}
 	if row != nil && !sh.finalized && row.Epoch > sh.epoch {
@@ -902,8 +902,10 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 	old := sh.prim
 	for i, c := range sh.copies {
 		was := sh.member[i]
-		sh.member[i] = slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server })
-		if !sh.member[i] && !c.leftOut {
+		sh.member[i] = slices.ContainsFunc(row.Replicas, c.namedBy)
+		// A configuration that names an earlier run of the server does
+		// not leave its copy out: no other copy replaced its tail.
+		if !c.named(row) && !c.leftOut {
 			c.leftOut, c.leftOutAfter = true, sh.knownCut.Index
 		}
 		if sh.member[i] && !was {
@@ -926,15 +928,18 @@ func (sh *shard) reconfigure(row *control.Shard, snap *control.State) {
 			continue
 		}
 		m := core.Membership{Epoch: row.Epoch, Role: core.RoleFenced}
+		named := c.named(row)
 		switch {
 		case i == sh.prim:
 			m.Role = core.RolePrimary
 			for _, r := range row.Replicas[1:] {
 				m.Backups = append(m.Backups, r.ID)
 			}
-		case sh.member[i]:
+		case named:
 			m.Role = core.RoleBackup
 		}
+		// As a storage server tells its copies.
+		m.EarlierRun = named && !sh.member[i]
 		// A paused server hears of the configuration once it runs again,
 		// after what reached it before (see pause.go).
 		late, inc := c.paused(), c.inc
@@ -1152,6 +1157,19 @@ func (sh *shard) beat(c *copyOf) {
 	}
 	server, inc := c.server, c.incarnation()
 	s.at(sh.report.arrival(s.now, s.netDelay()), func() { s.ld.onBeat(server, inc) })
+}
+
+// namedBy says r names this run of c's server. A configuration that names
+// an earlier run does not take this one in (core.Membership.EarlierRun): a
+// Join decided for the earlier run may commit after the server restarted,
+// and this run, holding less, must not serve in it (spec seed 4403).
+func (c *copyOf) namedBy(r control.Replica) bool {
+	return r.ID == c.server && r.Incarnation == c.incarnation()
+}
+
+// named says row names c's server, in this run or an earlier one.
+func (c *copyOf) named(row *control.Shard) bool {
+	return slices.ContainsFunc(row.Replicas, func(r control.Replica) bool { return r.ID == c.server })
 }
 
 // incarnation is the incarnation c's server heartbeats with: the

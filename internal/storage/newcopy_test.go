@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/mode"
@@ -61,5 +64,45 @@ func TestNewServerCopiesOnlyTheShardsItMayJoin(t *testing.T) {
 			}
 		}
 		s.Stop()
+	}
+}
+
+// TestConfigurationOfAnEarlierRunTakesThisOneIn: a configuration that
+// names this server as it ran before a restart (a Join decided for that
+// run can commit after the restart, holding more than this run does) is
+// handed to the copy as such (shard.Membership.EarlierRun), and this run
+// refuses its primary's replication; one that names this run, or no
+// incarnation, is this run's.
+func TestConfigurationOfAnEarlierRunTakesThisOneIn(t *testing.T) {
+	m, err := mode.Parse(mode.EagerName, mode.Params{OrderingInterval: time.Millisecond, FailureTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{
+		ClusterID: "c", ID: "s2", GroupName: "g",
+		Group:    []Peer{{ID: "s1", Addr: "127.0.0.1:1"}, {ID: "s2", Addr: "127.0.0.1:2"}},
+		Ordering: []string{"127.0.0.1:4"}, Dir: t.TempDir(), RecordBytesMax: 1024,
+		HeartbeatInterval: time.Second, Mode: m, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	for _, c := range []struct {
+		inc    uint64
+		member bool
+	}{{s.incarnation - 1, false}, {s.incarnation, true}, {0, true}} {
+		s.mu.Lock()
+		s.setShardsLocked([]*pb.ShardInfo{{Id: 0, Group: "g", Epoch: 3, Replicas: []*pb.ReplicaAddr{
+			{Id: "s1", Addr: "x", Incarnation: 7}, {Id: "s2", Addr: "x", Incarnation: c.inc}}}})
+		mb, _ := s.memberLocked(0)
+		s.mu.Unlock()
+		if mb.Role != roleBackup || mb.EarlierRun == c.member {
+			t.Fatalf("incarnation %d named (this run %d): %+v, want a backup of an earlier run: %v", c.inc, s.incarnation, mb, !c.member)
+		}
+		_, err := s.backupReplica(0, 3)
+		if refused := status.Code(err) == codes.FailedPrecondition; refused == c.member {
+			t.Fatalf("incarnation %d named (this run %d): replication of configuration 3 answered %v", c.inc, s.incarnation, err)
+		}
 	}
 }

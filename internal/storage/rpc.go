@@ -416,6 +416,11 @@ func (s *Server) Replicate(stream pb.Replica_ReplicateServer) error {
 func (s *Server) backupReplica(id cut.ShardID, epoch uint64) (*replica, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if sh := s.view.shards[id]; sh != nil && sh.Epoch == epoch && slices.ContainsFunc(sh.Replicas, s.earlierRun) {
+		// The configuration took in an earlier run of this server (see
+		// memberLocked): this run is no backup of it.
+		return nil, status.Errorf(codes.FailedPrecondition, "configuration %d of shard %d names an earlier run of this server", epoch, id)
+	}
 	if r, ok := s.replicas[id]; ok {
 		// A copy out of the configuration that asked to rejoin becomes a
 		// backup when its new primary joins it (shard.Replica.Join); the

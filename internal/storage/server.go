@@ -977,6 +977,11 @@ func (s *Server) memberLocked(id cut.ShardID) (*shard.Membership, []Peer) {
 	m := &shard.Membership{Epoch: sh.Epoch, Role: roleFenced}
 	var peers []Peer
 	for i, rep := range sh.Replicas {
+		if s.earlierRun(rep) {
+			// The failure detector takes the entry out; this run then
+			// rejoins.
+			m.EarlierRun = true
+		}
 		switch {
 		case rep.Id == s.cfg.ID && i == 0:
 			m.Role = rolePrimary
@@ -991,6 +996,12 @@ func (s *Server) memberLocked(id cut.ShardID) (*shard.Membership, []Peer) {
 		m.Backups, peers = nil, nil
 	}
 	return m, peers
+}
+
+// earlierRun says rep names this server as it ran before its restart (a
+// configuration without incarnations names every run).
+func (s *Server) earlierRun(rep *pb.ReplicaAddr) bool {
+	return rep.GetId() == s.cfg.ID && rep.GetIncarnation() != 0 && rep.GetIncarnation() != s.incarnation
 }
 
 // orderedLenLocked is how many of shard id's own entries cut c orders: its
