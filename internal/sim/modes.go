@@ -77,6 +77,10 @@ type specStream struct {
 	// slots went out.
 	sent   uint64
 	filled map[uint64]bool
+	// sentEnd is one past the last position streamed, confirmed the last
+	// cut end sent: as the storage server's feed, the stream sends a
+	// cut's end only where it confirms something it streamed.
+	sentEnd, confirmed uint64
 }
 
 func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut) {
@@ -103,13 +107,21 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 			items = append(items, spec.Item[int64]{Pos: rg.Start, Shard: sh.id, Skip: rg.Count})
 		}
 		s.tracef("shard %d fills the slots of shard %d: %d runs", sh.id, v.Shard, len(items))
-		sh.stream(items)
-	}
-	if ev.Cut != nil || len(ev.Cuts) > 0 {
-		end := snap.LastCut.End
-		sh.broadcast(func(m *subMsg) { m.confirm = max(m.confirm, end) })
+		x.stream(items)
 	}
 	x.changed()
+	if end := snap.LastCut.End; (ev.Cut != nil || len(ev.Cuts) > 0) && end > x.confirmed && x.sentEnd > x.confirmed {
+		x.confirmed = end
+		sh.broadcast(func(m *subMsg) { m.confirm = max(m.confirm, end) })
+	}
+}
+
+// stream streams items and notes how far the stream reached.
+func (x *specStream) stream(items []spec.Item[int64]) {
+	for _, it := range items {
+		x.sentEnd = max(x.sentEnd, it.Pos+max(it.Skip, 1))
+	}
+	x.sh.stream(items)
 }
 
 // changed sends every durable entry of the primary whose position its
@@ -217,7 +229,7 @@ func (x *specStream) send(c *copyOf, position func(uint64) (uint64, bool), limit
 		}
 		items = append(items, spec.Item[int64]{Pos: pos, Shard: sh.id, Rec: e})
 	}
-	sh.stream(items)
+	x.stream(items)
 	return true
 }
 

@@ -321,6 +321,50 @@ func TestSpecFeedStartsInTheFirstRunPastItsPosition(t *testing.T) {
 	}
 }
 
+// TestSpecFeedConfirmsOnlyWhatItSent: a speculative feed sends a cut's
+// end only where the end confirms entries it sent, with the entries a cut
+// placed; a cut that orders only other shards' entries sends nothing (every
+// stream sending every end cost a subscriber a message per shard per cut).
+func TestSpecFeedConfirmsOnlyWhatItSent(t *testing.T) {
+	_, r := specPrimary(t, "s0", "g0")
+	if _, err := r.store.Append([]segment.Entry{{Payload: []byte("r0")}, {Payload: []byte("r1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Assign(segment.Run{Cut: 1, CutStart: 0, CutEnd: 6, LocalStart: 0, GlobalStart: 2, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	fd := &specFeed{r: r, f: newFilter(nil)}
+	var first pb.SubscribeResponse
+	if err := fd.fill(&first, 6, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Entries) != 2 || first.Confirmed != 6 {
+		t.Fatalf("the first message has %d entries and confirmed %d, want r0 and r1 confirmed by 6", len(first.Entries), first.Confirmed)
+	}
+	// Cut 2 orders [6, 9), none of it this shard's: nothing to say.
+	var quiet pb.SubscribeResponse
+	if err := fd.fill(&quiet, 9, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if quiet.Confirmed != 0 || len(quiet.Entries) != 0 {
+		t.Fatalf("a cut of other shards' entries sent confirmed %d and %d entries, want nothing", quiet.Confirmed, len(quiet.Entries))
+	}
+	// Cut 3 orders this shard's next record at 9: its end goes with it.
+	if _, err := r.store.Append([]segment.Entry{{Payload: []byte("r2")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Assign(segment.Run{Cut: 3, CutStart: 9, CutEnd: 11, LocalStart: 2, GlobalStart: 9, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var next pb.SubscribeResponse
+	if err := fd.fill(&next, 11, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(next.Entries) != 1 || next.Entries[0].Position != 9 || next.Confirmed != 11 {
+		t.Fatalf("cut 3 sent %v confirmed by %d, want r2 at 9 confirmed by 11", next.Entries, next.Confirmed)
+	}
+}
+
 // TestRetryQueuedWithItsOriginalIsStoredOnce: a client whose append stream
 // broke re-sends its appends on a new stream; the old stream's request may
 // still sit in the shard's queue, and the loop then drains both into one

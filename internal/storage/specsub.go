@@ -25,8 +25,10 @@ type specFeed struct {
 	local  uint64 // next own entry to send
 	placed bool   // local has been placed at from
 	// sentConfirmed and sentView are what the subscriber was last told;
-	// filled marks voids whose slots went out.
+	// sentEnd is one past the last position this stream sent an entry
+	// or a skip for; filled marks voids whose slots went out.
 	sentConfirmed uint64
+	sentEnd       uint64
 	sentView      uint64
 	sentMV        uint64
 	filled        map[uint64]bool
@@ -167,7 +169,16 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 	// The view of everything in resp: the last view change this stream
 	// has carried, which always goes before what follows it.
 	resp.View = fd.sentView
-	if confirmed > fd.sentConfirmed {
+	for _, e := range resp.Entries {
+		fd.sentEnd = max(fd.sentEnd, e.Position+max(e.Skip, 1))
+	}
+	// A cut's end goes out only where it confirms something this stream
+	// sent. The subscriber's merger takes any stream's word for the whole
+	// log, and each stream confirms its own entries, so the ends the
+	// other streams carry are news enough; every stream sending every
+	// cut's end cost each subscriber a message per shard per cut (at 8
+	// shards and 500 records/s, 4,000 a second for 500 records).
+	if confirmed > fd.sentConfirmed && fd.sentEnd > fd.sentConfirmed {
 		resp.Confirmed = confirmed
 		fd.sentConfirmed = confirmed
 	}
