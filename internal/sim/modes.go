@@ -77,10 +77,9 @@ type specStream struct {
 	// slots went out.
 	sent   uint64
 	filled map[uint64]bool
-	// sentEnd is one past the last position streamed, confirmed the last
-	// cut end sent: as the storage server's feed, the stream sends a
-	// cut's end only where it confirms something it streamed.
-	sentEnd, confirmed uint64
+	// confirm decides which cut ends the stream sends, as the storage
+	// server's feed does.
+	confirm spec.Confirmer
 }
 
 func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut) {
@@ -110,8 +109,7 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 		x.stream(items)
 	}
 	x.changed()
-	if end := snap.LastCut.End; (ev.Cut != nil || len(ev.Cuts) > 0) && end > x.confirmed && x.sentEnd > x.confirmed {
-		x.confirmed = end
+	if end := snap.LastCut.End; (ev.Cut != nil || len(ev.Cuts) > 0) && x.confirm.Confirm(end) {
 		sh.broadcast(func(m *subMsg) { m.confirm = max(m.confirm, end) })
 	}
 }
@@ -119,7 +117,7 @@ func (x *specStream) onState(ev control.Event, snap *control.State, _ []shardCut
 // stream streams items and notes how far the stream reached.
 func (x *specStream) stream(items []spec.Item[int64]) {
 	for _, it := range items {
-		x.sentEnd = max(x.sentEnd, it.Pos+max(it.Skip, 1))
+		x.confirm.Sent(it.Pos, it.Skip)
 	}
 	x.sh.stream(items)
 }

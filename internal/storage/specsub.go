@@ -24,14 +24,12 @@ type specFeed struct {
 	from   uint64
 	local  uint64 // next own entry to send
 	placed bool   // local has been placed at from
-	// sentConfirmed and sentView are what the subscriber was last told;
-	// sentEnd is one past the last position this stream sent an entry
-	// or a skip for; filled marks voids whose slots went out.
-	sentConfirmed uint64
-	sentEnd       uint64
-	sentView      uint64
-	sentMV        uint64
-	filled        map[uint64]bool
+	// sentView is what the subscriber was last told; confirm decides
+	// which cut ends it is told; filled marks voids whose slots went out.
+	confirm  spec.Confirmer
+	sentView uint64
+	sentMV   uint64
+	filled   map[uint64]bool
 }
 
 // position returns the global position of the entry at local, final if a
@@ -170,17 +168,10 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 	// has carried, which always goes before what follows it.
 	resp.View = fd.sentView
 	for _, e := range resp.Entries {
-		fd.sentEnd = max(fd.sentEnd, e.Position+max(e.Skip, 1))
+		fd.confirm.Sent(e.Position, e.Skip)
 	}
-	// A cut's end goes out only where it confirms something this stream
-	// sent. The subscriber's merger takes any stream's word for the whole
-	// log, and each stream confirms its own entries, so the ends the
-	// other streams carry are news enough; every stream sending every
-	// cut's end cost each subscriber a message per shard per cut (at 8
-	// shards and 500 records/s, 4,000 a second for 500 records).
-	if confirmed > fd.sentConfirmed && fd.sentEnd > fd.sentConfirmed {
+	if fd.confirm.Confirm(confirmed) {
 		resp.Confirmed = confirmed
-		fd.sentConfirmed = confirmed
 	}
 	return nil
 }
