@@ -223,14 +223,7 @@ func TestCatchUpWriteDoesNotInterleaveWithAJoin(t *testing.T) {
 	if _, err := l.Append([]segment.Entry{rec(1, 1), rec(1, 2)}); err != nil {
 		t.Fatal(err)
 	}
-	r := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, l)
-	r.Reconfigure(Membership{Epoch: 3, Role: RoleFenced}, t0, &Output[string]{})
-	if _, err := r.PrepareRejoin(); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, ok := r.RejoinReady(); !ok {
-		t.Fatal("a copy with nothing ordered is not ready")
-	}
+	r := askedInThree(t, l)
 	joined := false
 	var joinLength uint64
 	join := func() {

@@ -170,6 +170,21 @@ func TestRejoinOldPrimaryDropsItsReplacedTailAndRejoins(t *testing.T) {
 	}
 }
 
+// askedInThree returns a recovered copy over l, left out by configuration
+// 3, that caught up (nothing is ordered) and asked to rejoin in it.
+func askedInThree(t *testing.T, l Log) *Replica[string] {
+	t.Helper()
+	r := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, l)
+	r.Reconfigure(Membership{Epoch: 3, Role: RoleFenced}, t0, &Output[string]{})
+	if _, err := r.PrepareRejoin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := r.RejoinReady(); !ok {
+		t.Fatal("a copy with nothing ordered is not ready")
+	}
+	return r
+}
+
 // TestRejoinOnlyAfterAsking checks that a copy out of the configuration
 // becomes a backup only of the configuration after the one it asked to
 // rejoin in: not unasked, and not of a later one.
@@ -186,14 +201,7 @@ func TestRejoinOnlyAfterAsking(t *testing.T) {
 	if r.Reconfigure(Membership{Epoch: 4, Role: RoleBackup}, t0, &Output[string]{}) || r.Role() != RoleRecovered {
 		t.Fatalf("a copy that never asked took a backup's place: %v", r.Role())
 	}
-	r2 := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, l)
-	r2.Reconfigure(Membership{Epoch: 3, Role: RoleFenced}, t0, &Output[string]{})
-	if _, err := r2.PrepareRejoin(); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, ok := r2.RejoinReady(); !ok {
-		t.Fatal("a copy with nothing ordered is not ready")
-	}
+	r2 := askedInThree(t, l)
 	if _, _, err := r2.Join(5); err == nil || r2.Role() != RoleRecovered {
 		t.Fatalf("joined by the primary of configuration 5 after asking in 3: %v", err)
 	}
@@ -216,14 +224,7 @@ func TestConfigurationOfAnEarlierRunTakesNoCopyIn(t *testing.T) {
 		if _, err := l.Append([]segment.Entry{rec(1, 1), rec(1, 2)}); err != nil {
 			t.Fatal(err)
 		}
-		r := NewReplica[string](Config{ID: 1, Role: RoleRecovered}, l)
-		r.Reconfigure(Membership{Epoch: 3, Role: RoleFenced}, t0, &Output[string]{})
-		if _, err := r.PrepareRejoin(); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, ok := r.RejoinReady(); !ok {
-			t.Fatal("a copy with nothing ordered is not ready")
-		}
+		r := askedInThree(t, l)
 		if joinFirst {
 			if _, _, err := r.Join(4); err != nil || r.Role() != RoleBackup {
 				t.Fatalf("the primary of configuration 4 could not join the copy that asked in 3: %v", err)
