@@ -210,7 +210,7 @@ func newCluster(seed uint64, mode Mode, f Faults, replicas int, trace func(strin
 		from: sc.oneShardFrom, confirmedOnly: sc.oneShardConfirmed}
 	one.init()
 	s.subs = append(s.subs, one)
-	if plant == bugApplyTwice {
+	if plant == bugApplyTwice || plant == bugTargetStalls {
 		s.sc.playerOn = true
 	}
 	if s.sc.playerOn {

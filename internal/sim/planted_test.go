@@ -59,6 +59,11 @@ func TestPlantedBugs(t *testing.T) {
 		// check over the targets' applied sequences catches it.
 		{"a player's target applies an entry twice", Eager, bugApplyTwice, "invariant 6", 0},
 		{"a player's target applies an entry twice (spec)", Spec, bugApplyTwice, "invariant 6", 0},
+		// A target that stops applying stalls the player: the run lets
+		// a player that still applies drain past its end, and must stop
+		// waiting for one that does not.
+		{"a player's target stops applying", Eager, bugTargetStalls, "invariant 6", 0},
+		{"a player's target stops applying (spec)", Spec, bugTargetStalls, "invariant 6", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -195,6 +195,11 @@ const (
 	bugSkipSync
 	// bugApplyTwice: a player's target applies an entry twice.
 	bugApplyTwice
+	// bugTargetStalls: a player's target drops, unanswered, every batch
+	// with a record that reaches it from 50 ms before the appends stop:
+	// the player waits for it for good, which the run's drain must not
+	// hide.
+	bugTargetStalls
 	// bugFinalizeOnReplicaFailure: the crash of one server of a shard
 	// finalizes the shard, though the other holds everything durable (the
 	// behaviour before shards failed over).
@@ -395,6 +400,9 @@ func Run(seed uint64, o Options) Result {
 		s.sc.sync = syncGroup
 	}
 	s.run(s.start.Add(s.sc.runFor))
+	if s.player != nil {
+		s.player.drain()
+	}
 	s.verify()
 	res := Result{
 		Seed: seed, Mode: o.Mode, Faults: o.Faults, Replicas: s.sc.replicas, Joins: s.stats.joins, PairCrashes: s.stats.pairCrashes,
