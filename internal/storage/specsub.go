@@ -92,6 +92,16 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 	size := 0
 	limit := fd.limit()
 	for fd.local < limit && size < subscribeBatchBytesMax {
+		// An entry's position does not depend on what it holds: one
+		// not ordered and outside every window (as between windows) has
+		// none yet and is not read, so that the wake-ups of a feed that
+		// waits for a cut cost no reads. (Below Ordered the read also
+		// tells a trimmed entry.)
+		if fd.local >= r.store.Ordered() {
+			if _, ok := fd.position(fd.local, sp); !ok {
+				break
+			}
+		}
 		stop := false
 		err := r.store.Scan(fd.local, func(l uint64, e segment.Entry) bool {
 			if l != fd.local {
