@@ -85,6 +85,9 @@ type Speculative struct {
 	adh *spec.Shard
 	// reported is the last boundary reported; the heartbeat reads it.
 	reported atomic.Uint64
+	// eager says the cluster is between windows, where every durable
+	// length is a report; the heartbeat reads it.
+	eager atomic.Bool
 }
 
 // NewSpeculative returns the adherence of shard id whose log holds length
@@ -96,7 +99,10 @@ func NewSpeculative(id cut.ShardID, length uint64, fillAfter, idleAfter time.Dur
 var _ WindowFollower = (*Speculative)(nil)
 
 // SetWindows implements WindowFollower.
-func (s *Speculative) SetWindows(ws []fixante.Window, eager bool) { s.adh.SetWindows(ws, eager) }
+func (s *Speculative) SetWindows(ws []fixante.Window, eager bool) {
+	s.adh.SetWindows(ws, eager)
+	s.eager.Store(eager)
+}
 
 // Windows returns the announced windows.
 func (s *Speculative) Windows() []fixante.Window { return s.adh.Windows() }
@@ -123,10 +129,23 @@ func (s *Speculative) ReportDue(now time.Time) bool {
 	return s.adh.Announce() || ok
 }
 
-// Report is the last boundary reported. Every report carries the records
-// and the backlog, even before the first boundary: a shard without a
-// quota reports nothing else, but the leader must know it waits.
-func (s *Speculative) Report(_, stored, records uint64) (Report, bool) {
+// Report is the last boundary reported, or between windows the durable
+// length, as in eager order. Every report carries the records and the
+// backlog, even before the first boundary: a shard without a quota reports
+// nothing else, but the leader must know it waits.
+//
+// Between windows the heartbeat reports durable itself rather than what
+// the owner's last ReportDue saw, which would cost every report a detour
+// through the owner's goroutine, busy storing the next batch (speculative
+// appends at 4 shards and 2,000/s took 1.4 times eager's on identical
+// eager cuts). Replica.Report reads durable before eager: a durable read
+// in a window and reported after a switch to eager cuts holds no entry
+// with a prediction outstanding, as the cluster is between windows only
+// once every window's cuts were released.
+func (s *Speculative) Report(durable, stored, records uint64) (Report, bool) {
 	l := s.reported.Load()
+	if s.eager.Load() {
+		l = max(l, durable)
+	}
 	return Report{Length: l, Records: records, Backlog: stored - min(l, stored)}, true
 }

@@ -487,6 +487,34 @@ func TestReplicaSpecFillsAndReportsAtBoundaries(t *testing.T) {
 	}
 }
 
+// TestReplicaSpecReportsDurableBetweenWindows: between windows (the
+// leader's eager cuts) a speculative primary's report is what every
+// replica holds as soon as a backup acknowledges it, as an eager one's
+// is, without waiting for the owner's next Tick; once a window is
+// announced it reports no length that is not a quota boundary.
+func TestReplicaSpecReportsDurableBetweenWindows(t *testing.T) {
+	ord := NewSpeculative(1, 0, testFillAfter, testIdleAfter, t0)
+	ord.SetWindows(nil, true)
+	pr := newPair(t, 1, ord)
+	pr.append("s", 7, 1, 2)
+	out := &Output[string]{}
+	pr.p.Tick(t0, out)
+	if out.Noops != 0 {
+		t.Fatalf("filled %d no-ops between windows", out.Noops)
+	}
+	pr.send(out)
+	if advanced, _ := pr.p.BackupAcked(bk(0), 0, pr.deliver(0)); !advanced {
+		t.Fatal("the backup's acknowledgement did not move durable")
+	}
+	if rep, ok := pr.p.Report(); !ok || rep != (Report{Length: 2, Records: 2}) {
+		t.Fatalf("after the acknowledgement, before a Tick: report %v %+v, want length 2", ok, rep)
+	}
+	ord.SetWindows([]fixante.Window{specWindow()}, false)
+	if rep, _ := pr.p.Report(); rep.Length == 2 {
+		t.Fatalf("in a window: report %+v, the durable length, which is no quota boundary", rep)
+	}
+}
+
 // TestReplicaConcurrentPaths runs what the storage server runs at once:
 // backup acknowledgements and reports beside the owner's appends and
 // ticks on a primary, and replicated batches beside cuts on a backup. It
