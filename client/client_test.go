@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/client"
+	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
 )
 
@@ -549,13 +550,48 @@ func TestStorageFailureFailsOverAndAppendsGoOn(t *testing.T) {
 // with OutOfRange; never another record.
 func TestLaggingSubscriptionAcrossTrim(t *testing.T) {
 	ctx := testCtx(t)
+	lag := startLaggingSubscription(ctx, t, config.ModeEager)
+	for {
+		resp, err := lag.stream.Recv()
+		if lag.endedWith(err) {
+			return
+		}
+		for _, b := range resp.Batches {
+			for _, e := range b.Records {
+				lag.check(e.Position, e.Record.Payload)
+			}
+			if b.RunStart+b.RunCount >= lag.n {
+				return // served everything that was not trimmed
+			}
+		}
+	}
+}
+
+// laggingSubscription is a raw subscription to a one-shard cluster's shard,
+// held back by a 64 KiB flow-control window while a trim removes segments
+// it has not read yet.
+type laggingSubscription struct {
+	t         *testing.T
+	stream    pb.Log_SubscribeClient
+	payloadAt map[uint64]string
+	n         uint64 // records appended
+	last      uint64 // the highest position acknowledged
+}
+
+// startLaggingSubscription appends 400 records of 4 KB in waves of 50 to
+// a one-shard cluster of mode with small segments, subscribes to the
+// shard's primary (speculatively in speculative mode) from position 0, and
+// trims all but the last 50 positions while the server sends its first
+// response (about 1 MiB, ~250 records, against the 64 KiB window).
+func startLaggingSubscription(ctx context.Context, t *testing.T, mode string) *laggingSubscription {
+	t.Helper()
 	// Small segments, so a trim deletes some inside a run the subscription
 	// has yet to read.
-	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), SegmentBytes: 16 << 10, Shards: 1})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), SegmentBytes: 16 << 10, Shards: 1, Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dc.Close()
+	t.Cleanup(func() { dc.Close() })
 	if err := dc.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -563,13 +599,12 @@ func TestLaggingSubscriptionAcrossTrim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	const n = 400
-	payloadAt := map[uint64]string{}
+	t.Cleanup(func() { c.Close() })
+	lag := &laggingSubscription{t: t, payloadAt: map[uint64]string{}, n: 400}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	// Waves of 50, each waited for, so the shard's records span many cuts.
-	for i := 0; i < n; i++ {
+	for i := range lag.n {
 		if i%50 == 0 {
 			wg.Wait()
 		}
@@ -582,7 +617,8 @@ func TestLaggingSubscriptionAcrossTrim(t *testing.T) {
 				return
 			}
 			mu.Lock()
-			payloadAt[a.Position] = p
+			lag.payloadAt[a.Position] = p
+			lag.last = max(lag.last, a.Position)
 			mu.Unlock()
 		})
 	}
@@ -597,36 +633,34 @@ func TestLaggingSubscriptionAcrossTrim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	stream, err := pb.NewLogClient(conn).Subscribe(ctx, &pb.SubscribeRequest{ClusterId: dc.ClusterID, Shard: sh.Id})
+	t.Cleanup(func() { conn.Close() })
+	lag.stream, err = pb.NewLogClient(conn).Subscribe(ctx, &pb.SubscribeRequest{ClusterId: dc.ClusterID, Shard: sh.Id,
+		Speculative: mode == config.ModeSpec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server is sending its first response (about 1 MiB, ~250 records,
-	// against a 64 KiB window): trim past what it has read so far.
-	if err := c.Trim(ctx, n-50); err != nil {
+	if err := c.Trim(ctx, lag.last+1-50); err != nil {
 		t.Fatal(err)
 	}
-	// Every response must carry the records acknowledged at their
-	// positions; the stream ends at the tail or with OutOfRange.
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if status.Code(err) != codes.OutOfRange {
-				t.Fatalf("subscription ended with %v, want OutOfRange", err)
-			}
-			return
-		}
-		for _, b := range resp.Batches {
-			for _, e := range b.Records {
-				if string(e.Record.Payload) != payloadAt[e.Position] {
-					t.Fatalf("position %d carries %.12q, appended there was %.12q", e.Position, e.Record.Payload, payloadAt[e.Position])
-				}
-			}
-			if b.RunStart+b.RunCount >= n {
-				return // served everything that was not trimmed
-			}
-		}
+	return lag
+}
+
+// endedWith says whether the stream ended with err, failing the test
+// unless it is OutOfRange.
+func (lag *laggingSubscription) endedWith(err error) bool {
+	if err == nil {
+		return false
+	}
+	if status.Code(err) != codes.OutOfRange {
+		lag.t.Fatalf("subscription ended with %v, want OutOfRange", err)
+	}
+	return true
+}
+
+// check fails the test unless payload was acknowledged at pos.
+func (lag *laggingSubscription) check(pos uint64, payload []byte) {
+	if string(payload) != lag.payloadAt[pos] {
+		lag.t.Fatalf("position %d carries %.12q, appended there was %.12q", pos, payload, lag.payloadAt[pos])
 	}
 }
 

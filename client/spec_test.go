@@ -48,6 +48,29 @@ func subscribeSpec(ctx context.Context, t *testing.T, cl *client.Client, f clien
 	return sub
 }
 
+// TestLaggingSpeculativeSubscriptionAcrossTrim is
+// TestLaggingSubscriptionAcrossTrim for a speculative subscription: every
+// record at its acknowledged position, or OutOfRange, and never a stream
+// that stalls where the trim overtook it.
+func TestLaggingSpeculativeSubscriptionAcrossTrim(t *testing.T) {
+	ctx := testCtx(t)
+	lag := startLaggingSubscription(ctx, t, config.ModeSpec)
+	for {
+		resp, err := lag.stream.Recv()
+		if lag.endedWith(err) {
+			return
+		}
+		for _, e := range resp.Entries {
+			if e.Record != nil {
+				lag.check(e.Position, e.Record.Payload)
+			}
+			if e.Position+max(e.Skip, 1) > lag.last {
+				return // served everything that was not trimmed
+			}
+		}
+	}
+}
+
 // TestSpeculativeDelivery appends to both shards of a speculative cluster
 // and checks that a speculative subscriber gets every record, most of them
 // before their cut, never a failure, with each position confirmed and equal

@@ -95,17 +95,19 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 		// An entry's position does not depend on what it holds: one
 		// not ordered and outside every window (as between windows) has
 		// none yet and is not read, so that the wake-ups of a feed that
-		// waits for a cut cost no reads. (Below Ordered the read also
-		// tells a trimmed entry.)
+		// waits for a cut cost no reads. (An ordered one is read even
+		// without a position: trimmed, the read says so.)
 		if fd.local >= r.store.Ordered() {
 			if _, ok := fd.position(fd.local, sp); !ok {
 				break
 			}
 		}
-		stop := false
+		stop, trimmed := false, false
 		err := r.store.Scan(fd.local, func(l uint64, e segment.Entry) bool {
 			if l != fd.local {
-				stop = true
+				// Scan starts at the log's start: the entries from
+				// fd.local on were trimmed while this stream lagged.
+				trimmed = true
 				return false
 			}
 			n := max(e.Noops, 1)
@@ -130,7 +132,7 @@ func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *c
 			}
 			return fd.local < limit && size < subscribeBatchBytesMax
 		})
-		if errors.Is(err, segment.ErrTrimmed) {
+		if trimmed || errors.Is(err, segment.ErrTrimmed) {
 			return status.Errorf(codes.OutOfRange, "records of shard %d from local index %d on are trimmed", r.id, fd.local)
 		}
 		if errors.Is(err, segment.ErrDamaged) {
