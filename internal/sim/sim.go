@@ -400,10 +400,13 @@ func Run(seed uint64, o Options) Result {
 		s.sc.sync = syncGroup
 	}
 	s.run(s.start.Add(s.sc.runFor))
-	if s.player != nil {
-		s.player.drain()
-	}
 	s.verify()
+	if s.player != nil && len(s.errs) == 0 {
+		// The cluster's checks hold at the end of the run; the player
+		// may take longer to drain.
+		s.player.drain()
+		s.player.verify()
+	}
 	res := Result{
 		Seed: seed, Mode: o.Mode, Faults: o.Faults, Replicas: s.sc.replicas, Joins: s.stats.joins, PairCrashes: s.stats.pairCrashes,
 		Scenario: s.sc.String(), Summary: s.summary(), Errs: s.errs,

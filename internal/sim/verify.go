@@ -13,6 +13,17 @@ import (
 // time means something is badly wrong.
 const linearizabilityTimeout = 10 * time.Second
 
+// report records err's violations, or err, as errors of the run.
+func (s *cluster) report(err error) {
+	if vs, ok := err.(check.Violations); ok {
+		for _, v := range vs {
+			s.errorf("%v", v)
+		}
+	} else if err != nil {
+		s.errorf("%v", err)
+	}
+}
+
 // verify runs the end-of-run checks: the invariants of package check over
 // the run's history, then what only the simulator can see (shards' logs,
 // leaves, views).
@@ -25,15 +36,7 @@ func (s *cluster) verify() {
 	for _, sb := range s.subs {
 		logs = append(logs, sb.log(final.End))
 	}
-	report := func(err error) {
-		if vs, ok := err.(check.Violations); ok {
-			for _, v := range vs {
-				s.errorf("%v", v)
-			}
-		} else if err != nil {
-			s.errorf("%v", err)
-		}
-	}
+	report := s.report
 	// Once the faults stop, every append completes (invariant 1's
 	// liveness half).
 	report(check.Returned(appends, nil))
@@ -48,9 +51,6 @@ func (s *cluster) verify() {
 		h := sb.history()
 		report(check.Speculation(h, final))
 		report(check.Converged(h, final))
-	}
-	if s.player != nil {
-		s.player.verify(final, report)
 	}
 	if len(s.errs) > 0 {
 		return
