@@ -136,7 +136,7 @@ func TestSeedsFoundBeyondTheSweep(t *testing.T) {
 	for _, c := range []struct {
 		mode  Mode
 		seeds []uint64
-	}{{Eager, []uint64{2997}}, {Spec, []uint64{1473, 2724, 2880, 3113, 3269, 4403, 6715, 7986, 8998}}} {
+	}{{Eager, []uint64{2997}}, {Spec, []uint64{1473, 2724, 2880, 3113, 3269, 4403, 6715, 7986, 8785, 8998}}} {
 		for _, seed := range c.seeds {
 			r := RunSeeds(Options{Mode: c.mode, Faults: faults}, seed, 1)[0]
 			if r.Failed() {
