@@ -138,10 +138,10 @@ func (s *Speculative) ReportDue(now time.Time) bool {
 // the owner's last ReportDue saw, which would cost every report a detour
 // through the owner's goroutine, busy storing the next batch (speculative
 // appends at 4 shards and 2,000/s took 1.4 times eager's on identical
-// eager cuts). Replica.Report reads durable before eager: a durable read
-// in a window and reported after a switch to eager cuts holds no entry
-// with a prediction outstanding, as the cluster is between windows only
-// once every window's cuts were released.
+// eager cuts). Whatever the interleaving with SetWindows, such a length
+// orders no predicted entry elsewhere: the cluster is between windows
+// only once every window's cuts were released, and once a window is
+// announced a cut of lengths commits nothing (control.State.Apply).
 func (s *Speculative) Report(durable, stored, records uint64) (Report, bool) {
 	l := s.reported.Load()
 	if s.eager.Load() {
