@@ -24,9 +24,13 @@ const (
 	// shardMsgsMax bounds stream messages received but not yet merged.
 	shardMsgsMax = 64
 	// stuckRefreshAfter is how long a subscription waits while its merger
-	// holds positions that are not final, or with every shard it follows
-	// done, before it fetches the status: for shards it does not follow
-	// yet, and for what no live stream says.
+	// holds positions that are not final and none becomes final, or with
+	// every shard it follows done, before it fetches the status: for
+	// shards it does not follow yet, and for what no live stream says.
+	// (Counted from the last position that became final: armed whenever
+	// the merger held anything, it fetched every 100 ms under steady
+	// speculative traffic, the largest cost speculative subscriptions
+	// paid at 8 shards.)
 	stuckRefreshAfter = 100 * time.Millisecond
 )
 
@@ -252,8 +256,14 @@ func (e *engine) run(m merge.Merger) {
 				e.refresh(m)
 			}
 			err := m.Step(msg.shard, msg.resp)
-			if !e.handOut(m) {
+			final, ok := e.handOut(m)
+			if !ok {
 				return
+			}
+			if final && stuckArmed {
+				// Positions flow: the wait starts again.
+				stuck.Stop()
+				stuckArmed = false
 			}
 			if err != nil {
 				e.setErr(err)
@@ -275,7 +285,7 @@ func (e *engine) run(m merge.Merger) {
 			// or, with every followed shard done, for a stream to
 			// announce a new shard.
 			e.refresh(m)
-			if !e.handOut(m) {
+			if _, ok := e.handOut(m); !ok {
 				return
 			}
 		case <-e.ctx.Done():
@@ -309,13 +319,16 @@ func (e *engine) refresh(m merge.Merger) {
 	m.Observe(st)
 }
 
-// handOut moves m's events to Next; it fails once the subscription closes.
-func (e *engine) handOut(m merge.Merger) bool {
+// handOut moves m's events to Next; final says a position became final
+// (a confirmation, or a delivery that is not speculative); ok is false
+// once the subscription closes.
+func (e *engine) handOut(m merge.Merger) (final, ok bool) {
 	for {
-		ev, ok := m.Next()
-		if !ok {
+		ev, more := m.Next()
+		if !more {
 			break
 		}
+		final = final || ev.Kind == EventConfirm || ev.Kind == EventDeliver && !ev.Speculative
 		out := Event{Kind: ev.Kind, Position: ev.Pos, Speculative: ev.Speculative, View: ev.View}
 		if ev.Kind == EventDeliver {
 			r := ev.Rec
@@ -325,11 +338,11 @@ func (e *engine) handOut(m merge.Merger) bool {
 		case e.out <- out:
 		case <-e.ctx.Done():
 			e.setErr(ErrClosed)
-			return false
+			return final, false
 		}
 	}
 	e.resume.Store(m.Resume())
-	return true
+	return final, true
 }
 
 func (e *engine) setErr(err error) {

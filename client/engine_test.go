@@ -25,14 +25,22 @@ import (
 
 type fakeOrdering struct {
 	pb.UnimplementedOrderingServer
-	mu sync.Mutex
-	st *pb.StatusResponse
+	mu    sync.Mutex
+	st    *pb.StatusResponse
+	calls int // Status calls answered
 }
 
 func (o *fakeOrdering) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.calls++
 	return proto.Clone(o.st).(*pb.StatusResponse), nil
+}
+
+func (o *fakeOrdering) statusCalls() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.calls
 }
 
 func (o *fakeOrdering) set(edit func(st *pb.StatusResponse)) {
@@ -53,6 +61,9 @@ type fakeReplica struct {
 	done       bool
 	// trimmed refuses every stream as below the trim point.
 	trimmed bool
+	// every paces msgs: it is the time before each one after the first,
+	// as a server's messages follow the load.
+	every time.Duration
 
 	mu      sync.Mutex
 	streams int
@@ -83,6 +94,9 @@ func (r *fakeReplica) Subscribe(req *pb.SubscribeRequest, stream grpc.ServerStre
 		}
 		if len(m.Batches) > 0 && len(out.Batches) == 0 {
 			continue
+		}
+		if sent > 0 && r.every > 0 {
+			time.Sleep(r.every)
 		}
 		if err := stream.Send(out); err != nil {
 			return err
@@ -303,6 +317,42 @@ func TestEngineOneShardSpeculativeLearnsFromTheStatus(t *testing.T) {
 	take(2)
 	if g, w := strings.Join(got, " "), "deliver1 deliver3 fail2 confirm6"; g != w {
 		t.Fatalf("events %q, want %q", g, w)
+	}
+}
+
+// TestEngineFetchesNoStatusWhilePositionsBecomeFinal: a speculative stream
+// that confirms each entry with the next one keeps an unconfirmed entry in
+// the merger all along; as long as positions become final, the
+// subscription has no reason to fetch the status, which it did every
+// stuckRefreshAfter while the merger held anything.
+func TestEngineFetchesNoStatusWhilePositionsBecomeFinal(t *testing.T) {
+	const n = 30 // messages, one every stuckRefreshAfter/5
+	var msgs []*pb.SubscribeResponse
+	for p := range uint64(n) {
+		msgs = append(msgs, &pb.SubscribeResponse{Confirmed: p,
+			Entries: []*pb.SpecEntry{{Position: p, Shard: 1, Record: &pb.Record{Key: fmt.Sprint("k", p)}}}})
+	}
+	r := &fakeReplica{msgs: msgs, every: stuckRefreshAfter / 5}
+	o, c := fakeCluster(t, true, map[uint32][]*fakeReplica{1: {r}})
+	ctx := testContext(t)
+	sub, err := c.SubscribeSpec(ctx, 0, Filter{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	before := o.statusCalls()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == EventConfirm && ev.Position == n-1 {
+			break
+		}
+	}
+	// A stall of the test's goroutines may let one fetch through.
+	if polls := o.statusCalls() - before; polls > 1 {
+		t.Fatalf("%d status fetches over %v of positions becoming final every %v", polls, time.Duration(n-1)*r.every, r.every)
 	}
 }
 
