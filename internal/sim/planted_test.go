@@ -464,15 +464,11 @@ func TestPlantedSpecJoinUnvouchedIsCaught(t *testing.T) {
 	t.Parallel()
 	const want = 2
 	found := 0
-	// The plant strikes in most seeds with a rejoin, but the primary
-	// dies at the moment that shows it in few: two to four of the first
-	// 1600 (168 and 540 as of the eager fallback; 168 and 1566 once half
-	// the durable seeds ran group commit).
-	for seed := uint64(0); seed < 1600 && found < want; seed++ {
+	try := func(seed uint64) {
 		o := Options{Mode: Spec, Faults: AllFaults()}
 		r := Run(seed, o)
 		if r.Rejoins == 0 || r.PrimaryDeathsOnJoin == 0 {
-			continue
+			return
 		}
 		if r.Failed() {
 			t.Fatalf("seed %d fails without a planted bug: %v", seed, r.Errs)
@@ -481,6 +477,21 @@ func TestPlantedSpecJoinUnvouchedIsCaught(t *testing.T) {
 		if r = Run(seed, o); r.planted && r.Failed() {
 			found++
 			t.Logf("seed %d: %s", seed, r.Errs[0])
+		}
+	}
+	// The plant strikes in most seeds with a rejoin, but the primary
+	// dies at the moment that shows it in few: two to four of the first
+	// 1600 (168 and 540 as of the eager fallback; 168 and 1566 once half
+	// the durable seeds ran group commit; 805 and 1566 now). Those found
+	// last go first, so the test sweeps (two minutes here) only once a
+	// change to the simulator moved them.
+	known := []uint64{805, 1566}
+	for _, seed := range known {
+		try(seed)
+	}
+	for seed := uint64(0); seed < 1600 && found < want; seed++ {
+		if !slices.Contains(known, seed) {
+			try(seed)
 		}
 	}
 	if found < want {
