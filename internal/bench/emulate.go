@@ -272,7 +272,7 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 
 	secs := p.Duration.Seconds()
 	arrived := r.endOps - r.sched.Due(r.warmEnd.Add(-1))
-	cpuTime, steal := cpu1.Since(cpu0)
+	cpuTime, host := cpu1.Since(cpu0)
 	cpu := cpuTime.Seconds()
 	res := &Result{
 		Rate:                Ptr(p.Rate),
@@ -283,7 +283,8 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 		RecordsArrived:      Ptr(arrived),
 		RecordsOrdered:      Ptr(r.arrivedOrdered.Load()),
 		CPUSeconds:          Ptr(round(cpu, 3)),
-		StealPercent:        steal,
+		StealPercent:        host.Steal,
+		IOWaitPercent:       host.IOWait,
 		CPUPercentOfOneCore: Ptr(round(100*cpu/secs, 2)),
 	}
 	if r.spec {

@@ -40,13 +40,14 @@ func (idleWorkload) Run(ctx context.Context, e *Env) (*Result, error) {
 		return nil, err
 	}
 	wall := time.Since(start)
-	cpuTime, steal := cpu1.Since(cpu0)
+	cpuTime, host := cpu1.Since(cpu0)
 	cpu := cpuTime.Seconds()
 	return &Result{
 		Replicas:            p.Replicas,
 		DurationS:           round(wall.Seconds(), 3),
 		CPUSeconds:          Ptr(round(cpu, 3)),
 		CPUPercentOfOneCore: Ptr(round(100*cpu/wall.Seconds(), 2)),
-		StealPercent:        steal,
+		StealPercent:        host.Steal,
+		IOWaitPercent:       host.IOWait,
 	}, nil
 }

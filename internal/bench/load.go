@@ -401,7 +401,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 	taskWG.Wait()
 
 	secs := p.Duration.Seconds()
-	cpu, steal := cpu1.Since(cpu0)
+	cpu, host := cpu1.Since(cpu0)
 	res := &Result{
 		Shards:          len(live),
 		Replicas:        replicas,
@@ -415,7 +415,8 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		RecordsAppended: Ptr(r.appended.Load()),
 		Errors:          r.errors.Load(),
 		CPUSeconds:      Ptr(round(cpu.Seconds(), 3)),
-		StealPercent:    steal,
+		StealPercent:    host.Steal,
+		IOWaitPercent:   host.IOWait,
 		Events:          events,
 		Series:          r.series.points(e.Mode.Speculative()),
 	}

@@ -140,6 +140,11 @@ type Result struct {
 	// that the hypervisor gave to other guests (Linux only): on a shared
 	// host above a few percent, every latency of the run is inflated.
 	StealPercent *float64 `json:"steal_percent,omitempty"`
+	// IOWaitPercent is the share of the machine's CPU time over the
+	// window that it idled while a task waited for the disk (Linux
+	// only): high when many fsyncs queue on one disk, which slows every
+	// server of an embedded cluster, whatever its order.
+	IOWaitPercent *float64 `json:"iowait_percent,omitempty"`
 	// Failover summarizes the replica failure of failure --kill-replica.
 	Failover *FailoverSummary `json:"failover,omitempty"`
 	// Events are what a time-series workload did to the cluster, and when.

@@ -22,7 +22,7 @@ func goldenReport() *Report {
 	}
 	eager := &Result{
 		Workload: "e2e", Mode: "eager", Shards: 2, Replicas: 2, RecordBytes: 4096,
-		Rate: Ptr(2000), Clients: 4, Subscribers: 2, Follow: "shards", ComputeUS: Ptr(1500.0), DurationS: 10, StealPercent: Ptr(4.5),
+		Rate: Ptr(2000), Clients: 4, Subscribers: 2, Follow: "shards", ComputeUS: Ptr(1500.0), DurationS: 10, StealPercent: Ptr(4.5), IOWaitPercent: Ptr(2.5),
 		ThroughputRPS:     Ptr(1999.5),
 		AppendLatencyUS:   lat(4000),
 		GRPCFloorUS:       lat(100),

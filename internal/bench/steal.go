@@ -13,9 +13,26 @@ import (
 // process's CPU time and the host's CPU tick counters.
 type CPUSample struct {
 	Process time.Duration
-	// steal and total are the machine's ticks stolen by the hypervisor
-	// and in all; total is 0 where /proc/stat is not readable.
-	steal, total uint64
+	host    hostTicks
+}
+
+// hostTicks are the machine's CPU ticks from /proc/stat: stolen by the
+// hypervisor, idle while a task waited for the disk, and in all; total is
+// 0 where /proc/stat is not readable.
+type hostTicks struct {
+	steal, iowait, total uint64
+}
+
+// HostShares are the percentages of the machine's CPU time over a window
+// that explain latencies no code of ours can shorten; nil where the host
+// does not report them.
+type HostShares struct {
+	// Steal is the time the hypervisor gave to other guests.
+	Steal *float64
+	// IOWait is the time the CPUs idled while a task waited for the
+	// disk: fsyncs that queue behind each other, as when every storage
+	// server of an embedded cluster shares one disk.
+	IOWait *float64
 }
 
 // SampleCPU reads the counters now.
@@ -26,27 +43,30 @@ func SampleCPU() (CPUSample, error) {
 	}
 	s := CPUSample{Process: p}
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
-		s.steal, s.total = parseStealTicks(data)
+		s.host = parseHostTicks(data)
 	}
 	return s, nil
 }
 
 // Since returns the process's CPU time from a to s and, where the host
-// reports it, the percentage of the machine's CPU time the hypervisor gave
-// to other guests meanwhile: above a few percent, latencies measured in
-// the window are inflated by waits no code of ours can shorten.
-func (s CPUSample) Since(a CPUSample) (time.Duration, *float64) {
+// reports them, the shares of the machine's CPU time stolen and spent
+// waiting for the disk meanwhile: above a few percent, latencies measured
+// in the window are inflated by waits outside the process.
+func (s CPUSample) Since(a CPUSample) (time.Duration, HostShares) {
 	cpu := s.Process - a.Process
-	if a.total == 0 || s.total <= a.total {
-		return cpu, nil
+	if a.host.total == 0 || s.host.total <= a.host.total {
+		return cpu, HostShares{}
 	}
-	return cpu, Ptr(round(100*float64(s.steal-a.steal)/float64(s.total-a.total), 1))
+	share := func(to, from uint64) *float64 {
+		return Ptr(round(100*float64(to-from)/float64(s.host.total-a.host.total), 1))
+	}
+	return cpu, HostShares{Steal: share(s.host.steal, a.host.steal), IOWait: share(s.host.iowait, a.host.iowait)}
 }
 
-// parseStealTicks reads the aggregate "cpu" line of /proc/stat: user nice
+// parseHostTicks reads the aggregate "cpu" line of /proc/stat: user nice
 // system idle iowait irq softirq steal ... ; it returns zeros if the line
 // is missing or has no steal column.
-func parseStealTicks(data []byte) (steal, total uint64) {
+func parseHostTicks(data []byte) hostTicks {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -54,20 +74,24 @@ func parseStealTicks(data []byte) (steal, total uint64) {
 			continue
 		}
 		if len(f) < 9 {
-			return 0, 0
+			return hostTicks{}
 		}
+		var t hostTicks
 		// Guest time (columns 9 and 10) is already counted in user.
-		for i, v := range f[1:min(len(f), 9)] {
+		for i, v := range f[1:9] {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
-				return 0, 0
+				return hostTicks{}
 			}
-			total += n
-			if i == 7 {
-				steal = n
+			t.total += n
+			switch i {
+			case 4:
+				t.iowait = n
+			case 7:
+				t.steal = n
 			}
 		}
-		return steal, total
+		return t
 	}
-	return 0, 0
+	return hostTicks{}
 }

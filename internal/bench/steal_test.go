@@ -5,22 +5,21 @@ import (
 	"time"
 )
 
-func TestStealPercent(t *testing.T) {
+func TestHostShares(t *testing.T) {
 	a := []byte("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\nintr 1\n")
-	b := []byte("cpu  160 0 70 900 10 0 0 100 7 0\ncpu0 80 0 35 450 5 0 0 50 0 0\n")
-	sa, ta := parseStealTicks(a)
-	sb, tb := parseStealTicks(b)
-	if sa != 40 || ta != 1000 || sb != 100 || tb != 1240 {
-		t.Fatalf("ticks %d/%d and %d/%d, want 40/1000 and 100/1240", sa, ta, sb, tb)
+	b := []byte("cpu  160 0 70 900 72 0 0 100 7 0\ncpu0 80 0 35 450 5 0 0 50 0 0\n")
+	ta, tb := parseHostTicks(a), parseHostTicks(b)
+	if ta != (hostTicks{steal: 40, iowait: 10, total: 1000}) || tb != (hostTicks{steal: 100, iowait: 72, total: 1302}) {
+		t.Fatalf("ticks %+v and %+v", ta, tb)
 	}
-	cpu, steal := CPUSample{Process: 3 * time.Second, steal: sb, total: tb}.Since(CPUSample{Process: time.Second, steal: sa, total: ta})
-	if cpu != 2*time.Second || steal == nil || *steal != 25 {
-		t.Fatalf("cpu %v, steal %v; want 2s and 25%%", cpu, steal)
+	cpu, host := CPUSample{Process: 3 * time.Second, host: tb}.Since(CPUSample{Process: time.Second, host: ta})
+	if cpu != 2*time.Second || host.Steal == nil || *host.Steal != 19.9 || host.IOWait == nil || *host.IOWait != 20.5 {
+		t.Fatalf("cpu %v, shares %+v; want 2s, 19.9%% stolen and 20.5%% waiting for the disk", cpu, host)
 	}
-	if _, steal := (CPUSample{total: 5}).Since(CPUSample{}); steal != nil {
-		t.Fatalf("steal %v without a first reading, want none", *steal)
+	if _, host := (CPUSample{host: hostTicks{total: 5}}).Since(CPUSample{}); host.Steal != nil || host.IOWait != nil {
+		t.Fatalf("shares %+v without a first reading, want none", host)
 	}
-	if s, tot := parseStealTicks([]byte("cpu 1 2 3\n")); s != 0 || tot != 0 {
-		t.Fatalf("short cpu line: %d/%d, want nothing", s, tot)
+	if tk := parseHostTicks([]byte("cpu 1 2 3\n")); tk != (hostTicks{}) {
+		t.Fatalf("short cpu line: %+v, want nothing", tk)
 	}
 }
