@@ -1,10 +1,13 @@
 package sim
 
 import (
+	"math"
+
 	pb "github.com/augur-log/augur/api/augurpb"
 	"github.com/augur-log/augur/internal/control"
 	"github.com/augur-log/augur/internal/cut"
 	"github.com/augur-log/augur/internal/mode"
+	"github.com/augur-log/augur/internal/segment"
 	core "github.com/augur-log/augur/internal/shard"
 	"github.com/augur-log/augur/internal/spec"
 )
@@ -73,9 +76,9 @@ func (s *cluster) dense() bool { return !s.md.Speculative() }
 // them.
 type specStream struct {
 	sh *shard
-	// sent is the next own entry to stream; filled the views whose void
-	// slots went out.
-	sent   uint64
+	// feed is where the shard's own entries stand, as in a storage
+	// server's feed; filled the views whose void slots went out.
+	feed   spec.Feed
 	filled map[uint64]bool
 	// confirm decides which cut ends the stream sends, as the storage
 	// server's feed does.
@@ -148,10 +151,7 @@ func (x *specStream) changed() {
 	// The entries to send: the durable ones a cut placed or the windows
 	// predict (a prefix: eager cuts between windows place the log up to
 	// a point, the windows predict it from there).
-	position := func(local uint64) (uint64, bool) {
-		if pos, ok := p.log.GlobalOf(local); ok {
-			return pos, true
-		}
+	predict := func(local uint64) (uint64, bool) {
 		if pos, ok := adh.Predict(local); ok {
 			return pos, true
 		}
@@ -161,11 +161,8 @@ func (x *specStream) changed() {
 		}
 		return 0, false
 	}
-	// What a cut ordered is durable, even where the primary's count of
-	// what every replica holds lags (a backup that rejoined): an eager
-	// cut between windows places entries no prediction streamed.
-	if !x.send(p, position, max(p.r.Durable(), p.log.Ordered())) {
-		sh.s.errorf("shard %d: the primary's log lacks entries from %d on, which it holds durably", sh.id, x.sent)
+	if !x.send(p, predict, spec.FeedLimit(true, p.r.Durable(), p.log.Ordered(), false, 0)) {
+		sh.s.errorf("shard %d: the primary's log lacks entries from %d on, which it holds durably", sh.id, x.feed.Next)
 	}
 }
 
@@ -175,58 +172,45 @@ func (x *specStream) changed() {
 // final): past the final length a view change voided the slots.
 func (x *specStream) servePlaced() {
 	sh := x.sh
-	limit := sh.knownCut.Len(sh.id)
-	if sh.finalized {
-		limit = min(limit, sh.finalLen)
-	}
 	for _, c := range sh.copies {
 		// A copy that cannot read them all (damaged) serves none; a
 		// lost one (it cannot follow later cuts, such as those giving
 		// the failed shard's void slots) still serves what it ordered.
-		if c.running() && c.log.Ordered() > x.sent && x.send(c, c.log.GlobalOf, min(limit, c.log.Ordered())) {
+		limit := min(sh.knownCut.Len(sh.id), spec.FeedLimit(false, 0, c.log.Ordered(), sh.finalized, sh.finalLen))
+		if c.running() && c.log.Ordered() > x.feed.Next && x.send(c, nil, limit) {
 			return
 		}
 	}
 }
 
-// send streams c's entries from x.sent on, below limit, at the positions
-// position gives, as far as it gives them; false if c's log cannot read
-// them.
-func (x *specStream) send(c *copyOf, position func(uint64) (uint64, bool), limit uint64) bool {
+// send streams c's entries from the feed on, below limit, at the positions
+// a cut gave them or predict gives them, as far as they have one; false if
+// c's log cannot read them.
+func (x *specStream) send(c *copyOf, predict func(uint64) (uint64, bool), limit uint64) bool {
 	sh := x.sh
-	end := x.sent
-	for ; end < limit; end++ {
-		if _, ok := position(end); !ok {
-			// A copy that applied the cut that ordered the entry
-			// places it; one behind (restarted, caught up) streams it
-			// once it applies that cut.
-			if end < sh.knownCut.Len(sh.id) && end < c.log.Ordered() {
-				sh.s.errorf("shard %d: entry %d is ordered but neither its cut nor a window places it", sh.id, end)
-			}
-			break
+	var items []spec.Item[int64]
+	at := x.feed
+	err := at.Send(c.log, predict, limit, math.MaxInt, func(pos uint64, e segment.Entry) {
+		if e.Noops == 0 {
+			items = append(items, spec.Item[int64]{Pos: pos, Shard: sh.id, Rec: int64(e.Seq) - 1})
+			return
 		}
-	}
-	if end == x.sent {
-		return true
-	}
-	ids, ok := readIDs(c.log, x.sent, end)
-	if !ok {
+		if n := len(items); n > 0 && items[n-1].Skip > 0 && items[n-1].Pos+items[n-1].Skip == pos {
+			items[n-1].Skip++
+			return
+		}
+		items = append(items, spec.Item[int64]{Pos: pos, Shard: sh.id, Skip: 1})
+	})
+	if err != nil {
 		return false
 	}
-	var items []spec.Item[int64]
-	for _, e := range ids {
-		pos, _ := position(x.sent)
-		x.sent++
-		if e == noop {
-			if n := len(items); n > 0 && items[n-1].Skip > 0 && items[n-1].Pos+items[n-1].Skip == pos {
-				items[n-1].Skip++
-				continue
-			}
-			items = append(items, spec.Item[int64]{Pos: pos, Shard: sh.id, Skip: 1})
-			continue
-		}
-		items = append(items, spec.Item[int64]{Pos: pos, Shard: sh.id, Rec: e})
+	// A copy that applied the cut that ordered the next entry places it;
+	// one behind (restarted, caught up) streams it once it applies that
+	// cut.
+	if next := at.Next; next < limit && next < sh.knownCut.Len(sh.id) && next < c.log.Ordered() {
+		sh.s.errorf("shard %d: entry %d is ordered but neither its cut nor a window places it", sh.id, next)
 	}
+	x.feed = at
 	x.stream(items)
 	return true
 }

@@ -22,8 +22,8 @@ type specFeed struct {
 	r      *replica
 	f      filter
 	from   uint64
-	local  uint64 // next own entry to send
-	placed bool   // local has been placed at from
+	feed   spec.Feed // where the shard's own entries stand
+	placed bool      // feed has been placed at from
 	// sentView is what the subscriber was last told; confirm decides
 	// which cut ends it is told; filled marks voids whose slots went out.
 	confirm  spec.Confirmer
@@ -32,36 +32,11 @@ type specFeed struct {
 	filled   map[uint64]bool
 }
 
-// position returns the global position of the entry at local, final if a
-// cut assigned it, else predicted from the announced windows.
-func (fd *specFeed) position(local uint64, sp *control.Spec) (uint64, bool) {
-	if pos, ok := fd.r.store.GlobalOf(local); ok {
-		return pos, true
-	}
-	if sp == nil {
-		return 0, false
-	}
-	return spec.Predict(sp.Windows, fd.r.id, local)
-}
-
-// limit is how far this copy may serve: what every replica holds on a
-// primary, only what cuts ordered elsewhere (a backup cannot know what the
-// primary's other backups hold).
+// limit is how far this copy may serve.
 func (fd *specFeed) limit() uint64 {
 	r := fd.r
 	finalLen, final := r.core.Final()
-	if r.role() == rolePrimary && !final {
-		// What a cut ordered is durable, even where the primary's count
-		// of what every replica holds lags (a backup that rejoined): an
-		// eager cut between windows places entries no prediction
-		// streamed.
-		return max(r.core.Durable(), r.store.Ordered())
-	}
-	n := r.store.Ordered()
-	if final {
-		n = min(n, finalLen)
-	}
-	return n
+	return spec.FeedLimit(r.role() == rolePrimary, r.core.Durable(), r.store.Ordered(), final, finalLen)
 }
 
 // place starts the feed at the first own entry at or after position from.
@@ -75,13 +50,13 @@ func (fd *specFeed) place() {
 	fd.placed = true
 	for _, run := range fd.r.store.Runs(fd.from) {
 		if run.GlobalStart+run.Count > fd.from {
-			fd.local = run.LocalStart + (max(fd.from, run.GlobalStart) - run.GlobalStart)
+			fd.feed.Next = run.LocalStart + (max(fd.from, run.GlobalStart) - run.GlobalStart)
 			return
 		}
 	}
 	// Everything assigned lies before from; later entries are checked one
 	// by one against from.
-	fd.local = max(fd.r.store.Ordered(), fd.r.store.Start())
+	fd.feed.Next = max(fd.r.store.Ordered(), fd.r.store.Start())
 }
 
 // fill adds to resp what is new; it returns an error the stream must end
@@ -89,61 +64,28 @@ func (fd *specFeed) place() {
 func (fd *specFeed) fill(resp *pb.SubscribeResponse, confirmed, mv uint64, sp *control.Spec) error {
 	r := fd.r
 	fd.place()
-	size := 0
-	limit := fd.limit()
-	for fd.local < limit && size < subscribeBatchBytesMax {
-		// An entry's position does not depend on what it holds: one
-		// not ordered and outside every window (as between windows) has
-		// none yet and is not read, so that the wake-ups of a feed that
-		// waits for a cut cost no reads. (An ordered one is read even
-		// without a position: trimmed, the read says so.)
-		if fd.local >= r.store.Ordered() {
-			if _, ok := fd.position(fd.local, sp); !ok {
-				break
-			}
+	var predict func(uint64) (uint64, bool)
+	if sp != nil {
+		predict = func(local uint64) (uint64, bool) { return spec.Predict(sp.Windows, r.id, local) }
+	}
+	err := fd.feed.Send(r.store, predict, fd.limit(), subscribeBatchBytesMax, func(pos uint64, e segment.Entry) {
+		if pos < fd.from {
+			return
 		}
-		stop, trimmed := false, false
-		err := r.store.Scan(fd.local, func(l uint64, e segment.Entry) bool {
-			if l != fd.local {
-				// Scan starts at the log's start: the entries from
-				// fd.local on were trimmed while this stream lagged.
-				trimmed = true
-				return false
-			}
-			n := max(e.Noops, 1)
-			n = min(n, limit-l)
-			for k := uint64(0); k < n; k++ {
-				pos, ok := fd.position(l+k, sp)
-				if !ok {
-					stop = true
-					return false
-				}
-				fd.local++
-				if pos < fd.from {
-					continue
-				}
-				if e.Noops > 0 || !fd.f.match(e) {
-					addSkip(resp, r.id, pos)
-					continue
-				}
-				resp.Entries = append(resp.Entries, &pb.SpecEntry{Position: pos, Shard: r.id,
-					Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}})
-				size += len(e.Payload) + len(e.Key) + 32
-			}
-			return fd.local < limit && size < subscribeBatchBytesMax
-		})
-		if trimmed || errors.Is(err, segment.ErrTrimmed) {
-			return status.Errorf(codes.OutOfRange, "records of shard %d from local index %d on are trimmed", r.id, fd.local)
+		if e.Noops > 0 || !fd.f.match(e) {
+			addSkip(resp, r.id, pos)
+			return
 		}
-		if errors.Is(err, segment.ErrDamaged) {
-			return r.damagedStatus(err)
-		}
-		if err != nil {
-			return status.Errorf(codes.Internal, "read shard %d: %v", r.id, err)
-		}
-		if stop {
-			break
-		}
+		resp.Entries = append(resp.Entries, &pb.SpecEntry{Position: pos, Shard: r.id,
+			Record: &pb.Record{Key: e.Key, Tags: e.Tags, Payload: e.Payload}})
+	})
+	switch {
+	case errors.Is(err, spec.ErrFeedTrimmed) || errors.Is(err, segment.ErrTrimmed):
+		return status.Errorf(codes.OutOfRange, "records of shard %d from local index %d on are trimmed", r.id, fd.feed.Next)
+	case errors.Is(err, segment.ErrDamaged):
+		return r.damagedStatus(err)
+	case err != nil:
+		return status.Errorf(codes.Internal, "read shard %d: %v", r.id, err)
 	}
 	if sp != nil {
 		for _, v := range sp.Void {
@@ -236,7 +178,7 @@ func (s *Server) subscribeSpec(r *replica, req *pb.SubscribeRequest, stream pb.L
 		// message), the stream is done. (A shard fills slots only while
 		// it is live: they pass on when it stops, so a finalized one has
 		// none left to send.)
-		resp.Done = final && fd.local >= finalLen && fd.sentView >= latestView(sp)
+		resp.Done = final && fd.feed.Next >= finalLen && fd.sentView >= latestView(sp)
 		if resp.Done || len(resp.Entries) > 0 || resp.Confirmed > 0 || resp.ViewChange != nil || resp.MembershipVersion > 0 {
 			if err := stream.Send(&resp); err != nil {
 				return err
