@@ -51,9 +51,15 @@ func FeedLimit(primary bool, durable, ordered uint64, final bool, finalLen uint6
 	return ordered
 }
 
-// feedSlotsMax bounds the slots one round of Send places before it reads
-// them, so that a long run of no-ops is placed a piece at a time.
-const feedSlotsMax = 4096
+// Send places the slots of a round before it reads them: feedSlotsFirst in
+// the first round, twice as many in each next one, up to feedSlotsMax. A
+// stream that keeps up sends a few entries per call and places no more
+// than those; one that catches up reads in large scans; and a long run of
+// no-ops is placed a piece at a time.
+const (
+	feedSlotsFirst = 64
+	feedSlotsMax   = 4096
+)
 
 // feedEntryOverhead is what an entry costs a batch beside its key and
 // payload.
@@ -81,7 +87,7 @@ func (f *Feed) Send(log FeedLog, predict func(local uint64) (uint64, bool), limi
 		local uint64
 		e     segment.Entry
 	}
-	for f.Next < limit && budget > 0 {
+	for slots := feedSlotsFirst; f.Next < limit && budget > 0; slots = min(2*slots, feedSlotsMax) {
 		// A trimmed entry has no position any more: without this, the
 		// stream would wait for one forever.
 		if f.Next < log.Start() {
@@ -90,7 +96,7 @@ func (f *Feed) Send(log FeedLog, predict func(local uint64) (uint64, bool), limi
 		// The positions are taken before the read: a trim meanwhile may
 		// drop those cuts gave.
 		var positions []uint64
-		for end := f.Next; end < limit && len(positions) < feedSlotsMax; end++ {
+		for end := f.Next; end < limit && len(positions) < slots; end++ {
 			pos, ok := position(end)
 			if !ok {
 				break

@@ -169,3 +169,33 @@ func TestFeedLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestFeedSendsALongLogInRounds places a log longer than one round's
+// slots: 100 records, then a run of 10,000 no-ops, then 100 records, every
+// one predicted.
+func TestFeedSendsALongLogInRounds(t *testing.T) {
+	l := &feedLog{cutPos: map[uint64]uint64{}}
+	for i := range 100 {
+		l.entries = append(l.entries, segment.Entry{Payload: []byte{byte(i)}})
+	}
+	l.entries = append(l.entries, segment.Entry{Noops: 10_000})
+	l.entries = append(l.entries, make([]segment.Entry, 10_000-1)...)
+	for i := range 100 {
+		l.entries = append(l.entries, segment.Entry{Payload: []byte{byte(i)}})
+	}
+	var f Feed
+	var got []sent
+	predict := func(local uint64) (uint64, bool) { return 1000 + local, true }
+	if err := f.Send(l, predict, uint64(len(l.entries)), math.MaxInt, collect(&got)); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(l.entries) || f.Next != uint64(len(l.entries)) {
+		t.Fatalf("sent %d slots, next %d; want %d", len(got), f.Next, len(l.entries))
+	}
+	for i, s := range got {
+		noop := i >= 100 && i < 10_100
+		if s.pos != 1000+uint64(i) || (s.what == "noop") != noop {
+			t.Fatalf("slot %d: %v, want position %d (no-op %v)", i, s, 1000+i, noop)
+		}
+	}
+}
