@@ -318,10 +318,13 @@ func TestSmoke(t *testing.T) {
 		p.Replicas = 3
 		p.KillReplica = true
 		// Detection takes a failure timeout after the kill (at a third of
-		// the run): keep it short, so the shard has failed over and
-		// resumed well before the run ends.
-		p.Duration = 2 * time.Second
-		p.FailureTimeout = 250 * time.Millisecond
+		// the run), so the run is long enough for the shard to fail over
+		// and resume well before it ends. The timeout is the default: at
+		// 250 ms, a race-instrumented cluster starved of CPU by other
+		// tests takes healthy replicas out too (every run of 4 at once
+		// failed so; with 1 s every one passed).
+		p.Duration = 4 * time.Second
+		p.FailureTimeout = time.Second
 		rep := runSmoke(t, "failure", p, false)
 		r := rep.Points[0].Results[0]
 		if f := r.Failover; f == nil || f.PauseS < 0 || f.Misspeculations == nil || *f.Misspeculations != 0 ||
