@@ -89,7 +89,11 @@ log; each task takes everything delivered since its last batch as one batch and
 "computes" over it for --compute (by waiting, so the cores stay with the
 cluster). Reports delivery latency (append start to first delivery), e2e latency
 (append start until computed over and, when speculative, confirmed) and its
-breakdown. --compute 0.5ms,1.5ms,4ms sweeps the compute time (Fig. 8).`},
+breakdown. --compute 0.5ms,1.5ms,4ms sweeps the compute time (Fig. 8). A
+speculative run reports predetermined_cuts_percent, the share of its cuts that
+lease windows predetermined: 0 says its leader made eager cuts throughout,
+because filling the shards' empty slots would have cost more than speculation
+saves at that load.`},
 	{name: "burst", flags: benchConsumerFlags | flagsSeries | flagsExtra | flagsNoLagFix,
 		short: "A burst of extra load on one shard mid-run: e2e latency over time (SpecLog Fig. 10)",
 		long: `The e2e workload plus --extra-rate appends/s (default: half of --rate) sent to the
@@ -123,7 +127,7 @@ with no-op fills and lag-fixes. Records arrive open loop at --rate per second
 over all shards (required), split evenly. The JSON reports ordered records/s
 (throughput_rps), cuts_per_s, order_latency_us (arrival to the commit of the
 cut that orders it, as the leader's Watch stream delivers it), noop_rps,
-lag_fixes and stagger_groups for spec. --no-stagger puts every shard in every
+lag_fixes, predetermined_cuts_percent and stagger_groups for spec. --no-stagger puts every shard in every
 cut of a spec lease window (by default more than 6 are split into groups).`},
 	{name: "straggler", flags: benchConsumerFlags | flagsSeries,
 		short: "Delay one shard's reports mid-run: e2e latency over time (SpecLog Fig. 15; needs mode spec)",

@@ -297,6 +297,7 @@ func runEmulated(ctx context.Context, e *Env) (*Result, error) {
 		res.LagFixes = Ptr(c1.LagFixes - c0.LagFixes)
 		res.QuotaChanges = Ptr(c1.QuotaChanges - c0.QuotaChanges)
 		res.ViewChanges = Ptr(c1.ViewChanges - c0.ViewChanges)
+		res.PredeterminedCutsPercent = PredeterminedPercent(c0, c1)
 	}
 	return res, nil
 }

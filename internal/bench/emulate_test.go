@@ -154,7 +154,7 @@ func TestEmulatedSmoke(t *testing.T) {
 			t.Fatalf("emulated shards have no appends or subscribers: %s", lines[i])
 		}
 		spec := mode == "spec"
-		if (r.NoopRPS != nil) != spec || (r.LagFixes != nil) != spec || (r.StaggerAbove != nil) != spec {
+		if (r.NoopRPS != nil) != spec || (r.LagFixes != nil) != spec || (r.StaggerAbove != nil) != spec || (r.PredeterminedCutsPercent != nil) != spec {
 			t.Fatalf("speculative fields in mode %s: %s", mode, lines[i])
 		}
 		if spec && (*r.StaggerAbove != 6 || r.StaggerGroups == nil || *r.StaggerGroups != 2) {

@@ -434,6 +434,7 @@ func runLoad(ctx context.Context, e *Env, ls loadSpec) (*Result, error) {
 		res.LagFixes = Ptr(c1.LagFixes - c0.LagFixes)
 		res.QuotaChanges = Ptr(c1.QuotaChanges - c0.QuotaChanges)
 		res.ViewChanges = Ptr(c1.ViewChanges - c0.ViewChanges)
+		res.PredeterminedCutsPercent = PredeterminedPercent(c0, c1)
 	}
 	if len(tasks) > 0 {
 		res.Follow = p.Follow

@@ -80,6 +80,10 @@ type MatrixRow struct {
 	// the empty gRPC round trip measured in its run (the median over the
 	// counted sweeps).
 	BaselineAppendFloor *float64 `json:"baseline_append_p50_over_floor,omitempty"`
+	// PredeterminedCutsPercent is the candidate's share of cuts that
+	// lease windows predetermined (the median over the counted sweeps):
+	// where it is 0, a speculative candidate made eager cuts throughout.
+	PredeterminedCutsPercent *float64 `json:"predetermined_cuts_percent,omitempty"`
 }
 
 // MatrixRanges are the least and the greatest of each ratio of a row over
@@ -205,6 +209,9 @@ type matrixSweep struct {
 type sweepRatios struct {
 	appendP50, appendP99, deliveryP50, e2eP50 float64
 	baseAppendP50, baseDeliveryP50, baseFloor float64
+	// predetermined is the candidate's PredeterminedCutsPercent (NaN
+	// where it has none).
+	predetermined float64
 }
 
 // matrixRow sums up one point of p over its sweeps: the median of each
@@ -273,6 +280,7 @@ func matrixRow(p Params, sweeps []matrixSweep) MatrixRow {
 	row.BaselineAppendP50US = med(func(r sweepRatios) float64 { return r.baseAppendP50 }, 3)
 	row.BaselineDeliveryP50US = med(func(r sweepRatios) float64 { return r.baseDeliveryP50 }, 3)
 	row.BaselineAppendFloor = med(func(r sweepRatios) float64 { return r.baseFloor }, 2)
+	row.PredeterminedCutsPercent = med(func(r sweepRatios) float64 { return r.predetermined }, 1)
 	return row
 }
 
@@ -319,6 +327,7 @@ func sweepOf(p Params, sw matrixSweep) (r sweepRatios, cand *Result, why string)
 		baseAppendP50:   p50Of(base.AppendLatencyUS),
 		baseDeliveryP50: p50Of(base.DeliveryLatencyUS),
 	}
+	r.predetermined = valOrNaN(cand.PredeterminedCutsPercent)
 	r.baseFloor = math.NaN() // no floor measured: no ratio to take the median of
 	if floor := p50Of(base.GRPCFloorUS); floor > 0 {
 		r.baseFloor = r.baseAppendP50 / floor
@@ -360,12 +369,12 @@ func writeMatrixTable(w io.Writer, o MatrixOptions, rows []MatrixRow) {
 	}
 	fmt.Fprintf(w, "e2e workload: %v ordering interval, %d-byte records open loop from %d clients, %s, compute %s per batch, durability %s, %v measured after %v of warm-up; %s. Cells are %s's latency over %s's (below 1: %s is faster); targets: append p50 ≤ %.1f, append p99 ≤ %.1f, delivery p50 ≤ %.1f, e2e p50 ≤ %.0f, no misspeculations. A sweep where %s did not acknowledge %.0f%% of the offered rate without errors does not count; a point without a counted sweep is skipped.\n\n",
 		p.OrderingInterval, p.RecordBytes, p.Clients, plural(p.Subscribers, "subscriber"), joinDurations(p.Compute), durability, p.Duration, p.Warmup, sweeps, c, b, c, matrixTargets.appendP50, matrixTargets.appendP99, matrixTargets.deliveryP50, matrixTargets.e2eP50, b, matrixSustainedMin*100)
-	fmt.Fprintln(w, "| shards | rate (/s) | append p50 | append p99 | delivery p50 | e2e p50 | misspeculations | "+b+" append p50 (ms) | "+b+" delivery p50 (ms) | "+b+" append p50 ÷ gRPC floor |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| shards | rate (/s) | "+c+" predetermined cuts | append p50 | append p99 | delivery p50 | e2e p50 | misspeculations | "+b+" append p50 (ms) | "+b+" delivery p50 (ms) | "+b+" append p50 ÷ gRPC floor |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		base := fmt.Sprintf("%s | %s | %s", fmtMs(valOrNaN(r.BaselineAppendP50US)), fmtMs(valOrNaN(r.BaselineDeliveryP50US)), fmtRatio(r.BaselineAppendFloor))
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| %d | %d | skipped: %s | | | | | %s |\n", r.Shards, r.Rate, strings.ReplaceAll(r.Skipped, "|", "/"), base)
+			fmt.Fprintf(w, "| %d | %d | skipped: %s | | | | | | %s |\n", r.Shards, r.Rate, strings.ReplaceAll(r.Skipped, "|", "/"), base)
 			continue
 		}
 		miss := "—"
@@ -383,7 +392,7 @@ func writeMatrixTable(w io.Writer, o MatrixOptions, rows []MatrixRow) {
 		if len(r.Dropped) > 0 {
 			dropped = fmt.Sprintf(" (%d of %d sweeps: %s)", r.Runs, r.Runs+len(r.Dropped), strings.ReplaceAll(strings.Join(r.Dropped, "; "), "|", "/"))
 		}
-		fmt.Fprintf(w, "| %d | %d%s | %s | %s | %s | %s | %s | %s |\n", r.Shards, r.Rate, dropped,
+		fmt.Fprintf(w, "| %d | %d%s | %s | %s | %s | %s | %s | %s | %s |\n", r.Shards, r.Rate, dropped, fmtPercent(r.PredeterminedCutsPercent),
 			cell(r.AppendP50, func(m *MatrixRanges) [2]float64 { return m.AppendP50 }),
 			cell(r.AppendP99, func(m *MatrixRanges) [2]float64 { return m.AppendP99 }),
 			cell(r.DeliveryP50, func(m *MatrixRanges) [2]float64 { return m.DeliveryP50 }),

@@ -82,12 +82,18 @@ func TestMatrixRowSkipsWhatTheBaselineCannotSustain(t *testing.T) {
 // TestMatrixRowTakesTheMedianOfItsSweeps checks that a point run several
 // times holds the median of its sweeps' ratios and their range, whichever
 // mode ran first in a sweep; that a sweep the baseline could not sustain
-// does not count, and says why; and that the misspeculations of every
-// sweep add up.
+// does not count, and says why; that the misspeculations of every sweep
+// add up; and that it holds the median share of predetermined cuts.
 func TestMatrixRowTakesTheMedianOfItsSweeps(t *testing.T) {
 	sweep := func(eagerThroughput, specAppendP50 float64, misspeculations int64, specFirst bool) matrixSweep {
 		spec := matrixResult("spec", 2000, specAppendP50, 3000, 250, 2000)
 		spec.Misspeculations = Ptr(misspeculations)
+		// 0% in the first sweep, 100% in the others but the one that
+		// does not count: the median is 100%.
+		spec.PredeterminedCutsPercent = Ptr(0.0)
+		if specFirst || eagerThroughput < 2000 {
+			spec.PredeterminedCutsPercent = Ptr(100.0)
+		}
 		eager := matrixResult("eager", eagerThroughput, 1000, 2000, 1000, 2500)
 		rep := &Report{Workload: "e2e"}
 		if specFirst {
@@ -121,6 +127,9 @@ func TestMatrixRowTakesTheMedianOfItsSweeps(t *testing.T) {
 	if row.Misspeculations == nil || *row.Misspeculations != 3 {
 		t.Errorf("misspeculations %v, want 3 over every sweep", row.Misspeculations)
 	}
+	if row.PredeterminedCutsPercent == nil || *row.PredeterminedCutsPercent != 100 {
+		t.Errorf("predetermined cuts %v%%, want the median 100%%", row.PredeterminedCutsPercent)
+	}
 	// A sweep without deliveries has no delivery ratio; the others'
 	// median stands, and the row still encodes.
 	none := sweep(2000, 1000, 0, false)
@@ -132,7 +141,7 @@ func TestMatrixRowTakesTheMedianOfItsSweeps(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	writeMatrixTable(&buf, MatrixOptions{Base: matrixParams(2, 2000), Repeat: 4}, []MatrixRow{row})
-	for _, want := range []string{"1.10× (0.90–1.50)", "3 of 4 sweeps: eager sustained 1000"} {
+	for _, want := range []string{"| 100% | 1.10× (0.90–1.50)", "3 of 4 sweeps: eager sustained 1000", "spec predetermined cuts"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}

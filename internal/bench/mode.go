@@ -105,6 +105,20 @@ type Counters struct {
 	LagFixes     int64
 	QuotaChanges int64
 	ViewChanges  int64
+	// Cuts counts the committed cuts; PredeterminedCuts those of them
+	// that lease windows predetermined, the rest being eager cuts.
+	Cuts              int64
+	PredeterminedCuts int64
+}
+
+// PredeterminedPercent is the share of the cuts committed from c0 to c1
+// that lease windows predetermined, in percent; nil without a cut.
+func PredeterminedPercent(c0, c1 Counters) *float64 {
+	cuts := c1.Cuts - c0.Cuts
+	if cuts <= 0 {
+		return nil
+	}
+	return Ptr(round(100*float64(c1.PredeterminedCuts-c0.PredeterminedCuts)/float64(cuts), 1))
 }
 
 // CountingMode is implemented by modes whose cluster reports Counters;

@@ -50,6 +50,13 @@ func (specMode) Counters(_ context.Context, t *Target) (Counters, error) {
 	if t.Embedded == nil {
 		return Counters{}, errors.New("mode spec counters need an embedded cluster")
 	}
+	return SpecCounters(len(t.Config.Ordering))
+}
+
+// SpecCounters sums the speculative counters of every server of a
+// cluster running in this process, with orderingReplicas ordering
+// replicas, from the process's metrics registry.
+func SpecCounters(orderingReplicas int) (Counters, error) {
 	families, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		return Counters{}, fmt.Errorf("read metrics: %w", err)
@@ -60,12 +67,15 @@ func (specMode) Counters(_ context.Context, t *Target) (Counters, error) {
 			sums[f.GetName()] += int64(m.GetCounter().GetValue())
 		}
 	}
+	// Every ordering replica applies each cut and view change; count one.
+	replicas := int64(max(orderingReplicas, 1))
 	return Counters{
-		Noops:        sums["augur_noops_total"],
-		LagFixes:     sums["augur_lag_fixes_total"],
-		QuotaChanges: sums["augur_quota_changes_total"],
-		// Every ordering replica applies each view change; count one.
-		ViewChanges: sums["augur_view_changes_total"] / int64(max(len(t.Config.Ordering), 1)),
+		Noops:             sums["augur_noops_total"],
+		LagFixes:          sums["augur_lag_fixes_total"],
+		QuotaChanges:      sums["augur_quota_changes_total"],
+		ViewChanges:       sums["augur_view_changes_total"] / replicas,
+		Cuts:              sums["augur_cuts_committed_total"] / replicas,
+		PredeterminedCuts: sums["augur_predetermined_cuts_total"] / replicas,
 	}, nil
 }
 

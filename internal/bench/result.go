@@ -62,6 +62,12 @@ type Result struct {
 	// CutsPerS counts the global cuts committed in the measured window per
 	// second (runs on an embedded cluster, real or emulated shards).
 	CutsPerS *float64 `json:"cuts_per_s,omitempty"`
+	// PredeterminedCutsPercent is, in speculative mode, the share of the
+	// window's cuts that lease windows predetermined: 100 where the
+	// cluster speculated throughout, 0 where its leader made eager cuts
+	// throughout because fills would have cost more than speculation
+	// saves.
+	PredeterminedCutsPercent *float64 `json:"predetermined_cuts_percent,omitempty"`
 	// AppendLatencyUS is from an append's start (its scheduled start in open
 	// loop, so queueing behind a slow cluster counts) to its acknowledgement.
 	AppendLatencyUS *LatencySummary `json:"append_latency_us,omitempty"`

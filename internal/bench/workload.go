@@ -34,7 +34,6 @@ import (
 const (
 	clientsMax     = 1024
 	inflightMax    = 4096
-	shardsMax      = 64
 	subscribersMax = 64
 	windowMax      = 1 << 20
 	computeMax     = time.Minute
@@ -411,8 +410,8 @@ func (p Params) checkCommon() error {
 			errs = append(errs, errors.New("name at least one shard count"))
 		}
 		for _, s := range p.Shards {
-			if s < 1 || s > shardsMax {
-				errs = append(errs, fmt.Errorf("shards must be in [1, %d], got %d", shardsMax, s))
+			if s < 1 || s > devcluster.ShardsMax {
+				errs = append(errs, fmt.Errorf("shards must be in [1, %d], got %d", devcluster.ShardsMax, s))
 			}
 		}
 		if dup := firstDuplicate(p.Shards); dup != nil {

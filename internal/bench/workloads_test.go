@@ -215,6 +215,10 @@ func runSmoke(t *testing.T, workload string, p Params, failureFree bool, misspec
 		if back.Mode == "eager" && back.Misspeculations != nil {
 			t.Fatalf("line %d: eager order reports misspeculations: %s", i, lines[i])
 		}
+		// Speculative runs say how much of the window they speculated.
+		if v := back.PredeterminedCutsPercent; (v != nil) != (back.Mode == "spec") || v != nil && (*v < 0 || *v > 100) {
+			t.Fatalf("line %d: predetermined cuts %v%% in mode %s: %s", i, deref(v), back.Mode, lines[i])
+		}
 		if failureFree && len(misspeculates) == 0 && back.Misspeculations != nil && *back.Misspeculations != 0 {
 			t.Fatalf("line %d: misspeculations in a failure-free workload: %s", i, lines[i])
 		}

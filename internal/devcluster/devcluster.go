@@ -36,10 +36,10 @@ const (
 	DefaultShards           = 2
 	DefaultReplicas         = config.DefaultGroupServers
 	DefaultOrderingReplicas = 3
-	// shardsMax and replicasMax keep a dev cluster within one machine's
+	// ShardsMax and replicasMax keep a dev cluster within one machine's
 	// ports and file handles (replicasMax bounds the ordering and
 	// sequencing replicas; config bounds the storage groups).
-	shardsMax   = 64
+	ShardsMax   = 64
 	replicasMax = 9
 	// readyPollInterval paces WaitReady's and AddGroup's Status polls.
 	readyPollInterval = 10 * time.Millisecond
@@ -342,8 +342,8 @@ func (o *Options) defaults() error {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
-	case o.Shards < 0 || o.Shards > shardsMax:
-		return fmt.Errorf("devcluster: shards must be in [1, %d], got %d", shardsMax, o.Shards)
+	case o.Shards < 0 || o.Shards > ShardsMax:
+		return fmt.Errorf("devcluster: shards must be in [1, %d], got %d", ShardsMax, o.Shards)
 	case !o.NoStorage && (o.Replicas < config.GroupServersMin || o.Replicas > config.GroupServersMax):
 		return fmt.Errorf("devcluster: replicas (storage servers per group) must be %d or %d, got %d", config.GroupServersMin, config.GroupServersMax, o.Replicas)
 	case o.SequencingReplicas < 0 || o.SequencingReplicas > replicasMax:

@@ -30,6 +30,14 @@ var (
 		Name: "augur_cuts_committed_total",
 		Help: "Global cuts applied from the Raft log.",
 	}, []string{"replica"})
+	// PredeterminedCuts counts the cuts, among CutsCommitted, that lease
+	// windows predetermined (speculative mode); the others are eager cuts,
+	// which the leader makes while fills would cost more than
+	// speculation saves.
+	PredeterminedCuts = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "augur_predetermined_cuts_total",
+		Help: "Global cuts applied that a lease window predetermined (speculative mode; the rest are eager cuts).",
+	}, []string{"replica"})
 	// CutProposals counts cuts proposed by a leader.
 	CutProposals = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "augur_cut_proposals_total",

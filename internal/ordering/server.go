@@ -255,7 +255,11 @@ func (f *fsm) Apply(_ uint64, data []byte) error {
 			stagetime.Cuts.Mark(ev.Cut.Index)
 		}
 		if ev.Cut != nil {
-			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Add(float64(max(len(ev.Cuts), 1)))
+			n := float64(max(len(ev.Cuts), 1))
+			metrics.CutsCommitted.WithLabelValues(s.cfg.ID).Add(n)
+			if cmd.Cut != nil && cmd.Cut.ReleaseThrough > 0 {
+				metrics.PredeterminedCuts.WithLabelValues(s.cfg.ID).Add(n)
+			}
 		}
 		if ev.View != nil {
 			metrics.ViewChanges.WithLabelValues(s.cfg.ID).Inc()
