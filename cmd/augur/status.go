@@ -139,7 +139,37 @@ func printStatus(w io.Writer, st *pb.StatusResponse) error {
 	}
 	fmt.Fprintf(w, "tail       %d\n", st.Tail)
 	fmt.Fprintf(w, "trim       %d\n", st.Trim)
+	if sp := st.Spec; sp != nil {
+		fmt.Fprintf(w, "speculation %s\n", speculation(sp))
+	}
 	return nil
+}
+
+// speculation says what a speculative cluster's leader does: announce
+// lease windows, whose cuts are predetermined, or cut eagerly because
+// fills would cost more than speculation saves.
+func speculation(sp *pb.SpecState) string {
+	ws := sp.Windows
+	if len(ws) == 0 {
+		if sp.Fallback {
+			return "off for now: eager cuts, as in eager order (at the shards' current rates, filling their empty slots with no-ops would cost more than speculation saves; the leader tries windows again as the rates change)"
+		}
+		return "not started: no lease window announced yet"
+	}
+	last := ws[len(ws)-1]
+	through := last.FirstCut + last.Cuts - 1
+	if sp.Fallback {
+		return fmt.Sprintf("ending: lease windows through cut %d, then eager cuts (filling the shards' empty slots would cost more than speculation saves at their current rates)", through)
+	}
+	quotas := make([]string, 0, len(last.Quotas))
+	for _, q := range last.Quotas {
+		quotas = append(quotas, fmt.Sprintf("shard %d: %d", q.Shard, q.PerCut))
+	}
+	line := fmt.Sprintf("on: lease windows of %d cuts announced through cut %d; entries per cut: %s", sp.WindowCuts, through, strings.Join(quotas, ", "))
+	if sp.View > 0 {
+		line += fmt.Sprintf("; view %d (a whole shard failed; speculation before position %d stands)", sp.View, sp.ConfirmedGp)
+	}
+	return line
 }
 
 func shardState(s pb.ShardState) string {

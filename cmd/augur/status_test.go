@@ -223,3 +223,42 @@ func TestStatusShowsACatchingUpReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusSaysWhetherTheClusterSpeculates checks the line `augur status`
+// prints for a speculative cluster: windows announced, windows ending in
+// a fallback, and eager cuts after it; and none for an eager cluster.
+func TestStatusSaysWhetherTheClusterSpeculates(t *testing.T) {
+	window := &pb.Window{FirstCut: 11, Cuts: 10, Quotas: []*pb.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 1}}}
+	for _, c := range []struct {
+		name string
+		spec *pb.SpecState
+		want string
+	}{
+		{"eager cluster", nil, ""},
+		{"starting", &pb.SpecState{WindowCuts: 10}, "speculation not started: no lease window announced yet\n"},
+		{"windows", &pb.SpecState{WindowCuts: 10, Windows: []*pb.Window{window}},
+			"speculation on: lease windows of 10 cuts announced through cut 20; entries per cut: shard 0: 2, shard 1: 1\n"},
+		{"after a shard failed", &pb.SpecState{WindowCuts: 10, Windows: []*pb.Window{window}, View: 1, ConfirmedGp: 70},
+			"entries per cut: shard 0: 2, shard 1: 1; view 1 (a whole shard failed; speculation before position 70 stands)\n"},
+		{"falling back", &pb.SpecState{WindowCuts: 10, Windows: []*pb.Window{window}, Fallback: true},
+			"speculation ending: lease windows through cut 20, then eager cuts"},
+		{"fallen back", &pb.SpecState{WindowCuts: 10, Fallback: true}, "speculation off for now: eager cuts"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := printStatus(&buf, &pb.StatusResponse{ClusterId: "c", LastCut: &pb.Cut{}, Spec: c.spec}); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			if c.want == "" {
+				if strings.Contains(out, "speculation") {
+					t.Fatalf("an eager cluster's status speaks of speculation:\n%s", out)
+				}
+				return
+			}
+			if !strings.Contains(out, c.want) {
+				t.Fatalf("status lacks %q:\n%s", c.want, out)
+			}
+		})
+	}
+}
