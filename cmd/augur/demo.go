@@ -17,6 +17,7 @@ import (
 
 	"github.com/augur-log/augur/client"
 	"github.com/augur-log/augur/internal/bench"
+	"github.com/augur-log/augur/internal/config"
 	"github.com/augur-log/augur/internal/devcluster"
 	"github.com/augur-log/augur/internal/mode"
 )
@@ -37,6 +38,8 @@ const (
 type demoFlags struct {
 	mode        string
 	duration    time.Duration
+	shards      int
+	replicas    int
 	appenders   int
 	subscribers int
 	recordBytes int
@@ -49,16 +52,21 @@ func newDemoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Start a cluster in this process, append and subscribe through the SDK, and summarize",
-		Long: `Start a whole cluster in this process (3 ordering replicas, 2 shards of 2
-replicas), append to it at --rate from --appenders clients while --subscribers
-clients follow the log from position 0, then print throughput, append latency
-(append start to ack), delivery latency (append start to a subscriber's
-receipt), and check that every subscriber received the identical sequence.
+		Long: `Start a whole cluster in this process (3 ordering replicas, --shards shards of
+--replicas replicas), append to it at --rate from --appenders clients while
+--subscribers clients follow the log from position 0, then print throughput,
+append latency (append start to ack), delivery latency (append start to a
+subscriber's receipt), and check that every subscriber received the identical
+sequence.
 
 In --mode spec (the default) the cluster orders speculatively: every other
 subscriber takes records as soon as they are durable, at predicted
 positions, and the others take only confirmed records, as eager order
-delivers them; the demo prints both delivery latencies side by side.
+delivers them; the demo prints both delivery latencies side by side, and
+how much of the run the cluster speculated. Where shards get too few records
+per ordering interval, its leader makes eager cuts instead (filling the empty
+slots of every cut would cost more than speculation saves), and both
+latencies are eager order's; with --shards 1 it always speculates.
 --mode eager runs Scalog's eager order only. --mode lazy runs LazyLog's
 lazy order: appends return after one round trip, before they are ordered,
 and subscribers see them once stable-gp covers them.`,
@@ -72,6 +80,8 @@ and subscribers see them once stable-gp covers them.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.mode, "mode", mode.SpecName, "ordering mode of the cluster: spec, eager or lazy")
+	fs.IntVar(&f.shards, "shards", devcluster.DefaultShards, "storage shards of the cluster")
+	fs.IntVar(&f.replicas, "replicas", devcluster.DefaultReplicas, fmt.Sprintf("storage servers per shard (%d or %d)", config.GroupServersMin, config.GroupServersMax))
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "how long to append")
 	fs.IntVar(&f.appenders, "appenders", 4, "appending clients")
 	fs.IntVar(&f.subscribers, "subscribers", 2, "subscribing clients, each from position 0")
@@ -86,6 +96,12 @@ func (f demoFlags) check() error {
 	var errs []error
 	if _, err := mode.Lookup(f.mode); err != nil {
 		errs = append(errs, fmt.Errorf("--mode: %w", err))
+	}
+	if f.shards < 1 || f.shards > devcluster.ShardsMax {
+		errs = append(errs, fmt.Errorf("--shards must be in [1, %d], got %d", devcluster.ShardsMax, f.shards))
+	}
+	if f.replicas < config.GroupServersMin || f.replicas > config.GroupServersMax {
+		errs = append(errs, fmt.Errorf("--replicas must be %d or %d, got %d", config.GroupServersMin, config.GroupServersMax, f.replicas))
 	}
 	if f.duration <= 0 {
 		errs = append(errs, fmt.Errorf("--duration must be positive, got %v", f.duration))
@@ -209,8 +225,12 @@ func (s *demoSub) checkLocked() {
 }
 
 func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
-	fmt.Fprintf(out, "augur demo: starting a cluster in this process: %d ordering replicas, %d shards × %d replicas on 127.0.0.1\n",
-		devcluster.DefaultOrderingReplicas, devcluster.DefaultShards, devcluster.DefaultReplicas)
+	shards := fmt.Sprintf("%d shards", f.shards)
+	if f.shards == 1 {
+		shards = "1 shard"
+	}
+	fmt.Fprintf(out, "augur demo: starting a cluster in this process: %d ordering replicas, %s × %d replicas on 127.0.0.1\n",
+		devcluster.DefaultOrderingReplicas, shards, f.replicas)
 	md, err := mode.Lookup(f.mode)
 	if err != nil {
 		return err
@@ -218,7 +238,7 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	if f.insecure {
 		warnInsecure(out, slog.Default())
 	}
-	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode, TLS: !f.insecure})
+	dc, err := devcluster.Start(ctx, devcluster.Options{Logger: slog.Default(), Mode: f.mode, Shards: f.shards, Replicas: f.replicas, TLS: !f.insecure})
 	if err != nil {
 		return err
 	}
@@ -329,6 +349,14 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	fmt.Fprintf(out, "appending %d-byte records at %d/s from %d clients for %v; %d subscribers follow from position 0\n",
 		f.recordBytes, f.rate, f.appenders, f.duration, f.subscribers)
 
+	// How much of the run the cluster speculated: its leader makes eager
+	// cuts where fills would cost more than speculation saves.
+	var spec0, spec1 bench.Counters
+	if md.Speculative() {
+		if spec0, err = bench.SpecCounters(devcluster.DefaultOrderingReplicas); err != nil {
+			return err
+		}
+	}
 	appendLat := bench.NewLatency()
 	var (
 		acksMu sync.Mutex
@@ -384,6 +412,11 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 	gens.Wait()
 	if err := waitGroup(ctx, &pending, demoDrainTimeout); err != nil {
 		return fmt.Errorf("waiting for the last acks: %w", err)
+	}
+	if md.Speculative() {
+		if spec1, err = bench.SpecCounters(devcluster.DefaultOrderingReplicas); err != nil {
+			return err
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -448,6 +481,10 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 			rollbacks += s.rollbacks
 		}
 		fmt.Fprintf(out, "misspeculations   %d fail_spec events (fix-ante ordering predicts right unless a whole shard fails)\n", rollbacks)
+		if pct := bench.PredeterminedPercent(spec0, spec1); pct != nil {
+			perInterval := float64(f.rate) / float64(f.shards) * dc.Config().OrderingInterval.D().Seconds()
+			printSpeculation(out, *pct, perInterval)
+		}
 	} else {
 		fmt.Fprintf(out, "delivery latency  p50 %-9s p99 %-9s (append start -> subscriber receives)\n",
 			fmtLatency(delivery.Quantile(0.5)), fmtLatency(delivery.Quantile(0.99)))
@@ -466,6 +503,20 @@ func runDemo(ctx context.Context, f demoFlags, out io.Writer) error {
 		}
 	}
 	return checkDemoSequences(out, subs, acks, unordered.Load(), failed.Load())
+}
+
+// printSpeculation says how much of the run the cluster speculated: pct of
+// its cuts were predetermined by lease windows, with perInterval records
+// per shard per ordering interval offered.
+func printSpeculation(out io.Writer, pct, perInterval float64) {
+	fmt.Fprintf(out, "speculation       %.0f%% of the cuts were predetermined by lease windows\n", pct)
+	if pct >= 50 {
+		return
+	}
+	fmt.Fprintf(out, "                  with %.1f records per shard per ordering interval, every cut would wait for\n", perInterval)
+	fmt.Fprintln(out, "                  shards to fill their empty slots with no-ops, which costs more than speculation")
+	fmt.Fprintln(out, "                  saves: the leader cut eagerly, so deliveries came as eager order makes them")
+	fmt.Fprintln(out, "                  (one shard, or more records per shard, speculates: try --shards 1)")
 }
 
 // demoEvents subscribes from position 0: speculatively, or to confirmed
