@@ -228,3 +228,51 @@ func mustMarshal(t *testing.T, c *config.Cluster) []byte {
 	}
 	return data
 }
+
+// TestANewShardsBackupsServeBeforeTheFirstAppend checks that the backups
+// of a shard just formed hold their copy at once, as `augur status`
+// shows them, rather than from the shard's first append on.
+func TestANewShardsBackupsServeBeforeTheFirstAppend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := Start(ctx, Options{Shards: 1, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Shards) != 1 || len(st.Shards[0].Replicas) != 3 {
+		t.Fatalf("shards %v", st.Shards)
+	}
+	for _, r := range st.Shards[0].Replicas[1:] {
+		// The primary's first message may still be on its way.
+		for {
+			resp, err := cl.Ping(ctx, r.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Health) == 1 && resp.Health[0].Role == "backup" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("backup %s holds no copy of the new shard: health %v", r.Id, resp.Health)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+}

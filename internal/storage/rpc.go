@@ -512,9 +512,17 @@ func (s *Server) openBackupLink(r *replica, p Peer, epoch uint64, join bool) *ba
 	if err == nil {
 		l.st, err = pb.NewReplicaClient(c).Replicate(ctx)
 	}
-	if err == nil && join {
+	switch {
+	case err == nil && join:
 		l.tailFrom = r.store.Len()
 		err = l.st.Send(&pb.ReplicateRequest{ClusterId: s.cfg.ClusterID, Shard: r.id, Epoch: epoch, Join: true, PrimaryLength: l.tailFrom})
+	case err == nil && !s.cfg.Mode.Sequenced():
+		// A backup takes up its copy on the first message: send one now,
+		// empty, rather than with the first append, so that a new shard's
+		// backups serve (and a backup that cannot hold the shard is found)
+		// before anything is appended. (A lazy shard's copies take their
+		// records from the clients, in their own shell: lazy.go.)
+		err = l.st.Send(&pb.ReplicateRequest{ClusterId: s.cfg.ClusterID, Shard: r.id, Epoch: epoch})
 	}
 	if err != nil {
 		l.fail(err)
