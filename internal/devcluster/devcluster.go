@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -129,6 +130,11 @@ type Cluster struct {
 	dir     string
 	tempDir bool
 
+	// serverLog is the servers' logger: log's, but only errors once Close
+	// began (closing), when every server's peers vanish one by one.
+	serverLog *slog.Logger
+	closing   atomic.Bool
+
 	mu sync.Mutex
 	// cfg is the equivalent cluster file; AddGroup appends to its storage.
 	cfg     *config.Cluster
@@ -155,6 +161,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		log:       opts.Logger,
 		servers:   map[string]*server{},
 	}
+	c.serverLog = slog.New(quietWhileClosing{h: opts.Logger.Handler(), closing: &c.closing})
 	if opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "augur-dev-")
 		if err != nil {
@@ -417,7 +424,7 @@ func (c *Cluster) startServer(id string, l net.Listener) error {
 			return fmt.Errorf("devcluster: start %s: %w", id, err)
 		}
 	}
-	srv, err := cfg.NewServer(id, c.log, sec)
+	srv, err := cfg.NewServer(id, c.serverLog, sec)
 	if err != nil {
 		l.Close()
 		return fmt.Errorf("devcluster: start %s: %w", id, err)
@@ -856,6 +863,7 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.closing.Store(true)
 	cl := c.client
 	c.client = nil
 	var storageIDs, orderingIDs []string
@@ -882,6 +890,33 @@ func (c *Cluster) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return errors.Join(c.serveErr...)
+}
+
+// quietWhileClosing passes a cluster's server logs on, but only errors
+// once the cluster closes: stopping the servers one after the other makes
+// the others warn of peers and leaders gone, which says nothing then.
+type quietWhileClosing struct {
+	h       slog.Handler
+	closing *atomic.Bool
+}
+
+func (q quietWhileClosing) Enabled(ctx context.Context, l slog.Level) bool {
+	return (l >= slog.LevelError || !q.closing.Load()) && q.h.Enabled(ctx, l)
+}
+
+func (q quietWhileClosing) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelError && q.closing.Load() {
+		return nil
+	}
+	return q.h.Handle(ctx, r)
+}
+
+func (q quietWhileClosing) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietWhileClosing{h: q.h.WithAttrs(as), closing: q.closing}
+}
+
+func (q quietWhileClosing) WithGroup(name string) slog.Handler {
+	return quietWhileClosing{h: q.h.WithGroup(name), closing: q.closing}
 }
 
 func (c *Cluster) stopIfRunning(id string) {

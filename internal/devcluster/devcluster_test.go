@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,5 +276,59 @@ func TestANewShardsBackupsServeBeforeTheFirstAppend(t *testing.T) {
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
+	}
+}
+
+// recordingHandler keeps every record it is given.
+type recordingHandler struct {
+	mu      *sync.Mutex
+	records *[]slog.Record
+}
+
+func (h recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.records = append(*h.records, r)
+	return nil
+}
+func (h recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestCloseLogsOnlyErrors checks that closing a cluster logs no warning:
+// its servers stop one by one, and the others' warnings of vanished peers
+// (Raft streams, leaders) only alarm whoever closed it. Errors still show.
+func TestCloseLogsOnlyErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var records []slog.Record
+	c, err := Start(ctx, Options{Shards: 1, Logger: slog.New(recordingHandler{mu: &mu, records: &records})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := len(records)
+	mu.Unlock()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.serverLog.Warn("a late warning")
+	c.serverLog.Error("a late error")
+	mu.Lock()
+	defer mu.Unlock()
+	var levels []string
+	for _, r := range records[before:] {
+		levels = append(levels, r.Level.String()+" "+r.Message)
+	}
+	if len(levels) != 1 || levels[0] != "ERROR a late error" {
+		t.Fatalf("logged while and after closing: %q, want only the late error", levels)
 	}
 }
