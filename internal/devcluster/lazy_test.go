@@ -445,3 +445,42 @@ func TestLazyOrderGoesOnAfterAShardIsFinalized(t *testing.T) {
 		t.Fatalf("append to the live shard %d: %v", live.GetId(), err)
 	}
 }
+
+// TestLazyBackupsShowTheirCopies checks that once a lazy shard took an
+// append, each of its backups says, as `augur status` shows, that it
+// serves the shard as a backup: a lazy copy lives in the lazy shell, which
+// the servers' health left out.
+func TestLazyBackupsShowTheirCopies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c := startReady(ctx, t, Options{Mode: config.ModeLazy, Shards: 1, Replicas: 3, OrderingReplicas: 1})
+	cl, err := c.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// A lazy append is acknowledged once every replica holds its data.
+	if _, err := cl.Append(ctx, client.Record{Payload: []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Shards) != 1 || len(st.Shards[0].Replicas) != 3 {
+		t.Fatalf("shards %v", st.Shards)
+	}
+	for i, r := range st.Shards[0].Replicas {
+		resp, err := cl.Ping(ctx, r.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"primary", "backup", "backup"}[i]
+		if len(resp.Health) != 1 || resp.Health[0].Shard != st.Shards[0].Id || resp.Health[0].Role != want {
+			t.Errorf("%s: health %v, want its copy as %s", r.Id, resp.Health, want)
+		}
+	}
+}

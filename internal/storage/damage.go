@@ -97,6 +97,16 @@ func (s *Server) health() []*pb.ReplicaHealth {
 			lazyRejoin[r.id] = proto.Clone(p).(*pb.CatchUpProgress)
 		}
 	}
+	// A lazy shard's backup holds its copy in the lazy shell only.
+	var lazyOnly []*lazyShard
+	for id, ls := range s.lazy {
+		if s.replicas[id] == nil {
+			lazyOnly = append(lazyOnly, ls)
+			if p := s.lazyRejoinHealthLocked(id); p != nil {
+				lazyRejoin[id] = proto.Clone(p).(*pb.CatchUpProgress)
+			}
+		}
+	}
 	s.mu.Unlock()
 	slices.SortFunc(rs, func(a, b *replica) int { return cmp.Compare(a.id, b.id) })
 	out := make([]*pb.ReplicaHealth, 0, len(rs))
@@ -118,5 +128,35 @@ func (s *Server) health() []*pb.ReplicaHealth {
 		}
 		out = append(out, h)
 	}
+	for _, ls := range lazyOnly {
+		if h := ls.health(); h != nil {
+			if p := lazyRejoin[ls.id]; p != nil {
+				h.Role, h.CatchUp = "catching-up", p
+			}
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b *pb.ReplicaHealth) int { return cmp.Compare(a.Shard, b.Shard) })
 	return out
+}
+
+// health is the state of this lazy copy, as a storage server's Ping
+// tells it; nil once closed.
+func (ls *lazyShard) health() *pb.ReplicaHealth {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return nil
+	}
+	h := &pb.ReplicaHealth{Shard: ls.id, Role: roleBackup.String()}
+	switch {
+	case ls.core.Primary():
+		h.Role = rolePrimary.String()
+	case ls.core.Out():
+		h.Role = roleFenced.String()
+	}
+	for _, d := range ls.store.Damaged() {
+		h.Damaged = append(h.Damaged, &pb.LocalRange{First: d.First, End: d.End})
+	}
+	return h
 }
