@@ -138,3 +138,35 @@ func TestAppendStopsOnTimeoutAndSignal(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendOnALazyClusterPrintsNoPosition checks that `augur append` on a
+// lazy cluster, which acknowledges appends before it orders them, prints
+// '-' for the position rather than a position the record does not have,
+// and that the records are read back once ordered.
+func TestAppendOnALazyClusterPrintsNoPosition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dc, err := devcluster.Start(ctx, devcluster.Options{Dir: t.TempDir(), Shards: 1, OrderingReplicas: 1, Mode: config.ModeLazy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	if err := dc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cluster := []string{"--ordering", strings.Join(dc.OrderingAddrs(), ","), "--cluster", dc.ClusterID, "--insecure"}
+	out, err := runAugur(t, append([]string{"append", "one"}, cluster...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "- 0\n" {
+		t.Fatalf("append printed %q, want %q", out, "- 0\n")
+	}
+	out, err = runAugur(t, append([]string{"read", "0", "--wait", "--timeout", "30s"}, cluster...)...)
+	if err != nil || !strings.HasSuffix(out, "\tone\n") {
+		t.Fatalf("read the appended record: %q, %v", out, err)
+	}
+}

@@ -43,7 +43,9 @@ func newAppendCmd() *cobra.Command {
 		Use:   "append [DATA]",
 		Short: "Append DATA, or each line of stdin, as a record; prints 'position shard' per record",
 		Long: `Append DATA as one record, or, without DATA, each line of stdin as one record.
-Prints 'position shard' for each record, in input order.
+Prints 'position shard' for each record, in input order. A cluster in lazy
+order acknowledges an append before it orders it: the position is then '-',
+and read and subscribe show the record once it is ordered.
 
 Every record is checked before the first is sent (empty or oversized records,
 unknown or finalized --shard), so bad input appends nothing.`,
@@ -190,7 +192,7 @@ func appendPlaced(ctx context.Context, cl *client.Client, timeout time.Duration,
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("record %d: %w", i+1, r.err))
 		default:
-			fmt.Fprintf(out, "%d %d\n", r.ack.Position, r.ack.Shard)
+			printAck(out, r.ack)
 		}
 	}
 	if len(errs) > 0 {
@@ -216,9 +218,19 @@ func appendToShard(ctx context.Context, cl *client.Client, timeout time.Duration
 		if err != nil {
 			return fmt.Errorf("record %d of %d: append to shard %d: %w", i+1, len(recs), shard, err)
 		}
-		fmt.Fprintf(out, "%d %d\n", a.Position, a.Shard)
+		printAck(out, a)
 	}
 	return nil
+}
+
+// printAck prints an append's position and shard; '-' for the position of
+// one acknowledged before it was ordered (lazy order).
+func printAck(out io.Writer, a client.Ack) {
+	if a.Unordered {
+		fmt.Fprintf(out, "- %d\n", a.Shard)
+		return
+	}
+	fmt.Fprintf(out, "%d %d\n", a.Position, a.Shard)
 }
 
 // checkLiveShard tells whether shard exists and takes appends.
