@@ -174,3 +174,22 @@ func TestCheckMatrix(t *testing.T) {
 		}
 	}
 }
+
+// TestPredeterminedPercent checks the share of predetermined cuts between
+// two readings of the counters: none without a cut, and never above 100%
+// when a cut applied between the reads of its two counters.
+func TestPredeterminedPercent(t *testing.T) {
+	for _, c := range []struct {
+		c0, c1 Counters
+		want   *float64
+	}{
+		{Counters{Cuts: 30, PredeterminedCuts: 30}, Counters{Cuts: 30, PredeterminedCuts: 30}, nil},
+		{Counters{Cuts: 30, PredeterminedCuts: 0}, Counters{Cuts: 130, PredeterminedCuts: 25}, Ptr(25.0)},
+		{Counters{Cuts: 30, PredeterminedCuts: 30}, Counters{Cuts: 60, PredeterminedCuts: 63}, Ptr(100.0)},
+	} {
+		got := PredeterminedPercent(c.c0, c.c1)
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("PredeterminedPercent(%+v, %+v) = %v, want %v", c.c0, c.c1, deref(got), deref(c.want))
+		}
+	}
+}

@@ -106,7 +106,10 @@ type Counters struct {
 	QuotaChanges int64
 	ViewChanges  int64
 	// Cuts counts the committed cuts; PredeterminedCuts those of them
-	// that lease windows predetermined, the rest being eager cuts.
+	// that lease windows predetermined, the rest being eager cuts. Both
+	// are summed over the ordering replicas, each of which applies every
+	// cut in its own time: only their ratio is used (a count divided by
+	// the replicas would round, and a short run's share could pass 100%).
 	Cuts              int64
 	PredeterminedCuts int64
 }
@@ -118,7 +121,10 @@ func PredeterminedPercent(c0, c1 Counters) *float64 {
 	if cuts <= 0 {
 		return nil
 	}
-	return Ptr(round(100*float64(c1.PredeterminedCuts-c0.PredeterminedCuts)/float64(cuts), 1))
+	// The two counters are read one after the other while cuts apply: a
+	// cut may count among the predetermined ones and not yet among all.
+	share := min(float64(c1.PredeterminedCuts-c0.PredeterminedCuts)/float64(cuts), 1)
+	return Ptr(round(100*share, 1))
 }
 
 // CountingMode is implemented by modes whose cluster reports Counters;

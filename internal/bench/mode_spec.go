@@ -67,15 +67,14 @@ func SpecCounters(orderingReplicas int) (Counters, error) {
 			sums[f.GetName()] += int64(m.GetCounter().GetValue())
 		}
 	}
-	// Every ordering replica applies each cut and view change; count one.
-	replicas := int64(max(orderingReplicas, 1))
 	return Counters{
-		Noops:             sums["augur_noops_total"],
-		LagFixes:          sums["augur_lag_fixes_total"],
-		QuotaChanges:      sums["augur_quota_changes_total"],
-		ViewChanges:       sums["augur_view_changes_total"] / replicas,
-		Cuts:              sums["augur_cuts_committed_total"] / replicas,
-		PredeterminedCuts: sums["augur_predetermined_cuts_total"] / replicas,
+		Noops:        sums["augur_noops_total"],
+		LagFixes:     sums["augur_lag_fixes_total"],
+		QuotaChanges: sums["augur_quota_changes_total"],
+		// Every ordering replica applies each view change; count one.
+		ViewChanges:       sums["augur_view_changes_total"] / int64(max(orderingReplicas, 1)),
+		Cuts:              sums["augur_cuts_committed_total"],
+		PredeterminedCuts: sums["augur_predetermined_cuts_total"],
 	}, nil
 }
 
