@@ -92,19 +92,22 @@ func (s *Server) health() []*pb.ReplicaHealth {
 	rs := make([]*replica, 0, len(s.replicas))
 	lazyRejoin := map[cut.ShardID]*pb.CatchUpProgress{}
 	for _, r := range s.replicas {
+		// A lazy shard's copy is its lazy shell, once open: the replica
+		// its primary formed the shard with, or found on disk at a
+		// restart, takes no part in lazy order.
+		if s.lazy[r.id] != nil {
+			continue
+		}
 		rs = append(rs, r)
 		if p := s.lazyRejoinHealthLocked(r.id); p != nil {
 			lazyRejoin[r.id] = proto.Clone(p).(*pb.CatchUpProgress)
 		}
 	}
-	// A lazy shard's backup holds its copy in the lazy shell only.
-	var lazyOnly []*lazyShard
+	lazies := make([]*lazyShard, 0, len(s.lazy))
 	for id, ls := range s.lazy {
-		if s.replicas[id] == nil {
-			lazyOnly = append(lazyOnly, ls)
-			if p := s.lazyRejoinHealthLocked(id); p != nil {
-				lazyRejoin[id] = proto.Clone(p).(*pb.CatchUpProgress)
-			}
+		lazies = append(lazies, ls)
+		if p := s.lazyRejoinHealthLocked(id); p != nil {
+			lazyRejoin[id] = proto.Clone(p).(*pb.CatchUpProgress)
 		}
 	}
 	s.mu.Unlock()
@@ -128,7 +131,7 @@ func (s *Server) health() []*pb.ReplicaHealth {
 		}
 		out = append(out, h)
 	}
-	for _, ls := range lazyOnly {
+	for _, ls := range lazies {
 		if h := ls.health(); h != nil {
 			if p := lazyRejoin[ls.id]; p != nil {
 				h.Role, h.CatchUp = "catching-up", p

@@ -50,6 +50,27 @@ func TestRestartedLazyReplicaRejoins(t *testing.T) {
 					break
 				}
 			}
+			// Its server says so too (augur status asks it): it serves
+			// as a backup, once its copy followed the new configuration,
+			// whatever it was before the restart.
+			st, err := l.cl.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				resp, err := l.cl.Ping(ctx, st.Shards[0].Replicas[1].Addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(resp.Health) == 1 && resp.Health[0].Role == "backup" {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatalf("the rejoined copy's health: %v, want it serving as a backup", resp.Health)
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
 			l.appendSyncN(10)
 			if err := l.c.KillStorage(kept); err != nil {
 				t.Fatal(err)
