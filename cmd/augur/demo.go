@@ -513,10 +513,11 @@ func printSpeculation(out io.Writer, pct, perInterval float64) {
 	if pct >= 50 {
 		return
 	}
-	fmt.Fprintf(out, "                  with %.1f records per shard per ordering interval, every cut would wait for\n", perInterval)
+	fmt.Fprintf(out, "                  at the %.1f records per shard per ordering interval offered, cuts would wait for\n", perInterval)
 	fmt.Fprintln(out, "                  shards to fill their empty slots with no-ops, which costs more than speculation")
-	fmt.Fprintln(out, "                  saves: the leader cut eagerly, so deliveries came as eager order makes them")
-	fmt.Fprintln(out, "                  (one shard, or more records per shard, speculates: try --shards 1)")
+	fmt.Fprintln(out, "                  saves: the leader made eager cuts for most of the run, and most deliveries came")
+	fmt.Fprintln(out, "                  when eager order makes them (one shard, or more records per shard, speculates:")
+	fmt.Fprintln(out, "                  try --shards 1)")
 }
 
 // demoEvents subscribes from position 0: speculatively, or to confirmed

@@ -59,7 +59,7 @@ func TestDemo(t *testing.T) {
 func TestDemoExplainsAFallback(t *testing.T) {
 	var buf bytes.Buffer
 	printSpeculation(&buf, 4, 1)
-	for _, w := range []string{"4% of the cuts were predetermined", "with 1.0 records per shard per ordering interval", "try --shards 1"} {
+	for _, w := range []string{"4% of the cuts were predetermined", "at the 1.0 records per shard per ordering interval offered", "try --shards 1"} {
 		if !strings.Contains(buf.String(), w) {
 			t.Errorf("fallback explanation lacks %q:\n%s", w, buf.String())
 		}

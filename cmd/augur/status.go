@@ -161,15 +161,54 @@ func speculation(sp *pb.SpecState) string {
 	if sp.Fallback {
 		return fmt.Sprintf("ending: lease windows through cut %d, then eager cuts (filling the shards' empty slots would cost more than speculation saves at their current rates)", through)
 	}
-	quotas := make([]string, 0, len(last.Quotas))
-	for _, q := range last.Quotas {
-		quotas = append(quotas, fmt.Sprintf("shard %d: %d", q.Shard, q.PerCut))
+	line := fmt.Sprintf("on: lease windows of %d cuts announced through cut %d; entries per cut: %s", sp.WindowCuts, through, quotaList(last.Quotas))
+	if last.Groups > 1 {
+		line += fmt.Sprintf("; %d staggered groups, each shard in every %s cut", last.Groups, ordinal(last.Groups))
 	}
-	line := fmt.Sprintf("on: lease windows of %d cuts announced through cut %d; entries per cut: %s", sp.WindowCuts, through, strings.Join(quotas, ", "))
-	if sp.View > 0 {
-		line += fmt.Sprintf("; view %d (a whole shard failed; speculation before position %d stands)", sp.View, sp.ConfirmedGp)
+	if sp.View == 1 {
+		line += "; view 1 (a whole shard failed once)"
+	} else if sp.View > 1 {
+		line += fmt.Sprintf("; view %d (whole shards failed %d times)", sp.View, sp.View)
 	}
 	return line
+}
+
+// quotaListMax is how many shards' quotas the speculation line lists one
+// by one; more are summed up.
+const quotaListMax = 8
+
+// quotaList says how many entries each shard adds to its cuts.
+func quotaList(qs []*pb.Quota) string {
+	if len(qs) > quotaListMax {
+		lo, hi := qs[0].PerCut, qs[0].PerCut
+		for _, q := range qs {
+			lo, hi = min(lo, q.PerCut), max(hi, q.PerCut)
+		}
+		if lo == hi {
+			return fmt.Sprintf("%d for each of %d shards", lo, len(qs))
+		}
+		return fmt.Sprintf("%d to %d for each of %d shards", lo, hi, len(qs))
+	}
+	out := make([]string, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, fmt.Sprintf("shard %d: %d", q.Shard, q.PerCut))
+	}
+	return strings.Join(out, ", ")
+}
+
+// ordinal is n as in "every n-th".
+func ordinal(n uint32) string {
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+		return fmt.Sprintf("%dth", n)
+	case n%10 == 2:
+		return fmt.Sprintf("%dnd", n)
+	case n%10 == 3:
+		return fmt.Sprintf("%drd", n)
+	case n%10 == 1:
+		return fmt.Sprintf("%dst", n)
+	}
+	return fmt.Sprintf("%dth", n)
 }
 
 func shardState(s pb.ShardState) string {

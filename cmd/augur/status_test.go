@@ -228,7 +228,11 @@ func TestStatusShowsACatchingUpReplica(t *testing.T) {
 // prints for a speculative cluster: windows announced, windows ending in
 // a fallback, and eager cuts after it; and none for an eager cluster.
 func TestStatusSaysWhetherTheClusterSpeculates(t *testing.T) {
-	window := &pb.Window{FirstCut: 11, Cuts: 10, Quotas: []*pb.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 1}}}
+	window := &pb.Window{FirstCut: 11, Cuts: 10, Groups: 1, Quotas: []*pb.Quota{{Shard: 0, PerCut: 2}, {Shard: 1, PerCut: 1}}}
+	staggered := &pb.Window{FirstCut: 11, Cuts: 10, Groups: 2}
+	for i := range uint32(12) {
+		staggered.Quotas = append(staggered.Quotas, &pb.Quota{Shard: i, PerCut: uint64(1 + i%3), Group: i % 2})
+	}
 	for _, c := range []struct {
 		name string
 		spec *pb.SpecState
@@ -239,7 +243,9 @@ func TestStatusSaysWhetherTheClusterSpeculates(t *testing.T) {
 		{"windows", &pb.SpecState{WindowCuts: 10, Windows: []*pb.Window{window}},
 			"speculation on: lease windows of 10 cuts announced through cut 20; entries per cut: shard 0: 2, shard 1: 1\n"},
 		{"after a shard failed", &pb.SpecState{WindowCuts: 10, Windows: []*pb.Window{window}, View: 1, ConfirmedGp: 70},
-			"entries per cut: shard 0: 2, shard 1: 1; view 1 (a whole shard failed; speculation before position 70 stands)\n"},
+			"entries per cut: shard 0: 2, shard 1: 1; view 1 (a whole shard failed once)\n"},
+		{"many shards, staggered", &pb.SpecState{WindowCuts: 10, Windows: []*pb.Window{staggered}},
+			"entries per cut: 1 to 3 for each of 12 shards; 2 staggered groups, each shard in every 2nd cut\n"},
 		{"falling back", &pb.SpecState{WindowCuts: 10, Windows: []*pb.Window{window}, Fallback: true},
 			"speculation ending: lease windows through cut 20, then eager cuts"},
 		{"fallen back", &pb.SpecState{WindowCuts: 10, Fallback: true}, "speculation off for now: eager cuts"},

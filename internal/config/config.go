@@ -149,8 +149,10 @@ type Cluster struct {
 	// of the interval); in speculative order, the period quotas are sized
 	// for.
 	OrderingInterval Duration `yaml:"ordering_interval"`
-	// FailureTimeout is how long a storage server may stay silent before its
-	// shards are finalized; storage servers heartbeat five times per timeout.
+	// FailureTimeout is how long a storage server may stay silent before it
+	// is taken out of its shards' configurations (a shard left without
+	// replicas is finalized); storage servers heartbeat five times per
+	// timeout.
 	FailureTimeout Duration `yaml:"failure_timeout"`
 	// Fsync is the storage servers' sync policy: group (an append is
 	// acknowledged only once every replica of its shard fsynced it; one

@@ -47,8 +47,10 @@ func TestAppliedCutsCountWhetherAWindowPredeterminedThem(t *testing.T) {
 		}
 		return m.GetCounter().GetValue()
 	}
+	// The counters are the process's: count from what they hold now.
+	cuts0, predetermined0 := value(metrics.CutsCommitted.WithLabelValues(id)), value(metrics.PredeterminedCuts.WithLabelValues(id))
 	counts := func() (cuts, predetermined float64) {
-		return value(metrics.CutsCommitted.WithLabelValues(id)), value(metrics.PredeterminedCuts.WithLabelValues(id))
+		return value(metrics.CutsCommitted.WithLabelValues(id)) - cuts0, value(metrics.PredeterminedCuts.WithLabelValues(id)) - predetermined0
 	}
 	apply(control.Command{Register: &control.RegisterCommand{Group: "g", Replicas: []control.Replica{{ID: "s1", Incarnation: 1}}}})
 	apply(control.Command{Window: &control.WindowCommand{Quotas: []fixante.Quota{{Shard: 0, PerCut: 1}}, Groups: 1}})

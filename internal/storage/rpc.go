@@ -519,8 +519,10 @@ func (s *Server) openBackupLink(r *replica, p Peer, epoch uint64, join bool) *ba
 	case err == nil && !s.cfg.Mode.Sequenced():
 		// A backup takes up its copy on the first message: send one now,
 		// empty, rather than with the first append, so that a new shard's
-		// backups serve (and a backup that cannot hold the shard is found)
-		// before anything is appended. (A lazy shard's copies take their
+		// backups serve before anything is appended, as status shows
+		// them. A backup that refuses the stream (stopping, or its store
+		// fails to open) is then taken out of the shard at once rather
+		// than at the first append. (A lazy shard's copies take their
 		// records from the clients, in their own shell: lazy.go.)
 		err = l.st.Send(&pb.ReplicateRequest{ClusterId: s.cfg.ClusterID, Shard: r.id, Epoch: epoch})
 	}
