@@ -240,14 +240,7 @@ func TestANewShardsBackupsServeBeforeTheFirstAppend(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	c, err := Start(ctx, Options{Shards: 1, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{Shards: 1, Replicas: 3})
 	cl, err := c.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -306,14 +299,7 @@ func TestCloseLogsOnlyErrors(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var records []slog.Record
-	c, err := Start(ctx, Options{Shards: 1, Logger: slog.New(recordingHandler{mu: &mu, records: &records})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := startReady(ctx, t, Options{Shards: 1, Logger: slog.New(recordingHandler{mu: &mu, records: &records})})
 	// What the servers log before the close (a shard formed, say) may
 	// still come in; only what they log from the close on counts.
 	closing := time.Now()
